@@ -1,0 +1,157 @@
+"""A target and a draft that share a tokenizer, loaded once and shared by every run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from numbers import Integral
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from specviz.errors import SpecvizError
+from specviz.models import hub
+from specviz.models.presets import PRESETS
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    name: str  # how the pair was asked for: "tiny-random", "default", a preset, or "target,draft"
+    target: torch.nn.Module  # the model whose output every method must reproduce
+    draft: torch.nn.Module | None  # the small model that proposes tokens (None: no draft model)
+    tokenizer: Any  # shared by both models
+    chat: bool  # whether text prompts get the tokenizer's chat template by default
+    eos_token_ids: tuple[int, ...]  # any of these ends a run
+    info: dict[str, Any] = field(default_factory=dict)  # plain facts for display: ids, device, dtype, sizes
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.get_input_embeddings().weight.device
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the target's output distribution p."""
+        return self.target.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.target.config, "max_position_embeddings", 2048))
+
+    def with_draft(self, draft: torch.nn.Module | None, name: str | None = None) -> ModelPair:
+        """The same target and tokenizer with another draft (e.g. one adapted online)."""
+        return replace(self, draft=draft, name=name or self.name)
+
+
+def load_pair(
+    name: str | None = None,
+    *,
+    target: str | None = None,
+    draft: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+) -> ModelPair:
+    """Load (once; later calls return the same objects) the pair called `name`, or `target`+`draft`.
+
+    name: "tiny-random" (offline, random weights), "default" (offline SmolLM2-135M-Instruct and its
+    distilled draft), a preset from `specviz.models.presets.PRESETS`, or "TARGET,DRAFT" (hub ids or
+    local directories).
+    """
+    if name and "," in name:
+        target, draft = (s.strip() for s in name.split(",", 1))
+        name = None
+    if name is None:
+        if not target or not draft:
+            raise SpecvizError("give a pair name, or both a target and a draft model (hub ids or directories)")
+        name = f"{target},{draft}"
+    return _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
+
+
+def pair_names() -> list[str]:
+    return ["default", "tiny-random", *PRESETS]
+
+
+@lru_cache(maxsize=4)
+def _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
+    dev = hub.resolve_device(device)
+    dt = hub.resolve_dtype(dtype, dev)
+    if name == "tiny-random":
+        from specviz.models.tiny import tiny_pair
+
+        return tiny_pair(device=dev, dtype=dt)
+    if name == "default":
+        from specviz.models.default import load_default_pair
+
+        return load_default_pair(device=dev, dtype=dt)
+    if target is None:
+        if name not in PRESETS:
+            raise SpecvizError(f"unknown model pair '{name}'. Known pairs: {', '.join(pair_names())}; or 'TARGET,DRAFT'.")
+        target, draft = PRESETS[name].target, PRESETS[name].draft
+    return _load_hub_pair(name, target, draft, dev, dt, device_map, trust_remote_code)
+
+
+def _load_hub_pair(name, target_id, draft_id, dev, dt, device_map, trust_remote_code) -> ModelPair:
+    tokenizer = hub.load_tokenizer(target_id, trust_remote_code)
+    draft_tokenizer = hub.load_tokenizer(draft_id, trust_remote_code)
+    if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise SpecvizError(
+            f"'{draft_id}' does not share the tokenizer of '{target_id}': speculative decoding needs "
+            "a draft with the same vocabulary (e.g. a smaller model of the same family)."
+        )
+    target = hub.load_causal_lm(target_id, dev, dt, device_map, trust_remote_code)
+    draft_model = hub.load_causal_lm(draft_id, dev, dt, None if device_map is None else "auto", trust_remote_code)
+    return ModelPair(
+        name=name,
+        target=target,
+        draft=draft_model,
+        tokenizer=tokenizer,
+        chat=tokenizer.chat_template is not None,
+        eos_token_ids=eos_ids(target, tokenizer),
+        info=describe(target_id, draft_id, target, draft_model, dev, dt),
+    )
+
+
+def eos_ids(model: torch.nn.Module, tokenizer: Any) -> tuple[int, ...]:
+    """Every id that ends generation: the generation config's and the tokenizer's EOS."""
+    ids: list[int] = []
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        ids += value if isinstance(value, list) else [value] if value is not None else []
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return tuple(dict.fromkeys(ids))
+
+
+def describe(target_id: str, draft_id: str | None, target, draft, dev, dt) -> dict[str, Any]:
+    def params(m):
+        return sum(p.numel() for p in m.parameters()) if m is not None else 0
+
+    return {
+        "target": target_id,
+        "draft": draft_id,
+        "target_params": params(target),
+        "draft_params": params(draft),
+        "device": str(dev),
+        "dtype": str(dt).removeprefix("torch."),
+    }
+
+
+def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | None = None) -> list[int]:
+    """Token ids of a prompt: text (through the chat template when the pair uses one) or ids as given."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise SpecvizError("the prompt is empty: type some text")
+        tok = pair.tokenizer
+        if (pair.chat if chat is None else chat) and tok.chat_template:
+            prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+            return list(tok(prompt, add_special_tokens=False)["input_ids"])
+        return list(tok(prompt)["input_ids"])
+    ids = list(prompt.tolist() if hasattr(prompt, "tolist") else prompt)
+    if not ids:
+        raise SpecvizError("the prompt is empty: give at least one token id")
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= t < pair.vocab_size]
+    if bad:
+        raise SpecvizError(f"token ids must be integers in [0, {pair.vocab_size}); got {bad[:5]!r}")
+    return [int(t) for t in ids]
