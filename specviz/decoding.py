@@ -1,0 +1,100 @@
+"""The state every method shares during one run: committed tokens, stop rules, the clock, the RNG.
+
+Methods decide what to draft and how to verify it; `Decoding.commit` is the one place that turns
+a verification verdict into emitted tokens, applies EOS and `max_new_tokens`, and writes the record.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from specviz.models.pair import ModelPair
+from specviz.records import IterationRecord
+from specviz.sampling import SamplingConfig
+from specviz.verify import Verdict
+
+
+class Decoding:
+    def __init__(
+        self,
+        pair: ModelPair,
+        prompt_ids: list[int],
+        method: str,
+        max_new_tokens: int,
+        sampling: SamplingConfig,
+        seed: int,
+    ):
+        self.pair = pair
+        self.method = method
+        self.sampling = sampling
+        self.ids: list[int] = list(prompt_ids)  # prompt + every token committed so far
+        self.prompt_len = len(prompt_ids)
+        self.max_new_tokens = max_new_tokens
+        self.eos = frozenset(pair.eos_token_ids)
+        self.generator = torch.Generator(device=pair.device).manual_seed(seed)
+        self.iteration = 0
+        self.done = False
+        self._t0: float | None = None
+
+    def now(self) -> float:
+        """Seconds since the run started; the clock starts at the first call (the first step)."""
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+        return time.perf_counter() - self._t0
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still allowed before `max_new_tokens` is reached."""
+        return self.max_new_tokens - (len(self.ids) - self.prompt_len)
+
+    def commit(
+        self,
+        *,
+        drafted: list[int],
+        verdict: Verdict,
+        speculation_length: int,
+        t_start: float,
+        t_drafted: float,
+        draft_forwards: int,
+        target_forwards: int = 1,
+        extra: dict[str, Any] | None = None,
+    ) -> IterationRecord:
+        """Append drafted[:accepted] + the target's token, cut at EOS or the token budget, and record it."""
+        emitted = [*drafted[: verdict.accepted], verdict.next_token]
+        stop = None
+        for i, token in enumerate(emitted):
+            if token in self.eos:
+                emitted, stop = emitted[: i + 1], "eos"
+                break
+        if len(emitted) >= self.remaining:
+            emitted, stop = emitted[: self.remaining], stop or "max_new_tokens"
+        # A cut inside the accepted drafts ends the story there: later drafts never existed.
+        accepted = min(verdict.accepted, len(emitted))
+        kept = len(drafted) if accepted == verdict.accepted else accepted
+        position = len(self.ids)
+        self.ids.extend(emitted)
+        self.done = stop is not None
+        t_end = self.now()
+        record = IterationRecord(
+            method=self.method,
+            iteration=self.iteration,
+            position=position,
+            speculation_length=speculation_length,
+            drafted=tuple(drafted[:kept]),
+            accepted=accepted,
+            emitted=tuple(emitted),
+            p_target=verdict.p_drafted[:kept] if drafted else None,
+            q_draft=verdict.q_drafted[:kept] if verdict.q_drafted is not None and drafted else None,
+            draft_forwards=draft_forwards,
+            target_forwards=target_forwards,
+            t_start=t_start,
+            t_end=t_end,
+            draft_ms=(t_drafted - t_start) * 1e3,
+            verify_ms=(t_end - t_drafted) * 1e3,
+            extra={**(extra or {}), **({"stop": stop} if stop else {})},
+        )
+        self.iteration += 1
+        return record

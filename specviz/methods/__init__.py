@@ -1,0 +1,84 @@
+"""The method registry. Each module in this package registers its methods with `@register`;
+every module here is imported on first use, so a new method file shows up everywhere (the app's
+checkboxes, the benchmark's --methods all, the parity tests) without further changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from specviz.errors import SpecvizError
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str  # registry key, e.g. "vanilla"
+    label: str  # short human name for tables and panels
+    description: str  # one sentence: what it does
+    paper: str  # where it comes from
+    options: type  # dataclass of the method's own options (with defaults)
+    generate: Callable[..., Iterator[Any]]  # (Decoding, options) -> Iterator[IterationRecord]
+    needs_draft: bool = True  # uses the pair's draft model
+    is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
+    rank: int = 50  # display order in tables and the app (baseline first, oracles last)
+
+    def option_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.options)]
+
+    def make_options(self, **values: Any) -> Any:
+        unknown = sorted(set(values) - set(self.option_names()))
+        if unknown:
+            known = ", ".join(self.option_names()) or "none"
+            raise SpecvizError(f"method '{self.name}' has no option {', '.join(unknown)} (its options: {known})")
+        return self.options(**values)
+
+    def select(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The subset of a shared option dict that this method understands (for the app and bench)."""
+        return {k: v for k, v in values.items() if k in self.option_names()}
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register(name: str, **spec: Any) -> Callable:
+    """Decorator: register a generator function `(Decoding, options) -> Iterator[IterationRecord]`."""
+
+    def wrap(fn: Callable) -> Callable:
+        _REGISTRY[name] = MethodSpec(name=name, generate=fn, **spec)
+        return fn
+
+    return wrap
+
+
+def _load_all() -> None:
+    if not _REGISTRY:
+        for module in pkgutil.iter_modules(__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{__name__}.{module.name}")
+
+
+def all_methods() -> list[MethodSpec]:
+    """Every registered method, the autoregressive baseline first."""
+    _load_all()
+    return sorted(_REGISTRY.values(), key=lambda s: (s.is_oracle, s.rank, s.name))
+
+
+def method_names() -> list[str]:
+    return [s.name for s in all_methods()]
+
+
+def get_method(name: str) -> MethodSpec:
+    _load_all()
+    if name not in _REGISTRY:
+        raise SpecvizError(f"unknown method '{name}'. Known methods: {', '.join(method_names())}")
+    return _REGISTRY[name]
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    """Option validation shared by the methods' option dataclasses."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecvizError(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,67 @@
+"""Prompt lookup decoding: drafts copied from earlier in the prompt and output, no draft model.
+
+Match the last n tokens (n = max_ngram down to min_ngram) against everything before them and
+propose what followed the most recent match. A deterministic drafter has no q: verification treats
+it as one-hot, which stays lossless (Saxena 2023; Hugging Face `prompt_lookup_num_tokens`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from specviz.decoding import Decoding
+from specviz.methods import check_positive_int, register
+from specviz.methods.drafting import Draft, SpeculationPolicy, StaticLength
+from specviz.methods.speculative import speculative_decoding
+
+
+@dataclass(frozen=True)
+class PromptLookupOptions:
+    speculation_length: int = 4  # most tokens copied per iteration
+    max_ngram: int = 3  # longest suffix to match
+    min_ngram: int = 1  # shortest suffix to fall back to
+
+    def __post_init__(self) -> None:
+        for name in ("speculation_length", "max_ngram", "min_ngram"):
+            check_positive_int(name, getattr(self, name))
+
+
+def ngram_continuation(ids: list[int], k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int]:
+    """Up to k tokens that followed the most recent earlier occurrence of the longest matching
+    suffix of `ids`, and the n of that suffix (0 when nothing matches)."""
+    seq = np.asarray(ids)
+    for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # [L-n, n]: every earlier n-gram
+        hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return seq[start : start + k].tolist(), n
+    return [], 0
+
+
+class PromptLookupDrafter:
+    def __init__(self, dec: Decoding, opts: PromptLookupOptions):
+        self.dec, self.opts = dec, opts
+
+    def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
+        tokens, n = ngram_continuation(self.dec.ids, k, self.opts.max_ngram, self.opts.min_ngram)
+        return Draft(tokens, None, forwards=0, extra={"ngram": n})
+
+    def rollback(self, position: int, accepted: int) -> None:
+        pass  # stateless: it reads the committed ids afresh every time
+
+
+@register(
+    "prompt_lookup",
+    label="Prompt lookup",
+    description="Drafts by copying what followed the last matching n-gram of the prompt and output; no draft model.",
+    paper="Saxena 2023 (prompt lookup decoding)",
+    options=PromptLookupOptions,
+    needs_draft=False,
+    rank=30,
+)
+def prompt_lookup(dec: Decoding, opts: PromptLookupOptions) -> Iterator:
+    return speculative_decoding(dec, PromptLookupDrafter(dec, opts), StaticLength(opts.speculation_length))

@@ -1,0 +1,76 @@
+"""Speculative decoding with a draft model: static (vanilla) and Hugging Face's heuristic length.
+
+Leviathan et al. 2023 (Algorithm 1) and Chen et al. 2023: the draft proposes gamma tokens, the
+target scores all of them in one forward pass, the acceptance rule in `specviz.verify` keeps a
+prefix and adds one token of the target's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from specviz.decoding import Decoding
+from specviz.methods import check_positive_int, register
+from specviz.methods.drafting import Drafter, HeuristicLength, ModelDrafter, SpeculationPolicy, StaticLength
+from specviz.models.kv import CachedLM
+from specviz.records import IterationRecord
+from specviz.verify import verify
+
+
+@dataclass(frozen=True)
+class SpeculativeOptions:
+    speculation_length: int = 4  # gamma: tokens drafted per iteration (the heuristic's starting value)
+
+    def __post_init__(self) -> None:
+        check_positive_int("speculation_length", self.speculation_length)
+
+
+def speculative_decoding(dec: Decoding, drafter: Drafter, policy: SpeculationPolicy) -> Iterator[IterationRecord]:
+    """Draft, verify, update: exactly one target forward pass per iteration."""
+    target = CachedLM(dec.pair.target)
+    while not dec.done:
+        t_start = dec.now()
+        draft = drafter.propose(min(policy.speculation_length(), dec.remaining - 1), policy)
+        t_drafted = dec.now()
+        k = len(draft.tokens)
+        logits = target.forward(dec.ids[len(target) :] + draft.tokens, n_logits=k + 1)  # [k+1, V]
+        verdict = verify(draft.tokens, logits, draft.q, dec.sampling, dec.generator)
+        position = len(dec.ids)
+        record = dec.commit(
+            drafted=draft.tokens,
+            verdict=verdict,
+            speculation_length=k,
+            t_start=t_start,
+            t_drafted=t_drafted,
+            draft_forwards=draft.forwards,
+            extra=draft.extra,
+        )
+        target.truncate(position + verdict.accepted)  # keep the prefix and the accepted drafts
+        drafter.rollback(position, verdict.accepted)
+        policy.update(k, verdict.accepted)
+        yield record
+
+
+@register(
+    "vanilla",
+    label="Vanilla SD",
+    description="A draft model proposes a fixed number of tokens, the target verifies them in one pass.",
+    paper="Leviathan et al. 2023; Chen et al. 2023",
+    options=SpeculativeOptions,
+    rank=10,
+)
+def vanilla(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord]:
+    return speculative_decoding(dec, ModelDrafter(dec), StaticLength(opts.speculation_length))
+
+
+@register(
+    "heuristic",
+    label="Dynamic (heuristic)",
+    description="Hugging Face's schedule: draft 2 more tokens after a full acceptance, 1 fewer otherwise.",
+    paper="Hugging Face assisted generation; DISCO's dynHeur baseline",
+    options=SpeculativeOptions,
+    rank=20,
+)
+def heuristic(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord]:
+    return speculative_decoding(dec, ModelDrafter(dec), HeuristicLength(opts.speculation_length))

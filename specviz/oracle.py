@@ -1,0 +1,43 @@
+"""Oracle speculation length: how many tokens the draft would have proposed correctly at each step.
+
+After a run, one teacher-forced forward pass of the draft over the final sequence gives its greedy
+prediction at every position; the oracle SL of an iteration starting at `position` is the number of
+consecutive positions from there on where that prediction equals what was emitted. It is the
+speculation length an all-knowing policy would have chosen (DISCO's oracle), and what the app plots
+against the length each method actually chose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from specviz.models.pair import ModelPair
+from specviz.records import IterationRecord
+
+
+@torch.inference_mode()
+def draft_agreement_runs(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:
+    """runs[j - start] = consecutive greedy draft hits from sequence[j] on, for j in [start, len)."""
+    device = draft.get_input_embeddings().weight.device
+    ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)  # [1, L]
+    logits = draft(input_ids=ids, logits_to_keep=len(sequence) - start + 1).logits[0]  # rows for j-1 in [start-1, L)
+    predicted = logits[:-1].argmax(dim=-1).cpu().numpy()  # draft's guess for sequence[j], j in [start, L)
+    hits = predicted == np.asarray(sequence[start:])
+    runs = np.zeros(len(hits) + 1, dtype=np.int64)
+    for j in range(len(hits) - 1, -1, -1):
+        runs[j] = runs[j + 1] + 1 if hits[j] else 0
+    return runs[:-1]
+
+
+def fill_oracle_sl(pair: ModelPair, prompt_ids: Sequence[int], records: Sequence[IterationRecord]) -> list[IterationRecord]:
+    """Copies of `records` with `oracle_sl` set (left None when the pair has no draft model)."""
+    if pair.draft is None or not records:
+        return list(records)
+    sequence = list(prompt_ids) + [t for r in records for t in r.emitted]
+    start = records[0].position
+    runs = draft_agreement_runs(pair.draft, sequence, start)
+    return [dataclasses.replace(r, oracle_sl=int(runs[r.position - start])) for r in records]

@@ -1,0 +1,69 @@
+"""run(method, pair, prompt, **options) -> Iterator[IterationRecord]: the engine's front door."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from numbers import Integral
+from typing import Any
+
+from specviz.decoding import Decoding
+from specviz.errors import SpecvizError
+from specviz.methods import get_method
+from specviz.metrics import summarize
+from specviz.models.pair import ModelPair, encode_prompt
+from specviz.oracle import fill_oracle_sl
+from specviz.records import IterationRecord, RunSummary
+from specviz.sampling import SamplingConfig
+
+
+def run(
+    method: str,
+    pair: ModelPair,
+    prompt: str | Sequence[int],
+    *,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    chat: bool | None = None,
+    **options: Any,
+) -> Iterator[IterationRecord]:
+    """Decode `prompt` with `method`, yielding one record per speculative iteration.
+
+    Every argument is checked here, before the first step, so a bad input fails at once with a
+    `SpecvizError`. `options` are the method's own (e.g. speculation_length for vanilla).
+    `chat`: apply the chat template to a text prompt (default: when the pair is a chat model).
+    """
+    spec = get_method(method)
+    opts = spec.make_options(**options)
+    if spec.needs_draft and pair.draft is None:
+        raise SpecvizError(f"method '{method}' needs a draft model, and the pair '{pair.name}' has none")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
+        raise SpecvizError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    sampling = SamplingConfig(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+    prompt_ids = encode_prompt(pair, prompt, chat)
+    if len(prompt_ids) + max_new_tokens > pair.max_context:
+        raise SpecvizError(
+            f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
+            f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
+        )
+    dec = Decoding(pair, prompt_ids, spec.name, int(max_new_tokens), sampling, int(seed))
+    return spec.generate(dec, opts)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    method: str
+    prompt_ids: tuple[int, ...]
+    records: tuple[IterationRecord, ...]  # with oracle_sl filled
+    summary: RunSummary
+
+
+def generate(method: str, pair: ModelPair, prompt: str | Sequence[int], *, chat: bool | None = None, **kwargs: Any) -> RunResult:
+    """Run to the end, then fill each record's oracle speculation length and summarise."""
+    prompt_ids = encode_prompt(pair, prompt, chat)
+    records = list(run(method, pair, prompt_ids, **kwargs))
+    records = fill_oracle_sl(pair, prompt_ids, records)
+    return RunResult(method, tuple(prompt_ids), tuple(records), summarize(records))
