@@ -1,0 +1,226 @@
+"""Command-line benchmark: run methods on prompts, print a table, write JSON.
+
+    python -m specviz.bench --pair tiny-random --methods all --suite humaneval --limit 3 \
+        --max-new-tokens 32 --json out.json
+
+Methods run interleaved prompt by prompt (their order rotates), after a warm-up, so that drift of
+the machine hits every method alike. Speed figures are ratios measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from specviz.errors import SpecvizError
+from specviz.prompts import SUITES, Prompt, take
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    pair: str  # pair name: tiny-random | default | a preset | TARGET,DRAFT
+    methods: tuple[str, ...]  # registry names, in display order
+    prompts: tuple[Prompt, ...]  # what every method decodes
+    max_new_tokens: int = 128
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int = 0
+    speculation_length: int = 4  # gamma for the methods that take one
+    repeats: int = 1  # runs of each (method, prompt); all are reported
+    warmup: bool = True  # one short untimed run of each method first
+    device: str = "auto"
+    dtype: str = "auto"
+
+
+def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
+    """Every method on every prompt; returns the JSON-ready result."""
+    from tqdm.auto import tqdm
+
+    from specviz.methods import get_method
+    from specviz.models.pair import load_pair
+
+    pair = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
+    specs = [get_method(m) for m in cfg.methods]
+    shared = {"speculation_length": cfg.speculation_length}
+    sampling = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    if cfg.warmup:
+        for spec in specs:
+            _one_run(spec, pair, cfg.prompts[0], dict(sampling, max_new_tokens=8), shared, cfg.seed)
+    runs = []
+    bar = tqdm(total=len(cfg.prompts) * cfg.repeats * len(specs), desc="benchmark", unit="run", disable=not progress)
+    for i, prompt in enumerate(cfg.prompts):
+        for repeat in range(cfg.repeats):
+            rotation = (i * cfg.repeats + repeat) % len(specs)  # A B C, B C A, ...: no method always goes first
+            for spec in specs[rotation:] + specs[:rotation]:
+                bar.set_postfix_str(f"{spec.name} on {prompt.id}")
+                run = _one_run(spec, pair, prompt, sampling, shared, cfg.seed + repeat)
+                runs.append(dict(run, repeat=repeat))
+                bar.update()
+    bar.close()
+    _mark_parity(runs, greedy=cfg.temperature == 0)
+    return {
+        "pair": {"name": pair.name, **pair.info},
+        "device": describe_machine(pair.info.get("device", "cpu")),
+        "config": {**asdict(cfg), "prompts": [p.id for p in cfg.prompts]},
+        "runs": runs,
+        "summary": summary_rows(runs, [s.name for s in specs]),
+    }
+
+
+def _one_run(spec, pair, prompt: Prompt, sampling: dict, shared: dict, seed: int) -> dict[str, Any]:
+    from specviz.runner import generate
+
+    result = generate(spec.name, pair, prompt.text, seed=seed, **sampling, **spec.select(shared))
+    s = result.summary
+    oracle = [r.oracle_sl for r in result.records if r.oracle_sl is not None]
+    return {
+        "method": spec.name,
+        "suite": prompt.suite,
+        "prompt_id": prompt.id,
+        "output_ids": list(s.output_ids),
+        "new_tokens": s.new_tokens,
+        "wall_s": s.wall_s,
+        "target_forwards": s.target_forwards,
+        "draft_forwards": s.draft_forwards,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "iterations": s.iterations,
+        "stop_reason": s.stop_reason,
+        "oracle_sl_mean": sum(oracle) / len(oracle) if oracle else None,
+    }
+
+
+def _mark_parity(runs: list[dict], greedy: bool) -> None:
+    """For greedy runs: does each output equal the autoregressive output on the same prompt?"""
+    reference = {(r["prompt_id"], r["repeat"]): r["output_ids"] for r in runs if r["method"] == "autoregressive"}
+    for r in runs:
+        ref = reference.get((r["prompt_id"], r["repeat"]))
+        r["matches_autoregressive"] = (r["output_ids"] == ref) if greedy and ref is not None else None
+
+
+def summary_rows(runs: list[dict], methods: list[str]) -> list[dict[str, Any]]:
+    """One row per method, totals over all its runs (definitions in specviz.metrics)."""
+    from specviz import metrics
+
+    rows = []
+    for method in methods:
+        mine = [r for r in runs if r["method"] == method]
+        new = sum(r["new_tokens"] for r in mine)
+        tf = sum(r["target_forwards"] for r in mine)
+        parity = [r["matches_autoregressive"] for r in mine if r["matches_autoregressive"] is not None]
+        rows.append(
+            {
+                "method": method,
+                "runs": len(mine),
+                "new_tokens": new,
+                "wall_s": sum(r["wall_s"] for r in mine),
+                "tokens_per_s": metrics.tokens_per_s(new, sum(r["wall_s"] for r in mine)),
+                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in mine), sum(r["drafted"] for r in mine)),
+                "mean_accepted_length": metrics.mean_accepted_length(new, tf),
+                "target_forwards_per_token": tf / new if new else None,
+                "matches_autoregressive": all(parity) if parity else None,
+            }
+        )
+    ar = next((r["tokens_per_s"] for r in rows if r["method"] == "autoregressive"), None)
+    for row in rows:
+        row["speedup_vs_autoregressive"] = metrics.speedup(ar, row["tokens_per_s"])
+    return rows
+
+
+def describe_machine(device: str) -> dict[str, Any]:
+    import torch
+
+    info = {"device": device, "python": platform.python_version(), "torch": torch.__version__}
+    info["cpu"] = platform.processor() or platform.machine()
+    info["threads"] = torch.get_num_threads()
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def format_table(summary: list[dict[str, Any]]) -> str:
+    import pandas as pd
+
+    df = pd.DataFrame(summary).set_index("method")
+    df = df[["runs", "new_tokens", "tokens_per_s", "speedup_vs_autoregressive", "acceptance_rate",
+             "mean_accepted_length", "target_forwards_per_token", "matches_autoregressive"]]
+    df.columns = ["runs", "tokens", "tok/s", "speedup", "accept", "mean acc. len", "target fwd/tok", "= AR"]
+    return df.to_string(float_format=lambda x: f"{x:.3f}", na_rep="-")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")
+    p.add_argument("--methods", default="autoregressive,vanilla", help="comma-separated registry names, or 'all'")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="one prompt text")
+    src.add_argument("--suite", help=f"comma-separated suites: {', '.join(SUITES)}")
+    p.add_argument("--limit", type=int, default=5, help="prompts per suite (default 5)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many prompts of each suite first")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--speculation-length", "--gamma", type=int, default=4, dest="speculation_length")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--json", type=Path, help="write the full result here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    from specviz.methods import method_names
+    from specviz.prompts import Prompt
+
+    methods = method_names() if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.prompt is not None:
+        prompts = [Prompt("custom", "prompt/0", args.prompt)]
+    else:
+        prompts = [p for s in (args.suite or "humaneval").split(",") for p in take(s.strip(), args.limit, args.offset)]
+    if not prompts:
+        raise SpecvizError("no prompts selected: check --suite, --limit and --offset")
+    if args.repeats < 1:
+        raise SpecvizError("--repeats must be at least 1")
+    return BenchConfig(
+        pair=args.pair,
+        methods=tuple(methods),
+        prompts=tuple(prompts),
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        speculation_length=args.speculation_length,
+        repeats=args.repeats,
+        warmup=not args.no_warmup,
+        device=args.device,
+        dtype=args.dtype,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        result = run_benchmark(cfg, progress=not args.quiet)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"pair {result['pair']['name']} on {result['device']['device']}, {len(cfg.prompts)} prompts, "
+          f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}")
+    print(format_table(result["summary"]))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
