@@ -25,6 +25,7 @@ class MethodSpec:
     needs_draft: bool = True  # uses the pair's draft model
     is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
     rank: int = 50  # display order in tables and the app (baseline first, oracles last)
+    supports_sampling: bool = True  # False: greedy only (e.g. an oracle that peeks at greedy output)
 
     def option_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.options)]

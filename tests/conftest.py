@@ -1,0 +1,37 @@
+"""Shared fixtures: the tiny pairs (seeded random weights, CPU, offline)."""
+
+from __future__ import annotations
+
+import os
+
+# Tiny models gain nothing from a second thread, and spinning OpenMP threads slow everything
+# down by an order of magnitude when another process holds the other core (seen on CI-sized
+# 2-core machines). Set before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+
+from specviz.models.tiny import tiny_pair  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def random_pair():
+    """Independent random draft: almost everything rejected."""
+    return tiny_pair(draft="random")
+
+
+@pytest.fixture(scope="session")
+def self_pair():
+    """The target drafts for itself: everything accepted."""
+    return tiny_pair(draft="self")
+
+
+@pytest.fixture(scope="session")
+def perturbed_pair():
+    """A noisy copy of the target: some drafts accepted, some rejected."""
+    return tiny_pair(draft="perturbed")
+
+
+@pytest.fixture(scope="session")
+def tiny_pairs(random_pair, self_pair, perturbed_pair):
+    return {"random": random_pair, "self": self_pair, "perturbed": perturbed_pair}

@@ -1,0 +1,69 @@
+"""Bad input gives one clear SpecvizError at once: never a hang or a bare traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+import specviz
+from specviz.errors import ModelNotAvailable, SpecvizError
+
+
+@pytest.mark.parametrize(
+    "prompt,kwargs,message",
+    [
+        ("", {}, "prompt is empty"),
+        ("   \n", {}, "prompt is empty"),
+        ([], {}, "prompt is empty"),
+        ([1, 2.5, 3], {}, "token ids must be integers"),
+        ([1, "a"], {}, "token ids must be integers"),
+        ([1, 10**9], {}, "token ids must be integers"),
+        ("hi", {"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
+        ("hi", {"max_new_tokens": 10**6}, "exceeds the model's context"),
+        ("hi", {"temperature": -1}, "temperature"),
+        ("hi", {"top_p": 0}, "top_p"),
+    ],
+)
+def test_bad_prompt_or_settings(prompt, kwargs, message, random_pair):
+    with pytest.raises(SpecvizError, match=message):
+        specviz.run("autoregressive", random_pair, prompt, **kwargs)
+
+
+@pytest.mark.parametrize("gamma", [0, -3, 2.5, True])
+def test_bad_speculation_length(gamma, random_pair):
+    with pytest.raises(SpecvizError, match="speculation_length must be a positive integer"):
+        specviz.run("vanilla", random_pair, "hi", speculation_length=gamma)
+
+
+def test_unknown_method_and_option(random_pair):
+    with pytest.raises(SpecvizError, match="unknown method 'medusa'.*vanilla"):
+        specviz.run("medusa", random_pair, "hi")
+    with pytest.raises(SpecvizError, match="has no option gamma"):
+        specviz.run("vanilla", random_pair, "hi", gamma=3)
+
+
+def test_unavailable_model_fails_fast_with_advice(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from specviz.models import hub
+
+    hub.hub_reachable.cache_clear()
+    start = time.perf_counter()
+    with pytest.raises(ModelNotAvailable, match="not-a-real-org/not-a-model.*hf download"):
+        specviz.load_pair(target="not-a-real-org/not-a-model", draft="not-a-real-org/other")
+    assert time.perf_counter() - start < 10
+    hub.hub_reachable.cache_clear()
+    with pytest.raises(SpecvizError, match="unknown model pair 'nope'"):
+        specviz.load_pair("nope")
+
+
+def test_bench_cli_reports_errors_without_a_traceback():
+    out = subprocess.run(
+        [sys.executable, "-m", "specviz.bench", "--pair", "tiny-random", "--methods", "vanilla,medusa", "--prompt", "hi"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2
+    assert "error: unknown method 'medusa'" in out.stderr
+    assert "Traceback" not in out.stderr
