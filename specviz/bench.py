@@ -41,16 +41,17 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     """Every method on every prompt; returns the JSON-ready result."""
     from tqdm.auto import tqdm
 
-    from specviz.methods import get_method
+    from specviz.methods import get_method, new_session
     from specviz.models.pair import load_pair
 
     pair = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
     specs = [get_method(m) for m in cfg.methods]
     shared = {"speculation_length": cfg.speculation_length}
+    sessions = {spec.name: new_session(spec, pair) for spec in specs}  # e.g. OSD's learner, kept across prompts
     sampling = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
     if cfg.warmup:
         for spec in specs:
-            _one_run(spec, pair, cfg.prompts[0], dict(sampling, max_new_tokens=8), shared, cfg.seed)
+            _one_run(spec, pair, cfg.prompts[0], dict(sampling, max_new_tokens=8), shared, cfg.seed, sessions[spec.name])
     runs = []
     bar = tqdm(total=len(cfg.prompts) * cfg.repeats * len(specs), desc="benchmark", unit="run", disable=not progress)
     for i, prompt in enumerate(cfg.prompts):
@@ -58,7 +59,7 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
             rotation = (i * cfg.repeats + repeat) % len(specs)  # A B C, B C A, ...: no method always goes first
             for spec in specs[rotation:] + specs[:rotation]:
                 bar.set_postfix_str(f"{spec.name} on {prompt.id}")
-                run = _one_run(spec, pair, prompt, sampling, shared, cfg.seed + repeat)
+                run = _one_run(spec, pair, prompt, sampling, shared, cfg.seed + repeat, sessions[spec.name])
                 runs.append(dict(run, repeat=repeat))
                 bar.update()
     bar.close()
@@ -72,10 +73,11 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     }
 
 
-def _one_run(spec, pair, prompt: Prompt, sampling: dict, shared: dict, seed: int) -> dict[str, Any]:
+def _one_run(spec, pair, prompt: Prompt, sampling: dict, shared: dict, seed: int, session: dict) -> dict[str, Any]:
     from specviz.runner import generate
 
-    result = generate(spec.name, pair, prompt.text, seed=seed, **sampling, **spec.select(shared))
+    options = {**spec.select(shared), **session}
+    result = generate(spec.name, pair, prompt.text, seed=seed, **sampling, **options)
     s = result.summary
     oracle = [r.oracle_sl for r in result.records if r.oracle_sl is not None]
     return {
@@ -154,7 +156,12 @@ def format_table(summary: list[dict[str, Any]]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m specviz.bench",
+        description=__doc__.split("\n\n")[0],
+        epilog="paper experiments: python -m specviz.bench EXPERIMENT --help, with EXPERIMENT one of: "
+        + (", ".join(experiments()) or "none yet"),
+    )
     p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")
     p.add_argument("--methods", default="autoregressive,vanilla", help="comma-separated registry names, or 'all'")
     src = p.add_mutually_exclusive_group()
@@ -205,7 +212,21 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     )
 
 
+def experiments() -> list[str]:
+    """The paper experiments: modules of `specviz.experiments`, each with `main(argv) -> int`."""
+    import pkgutil
+
+    import specviz.experiments as pkg
+
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in experiments():  # python -m specviz.bench <experiment> [options]
+        import importlib
+
+        return importlib.import_module(f"specviz.experiments.{argv[0]}").main(argv[1:])
     args = parse_args(argv)
     try:
         cfg = config_from_args(args)

@@ -26,6 +26,9 @@ class MethodSpec:
     is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
     rank: int = 50  # display order in tables and the app (baseline first, oracles last)
     supports_sampling: bool = True  # False: greedy only (e.g. an oracle that peeks at greedy output)
+    # (pair) -> options shared by a series of runs, for methods that carry state from one request
+    # to the next (OSD's online learner). The app and the benchmark call it once per series.
+    session: Callable[[Any], dict[str, Any]] | None = None
 
     def option_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.options)]
@@ -66,6 +69,11 @@ def all_methods() -> list[MethodSpec]:
     """Every registered method, the autoregressive baseline first."""
     _load_all()
     return sorted(_REGISTRY.values(), key=lambda s: (s.is_oracle, s.rank, s.name))
+
+
+def new_session(spec: MethodSpec, pair: Any) -> dict[str, Any]:
+    """Options that carry a stateful method's state across the runs of one series (empty for most)."""
+    return spec.session(pair) if spec.session is not None else {}
 
 
 def method_names() -> list[str]:
