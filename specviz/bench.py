@@ -3,8 +3,12 @@
     python -m specviz.bench --pair tiny-random --methods all --suite humaneval --limit 3 \
         --max-new-tokens 32 --json out.json
 
-Methods run interleaved prompt by prompt (their order rotates), after a warm-up, so that drift of
-the machine hits every method alike. Speed figures are ratios measured in the same run.
+    python -m specviz.bench --pair default --methods autoregressive,vanilla,heuristic,prompt_lookup \
+        --peers --suite humaneval,gsm8k,mtbench --limit 20 --report benchmarks/cpu
+
+Methods (and, with --peers, Hugging Face generate() doing the same job) run interleaved prompt by
+prompt (their order rotates), after a warm-up, so that drift of the machine hits every one alike.
+Speed figures are ratios measured in the same run.
 """
 
 from __future__ import annotations
@@ -35,103 +39,161 @@ class BenchConfig:
     warmup: bool = True  # one short untimed run of each method first
     device: str = "auto"
     dtype: str = "auto"
+    peers: tuple[str, ...] = ()  # Hugging Face generate() peers run alongside (specviz.peers)
 
 
 def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
-    """Every method on every prompt; returns the JSON-ready result."""
+    """Every method (and peer) on every prompt; returns the JSON-ready result."""
     from tqdm.auto import tqdm
 
     from specviz.methods import get_method, new_session
     from specviz.models.pair import load_pair
 
     pair = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
-    specs = [get_method(m) for m in cfg.methods]
-    shared = {"speculation_length": cfg.speculation_length}
-    sessions = {spec.name: new_session(spec, pair) for spec in specs}  # e.g. OSD's learner, kept across prompts
-    sampling = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    entries = [_MethodEntry(get_method(m), new_session(get_method(m), pair)) for m in cfg.methods]
+    entries += [_PeerEntry(name) for name in cfg.peers]
+    shared = dict(speculation_length=cfg.speculation_length, max_new_tokens=cfg.max_new_tokens,
+                  temperature=cfg.temperature, top_p=cfg.top_p)
     if cfg.warmup:
-        for spec in specs:
-            _one_run(spec, pair, cfg.prompts[0], dict(sampling, max_new_tokens=8), shared, cfg.seed, sessions[spec.name])
+        for entry in entries:
+            entry.run(pair, cfg.prompts[0], dict(shared, max_new_tokens=8), cfg.seed)
     runs = []
-    bar = tqdm(total=len(cfg.prompts) * cfg.repeats * len(specs), desc="benchmark", unit="run", disable=not progress)
+    bar = tqdm(total=len(cfg.prompts) * cfg.repeats * len(entries), desc="benchmark", unit="run", disable=not progress)
     for i, prompt in enumerate(cfg.prompts):
         for repeat in range(cfg.repeats):
-            rotation = (i * cfg.repeats + repeat) % len(specs)  # A B C, B C A, ...: no method always goes first
-            for spec in specs[rotation:] + specs[:rotation]:
-                bar.set_postfix_str(f"{spec.name} on {prompt.id}")
-                run = _one_run(spec, pair, prompt, sampling, shared, cfg.seed + repeat, sessions[spec.name])
-                runs.append(dict(run, repeat=repeat))
+            rotation = (i * cfg.repeats + repeat) % len(entries)  # A B C, B C A, ...: no entry always goes first
+            for entry in entries[rotation:] + entries[:rotation]:
+                bar.set_postfix_str(f"{entry.name} on {prompt.id}")
+                run = entry.run(pair, prompt, shared, cfg.seed + repeat)
+                runs.append(dict(run, suite=prompt.suite, prompt_id=prompt.id, repeat=repeat))
                 bar.update()
     bar.close()
     _mark_parity(runs, greedy=cfg.temperature == 0)
+    names = [e.name for e in entries]
     return {
         "pair": {"name": pair.name, **pair.info},
         "device": describe_machine(pair.info.get("device", "cpu")),
         "config": {**asdict(cfg), "prompts": [p.id for p in cfg.prompts]},
         "runs": runs,
-        "summary": summary_rows(runs, [s.name for s in specs]),
+        "summary": summary_rows(runs, names),
+        "by_suite": [dict(row, suite=suite) for suite in dict.fromkeys(r["suite"] for r in runs)
+                     for row in summary_rows([r for r in runs if r["suite"] == suite], names)],
     }
 
 
-def _one_run(spec, pair, prompt: Prompt, sampling: dict, shared: dict, seed: int, session: dict) -> dict[str, Any]:
-    from specviz.runner import generate
+class _MethodEntry:
+    """One of our methods, as the benchmark runs it (with its session, e.g. OSD's learner)."""
 
-    options = {**spec.select(shared), **session}
-    result = generate(spec.name, pair, prompt.text, seed=seed, **sampling, **options)
-    s = result.summary
-    oracle = [r.oracle_sl for r in result.records if r.oracle_sl is not None]
-    return {
-        "method": spec.name,
-        "suite": prompt.suite,
-        "prompt_id": prompt.id,
-        "output_ids": list(s.output_ids),
-        "new_tokens": s.new_tokens,
-        "wall_s": s.wall_s,
-        "target_forwards": s.target_forwards,
-        "draft_forwards": s.draft_forwards,
-        "drafted": s.drafted,
-        "accepted": s.accepted,
-        "iterations": s.iterations,
-        "stop_reason": s.stop_reason,
-        "oracle_sl_mean": sum(oracle) / len(oracle) if oracle else None,
-    }
+    def __init__(self, spec, session: dict):
+        self.spec, self.session, self.name, self.needs_draft = spec, session, spec.name, spec.needs_draft
+
+    def run(self, pair, prompt: Prompt, shared: dict, seed: int) -> dict[str, Any]:
+        from specviz.runner import generate
+
+        sampling = {k: shared[k] for k in ("max_new_tokens", "temperature", "top_p")}
+        options = {**self.spec.select(shared), **self.session}
+        result = generate(self.name, pair, prompt.text, seed=seed, **sampling, **options)
+        s = result.summary
+        oracle = [r.oracle_sl for r in result.records if r.oracle_sl is not None]
+        return {
+            "method": self.name,
+            "kind": "method",
+            "output_ids": list(s.output_ids),
+            "new_tokens": s.new_tokens,
+            "wall_s": s.wall_s,
+            "target_forwards": s.target_forwards,
+            "draft_forwards": s.draft_forwards,
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "iterations": s.iterations,
+            "stop_reason": s.stop_reason,
+            "oracle_sl_mean": sum(oracle) / len(oracle) if oracle else None,
+        }
+
+
+class _PeerEntry:
+    """A Hugging Face generate() peer (specviz.peers), run on the same prompt ids."""
+
+    def __init__(self, name: str):
+        from specviz.peers import PEERS
+
+        self.name, self.needs_draft = name, PEERS[name].needs_draft
+
+    def run(self, pair, prompt: Prompt, shared: dict, seed: int) -> dict[str, Any]:
+        from specviz.models.pair import encode_prompt
+        from specviz.peers import run_peer
+
+        return run_peer(self.name, pair, encode_prompt(pair, prompt.text), seed=seed, **shared)
 
 
 def _mark_parity(runs: list[dict], greedy: bool) -> None:
-    """For greedy runs: does each output equal the autoregressive output on the same prompt?"""
-    reference = {(r["prompt_id"], r["repeat"]): r["output_ids"] for r in runs if r["method"] == "autoregressive"}
-    for r in runs:
-        ref = reference.get((r["prompt_id"], r["repeat"]))
-        r["matches_autoregressive"] = (r["output_ids"] == ref) if greedy and ref is not None else None
+    """For greedy runs: does each output equal the autoregressive (and HF greedy) output on the same prompt?"""
+    for reference_name, key in (("autoregressive", "matches_autoregressive"), ("hf_greedy", "matches_hf_greedy")):
+        reference = {(r["prompt_id"], r["repeat"]): r["output_ids"] for r in runs if r["method"] == reference_name}
+        for r in runs:
+            ref = reference.get((r["prompt_id"], r["repeat"]))
+            r[key] = (r["output_ids"] == ref) if greedy and ref is not None else None
 
 
 def summary_rows(runs: list[dict], methods: list[str]) -> list[dict[str, Any]]:
-    """One row per method, totals over all its runs (definitions in specviz.metrics)."""
+    """One row per method or peer: totals over all its runs (definitions in specviz.metrics), the
+    median of per-prompt tokens/s, and for our methods the median ratio to their HF peer."""
+    import statistics
+
     from specviz import metrics
+    from specviz.peers import PEERS
 
     rows = []
     for method in methods:
         mine = [r for r in runs if r["method"] == method]
+        if not mine:
+            continue
         new = sum(r["new_tokens"] for r in mine)
         tf = sum(r["target_forwards"] for r in mine)
-        parity = [r["matches_autoregressive"] for r in mine if r["matches_autoregressive"] is not None]
+        drafted = [r["drafted"] for r in mine if r["drafted"] is not None]
+        per_prompt = [metrics.tokens_per_s(r["new_tokens"], r["wall_s"]) for r in mine]
         rows.append(
             {
                 "method": method,
+                "kind": mine[0].get("kind", "method"),
                 "runs": len(mine),
                 "new_tokens": new,
                 "wall_s": sum(r["wall_s"] for r in mine),
                 "tokens_per_s": metrics.tokens_per_s(new, sum(r["wall_s"] for r in mine)),
-                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in mine), sum(r["drafted"] for r in mine)),
+                "median_tokens_per_s": statistics.median(t for t in per_prompt if t is not None) if any(per_prompt) else None,
+                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in mine), sum(drafted)) if drafted else None,
                 "mean_accepted_length": metrics.mean_accepted_length(new, tf),
                 "target_forwards_per_token": tf / new if new else None,
-                "matches_autoregressive": all(parity) if parity else None,
+                "matches_autoregressive": _all_or_none(r.get("matches_autoregressive") for r in mine),
+                "matches_hf_greedy": _all_or_none(r.get("matches_hf_greedy") for r in mine),
             }
         )
     ar = next((r["tokens_per_s"] for r in rows if r["method"] == "autoregressive"), None)
     for row in rows:
         row["speedup_vs_autoregressive"] = metrics.speedup(ar, row["tokens_per_s"])
+        peer = next((p.name for p in PEERS.values() if p.counterpart == row["method"] and p.name in methods
+                     and p.assistant != {}), None)  # HF's own defaults are a different algorithm: not a peer
+        row["peer"] = peer
+        row["ratio_to_peer"] = _median_paired_ratio(runs, row["method"], peer) if peer else None
     return rows
+
+
+def _all_or_none(values) -> bool | None:
+    known = [v for v in values if v is not None]
+    return all(known) if known else None
+
+
+def _median_paired_ratio(runs: list[dict], method: str, peer: str) -> float | None:
+    """Median over (prompt, repeat) of method tokens/s / peer tokens/s, each pair measured back to back."""
+    import statistics
+
+    by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in runs}
+    ratios = []
+    for (name, prompt_id, repeat), r in by_key.items():
+        other = by_key.get((peer, prompt_id, repeat))
+        if name == method and other and r["wall_s"] > 0 and other["wall_s"] > 0 and other["new_tokens"]:
+            ratios.append((r["new_tokens"] / r["wall_s"]) / (other["new_tokens"] / other["wall_s"]))
+    return statistics.median(ratios) if ratios else None
 
 
 def describe_machine(device: str) -> dict[str, Any]:
@@ -149,9 +211,13 @@ def format_table(summary: list[dict[str, Any]]) -> str:
     import pandas as pd
 
     df = pd.DataFrame(summary).set_index("method")
-    df = df[["runs", "new_tokens", "tokens_per_s", "speedup_vs_autoregressive", "acceptance_rate",
-             "mean_accepted_length", "target_forwards_per_token", "matches_autoregressive"]]
-    df.columns = ["runs", "tokens", "tok/s", "speedup", "accept", "mean acc. len", "target fwd/tok", "= AR"]
+    columns = {"runs": "runs", "new_tokens": "tokens", "tokens_per_s": "tok/s", "median_tokens_per_s": "median tok/s",
+               "speedup_vs_autoregressive": "speedup", "acceptance_rate": "accept",
+               "mean_accepted_length": "mean acc. len", "target_forwards_per_token": "target fwd/tok",
+               "matches_autoregressive": "= AR"}
+    if (df["kind"] == "peer").any():
+        columns |= {"matches_hf_greedy": "= HF", "peer": "peer", "ratio_to_peer": "× peer"}
+    df = df[list(columns)].rename(columns=columns)
     return df.to_string(float_format=lambda x: f"{x:.3f}", na_rep="-")
 
 
@@ -178,13 +244,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--peers", action="store_true",
+                   help="also run Hugging Face generate() peers (greedy, assisted, prompt lookup) in the same run")
     p.add_argument("--json", type=Path, help="write the full result here")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="write results.json, summary.csv, summary.md and report.html (plotly figures) into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     from specviz.methods import method_names
+    from specviz.peers import peers_for
     from specviz.prompts import Prompt
 
     methods = method_names() if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -209,6 +280,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         warmup=not args.no_warmup,
         device=args.device,
         dtype=args.dtype,
+        peers=tuple(peers_for(methods)) if args.peers else (),
     )
 
 
@@ -240,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
         print(f"wrote {args.json}")
+    if args.report:
+        from specviz.reports import write_report
+
+        paths = write_report(result, args.report, command="python -m specviz.bench " + " ".join(argv))
+        print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 

@@ -1,0 +1,79 @@
+"""Benchmark reports: the same result as JSON, CSV, Markdown and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+# Columns a reader needs, in order, with their printed names.
+COLUMNS = {
+    "method": "method", "kind": "kind", "runs": "runs", "new_tokens": "tokens", "tokens_per_s": "tok/s",
+    "median_tokens_per_s": "median tok/s", "speedup_vs_autoregressive": "speedup vs AR",
+    "acceptance_rate": "acceptance", "mean_accepted_length": "mean accepted length",
+    "target_forwards_per_token": "target fwd/token", "matches_autoregressive": "= AR",
+    "matches_hf_greedy": "= HF greedy", "peer": "HF peer", "ratio_to_peer": "× peer (median)",
+}
+
+
+def summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    return df[[c for c in COLUMNS if c in df]].rename(columns=COLUMNS)
+
+
+def markdown(result: dict[str, Any], command: str | None = None) -> str:
+    """A Markdown page: machine, command, the headline table and the per-suite table."""
+    cfg, dev = result.get("config", {}), result.get("device", {})
+    lines = [f"# specviz benchmark: pair `{result['pair']['name']}`", ""]
+    if command:
+        lines += ["```", command, "```", ""]
+    lines += [
+        f"- machine: {dev.get('cpu', '?')}, {dev.get('threads', '?')} threads, device {dev.get('device', '?')}"
+        + (f" ({dev['gpu']})" if dev.get("gpu") else "") + f", torch {dev.get('torch', '?')}",
+        f"- prompts: {len(cfg.get('prompts', []))}, max {cfg.get('max_new_tokens')} new tokens, "
+        + ("greedy" if not cfg.get("temperature") else f"temperature {cfg['temperature']}")
+        + f", γ = {cfg.get('speculation_length')}, repeats {cfg.get('repeats')}",
+        "- speedup = tokens/s ÷ our autoregressive tokens/s (all prompts); × peer = median over prompts of "
+        "our tokens/s ÷ the Hugging Face peer's on the same prompt, measured back to back",
+        "",
+        summary_frame(result["summary"]).to_markdown(index=False, floatfmt=".3f"),
+        "",
+    ]
+    if result.get("by_suite"):
+        by = pd.DataFrame(result["by_suite"])
+        pivot = by.pivot_table(index="method", columns="suite", values="speedup_vs_autoregressive", sort=False)
+        lines += ["## Speedup vs autoregressive, per suite", "", pivot.to_markdown(floatfmt=".3f"), ""]
+    return "\n".join(lines)
+
+
+def html_page(result: dict[str, Any], command: str | None = None) -> str:
+    """One self-contained HTML file (plotly.js inlined once) with the tables and figures."""
+    from specviz.plots.bench import report_figures
+
+    figures = report_figures(result)
+    parts = [f.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False) for i, f in enumerate(figures)]
+    table = summary_frame(result["summary"]).to_html(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>specviz benchmark</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto}"
+        "table{border-collapse:collapse}td,th{padding:4px 8px;border-bottom:1px solid #ddd;text-align:right}</style>"
+        f"</head><body><h1>specviz benchmark: {html.escape(result['pair']['name'])}</h1>"
+        + (f"<pre>{html.escape(command)}</pre>" if command else "")
+        + f"<pre>{html.escape(json.dumps(result.get('device', {})))}</pre>{table}"
+        + "".join(parts) + "</body></html>"
+    )
+
+
+def write_report(result: dict[str, Any], out_dir: Path, command: str | None = None) -> list[Path]:
+    """Write results.json, summary.csv, summary.md and report.html into `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / n for n in ("results.json", "summary.csv", "summary.md", "report.html")]
+    paths[0].write_text(json.dumps(dict(result, command=command), indent=1))
+    summary_frame(result["summary"]).to_csv(paths[1], index=False)
+    paths[2].write_text(markdown(result, command))
+    paths[3].write_text(html_page(result, command))
+    return paths
