@@ -7,6 +7,14 @@ Sampling: accept x_i with probability min(1, p(x_i)/q(x_i)); at the first reject
 A drafter without a distribution (prompt lookup, datastores) proposes deterministically, which is a
 one-hot q: x_i is accepted with probability p(x_i) and the residual is p without x_i. Both keep the
 output distributed exactly as p.
+
+Trees (SSSD, SpecInfer): `verify_tree` walks a token tree from the root. Greedy: follow the child
+equal to the target's argmax. Sampling: try the children in order with recursive rejection
+(SpecInfer's multi-step speculative sampling): child c is accepted with probability
+min(1, p(x_c)/q_c(x_c)); after a rejection p becomes norm(max(0, p - q_c)) for the next sibling;
+when every child is rejected the target's token is drawn from what is left of p. With one-hot q
+(deterministic drafters) this is exactly "sample x ~ p and follow the child equal to x" (SSSD 4.2).
+Lossless for one-hot q with distinct siblings, or for siblings drawn independently from q.
 """
 
 from __future__ import annotations
@@ -73,3 +81,80 @@ def _residual(p_n: torch.Tensor, q: torch.Tensor | None, n: int, x: torch.Tensor
     total = residual.sum()
     # total is 0 only when p == q, where a rejection cannot happen; keep p as a safe fallback
     return residual / total if total > 0 else p_n
+
+
+@dataclass(frozen=True)
+class TreeVerdict:
+    path: tuple[int, ...]  # accepted nodes (indices into the tree), root first
+    next_token: int  # the target's own token after the accepted path
+    p_nodes: tuple[float, ...]  # p(x_i) of every node under the target at its parent
+    q_nodes: tuple[float, ...] | None  # q(x_i) of every node; None for a one-hot drafter
+
+    @property
+    def accepted(self) -> int:
+        return len(self.path)
+
+    def main_path(self, parents: list[int]) -> list[int]:
+        """The accepted path, then the first child of each node below it: the tree's line that a
+        record shows as `drafted` (accepted prefix, then the rejected continuation)."""
+        nodes, node = list(self.path), self.path[-1] if self.path else -1
+        while (child := next((i for i, p in enumerate(parents) if p == node), None)) is not None:
+            nodes.append(child)
+            node = child
+        return nodes
+
+    def linear(self, tokens: list[int], parents: list[int]) -> tuple[list[int], Verdict]:
+        """The tree verdict as a linear draft and `Verdict` (for `Decoding.commit`)."""
+        nodes = self.main_path(parents)
+        q = tuple(self.q_nodes[i] for i in nodes) if self.q_nodes is not None else None
+        return [tokens[i] for i in nodes], Verdict(self.accepted, self.next_token, tuple(self.p_nodes[i] for i in nodes), q)
+
+
+def verify_tree(
+    tokens: list[int],  # the n tree nodes' tokens, parents before children, siblings in trial order
+    parents: list[int],  # parent of each node; -1: a child of the last committed token (the root)
+    target_logits: torch.Tensor,  # [n+1, V]: row 0 scores the root's children, row 1+i node i's
+    q: torch.Tensor | None,  # [n, V]: q[i] the distribution node i was drawn from; None: one-hot
+    cfg: SamplingConfig,
+    generator: torch.Generator | None = None,
+) -> TreeVerdict:
+    n = len(tokens)
+    p = probabilities(target_logits, cfg)  # [n+1, V]
+    rows = torch.tensor([1 + parent for parent in parents], dtype=torch.long, device=p.device)  # each node's parent row
+    x = torch.tensor(tokens, dtype=torch.long, device=p.device)  # [n]
+    p_nodes = tuple(p[rows, x].tolist()) if n else ()
+    q_nodes = tuple(q[torch.arange(n, device=p.device), x].tolist()) if q is not None and n else (None if q is None else ())
+    children: list[list[int]] = [[] for _ in range(n + 1)]  # by row: row 0 is the root
+    for i, parent in enumerate(parents):
+        children[1 + parent].append(i)
+    path, row = [], 0
+    while True:
+        if cfg.greedy:
+            choice = int(target_logits[row].argmax())
+            child = next((c for c in children[row] if tokens[c] == choice), None)
+            next_token = choice
+        else:
+            child, residual = _try_children(p[row], children[row], tokens, q, generator)
+            next_token = int(sample(residual, generator)) if child is None else -1
+        if child is None:
+            return TreeVerdict(tuple(path), next_token, p_nodes, q_nodes)
+        path.append(child)
+        row = 1 + child
+
+
+def _try_children(
+    p: torch.Tensor, children: list[int], tokens: list[int], q: torch.Tensor | None, generator: torch.Generator | None
+) -> tuple[int | None, torch.Tensor]:
+    """Recursive rejection over siblings: the accepted child, or None and the residual of p."""
+    for c in children:
+        x = tokens[c]
+        q_c = q[c] if q is not None else None
+        r = float(torch.rand(1, generator=generator, device=p.device))
+        if r * (float(q_c[x]) if q_c is not None else 1.0) < float(p[x]):
+            return c, p
+        residual = (p - q_c).clamp_min(0.0) if q_c is not None else p.clone().index_fill_(0, torch.tensor([x], device=p.device), 0.0)
+        total = residual.sum()
+        if total <= 0:  # p was (numerically) equal to q_c, where a rejection cannot happen
+            return c, p
+        p = residual / total
+    return None, p
