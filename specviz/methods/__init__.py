@@ -46,6 +46,7 @@ class MethodSpec:
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
+_ALL_IMPORTED = False  # a method module imported directly registers itself before the rest are
 
 
 def register(name: str, **spec: Any) -> Callable:
@@ -59,10 +60,12 @@ def register(name: str, **spec: Any) -> Callable:
 
 
 def _load_all() -> None:
-    if not _REGISTRY:
+    global _ALL_IMPORTED
+    if not _ALL_IMPORTED:
         for module in pkgutil.iter_modules(__path__):
             if not module.name.startswith("_"):
                 importlib.import_module(f"{__name__}.{module.name}")
+        _ALL_IMPORTED = True
 
 
 def all_methods() -> list[MethodSpec]:

@@ -82,6 +82,22 @@ class CachedLM:
         self.truncate(len(indices))
         self.tokens = kept
 
+    @torch.inference_mode()
+    def forward_hidden(self, new_tokens: list[int], n_logits: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`, plus the hidden states entering decoder layer `layer` for the same last
+        `n_logits` tokens: logits [n, V], hidden [n, H] (speculative streaming starts its streams there)."""
+        ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)  # [1, T]
+        out = self.model(
+            input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits, output_hidden_states=True
+        )
+        self.tokens.extend(new_tokens)
+        return out.logits[0], out.hidden_states[layer][0, -n_logits:]
+
+    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached keys and values of decoder layer `layer` (rotary applied): [1, kv_heads, len(self), d] each."""
+        entry = self.cache.layers[layer]
+        return entry.keys, entry.values
+
     def truncate(self, length: int) -> None:
         """Keep only the first `length` cached tokens (roll back rejected drafts)."""
         excess = len(self.tokens) - length

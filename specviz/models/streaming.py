@@ -1,0 +1,248 @@
+"""Speculative Streaming (Bhendawade et al. 2024, section 3.2): one model that drafts its own future.
+
+Multi-stream attention (MSA) in the top N_s layers of a Hugging Face Llama, reusing its weights:
+
+- The bottom N - N_s layers run as usual. At layer N - N_s every position t gets gamma speculative
+  streams, initialised as  s_j = f_eta(M_t) + P_j  (f_eta: identity plus a low-rank map; P_j: a
+  learned stream-identifier embedding), j = 1..gamma.
+- In each MSA layer, stream j at position t attends to the main stream's keys/values at positions
+  <= t and to streams 1..j at position t, nothing else. Streams add no KV cache: the main stream
+  never attends to them.
+- The main stream's last layer predicts y_{t+1} (the next token); stream j predicts y_{t+1+j}.
+- LoRA adapters on the top layers' q/k/v/o (and MLP) projections are trained with the streams; the
+  *tuned* main stream (base model + LoRA) is the model whose output decoding reproduces.
+
+`StreamingLM.tuned` is a LlamaForCausalLM that shares every base weight with the original model
+(only the top layers' projections are wrapped with LoRA), so decoding runs it through the ordinary
+KV cache (`specviz.models.kv.CachedLM`) and reads that cache's keys/values to run the streams.
+With zero LoRA, `tuned` computes exactly what the original model computes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    stream_layers: int = 2  # N_s: the top layers that run multi-stream attention (and carry LoRA)
+    gamma: int = 4  # speculative streams per position; stream j predicts the token j after the next one
+    lora_rank: int = 8  # rank of the LoRA adapters on the top layers' projections
+    lora_alpha: float = 16.0  # LoRA scale is alpha / rank
+    lora_mlp: bool = True  # also adapt gate/up/down of the MLP (else attention projections only)
+    eta_rank: int = 8  # rank of f_eta, the map from the main stream to the stream initialisation
+
+
+class LoRALinear(nn.Module):
+    """y = W x + (alpha / r) * B A x; B starts at zero, so a fresh adapter changes nothing."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.base = base  # shared with the original model, frozen
+        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features, dtype=base.weight.dtype) / math.sqrt(base.in_features))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, dtype=base.weight.dtype))
+        self.scale = alpha / rank
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
+
+
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+
+
+def _shared_copy(model: nn.Module) -> nn.Module:
+    """A structural copy of `model` whose parameters and buffers are the original tensors."""
+    memo = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return copy.deepcopy(model, memo)
+
+
+class StreamingLM(nn.Module):
+    def __init__(self, base: nn.Module, cfg: StreamingConfig):
+        super().__init__()
+        n_layers = base.config.num_hidden_layers
+        if not 1 <= cfg.stream_layers <= n_layers:
+            raise ValueError(f"stream_layers must be in [1, {n_layers}], got {cfg.stream_layers}")
+        self.cfg = cfg
+        self.first_stream_layer = n_layers - cfg.stream_layers  # N - N_s
+        self.tuned = _shared_copy(base).eval()  # the main stream: base + LoRA on the top layers
+        for p in self.tuned.parameters():
+            p.requires_grad_(False)
+        for layer in self.layers[self.first_stream_layer :]:
+            for owner, names in ((layer.self_attn, ATTENTION_PROJECTIONS), (layer.mlp, MLP_PROJECTIONS if cfg.lora_mlp else ())):
+                for name in names:
+                    setattr(owner, name, LoRALinear(getattr(owner, name), cfg.lora_rank, cfg.lora_alpha))
+        hidden, dtype = base.config.hidden_size, base.get_input_embeddings().weight.dtype
+        device = base.get_input_embeddings().weight.device
+        # f_eta(M) = M + U V M  (low rank; U starts at zero) and P_j, one embedding per stream
+        self.eta_down = nn.Linear(hidden, cfg.eta_rank, bias=False, dtype=dtype, device=device)
+        self.eta_up = nn.Linear(cfg.eta_rank, hidden, bias=False, dtype=dtype, device=device)
+        nn.init.zeros_(self.eta_up.weight)
+        self.stream_embed = nn.Parameter(torch.randn(cfg.gamma, hidden, dtype=dtype, device=device) * 0.02)  # P_j
+
+    # ----- pieces of one layer, written with the layer's own modules -----
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.tuned.model.layers
+
+    def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.tuned.model.rotary_emb(x, positions.unsqueeze(0))  # cos, sin: [1, L, d]
+
+    @staticmethod
+    def _qkv(layer: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        """q [B, heads, L, d], k and v [B, kv_heads, L, d], rotary applied (as the KV cache stores them)."""
+        attn = layer.self_attn
+        shape = (*x.shape[:-1], -1, attn.head_dim)
+        q = attn.q_proj(x).view(shape).transpose(1, 2)
+        k = attn.k_proj(x).view(shape).transpose(1, 2)
+        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, *rope)
+        return q, k, v
+
+    @staticmethod
+    def _finish(layer: nn.Module, residual: torch.Tensor, q, k, v, mask) -> torch.Tensor:
+        """Attention (mask: bool, True = may attend, or "causal"), o_proj, residual, MLP block."""
+        attn = layer.self_attn
+        k, v = repeat_kv(k, attn.num_key_value_groups), repeat_kv(v, attn.num_key_value_groups)
+        if isinstance(mask, str):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling)
+        out = attn.o_proj(out.transpose(1, 2).reshape(*residual.shape[:-1], -1))  # [B, L, H]
+        x = residual + out
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def init_streams(self, h: torch.Tensor) -> torch.Tensor:
+        """s_j = f_eta(h) + P_j:  h [..., H] -> [..., gamma, H]."""
+        f = h + self.eta_up(self.eta_down(h))
+        return f.unsqueeze(-2) + self.stream_embed
+
+    def _stream_layer(self, layer, s, node_pos, main_k, main_v) -> torch.Tensor:
+        """One MSA layer for the streams. s [B, T*gamma, H] (node-major), node_pos [T]: each node's
+        position; main_k/v [B, kv_heads, S, d]: the main stream's keys/values of this layer."""
+        gamma = self.cfg.gamma
+        positions = (node_pos.unsqueeze(1) + torch.arange(1, gamma + 1, device=s.device)).reshape(-1)  # stream j at t+j
+        q, k, v = self._qkv(layer, layer.input_layernorm(s), self._rotary(s, positions))
+        mask = stream_mask(node_pos, main_k.shape[-2], gamma)  # [T*gamma, S + T*gamma]
+        return self._finish(layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask)
+
+    # ----- training: the whole sequence at once, main stream and streams side by side -----
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids [B, T] -> main stream's final hidden states [B, T, H] and the streams' [B, T, gamma, H]
+        (both before the final norm; `logits` maps them to the vocabulary)."""
+        B, T = input_ids.shape
+        pos = torch.arange(T, device=input_ids.device)
+        x = self.tuned.model.embed_tokens(input_ids)
+        rope = self._rotary(x, pos)
+        with torch.no_grad():  # the bottom layers are frozen and have no adapters
+            for layer in self.layers[: self.first_stream_layer]:
+                q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
+                x = self._finish(layer, x, q, k, v, "causal")
+        s = self.init_streams(x).reshape(B, T * self.cfg.gamma, -1)  # [B, T*gamma, H]
+        for layer in self.layers[self.first_stream_layer :]:
+            q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
+            s = self._stream_layer(layer, s, pos, k, v)  # reads this layer's main keys/values
+            x = self._finish(layer, x, q, k, v, "causal")
+        return x, s.reshape(B, T, self.cfg.gamma, -1)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.tuned.lm_head(self.tuned.model.norm(hidden))
+
+    # ----- decoding: streams of one node, read from the main stream's KV cache -----
+    @torch.inference_mode()
+    def stream_logits(self, h: torch.Tensor, position: int, layer_kv: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Logits of the gamma streams of the node at `position`: [gamma, V].
+
+        h [H]: the node's hidden state entering layer N - N_s; layer_kv(l) -> the cache's keys and
+        values of layer l, holding exactly the main stream's positions 0..position.
+        """
+        node_pos = torch.tensor([position], device=h.device)
+        s = self.init_streams(h.view(1, 1, -1)).reshape(1, self.cfg.gamma, -1)  # [1, gamma, H]
+        for i, layer in enumerate(self.layers[self.first_stream_layer :], start=self.first_stream_layer):
+            main_k, main_v = layer_kv(i)
+            s = self._stream_layer(layer, s, node_pos, main_k, main_v)
+        return self.logits(s[0])  # [gamma, V]
+
+    # ----- the adapter: LoRA + f_eta + P_j, saved apart from the base weights -----
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        return {n: p for n, p in self.named_parameters() if p.requires_grad}
+
+    def extra_parameters(self) -> int:
+        """Parameters added to the base model (Table 1's 'extra parameters')."""
+        return sum(p.numel() for p in self.adapter_state().values())
+
+    def save_adapter(self, path: str | Path, **card: str) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {n: p.detach().contiguous().cpu() for n, p in self.adapter_state().items()}
+        meta = {"config": json.dumps(asdict(self.cfg)), "target": fingerprint(self.tuned), **card}
+        save_file(tensors, str(path), metadata=meta)
+
+
+def stream_mask(node_pos: torch.Tensor, n_main: int, gamma: int) -> torch.Tensor:
+    """Who each stream may attend to: bool [T*gamma, n_main + T*gamma], True = visible.
+
+    Row (t, j) (node-major, j = 1..gamma) sees main-stream column m iff m <= node_pos[t], and stream
+    column (t', i) iff t' == t and i <= j.
+    """
+    T = node_pos.shape[0]
+    main = torch.arange(n_main, device=node_pos.device) <= node_pos.unsqueeze(1)  # [T, n_main]
+    main = main.repeat_interleave(gamma, dim=0)  # [T*gamma, n_main]
+    node = torch.arange(T, device=node_pos.device).repeat_interleave(gamma)  # [T*gamma]
+    j = torch.arange(gamma, device=node_pos.device).repeat(T)  # [T*gamma]
+    streams = (node.unsqueeze(1) == node.unsqueeze(0)) & (j.unsqueeze(0) <= j.unsqueeze(1))  # [T*gamma, T*gamma]
+    return torch.cat([main, streams], dim=1)
+
+
+def fingerprint(model: nn.Module) -> str:
+    """A short id of a model's weights (shape and a few values), to match an adapter to its target."""
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    probe = torch.cat([emb[:4, :16].flatten(), head[-4:, -16:].flatten()]).float().cpu()
+    text = f"{tuple(emb.shape)}|{model.config.num_hidden_layers}|" + ",".join(f"{v:.4e}" for v in probe.tolist())
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_adapter_meta(path: str | Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
+
+
+def load_adapter(base: nn.Module, path: str | Path) -> StreamingLM:
+    """A StreamingLM over `base` with the adapter saved at `path` (it must have been trained on `base`)."""
+    from safetensors.torch import load_file
+
+    meta = read_adapter_meta(path)
+    if meta.get("target") != fingerprint(base):
+        raise ValueError(f"the streaming adapter {path} was trained for another target model")
+    lm = StreamingLM(base, StreamingConfig(**json.loads(meta["config"])))
+    state = load_file(str(path), device=str(base.get_input_embeddings().weight.device))
+    missing = set(lm.adapter_state()) - set(state)
+    if missing:
+        raise ValueError(f"the streaming adapter {path} lacks {sorted(missing)[:3]}")
+    with torch.no_grad():
+        for name, p in lm.adapter_state().items():
+            p.copy_(state[name].to(p.dtype))
+    return lm
+
+
+def untrained(base: nn.Module, cfg: StreamingConfig | None = None, seed: int = 0) -> StreamingLM:
+    """Zero LoRA (the tuned model IS the base) and seeded random streams: drafts are guesses, the
+    output is still exactly the base model's."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        cfg = cfg or StreamingConfig(stream_layers=min(2, base.config.num_hidden_layers))
+        return StreamingLM(base, cfg)
