@@ -1,0 +1,144 @@
+"""Hardware presets for the roofline: peak FLOP/s per dtype, memory bandwidth, per-forward overhead.
+
+Peak numbers are vendor datasheet figures for *dense* matrix math (no 2:4 sparsity); real kernels
+reach a fraction of them. The overhead terms model what a roofline alone misses: kernel launches
+and Python/framework time per forward pass, which dominate small models (see ../shared/DATA.md:
+SmolLM2-135M..1.7B take 20-35 ms per forward on an H100 with Hugging Face eager code, whatever the
+token count). "This machine" is measured, not looked up (`measure_this_machine`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+TERA = 1e12
+GIGA = 1e9
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str  # shown in the app and the figures
+    peak_flops: dict[str, float]  # dtype ("bfloat16", "float16", "float32") -> peak dense FLOP/s
+    memory_bandwidth: float  # bytes/s, main memory (HBM on GPUs, DRAM on CPUs)
+    overhead_s: float = 0.0  # fixed cost of one forward pass (framework, sync), seconds
+    overhead_per_layer_s: float = 0.0  # launch/Python cost per transformer layer, seconds
+    source: str = ""  # where the numbers come from
+    extra: dict[str, Any] = field(default_factory=dict)  # plain facts (e.g. how it was measured)
+
+    def flops_per_s(self, dtype: str) -> float:
+        """Peak FLOP/s for `dtype`; float16<->bfloat16 stand in for each other when one is missing."""
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]
+        for alias in ({"bfloat16": "float16", "float16": "bfloat16"}.get(dtype),):
+            if alias in self.peak_flops:
+                return self.peak_flops[alias]
+        raise KeyError(f"{self.name} has no peak FLOP/s for {dtype}; known: {', '.join(self.peak_flops)}")
+
+    def overhead(self, n_layers: int) -> float:
+        """Per-forward time that is neither compute nor memory traffic: t_0 + layers * t_layer."""
+        return self.overhead_s + n_layers * self.overhead_per_layer_s
+
+    def ideal(self) -> Hardware:
+        """The same chip with perfect kernels and no framework time (the pure roofline)."""
+        return replace(self, name=f"{self.name} (no overhead)", overhead_s=0.0, overhead_per_layer_s=0.0)
+
+    def ridge_point(self, dtype: str) -> float:
+        """Arithmetic intensity (FLOP/byte) where compute time equals memory time."""
+        return self.flops_per_s(dtype) / self.memory_bandwidth
+
+
+# Hugging Face eager decoding on a datacenter GPU: ~0.5 ms of launches + Python per layer, from the
+# device note in ../shared/DATA.md (SmolLM2-135M, 30 layers: 20-35 ms per forward on an H100).
+# A compiled / CUDA-graph engine (vLLM, gpt-fast) brings this near zero: use `Hardware.ideal()`.
+HF_EAGER_GPU = dict(overhead_s=1e-3, overhead_per_layer_s=0.5e-3)
+
+PRESETS: dict[str, Hardware] = {
+    h.name: h
+    for h in [
+        # NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense BF16/FP16 tensor (1979 with sparsity),
+        # 67 TFLOP/s FP32, 3.35 TB/s HBM3.
+        Hardware("H100 SXM", {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
+                 3.35 * TERA, **HF_EAGER_GPU, source="NVIDIA H100 datasheet (dense, SXM5)"),
+        # NVIDIA H200 SXM datasheet: same compute as H100 SXM, 4.8 TB/s HBM3e (141 GB).
+        Hardware("H200", {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
+                 4.8 * TERA, **HF_EAGER_GPU, source="NVIDIA H200 datasheet (dense, SXM)"),
+        # NVIDIA A100 80GB SXM datasheet: 312 TFLOP/s dense BF16/FP16, 19.5 TFLOP/s FP32, 2.039 TB/s.
+        Hardware("A100 80GB", {"bfloat16": 312 * TERA, "float16": 312 * TERA, "float32": 19.5 * TERA},
+                 2.039 * TERA, **HF_EAGER_GPU, source="NVIDIA A100 datasheet (80GB SXM, dense)"),
+        # NVIDIA L4 datasheet: 121 TFLOP/s dense BF16/FP16 (242 sparse), 30.3 TFLOP/s FP32, 300 GB/s.
+        Hardware("L4", {"bfloat16": 121 * TERA, "float16": 121 * TERA, "float32": 30.3 * TERA},
+                 300 * GIGA, **HF_EAGER_GPU, source="NVIDIA L4 datasheet (dense)"),
+        # NVIDIA T4 datasheet: 65 TFLOP/s FP16 tensor (mixed precision), 8.1 TFLOP/s FP32, 320 GB/s.
+        # Turing has no bf16 tensor cores; bf16 falls back to the fp16 figure here (optimistic).
+        Hardware("T4", {"float16": 65 * TERA, "float32": 8.1 * TERA}, 320 * GIGA, **HF_EAGER_GPU,
+                 source="NVIDIA T4 datasheet"),
+        # AWS A10G (g5 instances): NVIDIA publishes no datasheet; 600 GB/s GDDR6 and ~70 TFLOP/s
+        # dense FP16/BF16 tensor, 31.2 TFLOP/s FP32 are the commonly quoted figures (the A10 is 125).
+        Hardware("A10G", {"bfloat16": 70 * TERA, "float16": 70 * TERA, "float32": 31.2 * TERA},
+                 600 * GIGA, **HF_EAGER_GPU, source="commonly quoted AWS g5 figures (no vendor datasheet)"),
+        # Huawei Ascend 910B4 as used in SSSD (section 3.2): 280 TFLOP/s, 0.8 TB/s.
+        Hardware("Ascend 910B4", {"bfloat16": 280 * TERA, "float16": 280 * TERA}, 0.8 * TERA, **HF_EAGER_GPU,
+                 source="SSSD paper, section 3.2"),
+        # Apple M2 Max (38-core GPU): Apple quotes 13.6 TFLOP/s (FP32; FP16 runs at the same rate
+        # on this GPU) and 400 GB/s unified memory. PyTorch MPS eager overhead is similar to CUDA eager.
+        Hardware("Apple M2 Max", {"bfloat16": 13.6 * TERA, "float16": 13.6 * TERA, "float32": 13.6 * TERA},
+                 400 * GIGA, **HF_EAGER_GPU, source="Apple M2 Max press release (38-core GPU)"),
+        # This project's 2-core AMD EPYC VM, measured with `measure_this_machine(threads=1)` on
+        # 2026-11-23 (load average ~1.5-2.8: other agents shared it): fp32 matmul 1024^3 70 GFLOP/s
+        # (42 with 2 threads under load), bf16 0.6 GFLOP/s (no bf16 instructions: use fp32 on CPU),
+        # copy 9.3 GB/s. The overhead terms are fit by `python -m specviz.bench roofline`.
+        Hardware("This machine (2-core CPU)", {"float32": 70 * GIGA, "bfloat16": 0.6 * GIGA},
+                 9.3 * GIGA, overhead_s=2e-3, overhead_per_layer_s=0.15e-3,
+                 source="measured here with measure_this_machine(); overhead fit by specviz.bench roofline"),
+    ]
+}
+
+THIS_MACHINE = "This machine (2-core CPU)"
+
+
+def get_hardware(name: str) -> Hardware:
+    from specviz.errors import SpecvizError
+
+    if name not in PRESETS:
+        raise SpecvizError(f"unknown hardware '{name}'; known: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def measure_this_machine(
+    n: int = 1024, copy_mb: int = 256, repeats: int = 5, threads: int | None = None, name: str = "measured"
+) -> Hardware:
+    """Peak-ish FLOP/s (an n x n x n fp32 matmul) and bandwidth (a copy of `copy_mb` MB) of this machine.
+
+    Bandwidth counts read + write bytes of the copy (2 x size). Best of `repeats`, so a busy
+    machine biases towards, not away from, the true capability.
+    """
+    import time
+
+    import torch
+
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        flops = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+            a @ b  # warm-up
+            best = min(_timed(lambda: a @ b, time) for _ in range(repeats))
+            flops[str(dtype).removeprefix("torch.")] = 2 * n**3 / best
+        src = torch.empty(copy_mb * 2**20 // 4, dtype=torch.float32)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        best = min(_timed(lambda: dst.copy_(src), time) for _ in range(repeats))
+        bandwidth = 2 * src.numel() * 4 / best
+        return Hardware(name, flops, bandwidth, source="measure_this_machine()",
+                        extra={"threads": torch.get_num_threads(), "matmul_n": n, "copy_mb": copy_mb})
+    finally:
+        torch.set_num_threads(old)
+
+
+def _timed(fn, time) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0

@@ -1,0 +1,174 @@
+"""Roofline cost of one forward pass, per operator, for batch B, S new tokens per sequence, context L.
+
+Following SSSD (section 3.2, Table 1): every operator is either compute-bound (FLOPs / peak) or
+memory-bound (bytes / bandwidth), and
+
+    T_forward(B, S, L) = sum_ops max(FLOPs_op / peak, bytes_op / bandwidth) + t_overhead.
+
+At B*S = 1 the weight reads dominate and extra tokens are almost free (memory-bound); once B*S
+passes the ridge point peak/bandwidth x bytes-per-param / 2 the matrix multiplies become
+compute-bound and every extra token costs its full FLOPs. Speculation lives below that knee.
+
+Counting conventions (kept simple and stated, so tests can count by hand). With T = B*S tokens,
+w = bytes per parameter (also per activation and KV element), d = head_dim, h = hidden:
+- each projection is one fused matrix that reads its weights once, its input once and writes its
+  output once (Q,K,V fused; gate+up fused);
+- attention reads the whole KV cache of each sequence, (L+S) positions, writes the S new
+  positions' keys and values, reads Q and writes its output; FLOPs count QK^T and AV over the
+  causal pairs S*L + S(S+1)/2;
+- the LM head computes `n_logits` rows per sequence (default S, what verification needs);
+- norms, rotary embeddings, softmax and the embedding lookup are ignored (small).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specviz.cost.hardware import Hardware
+from specviz.cost.shapes import ModelShape
+
+
+@dataclass(frozen=True)
+class OperatorCost:
+    name: str  # qkv_proj | attention | o_proj | mlp | lm_head
+    flops: float  # over all layers (lm_head: once)
+    bytes: float  # read + written, over all layers
+
+    def compute_s(self, hw: Hardware, dtype: str) -> float:
+        return self.flops / hw.flops_per_s(dtype)
+
+    def memory_s(self, hw: Hardware) -> float:
+        return self.bytes / hw.memory_bandwidth
+
+    def time_s(self, hw: Hardware, dtype: str) -> float:
+        return max(self.compute_s(hw, dtype), self.memory_s(hw))
+
+    def bound(self, hw: Hardware, dtype: str) -> str:
+        return "compute" if self.compute_s(hw, dtype) >= self.memory_s(hw) else "memory"
+
+
+def operator_costs(
+    shape: ModelShape, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0, n_logits: int | None = None
+) -> list[OperatorCost]:
+    """FLOPs and bytes of each operator of one forward pass (SSSD Table 1, for any shape)."""
+    B, S, L, N = batch_size, n_tokens, context_len, shape.n_layers
+    h, d, I, V, m = shape.hidden_size, shape.head_dim, shape.intermediate_size, shape.vocab_size, shape.mlp_matrices
+    nq, nkv, w = shape.n_heads, shape.n_kv_heads, shape.bytes_per_param
+    T = B * S  # tokens in the forward pass
+    R = B * (S if n_logits is None else n_logits)  # LM-head rows
+    qkv = h * (nq + 2 * nkv) * d  # fused QKV weight elements
+    pairs = B * (S * L + S * (S + 1) // 2)  # (query, key) pairs under the causal mask
+    kv_width = 2 * nkv * d  # K and V elements per position
+    return [
+        OperatorCost("qkv_proj", N * 2 * T * qkv, N * w * (qkv + T * (h + (nq + 2 * nkv) * d))),
+        OperatorCost(
+            "attention",
+            N * 4 * nq * d * pairs,  # QK^T and AV: 2 FLOPs per multiply-add each
+            N * w * (B * kv_width * (L + S) + T * kv_width + 2 * T * nq * d),
+        ),
+        OperatorCost("o_proj", N * 2 * T * nq * d * h, N * w * (nq * d * h + T * (nq * d + h))),
+        OperatorCost("mlp", N * 2 * T * m * h * I, N * w * (m * h * I + T * (2 * h + m * I))),
+        OperatorCost("lm_head", 2 * R * h * V, w * (h * V + R * (h + V))),
+    ]
+
+
+def forward_time(
+    shape: ModelShape,
+    hardware: Hardware,
+    batch_size: int = 1,
+    n_tokens: int = 1,
+    context_len: int = 0,
+    n_logits: int | None = None,
+    overhead: bool = True,
+) -> float:
+    """Seconds for one forward pass: sum over operators of max(compute, memory) + per-forward overhead."""
+    ops = operator_costs(shape, batch_size, n_tokens, context_len, n_logits)
+    t = sum(op.time_s(hardware, shape.dtype) for op in ops)
+    return t + (hardware.overhead(shape.n_layers) if overhead else 0.0)
+
+
+def forward_breakdown(
+    shape: ModelShape, hardware: Hardware, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0
+) -> list[dict]:
+    """Per operator: FLOPs, bytes, compute and memory seconds, which one binds; plain dicts for tables."""
+    rows = []
+    for op in operator_costs(shape, batch_size, n_tokens, context_len):
+        rows.append({
+            "operator": op.name, "flops": op.flops, "bytes": op.bytes,
+            "compute_s": op.compute_s(hardware, shape.dtype), "memory_s": op.memory_s(hardware),
+            "time_s": op.time_s(hardware, shape.dtype), "bound": op.bound(hardware, shape.dtype),
+        })
+    rows.append({"operator": "overhead", "flops": 0.0, "bytes": 0.0, "compute_s": 0.0, "memory_s": 0.0,
+                 "time_s": hardware.overhead(shape.n_layers), "bound": "overhead"})
+    return rows
+
+
+def verify_cost_ratio(
+    shape: ModelShape, hardware: Hardware, gamma: int, batch_size: int = 1, context_len: int = 0
+) -> float:
+    """T(gamma+1) / T(1): the cost of a verification pass over gamma drafts relative to one decoding step."""
+    one = forward_time(shape, hardware, batch_size, 1, context_len)
+    return forward_time(shape, hardware, batch_size, gamma + 1, context_len) / one
+
+
+def speculation_budget(
+    shape: ModelShape,
+    hardware: Hardware,
+    batch_size: int = 1,
+    context_len: int = 0,
+    tolerance: float = 0.1,
+    max_gamma: int = 256,
+) -> int:
+    """The almost-free speculation length (SSSD): the largest gamma whose verification pass
+    (gamma+1 tokens per sequence, batch B) costs at most (1 + tolerance) x a plain decoding step.
+
+    0 means even one draft token per sequence costs more than `tolerance` extra (compute-bound).
+    """
+    limit = 1.0 + tolerance
+    best = 0
+    for gamma in range(1, max_gamma + 1):  # cost is monotone in gamma: stop at the first miss
+        if verify_cost_ratio(shape, hardware, gamma, batch_size, context_len) > limit:
+            break
+        best = gamma
+    return best
+
+
+def knee_tokens(
+    shape: ModelShape, hardware: Hardware, batch_size: int = 1, context_len: int = 0, max_tokens: int = 1 << 16
+) -> int | None:
+    """Tokens per sequence S at which the forward pass turns compute-bound (total compute time >=
+    total memory time, overhead aside): the knee of the cost curve. None if beyond `max_tokens`."""
+
+    def compute_bound(s: int) -> bool:
+        ops = operator_costs(shape, batch_size, s, context_len)
+        return sum(o.compute_s(hardware, shape.dtype) for o in ops) >= sum(o.memory_s(hardware) for o in ops)
+
+    if compute_bound(1):
+        return 1
+    if not compute_bound(max_tokens):
+        return None
+    lo, hi = 1, max_tokens  # compute_bound(lo) is False, compute_bound(hi) is True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
+    return hi
+
+
+def optimal_speculation_length(
+    alpha: float,
+    shape: ModelShape,
+    hardware: Hardware,
+    batch_size: int = 1,
+    context_len: int = 0,
+    c: float = 0.0,
+    max_gamma: int = 32,
+) -> int:
+    """Batch-aware γ (SSSD Fig. 2): argmax_γ E[tokens](α, γ) / (γc + T(B, γ+1) / T(B, 1)).
+
+    c = 0 for drafts that cost nothing next to the target (prompt lookup, a datastore). As B grows
+    the verification pass leaves the memory-bound regime sooner and the best γ shrinks.
+    """
+    from specviz.cost.formulas import optimal_gamma
+
+    ratios = [0.0] + [verify_cost_ratio(shape, hardware, g, batch_size, context_len) for g in range(1, max_gamma + 1)]
+    return optimal_gamma(alpha, c, max_gamma, verify_ratio=ratios)
