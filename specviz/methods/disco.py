@@ -1,0 +1,133 @@
+"""Dynamic speculation length decided per draft token: DISCO's classifier and HF's confidence rule.
+
+DISCO (Mamou et al. 2024): after drafting x_i, a tiny classifier on q_i predicts whether x_i will be
+accepted; drafting continues while C_i >= tau and fewer than SL_max tokens were drafted, then the
+target verifies. `confidence` is the unsupervised variant Hugging Face ships
+(`assistant_confidence_threshold`): stop when the draft's top-1 probability falls below 0.4.
+Both only shorten or lengthen the draft; verification is unchanged, so both are lossless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from specviz.decoding import Decoding
+from specviz.errors import SpecvizError
+from specviz.methods import check_positive_int, register
+from specviz.methods.drafting import Draft, Drafter, ModelDrafter, SpeculationPolicy
+from specviz.methods.speculative import speculative_decoding
+from specviz.models.disco import DiscoModel, classifier_for, load_disco
+from specviz.records import IterationRecord
+
+
+@dataclass
+class ScoredLength:
+    """Draft while score(q_i, i) >= threshold, at most `max_length` tokens; keeps the scores for the record."""
+
+    max_length: int  # SL_max
+    threshold: float  # tau
+    scores: list[float] = field(default_factory=list)  # this iteration's scores, one per drafted token
+
+    def speculation_length(self) -> int:
+        self.scores = []
+        return self.max_length
+
+    def score(self, i: int, q_i: torch.Tensor) -> float:
+        raise NotImplementedError
+
+    def keep_drafting(self, i: int, token: int, q_i: torch.Tensor | None) -> bool:
+        if q_i is None:
+            return True
+        s = self.score(i, q_i)
+        self.scores.append(round(s, 4))
+        return s >= self.threshold
+
+    def update(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+@dataclass
+class DiscoLength(ScoredLength):
+    model: DiscoModel | None = None
+
+    def score(self, i: int, q_i: torch.Tensor) -> float:
+        return self.model.classifier.score(q_i, i)  # C_i = P(x_i accepted)
+
+
+@dataclass
+class ConfidenceLength(ScoredLength):
+    def score(self, i: int, q_i: torch.Tensor) -> float:
+        return float(q_i.max())  # the draft's top-1 probability
+
+
+class ScoredDrafter:
+    """A drafter whose drafts carry the policy's per-token scores in the record's `extra`."""
+
+    def __init__(self, inner: Drafter, key: str):
+        self.inner, self.key = inner, key
+
+    def propose(self, k: int, policy: ScoredLength) -> Draft:
+        draft = self.inner.propose(k, policy)
+        draft.extra[self.key] = list(policy.scores)
+        return draft
+
+    def rollback(self, position: int, accepted: int) -> None:
+        self.inner.rollback(position, accepted)
+
+
+@dataclass(frozen=True)
+class DiscoOptions:
+    threshold: float | None = None  # tau in [0, 1]; None: the value tuned on validation text (in the classifier's card)
+    max_speculation_length: int | None = None  # SL_max; None: the tuned value
+    classifier: str = ""  # path to a classifier .safetensors; "": the pair's shipped one
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
+            raise SpecvizError(f"threshold must be in [0, 1], got {self.threshold!r}")
+        if self.max_speculation_length is not None:
+            check_positive_int("max_speculation_length", self.max_speculation_length)
+
+
+@register(
+    "disco",
+    label="DISCO",
+    description="A tiny classifier on the draft's distribution decides after each draft token whether to keep drafting.",
+    paper="Mamou et al. 2024 (DISCO: dynamic speculation lookahead)",
+    options=DiscoOptions,
+    rank=40,
+)
+def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
+    model = load_disco(opts.classifier) if opts.classifier else classifier_for(dec.pair.name)
+    policy = DiscoLength(
+        max_length=opts.max_speculation_length or model.max_speculation_length,
+        threshold=model.threshold if opts.threshold is None else opts.threshold,
+        model=model,
+    )
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), "disco_scores"), policy)
+
+
+@dataclass(frozen=True)
+class ConfidenceOptions:
+    threshold: float = 0.4  # stop drafting once the draft's top-1 probability is below this (HF's default)
+    max_speculation_length: int = 20  # SL_max (Hugging Face caps num_assistant_tokens at 20 too)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise SpecvizError(f"threshold must be in [0, 1], got {self.threshold!r}")
+        check_positive_int("max_speculation_length", self.max_speculation_length)
+
+
+@register(
+    "confidence",
+    label="Confidence",
+    description="Keep drafting while the draft's top-1 probability stays above a threshold (0.4).",
+    paper="Hugging Face assisted generation (assistant_confidence_threshold); DISCO's unsupervised variant",
+    options=ConfidenceOptions,
+    rank=35,
+)
+def confidence(dec: Decoding, opts: ConfidenceOptions) -> Iterator[IterationRecord]:
+    policy = ConfidenceLength(max_length=opts.max_speculation_length, threshold=opts.threshold)
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), "confidence_scores"), policy)

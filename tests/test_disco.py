@@ -1,0 +1,120 @@
+"""DISCO, the confidence rule and the oracle: features, the shipped classifier, decisions, training CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import specviz
+from specviz.errors import SpecvizError
+from specviz.methods import get_method
+from specviz.models.disco import DiscoClassifier, DiscoModel, classifier_for, draft_features, load_disco
+from specviz.train import disco as train
+
+PROMPT = "def fibonacci(n):"
+
+
+def test_features_of_a_hand_made_distribution():
+    q = torch.zeros(32)
+    q[[3, 7, 1, 9, 20, 21, 22, 23, 24, 25, 26, 27]] = torch.tensor([0.4, 0.2, 0.1, 0.1, 0.05, 0.05, 0.02, 0.02, 0.02, 0.02, 0.01, 0.01])
+    f = draft_features(q, 3)
+    assert f.shape == (12,)
+    expected_top = [0.4, 0.2, 0.1, 0.1, 0.05, 0.05, 0.02, 0.02, 0.02, 0.02]
+    assert f[:10].tolist() == pytest.approx(expected_top)
+    entropy = -sum(p * math.log(p) for p in q.tolist() if p > 0)
+    assert float(f[10]) == pytest.approx(entropy, rel=1e-5)
+    assert float(f[11]) == 3.0
+    batch = draft_features(torch.stack([q, q]), torch.tensor([0, 5]))
+    assert batch[:, 11].tolist() == [0.0, 5.0] and torch.equal(batch[0, :11], f[:11])
+
+
+def test_classifier_round_trips_through_safetensors(tmp_path):
+    torch.manual_seed(0)
+    clf = DiscoClassifier(hidden=8)
+    path = tmp_path / "c.safetensors"
+    DiscoModel(clf, threshold=0.35, max_speculation_length=7, card={"pair": "x"}).save(path)
+    model = load_disco(path)
+    assert (model.threshold, model.max_speculation_length, model.card) == (0.35, 7, {"pair": "x"})
+    q = torch.softmax(torch.randn(64), -1)
+    assert model.classifier.score(q, 2) == pytest.approx(clf.score(q, 2))
+    with pytest.raises(SpecvizError):
+        load_disco(tmp_path / "missing.safetensors")
+
+
+def test_shipped_classifier_loads_and_is_tiny(perturbed_pair):
+    model = classifier_for("tiny-perturbed")
+    assert model.name == "tiny-perturbed" and not model.card.get("borrowed")
+    assert 0 < model.threshold < 1 and model.max_speculation_length >= 1
+    borrowed = classifier_for("some-other-pair")
+    assert borrowed.card["borrowed"]
+    from specviz.models.disco import ASSET_DIR
+
+    assert all(p.stat().st_size < 1_000_000 for p in ASSET_DIR.glob("*.safetensors"))
+
+
+def lengths(method, pair, **opts):
+    records = specviz.generate(method, pair, PROMPT, max_new_tokens=60, **opts).records
+    return [r.speculation_length for r in records], records
+
+
+def test_the_classifier_decides_the_speculation_length(perturbed_pair):
+    always, _ = lengths("disco", perturbed_pair, threshold=0.0, max_speculation_length=5)
+    assert set(always[:-1]) == {5}  # C_i >= 0 always: every draft runs to SL_max (budget aside)
+    never, _ = lengths("disco", perturbed_pair, threshold=1.0, max_speculation_length=5)
+    assert set(never[:-1]) == {1}  # C_i < 1 always: stop after the first token
+    _, records = lengths("disco", perturbed_pair, threshold=0.0, max_speculation_length=5)
+    scores = [s for r in records for s in r.extra["disco_scores"]]
+    assert all(len(r.extra["disco_scores"]) == r.speculation_length for r in records)  # one C_i per draft token
+    middle = float(np.median(scores))
+    mixed, _ = lengths("disco", perturbed_pair, threshold=middle, max_speculation_length=5)
+    assert len(set(mixed[:-1])) > 1, f"a threshold at the median score ({middle}) should give varied lengths"
+
+
+def test_confidence_stops_below_its_threshold(perturbed_pair):
+    sl, records = lengths("confidence", perturbed_pair, threshold=0.0, max_speculation_length=3)
+    assert set(sl[:-1]) == {3}
+    sl, records = lengths("confidence", perturbed_pair, threshold=0.5)
+    for r in records:  # every score but the last of a draft is >= 0.5; the last is < 0.5 unless SL_max hit
+        s = r.extra["confidence_scores"]
+        assert all(x >= 0.5 for x in s[:-1])
+
+
+def test_oracle_drafts_exactly_what_will_be_accepted(perturbed_pair):
+    result = specviz.generate("oracle", perturbed_pair, PROMPT, max_new_tokens=60)
+    assert get_method("oracle").is_oracle and not get_method("oracle").supports_sampling
+    assert all(r.accepted == len(r.drafted) for r in result.records)
+    hits = [r.speculation_length == r.oracle_sl for r in result.records[:-1]]
+    assert all(hits) and len(result.records) < 60 / 2
+    with pytest.raises(SpecvizError, match="temperature 0"):
+        list(specviz.run("oracle", perturbed_pair, PROMPT, max_new_tokens=5, temperature=1.0))
+
+
+def test_replay_helpers_on_a_hand_made_label_sequence():
+    match = np.array([1, 1, 0, 1, 1, 1, 0, 0], bool)
+    pos = train.Positions(np.zeros((8, 11), np.float32), match, np.zeros(8), np.zeros(8, int))
+    assert pos.oracle_positions().tolist() == [0, 1, 2, 0, 1, 2, 3, 0]
+    assert train.hits_ahead(pos).tolist() == [2, 1, 0, 3, 2, 1, 0, 0]
+    costs = train.Costs(draft_ms=1.0, verify_ms_1=10.0, verify_ms_per_token=0.0)
+    oracle = train.replay(pos, lambda j, i: i < train.hits_ahead(pos)[j], costs)
+    assert oracle["tokens"] == 8 and oracle["target_forwards"] == 3  # [1 1 x] [1 1 1 x] [x]: 3 + 4 + 1 tokens
+    one = train.replay(pos, lambda j, i: i < 1, costs)
+    assert one["tokens"] == 8 and oracle["ms_per_token"] < one["ms_per_token"]
+
+
+def test_training_cli_end_to_end_on_the_tiny_random_pair(tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Tell me about topic number {i}."}) + "\n" for i in range(10)))
+    out = tmp_path / "tiny.safetensors"
+    code = train.main(["--pair", "tiny-random", "--prompts", str(prompts), "--generate", "10",
+                       "--max-new-tokens", "12", "--epochs", "2", "--out", str(out)])
+    assert code == 0
+    model = load_disco(out)
+    split = model.card["split_prompt_indices"]
+    assert split == {"train": [0, 1, 2, 5, 6, 7], "val": [3, 8], "test": [4, 9]}
+    assert 0 < model.threshold < 1 and out.stat().st_size < 1_000_000
+    assert "f1_accept_disco" in model.card["test"]
+    assert "wrote" in capsys.readouterr().out
