@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_verify import N, T1, assert_distributed_as, logits_of
+from tests.test_verify import N, T1, assert_distributed_as, logits_of
 
 from specviz.models.kv import CachedLM, tree_attention_mask, tree_depths
 from specviz.sampling import SamplingConfig

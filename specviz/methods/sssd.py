@@ -1,0 +1,142 @@
+"""SSSD: Simply-Scalable Speculative Decoding (Marzollo et al. 2024), training-free.
+
+Each iteration: build a candidate tree from n-gram matches in the prompt + own output and in a
+datastore (`ngram_tree`), score the whole tree in one target forward pass (4D ancestor mask,
+`CachedLM.forward_tree`), walk it with the tree acceptance rule (`verify_tree`) and keep only the
+accepted path's keys and values. No draft model; drafting runs on the CPU in well under a
+millisecond next to the target's forward pass (the record's `draft_ms`).
+
+`decode_batch` runs a static batch of prompts together (per-sequence trees, one forward per
+iteration for all of them), sized by the roofline's speculation budget for that batch size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from specviz.datastore import DEFAULT_PATH, Datastore, load_datastore, tokenizer_fingerprint
+from specviz.decoding import Decoding
+from specviz.errors import SpecvizError
+from specviz.methods import check_positive_int, register
+from specviz.methods.ngram_tree import FusionWeights, InputIndex, SourceConfig, TokenTree, scored_candidates, top_tree
+from specviz.models.kv import CachedLM
+from specviz.records import IterationRecord
+from specviz.verify import verify_tree
+
+SOURCES = ("both", "input", "datastore")
+
+
+@dataclass(frozen=True)
+class SSSDOptions:
+    speculation_length: int = 16  # S: tree nodes the target verifies per iteration
+    max_depth: int = 8  # longest path in the tree (tokens drafted ahead)
+    sources: str = "both"  # "input" (prompt + own output), "datastore", or "both" fused
+    datastore: str = "auto"  # "auto": the shipped one if it fits the tokenizer; "none"; or a .npz path
+    max_ngram: int = 3  # longest suffix matched in the prompt + own output
+    input_scale: float = FusionWeights.input_scale  # alpha: damping of the over-confident input source
+    input_depth_decay: float = FusionWeights.input_depth_decay  # input-source damping per tree level
+
+    def __post_init__(self) -> None:
+        for name in ("speculation_length", "max_depth", "max_ngram"):
+            check_positive_int(name, getattr(self, name))
+        if self.sources not in SOURCES:
+            raise SpecvizError(f"sources must be one of {', '.join(SOURCES)}, got {self.sources!r}")
+        if not (0 < self.input_scale and 0 < self.input_depth_decay <= 1):
+            raise SpecvizError("input_scale must be > 0 and input_depth_decay in (0, 1]")
+
+    def weights(self) -> FusionWeights:
+        return FusionWeights(input_scale=self.input_scale, input_depth_decay=self.input_depth_decay)
+
+
+@lru_cache(maxsize=8)
+def _fingerprint(tokenizer: Any) -> str:
+    return tokenizer_fingerprint(tokenizer)
+
+
+def resolve_datastore(choice: str, tokenizer: Any) -> Datastore | None:
+    """The datastore an option names; "auto" falls back to none when the shipped one does not fit."""
+    if choice == "none":
+        return None
+    path = DEFAULT_PATH if choice == "auto" else Path(choice)
+    if not path.exists():
+        if choice == "auto":
+            return None
+        raise SpecvizError(f"no datastore at {path}: build one with `python -m specviz.train.datastore`")
+    store = load_datastore(str(path))
+    if store.fingerprint != _fingerprint(tokenizer):
+        if choice == "auto":
+            return None
+        raise SpecvizError(f"the datastore {path} was built with another tokenizer than this pair's")
+    return store
+
+
+class NgramTreeDrafter:
+    """Proposes a token tree for one sequence from its own n-grams and a datastore."""
+
+    def __init__(self, datastore: Datastore | None, opts: SSSDOptions):
+        self.index = InputIndex(opts.max_ngram) if opts.sources != "datastore" else None
+        self.datastore = datastore if opts.sources != "input" else None
+        self.cfg = SourceConfig(max_ngram=opts.max_ngram)
+        self.weights = opts.weights()
+        self.max_depth = opts.max_depth
+
+    def propose(self, ids: list[int], size: int, depth: int) -> TokenTree:
+        if self.index is not None:
+            self.index.extend(ids)
+        candidates = scored_candidates(ids, self.index, self.datastore, min(depth, self.max_depth), self.cfg, self.weights)
+        return top_tree(candidates, size)
+
+
+def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int]) -> dict[str, Any]:
+    """Plain values for the record: the whole tree (for the tree plot) and each drafted token's source."""
+    return {
+        "tree_tokens": list(tree.tokens),
+        "tree_parents": list(tree.parents),
+        "tree_scores": [round(s, 4) for s in tree.scores],
+        "tree_sources": list(tree.sources),
+        "accepted_path": list(path),
+        "sources": [tree.sources[i] for i in drafted_nodes],
+    }
+
+
+def sssd_step(dec: Decoding, target: CachedLM, drafter: NgramTreeDrafter, size: int) -> IterationRecord:
+    """Draft a tree, verify it in one target forward, keep the accepted path in the cache."""
+    t_start = dec.now()
+    tree = drafter.propose(dec.ids, size, dec.remaining - 1)
+    t_drafted = dec.now()
+    position = len(dec.ids)
+    logits = target.forward_tree(dec.ids[len(target) :], tree.tokens, tree.parents)  # [n+1, V]
+    tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
+    drafted, verdict = tv.linear(tree.tokens, tree.parents)
+    record = dec.commit(
+        drafted=drafted,
+        verdict=verdict,
+        speculation_length=len(tree),
+        t_start=t_start,
+        t_drafted=t_drafted,
+        draft_forwards=0,
+        extra=tree_extra(tree, tv.path, tv.main_path(tree.parents)),
+    )
+    target.keep_path(position, list(tv.path[: record.accepted]))
+    return record
+
+
+@register(
+    "sssd",
+    label="SSSD (n-gram tree)",
+    description="Training-free: a token tree from n-gram matches in the prompt, its own output and a datastore, verified in one pass.",
+    paper="Marzollo et al. 2024 (SSSD: Simply-Scalable Speculative Decoding)",
+    options=SSSDOptions,
+    needs_draft=False,
+    rank=40,
+)
+def sssd(dec: Decoding, opts: SSSDOptions) -> Iterator[IterationRecord]:
+    datastore = resolve_datastore(opts.datastore, dec.pair.tokenizer) if opts.sources != "input" else None
+    drafter = NgramTreeDrafter(datastore, opts)
+    target = CachedLM(dec.pair.target)
+    while not dec.done:
+        yield sssd_step(dec, target, drafter, opts.speculation_length)
