@@ -118,3 +118,19 @@ def test_training_cli_end_to_end_on_the_tiny_random_pair(tmp_path, capsys):
     assert 0 < model.threshold < 1 and out.stat().st_size < 1_000_000
     assert "f1_accept_disco" in model.card["test"]
     assert "wrote" in capsys.readouterr().out
+
+
+def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
+    from specviz.experiments import disco as experiment
+
+    code = experiment.main(["--pair", "tiny-perturbed", "--suites", "humaneval", "--limit", "1", "--max-new-tokens", "10",
+                            "--static", "2", "--no-warmup", "--quiet", "--out", str(tmp_path)])
+    assert code == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    labels = [r["label"] for r in result["summary"] if r["suite"] == "all"]
+    assert labels[0] == "Target (AR)" and "DISCO" in labels and labels[-1] == "Oracle (upper bound)"
+    assert all(r["matches_autoregressive"] for r in result["summary"])
+    oracle = next(r for r in result["summary"] if r["label"].startswith("Oracle") and r["suite"] == "all")
+    assert oracle["acceptance_rate"] in (None, 1.0)
+    assert {"chosen_vs_oracle.html", "oracle_sl_histogram.html", "table.md"} <= {p.name for p in tmp_path.iterdir()}
+    assert "Table 2" in capsys.readouterr().out

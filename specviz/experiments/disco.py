@@ -1,0 +1,196 @@
+"""DISCO's Table 1 and 2 on one pair: latency of static, heuristic, confidence, DISCO and oracle lengths.
+
+    python -m specviz.bench disco --pair default --suites humaneval,mbpp --limit 8 --max-new-tokens 128
+
+Every variant decodes every prompt greedily, interleaved prompt by prompt with a rotating order
+after a warm-up, so machine drift hits all alike; latency is wall ms per generated token and
+speedups are ratios to the autoregressive target measured in the same run. SL-opt is the static
+length that was fastest on the classifier's validation text (its card), unless --sl-opt is given.
+The oracle is an upper bound that peeks at the target's greedy output (labelled so everywhere).
+Writes results.json, table.md and figures (HTML) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # row label in the table, e.g. "SL-5"
+    method: str  # registry name
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def variants(static: list[int], sl_opt: int, heuristic_start: int) -> list[Variant]:
+    rows = [Variant("Target (AR)", "autoregressive")]
+    rows += [Variant(f"SL-{k}", "vanilla", {"speculation_length": k}) for k in static]
+    if sl_opt not in static:
+        rows.append(Variant(f"SL-opt ({sl_opt})", "vanilla", {"speculation_length": sl_opt}))
+    rows += [
+        Variant("dynHeur", "heuristic", {"speculation_length": heuristic_start}),
+        Variant("Confidence (0.4)", "confidence"),
+        Variant("DISCO", "disco"),
+        Variant("Oracle (upper bound)", "oracle"),
+    ]
+    return rows
+
+
+def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> tuple[list, list]:
+    """Returns (runs: one dict per variant x prompt, iterations: one dict per record)."""
+    from tqdm.auto import tqdm
+
+    from specviz.runner import generate
+
+    if warmup:
+        for v in rows:
+            generate(v.method, pair, prompts[0].text, max_new_tokens=8, **v.options)
+    runs, iterations = [], []
+    bar = tqdm(total=len(prompts) * len(rows), desc="disco", unit="run", disable=not progress)
+    for i, prompt in enumerate(prompts):
+        rotation = i % len(rows)
+        for v in rows[rotation:] + rows[:rotation]:
+            bar.set_postfix_str(f"{v.name} on {prompt.id}")
+            result = generate(v.method, pair, prompt.text, max_new_tokens=max_new_tokens, **v.options)
+            s = result.summary
+            runs.append({"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
+                         "new_tokens": s.new_tokens, "wall_s": s.wall_s, "drafted": s.drafted, "accepted": s.accepted,
+                         "iterations": s.iterations, "output_ids": list(s.output_ids)})
+            iterations += [{"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
+                            "iteration": r.iteration, "position": r.position, "speculation_length": r.speculation_length,
+                            "accepted": r.accepted, "oracle_sl": r.oracle_sl} for r in result.records]
+            bar.update()
+    bar.close()
+    reference = {r["prompt_id"]: r["output_ids"] for r in runs if r["method"] == "autoregressive"}
+    for r in runs:
+        r["matches_autoregressive"] = r["output_ids"] == reference.get(r["prompt_id"])
+    return runs, iterations
+
+
+def table(runs: list[dict], iterations: list[dict], order: list[str]) -> list[dict]:
+    """Per suite (and 'all') x variant: latency, speedup, acceptance, mean SL, distance to the oracle SL."""
+    rows = []
+    suites = list(dict.fromkeys(r["suite"] for r in runs))
+    for suite in [*suites, "all"]:
+        mine = [r for r in runs if suite in ("all", r["suite"])]
+        ar = _latency([r for r in mine if r["method"] == "autoregressive"])
+        for name in order:
+            rs = [r for r in mine if r["variant"] == name]
+            its = [it for it in iterations if it["variant"] == name and suite in ("all", it["suite"]) and it["oracle_sl"] is not None]
+            ms = _latency(rs)
+            drafted = sum(r["drafted"] for r in rs)
+            err = [abs(it["speculation_length"] - it["oracle_sl"]) for it in its if it["method"] != "autoregressive"]
+            rows.append({
+                "suite": suite, "label": name, "method": rs[0]["method"] if rs else None, "runs": len(rs),
+                "tokens": sum(r["new_tokens"] for r in rs), "ms_per_token": ms,
+                "speedup": ar / ms if ar and ms else None,
+                "acceptance_rate": sum(r["accepted"] for r in rs) / drafted if drafted else None,
+                "mean_sl": float(np.mean([it["speculation_length"] for it in its])) if its else None,
+                "sl_abs_error": float(np.mean(err)) if err else None,
+                "matches_autoregressive": all(r["matches_autoregressive"] for r in rs),
+            })  # fmt: skip
+    return rows
+
+
+def _latency(runs: list[dict]) -> float | None:
+    tokens = sum(r["new_tokens"] for r in runs)
+    return 1e3 * sum(r["wall_s"] for r in runs) / tokens if tokens else None
+
+
+def oracle_stats(iterations: list[dict]) -> list[dict]:
+    """DISCO's Table 2: the oracle SL per iteration of the oracle run, mean and std per suite."""
+    out = []
+    for suite in dict.fromkeys(it["suite"] for it in iterations):
+        sl = [it["speculation_length"] for it in iterations if it["method"] == "oracle" and it["suite"] == suite]
+        if sl:
+            out.append({"suite": suite, "iterations": len(sl), "oracle_sl_mean": float(np.mean(sl)),
+                        "oracle_sl_std": float(np.std(sl)), "oracle_sl_median": float(np.median(sl))})
+    return out
+
+
+def markdown(rows: list[dict], oracle: list[dict], header: str) -> str:
+    def fmt(x, spec=".2f"):
+        return "-" if x is None else format(x, spec)
+
+    lines = [header, "", "| suite | method | ms/token | speedup | acceptance | mean SL | mean abs(SL - oracle SL) | = AR |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['suite']} | {r['label']} | {fmt(r['ms_per_token'], '.1f')} | {fmt(r['speedup'])} | "
+                     f"{fmt(r['acceptance_rate'])} | {fmt(r['mean_sl'])} | {fmt(r['sl_abs_error'])} | "
+                     f"{'yes' if r['matches_autoregressive'] else 'NO'} |")
+    lines += ["", "Oracle speculation length per iteration (Table 2):", "", "| suite | iterations | mean ± std | median |",
+              "|---|---:|---:|---:|"]
+    lines += [f"| {o['suite']} | {o['iterations']} | {o['oracle_sl_mean']:.2f} ± {o['oracle_sl_std']:.2f} | {o['oracle_sl_median']:.0f} |" for o in oracle]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specviz.bench disco", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="default")
+    p.add_argument("--suites", default="humaneval,mbpp", help="comma-separated prompt suites")
+    p.add_argument("--limit", type=int, default=5, help="prompts per suite")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--static", default="3,5,8", help="static speculation lengths to run")
+    p.add_argument("--sl-opt", type=int, default=None, help="SL-opt (default: from the DISCO classifier's card)")
+    p.add_argument("--heuristic-start", type=int, default=5, help="dynHeur's initial speculation length")
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--out", type=Path, default=Path("results/disco"))
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    import pandas as pd
+
+    from specviz.bench import describe_machine
+    from specviz.errors import SpecvizError
+    from specviz.models.disco import classifier_for
+    from specviz.plots.disco import chosen_vs_oracle_per_iteration, oracle_sl_histogram, sl_error_bars
+    from specviz.prompts import take
+    from specviz.train.disco import load_named_pair
+
+    try:
+        pair = load_named_pair(args.pair)
+        clf = classifier_for(pair.name)
+        sl_opt = args.sl_opt or int(clf.card.get("static_sl_opt", 5))
+        prompts = [q for s in args.suites.split(",") for q in take(s.strip(), args.limit, args.offset)]
+        rows = variants([int(k) for k in args.static.split(",") if k.strip()], sl_opt, args.heuristic_start)
+        runs, iterations = run_all(pair, prompts, rows, args.max_new_tokens, not args.no_warmup, not args.quiet)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summary = table(runs, iterations, [v.name for v in rows])
+    oracle = oracle_stats(iterations)
+    header = (f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts ({args.suites}, offset {args.offset}), "
+              f"greedy, max {args.max_new_tokens} new tokens, classifier '{clf.name}' (tau={clf.threshold}, "
+              f"SL_max={clf.max_speculation_length}{', borrowed' if clf.card.get('borrowed') else ''}), SL-opt={sl_opt}")
+    text = markdown(summary, oracle, header)
+    print(text)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    machine = describe_machine(pair.info.get("device", "cpu"))
+    result = {"config": {**vars(args), "out": str(args.out), "sl_opt": sl_opt, "prompts": [q.id for q in prompts]},
+              "pair": pair.info, "device": machine, "classifier": {"name": clf.name, "threshold": clf.threshold,
+              "max_speculation_length": clf.max_speculation_length}, "summary": summary, "oracle_sl": oracle,
+              "runs": [{k: v for k, v in r.items() if k != "output_ids"} for r in runs], "iterations": iterations}  # fmt: skip
+    (args.out / "results.json").write_text(json.dumps(result, indent=1))
+    (args.out / "table.md").write_text(text + "\n")
+    df = pd.DataFrame(iterations)
+    first = df[df["prompt_id"] == prompts[0].id].copy()
+    first["method"] = first["variant"]
+    dynamic = [v.name for v in rows if v.method in ("heuristic", "confidence", "disco", "oracle")]
+    figures = {
+        "chosen_vs_oracle.html": chosen_vs_oracle_per_iteration(first, dynamic),
+        "oracle_sl_histogram.html": oracle_sl_histogram(df[df["method"] == "oracle"].assign(oracle_sl=lambda d: d["speculation_length"])),
+        "sl_error.html": sl_error_bars([r for r in summary if r["suite"] != "all" and r["sl_abs_error"] is not None]),
+    }
+    for name, fig in figures.items():
+        fig.write_html(args.out / name, include_plotlyjs="cdn")
+    print(f"wrote {args.out}/results.json, table.md, {', '.join(figures)}")
+    return 0
