@@ -3,6 +3,7 @@ the datastore CLI end to end, and the method drafting from a datastore with gree
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,6 +15,7 @@ import specviz
 from specviz.datastore import Datastore, suffix_array, tokenizer_fingerprint
 from specviz.errors import SpecvizError
 from specviz.methods.ngram_tree import InputIndex, count_tree, top_tree
+from specviz.methods.sssd import decode_batch
 from specviz.models.tiny import tiny_tokenizer
 from specviz.train import datastore as datastore_cli
 
@@ -100,3 +102,20 @@ def test_datastore_cli_end_to_end_and_drafting_from_it(tmp_path, perturbed_pair)
     used = [r for r in got.records if r.accepted and "datastore" in r.extra["sources"][: r.accepted]]
     assert used, "drafts from the datastore should be accepted"
     assert all(set(r.extra["sources"]) <= {"datastore"} for r in got.records)
+
+
+@pytest.mark.parametrize("kind", ["self", "perturbed"])
+def test_batched_greedy_output_equals_each_sequence_alone(kind, tiny_pairs):
+    """B = 4 prompts of different lengths decoded together (one row stops early at an EOS):
+    each row's output equals its own autoregressive decoding, for trees and for batched AR."""
+    pair = tiny_pairs[kind]
+    prompts = [pair.tokenizer.encode(p) for p in ["def fibonacci(n):", "Janet's ducks lay 16 eggs per day.", "x"]] + [[5, 17, 300, 42, 42, 42, 7]]
+    free = specviz.generate("autoregressive", pair, prompts[1], max_new_tokens=30).summary.output_ids
+    pair = dataclasses.replace(pair, eos_token_ids=(free[5],))  # row 1 stops early
+    refs = [specviz.generate("autoregressive", pair, p, max_new_tokens=30).summary.output_ids for p in prompts]
+    assert len(refs[1]) < 30
+    for tree_size in (0, 6):
+        records = decode_batch(pair, prompts, tree_size, max_new_tokens=30)
+        assert [tuple(t for r in rs for t in r.emitted) for rs in records] == refs
+        assert records[0][0].extra["batch_size"] == 4
+    assert any(r.accepted for rs in records for r in rs)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tests.test_verify import N, T1, assert_distributed_as, logits_of
 
-from specviz.models.kv import CachedLM, tree_attention_mask, tree_depths
+from specviz.models.kv import BatchCachedLM, CachedLM, tree_attention_mask, tree_depths
 from specviz.sampling import SamplingConfig
 from specviz.verify import verify_tree
 
@@ -132,3 +132,32 @@ def test_the_check_catches_a_rule_without_residual():
     first, _ = emitted_frequencies(naive, None)
     with pytest.raises(AssertionError, match="not distributed as p"):
         assert_distributed_as(first, P_ROOT)
+
+
+@torch.inference_mode()
+def test_batched_trees_compute_what_each_row_computes_alone(self_pair):
+    """Two rows with different prefixes and trees in one pass (padding, holes after keep_paths):
+    every row's logits equal its own sequential logits, before and after a step."""
+    model = self_pair.target
+    lm = BatchCachedLM(model)
+    prefixes = [[5, 6, 7, 8, 9], [40, 41]]
+    trees = [(TOKENS, PARENTS), ([50, 51], [-1, -1])]
+    logits = lm.forward_trees(prefixes, trees)
+
+    def sequential(ids):
+        return model(input_ids=torch.tensor([ids])).logits[0, -1]
+
+    for prefix, (tokens, parents), rows in zip(prefixes, trees, logits):
+        assert rows.shape[0] == len(tokens) + 1
+        torch.testing.assert_close(rows[0], sequential(prefix), rtol=1e-4, atol=1e-4)
+    for node, path in PATHS.items():
+        torch.testing.assert_close(logits[0][1 + node], sequential(prefixes[0] + path), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits[1][2], sequential(prefixes[1] + [51]), rtol=1e-4, atol=1e-4)
+    lm.keep_paths([[2, 4], []])  # row 0 keeps c, e; row 1 keeps nothing of its tree
+    assert lm.lengths == [7, 2] and lm.valid.sum(dim=1).tolist() == [7, 2]
+    logits = lm.forward_trees([[60], [61, 62]], [([70], [-1]), ([], [])])
+    torch.testing.assert_close(logits[0][1], sequential(prefixes[0] + [12, 14, 60, 70]), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits[1][0], sequential(prefixes[1] + [61, 62]), rtol=1e-4, atol=1e-4)
+    lm.keep_paths([[0], []])
+    lm.select_rows([1])  # row 0 finished
+    torch.testing.assert_close(lm.forward_trees([[63]], [([], [])])[0][0], sequential(prefixes[1] + [61, 62, 63]), rtol=1e-4, atol=1e-4)

@@ -23,8 +23,9 @@ from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.methods import check_positive_int, register
 from specviz.methods.ngram_tree import FusionWeights, InputIndex, SourceConfig, TokenTree, scored_candidates, top_tree
-from specviz.models.kv import CachedLM
+from specviz.models.kv import BatchCachedLM, CachedLM
 from specviz.records import IterationRecord
+from specviz.sampling import SamplingConfig
 from specviz.verify import verify_tree
 
 SOURCES = ("both", "input", "datastore")
@@ -140,3 +141,65 @@ def sssd(dec: Decoding, opts: SSSDOptions) -> Iterator[IterationRecord]:
     target = CachedLM(dec.pair.target)
     while not dec.done:
         yield sssd_step(dec, target, drafter, opts.speculation_length)
+
+
+def batch_tree_size(pair: Any, batch_size: int, context_len: int, hardware: str, tolerance: float = 0.25) -> int:
+    """Tree nodes per sequence that the roofline says are almost free at this batch size (SSSD
+    section 3.2): verification with S+1 tokens per sequence costs at most (1 + tolerance) x a
+    plain decoding step. Shrinks as B grows and the pass turns compute-bound."""
+    from specviz.cost.hardware import get_hardware
+    from specviz.cost.roofline import speculation_budget
+    from specviz.cost.shapes import shape_from_model
+
+    shape = shape_from_model(pair.target)
+    return speculation_budget(shape, get_hardware(hardware), batch_size, context_len, tolerance)
+
+
+def decode_batch(
+    pair: Any,
+    prompts: list[list[int]],
+    tree_size: int,
+    *,
+    max_new_tokens: int = 128,
+    sampling: SamplingConfig = SamplingConfig(),
+    seed: int = 0,
+    opts: SSSDOptions = SSSDOptions(),
+) -> list[list[IterationRecord]]:
+    """Decode a static batch together: per-sequence trees of `tree_size` nodes (0: plain batched
+    autoregressive decoding), one target forward per iteration for every unfinished sequence;
+    a finished sequence leaves the batch. Returns each prompt's records."""
+    datastore = resolve_datastore(opts.datastore, pair.tokenizer) if opts.sources != "input" else None
+    decs = [Decoding(pair, list(p), "sssd" if tree_size else "autoregressive", max_new_tokens, sampling, seed + i) for i, p in enumerate(prompts)]
+    drafters = [NgramTreeDrafter(datastore, opts) for _ in prompts]
+    records: list[list[IterationRecord]] = [[] for _ in prompts]
+    target, active = BatchCachedLM(pair.target), list(range(len(prompts)))
+    for dec in decs:
+        dec.now()  # every request arrives at once: start all clocks together
+    while active:
+        t_start = [decs[b].now() for b in active]
+        trees = [drafters[b].propose(decs[b].ids, tree_size, decs[b].remaining - 1) if tree_size else TokenTree() for b in active]
+        t_drafted = [decs[b].now() for b in active]
+        new = [decs[b].ids[target.lengths[i] if target.lengths else 0 :] for i, b in enumerate(active)]
+        logits = target.forward_trees(new, [(t.tokens, t.parents) for t in trees])
+        paths = []
+        for i, b in enumerate(active):
+            dec, tree = decs[b], trees[i]
+            tv = verify_tree(tree.tokens, tree.parents, logits[i], None, dec.sampling, dec.generator)
+            drafted, verdict = tv.linear(tree.tokens, tree.parents)
+            record = dec.commit(
+                drafted=drafted,
+                verdict=verdict,
+                speculation_length=len(tree),
+                t_start=t_start[i],
+                t_drafted=t_drafted[i],
+                draft_forwards=0,
+                extra={**tree_extra(tree, tv.path, tv.main_path(tree.parents)), "batch_size": len(active)},
+            )
+            records[b].append(record)
+            paths.append(list(tv.path[: record.accepted]))
+        target.keep_paths(paths)
+        still = [i for i, b in enumerate(active) if not decs[b].done]
+        if len(still) < len(active) and still:
+            target.select_rows(still)
+        active = [active[i] for i in still]
+    return records

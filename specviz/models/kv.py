@@ -120,17 +120,106 @@ def tree_depths(parents: list[int]) -> list[int]:
     return depths
 
 
+def tree_visibility(m: int, parents: list[int]) -> torch.Tensor:
+    """Bool [m+n, m+n] over a block of m committed tokens (causal) then n tree nodes: each node
+    sees the m tokens, itself and its ancestors (True: may attend)."""
+    n = len(parents)
+    allowed = torch.zeros(m + n, m + n, dtype=torch.bool)
+    allowed[:, :m] = torch.ones(m + n, m, dtype=torch.bool).tril()
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            allowed[m + i, m:] = allowed[m + parent, m:]  # the parent and its ancestors
+        allowed[m + i, m + i] = True
+    return allowed
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A bool attend-mask as the additive float mask attention adds to its scores (0 or min)."""
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min).to(device)
+
+
 def tree_attention_mask(past: int, m: int, parents: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Additive mask [1, 1, m+n, past+m+n]: `past` cached tokens, then m committed tokens (causal),
     then n tree nodes that each see the prefix, themselves and their ancestors (0: attend, min: not)."""
-    n = len(parents)
-    allowed = torch.zeros(m + n, past + m + n, dtype=torch.bool)
-    allowed[:, :past] = True
-    allowed[:, past : past + m] = torch.ones(m + n, m, dtype=torch.bool).tril()  # pending tokens: causal
-    for i, parent in enumerate(parents):
-        row = m + i
-        if parent >= 0:
-            allowed[row, past + m :] = allowed[m + parent, past + m :]  # the parent's ancestors
-        allowed[row, past + m + i] = True
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
+    block = tree_visibility(m, parents)
+    allowed = torch.cat([torch.ones(len(block), past, dtype=torch.bool), block], dim=1)
+    return additive(allowed, dtype, device)[None, None]
+
+
+class BatchCachedLM:
+    """A static batch of B sequences in one KV cache, each with its own token tree per step.
+
+    Rows grow by different amounts (each keeps its own accepted path), so the cache columns are
+    shared but every row has its own validity mask over them: `valid[b, j]` says whether row b
+    attends to column j. A step appends a block of W columns (each row's new tokens and tree,
+    left-padded to the widest row); `keep_paths` compacts that block to each row's committed tokens
+    plus accepted path, and the holes left in shorter rows stay masked. Position ids count only a
+    row's own tokens, so every row computes exactly what it would alone.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.device = model.get_input_embeddings().weight.device
+        self.valid = torch.zeros(0, 0, dtype=torch.bool)  # [B, width]
+        self.lengths: list[int] = []  # tokens each row holds: its next position id
+        self._block: tuple[int, list[int], list[int]] | None = None  # width before the step, pads, m per row
+
+    @torch.inference_mode()
+    def forward_trees(self, new_tokens: list[list[int]], trees: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+        """Row b appends new_tokens[b] (committed, at least one) and the tree trees[b] = (tokens,
+        parents), all rows in one forward pass. Returns per row logits [1 + n_b, V] as in
+        `CachedLM.forward_tree`; call `keep_paths` before the next step."""
+        B = len(new_tokens)
+        if not self.lengths:
+            self.valid, self.lengths = torch.zeros(B, 0, dtype=torch.bool), [0] * B
+        width = self.valid.shape[1]
+        sizes = [len(new) + len(tree[0]) for new, tree in zip(new_tokens, trees)]
+        W, n_max = max(sizes), max(len(tree[0]) for tree in trees)
+        ids = torch.zeros(B, W, dtype=torch.long)
+        positions = torch.zeros(B, W, dtype=torch.long)
+        allowed = torch.zeros(B, W, width + W, dtype=torch.bool)
+        pads = [W - size for size in sizes]
+        for b, (new, (tokens, parents)) in enumerate(zip(new_tokens, trees)):
+            s, m = pads[b], len(new)
+            ids[b, s:] = torch.tensor(new + tokens)
+            positions[b, s:] = self.lengths[b] + torch.tensor(list(range(m)) + [m - 1 + d for d in tree_depths(parents)])
+            allowed[b, s:, :width] = self.valid[b]
+            allowed[b, s:, width + s :] = tree_visibility(m, parents)
+            allowed[b, torch.arange(s), width + torch.arange(s)] = True  # padding sees itself only
+        out = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=additive(allowed, self.model.dtype, self.device)[:, None],  # [B, 1, W, width+W]
+            position_ids=positions.to(self.device),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=n_max + 1,
+        )
+        self._block = (width, pads, [len(new) for new in new_tokens])
+        return [out.logits[b, n_max - len(tree[0]) :] for b, tree in enumerate(trees)]  # [1+n_b, V] each
+
+    @torch.inference_mode()
+    def keep_paths(self, paths: list[list[int]]) -> None:
+        """Keep each row's committed tokens of the last step plus the tree nodes on its `path`."""
+        width, pads, ms = self._block
+        kept = [[pads[b] + j for j in range(ms[b])] + [pads[b] + ms[b] + i for i in path] for b, path in enumerate(paths)]
+        K = max(len(k) for k in kept)
+        index = torch.tensor([k + [0] * (K - len(k)) for k in kept], device=self.device)  # [B, K] block columns
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)  # [B, H, width+W, D]
+                block = t[:, :, width:].gather(2, index[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+                t[:, :, width : width + K] = block
+        excess = self.cache.get_seq_length() - (width + K)
+        if excess > 0:
+            self.cache.crop(-excess)
+        new_valid = torch.tensor([[j < len(k) for j in range(K)] for k in kept], dtype=torch.bool).reshape(len(kept), K)
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        self.lengths = [n + len(k) for n, k in zip(self.lengths, kept)]
+        self._block = None
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only these rows (finished sequences leave the batch)."""
+        self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+        self.valid = self.valid[rows]
+        self.lengths = [self.lengths[r] for r in rows]
