@@ -61,9 +61,16 @@ class Decoding:
         draft_forwards: int,
         target_forwards: int = 1,
         extra: dict[str, Any] | None = None,
+        bonus: bool = True,
     ) -> IterationRecord:
-        """Append drafted[:accepted] + the target's token, cut at EOS or the token budget, and record it."""
-        emitted = [*drafted[: verdict.accepted], verdict.next_token]
+        """Append drafted[:accepted] + the target's token, cut at EOS or the token budget, and record it.
+
+        bonus=False (only when every draft was accepted): leave out the target's bonus token, because
+        the method already holds drafts for that position which its next verification checks
+        (PEARL's post-verify keeps drafting while the target verifies)."""
+        if not bonus and verdict.accepted != len(drafted):
+            raise ValueError("bonus=False is only meaningful when every drafted token was accepted")
+        emitted = [*drafted[: verdict.accepted], *([verdict.next_token] if bonus else [])]
         stop = None
         for i, token in enumerate(emitted):
             if token in self.eos:

@@ -67,20 +67,33 @@ class HeuristicLength(StaticLength):
 
 
 class ModelDrafter:
-    """Drafts with the pair's small causal LM, one token per forward pass, keeping its own KV cache."""
+    """Drafts with the pair's small causal LM, one token per forward pass, keeping its own KV cache.
 
-    def __init__(self, dec: Decoding, model: torch.nn.Module | None = None):
+    lm: a ready CachedLM of the draft (e.g. one that times its passes); generator: the draws of the
+    draft's own sampling (default: the run's; PEARL drafts in another thread and gives it its own)."""
+
+    def __init__(
+        self,
+        dec: Decoding,
+        model: torch.nn.Module | None = None,
+        *,
+        lm: CachedLM | None = None,
+        generator: torch.Generator | None = None,
+    ):
         self.dec = dec
-        self.lm = CachedLM(model if model is not None else dec.pair.draft)
+        self.lm = lm if lm is not None else CachedLM(model if model is not None else dec.pair.draft)
+        self.generator = generator if generator is not None else dec.generator
         self.vocab = dec.pair.vocab_size
 
-    def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
+    def propose(self, k: int, policy: SpeculationPolicy, context: list[int] | None = None) -> Draft:
+        """Up to k tokens after `context` (default: the committed ids; PEARL drafts past unverified
+        drafts). The draft's cache must hold a prefix of the context."""
         dec, tokens, qs = self.dec, [], []
-        pending = dec.ids[len(self.lm) :]  # committed tokens the draft has not seen yet
+        pending = (dec.ids if context is None else context)[len(self.lm) :]  # tokens the draft has not seen yet
         for i in range(k):
             logits = self.lm.forward(pending)[-1]  # [V_draft]
             q_i = fit_vocab(probabilities(logits, dec.sampling), self.vocab)  # [V]
-            x = int(logits.argmax()) if dec.sampling.greedy else int(sample(q_i, dec.generator))
+            x = int(logits.argmax()) if dec.sampling.greedy else int(sample(q_i, self.generator))
             tokens.append(x)
             qs.append(q_i)
             pending = [x]

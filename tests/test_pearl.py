@@ -1,0 +1,121 @@
+"""PEARL: greedy parity for every window and both ablations, the mode switching on a draft whose
+mistakes are scripted, and the timestamps each record carries."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import specviz
+from specviz.errors import SpecvizError
+
+VARIANTS = ["pearl", "pearl-no-pre", "pearl-no-post"]
+
+
+@pytest.mark.parametrize("method, concurrent", [("pearl", True), ("pearl", False), ("pearl-no-pre", True), ("pearl-no-post", True)])
+def test_greedy_output_equals_autoregressive_for_every_window(method, concurrent, tiny_pairs):
+    for kind in ("random", "perturbed"):
+        pair = tiny_pairs[kind]
+        ref = specviz.generate("autoregressive", pair, "def f(x):", max_new_tokens=23).summary.output_ids
+        for window in (1, 3, 5):
+            got = specviz.generate(method, pair, "def f(x):", max_new_tokens=23, window=window, concurrent=concurrent)
+            assert got.summary.output_ids == ref, f"{method}, window {window}, {kind} pair"
+
+
+class ScriptedDraft(torch.nn.Module):
+    """The target itself, except that its first choice is the target's second at the positions in
+    `wrong_at` (absolute token indices): an acceptance pattern fixed in advance."""
+
+    def __init__(self, target: torch.nn.Module, wrong_at: set[int]):
+        super().__init__()
+        self.inner, self.config, self.wrong_at = target, target.config, wrong_at
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def forward(self, input_ids, past_key_values=None, logits_to_keep=1, **kw):
+        seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+        out = self.inner(input_ids=input_ids, past_key_values=past_key_values, logits_to_keep=logits_to_keep, **kw)
+        logits = out.logits.clone()  # [1, n, V]
+        n, length = logits.shape[1], input_ids.shape[1]
+        for j in range(n):
+            if seen + length - n + j + 1 in self.wrong_at:  # the index of the token row j predicts
+                top2 = logits[0, j].topk(2).indices
+                logits[0, j, top2[0]], logits[0, j, top2[1]] = logits[0, j, top2[1]], logits[0, j, top2[0]]
+        return SimpleNamespace(logits=logits)
+
+
+# (mode, verified drafts, accepted, emitted) per record, window 3, 14 new tokens, the draft wrong
+# at new tokens 4, 5 and 9; worked out by hand from the paper's Algorithm 1.
+EXPECTED = {
+    "pearl": [
+        ("pre-verify", 1, 1, 1),  # x1 = g0 checked while drafting g0..g2: right, g1 g2 pending
+        ("post-verify", 2, 2, 2),  # g1 g2 verified while g3 g4' g5' are drafted: no bonus token
+        ("post-verify", 3, 1, 2),  # g4' rejected: correction, back to pre-verify
+        ("pre-verify", 1, 0, 1),  # g5' rejected before any verification phase
+        ("pre-verify", 1, 1, 1),
+        ("post-verify", 2, 2, 2),
+        ("post-verify", 3, 0, 1),  # g9' rejected
+        ("pre-verify", 1, 1, 1),
+        ("verify", 2, 2, 3),  # budget: nothing left to draft ahead, so the bonus token ends the run
+    ],
+    "pearl-no-pre": [
+        ("post-verify", 3, 3, 3),  # g0..g2 drafted alone, then verified while g3 g4' g5' are drafted
+        ("post-verify", 3, 1, 2),
+        ("post-verify", 3, 0, 1),
+        ("post-verify", 3, 3, 3),
+        ("post-verify", 3, 0, 1),
+        ("verify", 3, 3, 4),
+    ],
+    "pearl-no-post": [
+        ("pre-verify", 1, 1, 1),
+        ("verify", 2, 2, 3),  # verification alone, bonus token included
+        ("pre-verify", 1, 0, 1),
+        ("pre-verify", 1, 0, 1),
+        ("pre-verify", 1, 1, 1),
+        ("verify", 2, 2, 3),
+        ("pre-verify", 1, 1, 1),
+        ("verify", 2, 2, 3),
+    ],
+}
+
+
+@pytest.mark.parametrize("method", VARIANTS)
+def test_modes_switch_as_the_paper_says_on_a_scripted_draft(method, self_pair):
+    prompt = [5, 17, 300, 42, 7]
+    wrong = {len(prompt) + i for i in (4, 5, 9)}
+    pair = dataclasses.replace(self_pair, draft=ScriptedDraft(self_pair.target, wrong))
+    result = specviz.generate(method, pair, prompt, max_new_tokens=14, window=3, concurrent=False)
+    got = [(r.extra["mode"], len(r.drafted), r.accepted, len(r.emitted)) for r in result.records]
+    assert got == EXPECTED[method]
+    ref = specviz.generate("autoregressive", self_pair, prompt, max_new_tokens=14).summary.output_ids
+    assert result.summary.output_ids == ref
+    if method == "pearl":
+        dropped = [r.extra["dropped"] for r in result.records if r.extra["mode"] == "pre-verify"]
+        assert [len(d) for d in dropped] == [0, 2, 0, 0]  # only the rejected pre-verify drops drafts
+        kept = [r.extra["ahead_kept"] for r in result.records if r.extra["mode"] == "post-verify"]
+        assert kept == [True, False, True, False]
+
+
+@pytest.mark.parametrize("method", VARIANTS)
+def test_each_lane_is_busy_with_one_forward_at_a_time_and_inside_its_step(method, perturbed_pair):
+    result = specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=30, window=3)
+    for lane in ("draft_intervals", "target_intervals"):
+        intervals = [i for r in result.records for i in r.extra[lane]]
+        assert all(s <= e for s, e in intervals)
+        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(intervals, intervals[1:])), f"{lane} overlap"
+    for r in result.records:
+        for s, e in r.extra["draft_intervals"] + r.extra["target_intervals"]:
+            assert r.t_start <= s and e <= r.t_end
+        assert r.draft_forwards == len(r.extra["draft_intervals"]) and r.target_forwards == len(r.extra["target_intervals"]) == 1
+        assert 0 < r.extra["ideal_s"] <= r.t_end - r.t_start + 1e-9
+    parallel = [p["parallel"] for r in result.records for p in r.extra["phases"]]
+    assert any(parallel)  # the concurrent run did overlap the two models
+
+
+def test_window_option_is_checked():
+    with pytest.raises(SpecvizError, match="window"):
+        specviz.run("pearl", None, "x", window=-1)
