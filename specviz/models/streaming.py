@@ -138,23 +138,30 @@ class StreamingLM(nn.Module):
         return self._finish(layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask)
 
     # ----- training: the whole sequence at once, main stream and streams side by side -----
-    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids [B, T] -> main stream's final hidden states [B, T, H] and the streams' [B, T, gamma, H]
-        (both before the final norm; `logits` maps them to the vocabulary)."""
+        (both before the final norm; `logits` maps them to the vocabulary). `h`: `self.bottom(input_ids)`
+        when the caller already has it (training reuses it across epochs)."""
         B, T = input_ids.shape
         pos = torch.arange(T, device=input_ids.device)
-        x = self.tuned.model.embed_tokens(input_ids)
+        x = self.bottom(input_ids) if h is None else h
         rope = self._rotary(x, pos)
-        with torch.no_grad():  # the bottom layers are frozen and have no adapters
-            for layer in self.layers[: self.first_stream_layer]:
-                q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
-                x = self._finish(layer, x, q, k, v, "causal")
         s = self.init_streams(x).reshape(B, T * self.cfg.gamma, -1)  # [B, T*gamma, H]
         for layer in self.layers[self.first_stream_layer :]:
             q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
             s = self._stream_layer(layer, s, pos, k, v)  # reads this layer's main keys/values
             x = self._finish(layer, x, q, k, v, "causal")
         return x, s.reshape(B, T, self.cfg.gamma, -1)
+
+    @torch.no_grad()
+    def bottom(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The frozen bottom N - N_s layers (no adapters): hidden states entering layer N - N_s [B, T, H]."""
+        x = self.tuned.model.embed_tokens(input_ids)
+        rope = self._rotary(x, torch.arange(input_ids.shape[1], device=input_ids.device))
+        for layer in self.layers[: self.first_stream_layer]:
+            q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
+            x = self._finish(layer, x, q, k, v, "causal")
+        return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.tuned.lm_head(self.tuned.model.norm(hidden))

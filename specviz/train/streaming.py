@@ -1,0 +1,285 @@
+"""Train a speculative-streaming adapter (Bhendawade et al. 2024, section 3.2): LoRA on the top N_s
+layers plus the stream parameters (f_eta, P_j), everything else frozen.
+
+    python -m specviz.train.streaming --target default --data /work/wt/_data/teacher_text.jsonl \
+        --out runs/streaming --steps 2000 --ship assets/streaming/smollm2-135m-instruct.safetensors
+
+Loss (the paper's L_ss):  alpha_0 * CE(main stream at t, y_{t+1})  +  sum_j alpha_j * CE(stream j at t, y_{t+1+j}),
+on target-generated text (teacher_text.jsonl: prompt_ids + the target's own answer), answer
+positions only. When the teacher's logits file sits beside the text (`teacher_logits.f16`), the
+targets are the target's own distributions p(. | prefix) instead of the sampled tokens (soft labels:
+the tuned main stream is distilled towards the original, the streams learn the target's expected
+future); `--hard` uses the tokens.
+
+Resumable: `--out` holds checkpoint.pt (adapter, optimizer, step) and log.csv; run the same command
+again to continue. Held-out records (prompt_index % 20 == 0) are never trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from specviz.models.streaming import StreamingConfig, StreamingLM, load_adapter
+
+HELD_OUT = 20  # records with prompt_index % HELD_OUT == 0 are for evaluation only
+
+
+@dataclass
+class TrainConfig:
+    target: str = "default"  # default | tiny-random | a hub id or local directory
+    data: Path = Path("/work/wt/_data/teacher_text.jsonl")  # teacher text (JSONL with prompt_ids, output_ids)
+    out: Path = Path("runs/streaming")  # checkpoint.pt + log.csv (+ adapter.safetensors)
+    streaming: StreamingConfig = field(default_factory=StreamingConfig)
+    steps: int = 1000  # optimizer steps in total (a resumed run continues up to this)
+    lr: float = 1e-3
+    warmup: int = 50  # steps of linear learning-rate warm-up
+    max_len: int = 160  # tokens per training sequence (prompt + answer, cut)
+    max_prompt: int = 96  # records with longer prompts are skipped
+    alpha0: float = 1.0  # weight of the main stream's next-token loss
+    alpha_streams: float = 1.0  # weight of each stream's loss (alpha_j, all equal)
+    hard: bool = False  # train on the sampled tokens even when teacher logits are available
+    positions: int = 0  # per stream, score this many random answer positions (0: all; the LM head dominates the cost)
+    save_every: int = 50  # checkpoint every this many steps
+    seed: int = 0
+    device: str = "cpu"
+
+
+def load_target(name: str, device: str) -> torch.nn.Module:
+    if name == "tiny-random":
+        from specviz.models.tiny import TARGET_CONFIG, tiny_model
+
+        return tiny_model(seed=1, **TARGET_CONFIG).to(device)
+    if name == "default":
+        from specviz.models.default import load_target as load_default
+
+        return load_default(torch.device(device), torch.float32)[0]
+    from specviz.models import hub
+
+    return hub.load_causal_lm(name, torch.device(device), torch.float32)
+
+
+@dataclass(frozen=True)
+class Example:
+    ids: list[int]  # prompt + answer, cut to max_len
+    prompt_len: int  # answer tokens start here
+    logits_row: int | None  # row of the answer's first token in teacher_logits.f16
+
+
+def read_examples(path: Path, max_len: int, max_prompt: int, train: bool = True) -> list[Example]:
+    """Training (or held-out) examples from teacher text; the file may still be growing."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:  # a line being written right now
+                continue
+            if (r.get("prompt_index", 1) % HELD_OUT != 0) != train or len(r["prompt_ids"]) > max_prompt or not r["output_ids"]:
+                continue
+            ids = (r["prompt_ids"] + r["output_ids"])[:max_len]
+            out.append(Example(ids, len(r["prompt_ids"]), r.get("logits_row")))
+    return out
+
+
+class TeacherLogits:
+    """The teacher's float16 logits rows [V], memory-mapped (None when the file is absent)."""
+
+    def __init__(self, path: Path, vocab: int):
+        self.vocab = vocab
+        self.rows = np.memmap(path, dtype=np.float16, mode="r").reshape(-1, vocab) if path.is_file() else None
+
+    def probs(self, start: int, n: int) -> torch.Tensor | None:
+        if self.rows is None or start + n > self.rows.shape[0]:
+            return None
+        return torch.from_numpy(np.asarray(self.rows[start : start + n], dtype=np.float32)).softmax(-1)  # [n, V]
+
+
+def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: TrainConfig, bottom: dict | None = None) -> tuple[torch.Tensor, dict]:
+    """L_ss on one example, and per-stream losses and top-1 agreement for the log. `bottom` caches
+    the frozen bottom layers' output per example (they never change during training)."""
+    ids = torch.tensor([ex.ids], device=lm.stream_embed.device)
+    key = (ex.logits_row, tuple(ex.ids))
+    h = bottom.get(key) if bottom is not None else None
+    if h is None:
+        h = lm.bottom(ids)
+        if bottom is not None:
+            bottom[key] = h
+    main, streams = lm(ids, h)  # [1, T, H], [1, T, gamma, H]
+    T, P = len(ex.ids), ex.prompt_len
+    soft = None if cfg.hard or ex.logits_row is None or teacher is None else teacher.probs(ex.logits_row, T - P)
+    stats, total = {}, 0.0
+    for j in range(lm.cfg.gamma + 1):  # j = 0: main stream (y_{t+1}); j >= 1: stream j (y_{t+1+j})
+        t = torch.arange(P - 1, T - 1 - j)  # positions whose target y_{t+1+j} is an answer token
+        if len(t) == 0:
+            continue
+        if 0 < cfg.positions < len(t):
+            t = t[torch.randperm(len(t))[: cfg.positions]]
+        hidden = main[0, t] if j == 0 else streams[0, t, j - 1]
+        logits = lm.logits(hidden)  # [n, V]
+        tokens = ids[0, t + 1 + j]
+        if soft is not None:
+            p = soft[t + 1 + j - P].to(logits.device)  # p(. | prefix up to y_{t+1+j})
+            loss = -(p * logits.log_softmax(-1)).sum(-1).mean()
+            want = p.argmax(-1)
+        else:
+            loss = F.cross_entropy(logits, tokens)
+            want = tokens
+        weight = cfg.alpha0 if j == 0 else cfg.alpha_streams
+        total = total + weight * loss
+        stats[f"loss{j}"] = float(loss.detach())
+        stats[f"top1_{j}"] = float((logits.argmax(-1) == want).float().mean())
+    return total, stats
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> Path:
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(cfg.seed)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    base = load_target(cfg.target, cfg.device)
+    lm = StreamingLM(base, cfg.streaming)
+    params = list(lm.adapter_state().values())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    ckpt_path, log_path = cfg.out / "checkpoint.pt", cfg.out / "log.csv"
+    step = 0
+    if ckpt_path.is_file():  # resume
+        ckpt = torch.load(ckpt_path, map_location=cfg.device)
+        if ckpt["streaming"] != asdict(cfg.streaming):
+            raise SystemExit(f"{ckpt_path} was trained with {ckpt['streaming']}; use another --out or the same shape")
+        with torch.no_grad():
+            for name, p in lm.adapter_state().items():
+                p.copy_(ckpt["adapter"][name])
+        opt.load_state_dict(ckpt["optimizer"])
+        step = ckpt["step"]
+    teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), base.config.vocab_size)
+    rng = random.Random(cfg.seed + step)
+    order: list[Example] = []
+    bottom: dict = {}  # example -> frozen hidden states entering layer N - N_s
+    fields = ["step", "seconds", "examples", "loss"] + [f"{k}{j}" for j in range(cfg.streaming.gamma + 1) for k in ("loss", "top1_")]
+    new_log = not log_path.is_file()
+    log = open(log_path, "a", newline="")
+    writer = csv.DictWriter(log, fieldnames=fields, extrasaction="ignore")
+    if new_log:
+        writer.writeheader()
+    bar = tqdm(total=cfg.steps, initial=step, desc="streaming adapter", unit="step", disable=not progress)
+    lm.train()
+    t0 = time.perf_counter()
+    while step < cfg.steps:
+        if not order:  # a new epoch over whatever teacher text exists now
+            order = read_examples(cfg.data, cfg.max_len, cfg.max_prompt)
+            if not order:
+                raise SystemExit(f"no training examples in {cfg.data}")
+            rng.shuffle(order)
+            n_examples = len(order)
+        loss, stats = ss_loss(lm, order.pop(), teacher, cfg, bottom)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup))
+        opt.step()
+        step += 1
+        writer.writerow({"step": step, "seconds": round(time.perf_counter() - t0, 2), "examples": n_examples, "loss": float(loss.detach()), **stats})
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1_1=f"{stats.get('top1_1', 0):.2f}")
+        bar.update()
+        if step % cfg.save_every == 0 or step == cfg.steps:
+            log.flush()
+            state = {"adapter": {n: p.detach().cpu() for n, p in lm.adapter_state().items()}, "optimizer": opt.state_dict(),
+                     "step": step, "streaming": asdict(cfg.streaming)}
+            torch.save(state, ckpt_path.with_suffix(".tmp"))
+            os.replace(ckpt_path.with_suffix(".tmp"), ckpt_path)
+            lm.save_adapter(cfg.out / "adapter.safetensors", steps=str(step), data=str(cfg.data), examples=str(n_examples))
+    bar.close()
+    log.close()
+    return cfg.out / "adapter.safetensors"
+
+
+@torch.inference_mode()
+def agreement(base: torch.nn.Module, lm: StreamingLM, prompts: list[list[int]], new_tokens: int) -> dict:
+    """How often the tuned model's greedy output equals the original's (token-wise up to the first
+    difference, and whole outputs)."""
+    from specviz.models.kv import CachedLM
+
+    def greedy(model, ids):
+        cache, out, nxt = CachedLM(model), [], list(ids)
+        for _ in range(new_tokens):
+            token = int(cache.forward(nxt)[-1].argmax())
+            out.append(token)
+            nxt = [token]
+        return out
+
+    same_prefix, same_whole = 0, 0
+    for ids in prompts:
+        a, b = greedy(base, ids), greedy(lm.tuned, ids)
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+        same_prefix += n
+        same_whole += n == len(a)
+    return {"prompts": len(prompts), "new_tokens": new_tokens, "tokens_before_first_difference": same_prefix / max(1, len(prompts) * new_tokens),
+            "identical_outputs": same_whole / max(1, len(prompts))}
+
+
+def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]:
+    d, s = TrainConfig(), StreamingConfig()
+    p = argparse.ArgumentParser(prog="python -m specviz.train.streaming", description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", default=d.target)
+    p.add_argument("--data", type=Path, default=d.data)
+    p.add_argument("--out", type=Path, default=d.out)
+    p.add_argument("--stream-layers", type=int, default=s.stream_layers, help="N_s")
+    p.add_argument("--gamma", type=int, default=s.gamma, help="speculative streams")
+    p.add_argument("--lora-rank", type=int, default=s.lora_rank)
+    p.add_argument("--no-lora-mlp", action="store_true", help="LoRA on attention projections only")
+    p.add_argument("--eta-rank", type=int, default=s.eta_rank)
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--max-len", type=int, default=d.max_len)
+    p.add_argument("--alpha0", type=float, default=d.alpha0)
+    p.add_argument("--alpha-streams", type=float, default=d.alpha_streams)
+    p.add_argument("--positions", type=int, default=d.positions, help="random answer positions scored per stream (0: all)")
+    p.add_argument("--hard", action="store_true", help="sampled tokens as targets even when teacher logits exist")
+    p.add_argument("--save-every", type=int, default=d.save_every)
+    p.add_argument("--device", default=d.device)
+    p.add_argument("--ship", type=Path, help="also copy the final adapter here (e.g. assets/streaming/NAME.safetensors)")
+    p.add_argument("--eval-prompts", type=int, default=0, help="held-out prompts for the agreement check of the card")
+    p.add_argument("--eval-tokens", type=int, default=48)
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+    streaming = StreamingConfig(stream_layers=a.stream_layers, gamma=a.gamma, lora_rank=a.lora_rank,
+                                lora_alpha=2.0 * a.lora_rank, lora_mlp=not a.no_lora_mlp, eta_rank=a.eta_rank)
+    cfg = TrainConfig(target=a.target, data=a.data, out=a.out, streaming=streaming, steps=a.steps, lr=a.lr, max_len=a.max_len,
+                      alpha0=a.alpha0, alpha_streams=a.alpha_streams, hard=a.hard, positions=a.positions, save_every=a.save_every, device=a.device)
+    return cfg, a
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, args = parse_args(argv)
+    adapter = train(cfg, progress=not args.quiet)
+    print(f"adapter: {adapter}")
+    if args.eval_prompts:
+        base = load_target(cfg.target, cfg.device)
+        held = read_examples(cfg.data, 10**6, cfg.max_prompt, train=False)[: args.eval_prompts]
+        report = agreement(base, load_adapter(base, adapter), [ex.ids[: ex.prompt_len] for ex in held], args.eval_tokens)
+        (cfg.out / "agreement.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps(report))
+    if args.ship:
+        args.ship.parent.mkdir(parents=True, exist_ok=True)
+        args.ship.write_bytes(adapter.read_bytes())
+        print(f"shipped: {args.ship} ({args.ship.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
