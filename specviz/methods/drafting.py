@@ -1,4 +1,4 @@
-"""Drafters propose, policies choose the speculation length (as Hugging Face separates
+"""Drafters propose, policies choose the speculation length, updaters learn (as Hugging Face separates
 `get_candidates` from `update_candidate_strategy`). The speculative loop combines one of each."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import torch
 
 from specviz.decoding import Decoding
 from specviz.models.kv import CachedLM
+from specviz.records import IterationRecord
 from specviz.sampling import probabilities, sample
 
 
@@ -38,6 +39,13 @@ class Drafter(Protocol):
 
     def rollback(self, position: int, accepted: int) -> None:
         """The target kept `accepted` drafts after `position` committed tokens: forget the rest."""
+
+
+class Updater(Protocol):
+    def observe(self, record: IterationRecord, target_logits: torch.Tensor) -> None:
+        """After a verification: the committed record and the target's logits [k+1, V] that verified it
+        (row i scores the token at position record.position + i). Online drafts learn from these (OSD);
+        the target pass already paid for them."""
 
 
 @dataclass

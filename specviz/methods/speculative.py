@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from specviz.decoding import Decoding
 from specviz.methods import check_positive_int, register
-from specviz.methods.drafting import Drafter, HeuristicLength, ModelDrafter, SpeculationPolicy, StaticLength
+from specviz.methods.drafting import Drafter, HeuristicLength, ModelDrafter, SpeculationPolicy, StaticLength, Updater
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
 from specviz.verify import verify
@@ -26,7 +26,9 @@ class SpeculativeOptions:
         check_positive_int("speculation_length", self.speculation_length)
 
 
-def speculative_decoding(dec: Decoding, drafter: Drafter, policy: SpeculationPolicy) -> Iterator[IterationRecord]:
+def speculative_decoding(
+    dec: Decoding, drafter: Drafter, policy: SpeculationPolicy, updater: Updater | None = None
+) -> Iterator[IterationRecord]:
     """Draft, verify, update: exactly one target forward pass per iteration."""
     target = CachedLM(dec.pair.target)
     while not dec.done:
@@ -49,6 +51,8 @@ def speculative_decoding(dec: Decoding, drafter: Drafter, policy: SpeculationPol
         target.truncate(position + verdict.accepted)  # keep the prefix and the accepted drafts
         drafter.rollback(position, verdict.accepted)
         policy.update(k, verdict.accepted)
+        if updater is not None:
+            updater.observe(record, logits)
         yield record
 
 

@@ -1,0 +1,64 @@
+"""Online Speculative Decoding (Liu et al. 2023, Algorithm 1): vanilla speculative decoding whose
+draft keeps learning from the target's distributions on the requests it serves.
+
+The learner lives across requests: the benchmark and the app create one per series with the
+method's `session` (per user in the app, per run of the CLI), so one user's adaptation never changes
+another's draft. Without a session a run has nothing to carry its lessons to: it is vanilla SD.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from specviz.decoding import Decoding
+from specviz.errors import SpecvizError
+from specviz.methods import check_positive_int, register
+from specviz.methods.drafting import ModelDrafter, StaticLength
+from specviz.methods.speculative import speculative_decoding
+from specviz.records import IterationRecord
+
+
+@dataclass(frozen=True)
+class OsdOptions:
+    speculation_length: int = 4  # gamma: tokens drafted per iteration
+    learner: Any = None  # the session's OnlineLearner, shared by a series of requests; None: no learning
+
+    def __post_init__(self) -> None:
+        check_positive_int("speculation_length", self.speculation_length)
+        from specviz.osd.learner import OnlineLearner
+
+        if self.learner is not None and not isinstance(self.learner, OnlineLearner):
+            raise SpecvizError(f"learner must be an OnlineLearner (from the method's session), got {type(self.learner).__name__}")
+
+
+def osd_session(pair: Any) -> dict[str, Any]:
+    """One learner for a series of requests, starting from the pair's draft."""
+    from specviz.osd.learner import OnlineLearner
+
+    return {"learner": OnlineLearner(pair.draft)}
+
+
+@register(
+    "osd",
+    label="Online SD",
+    description="Vanilla SD whose draft is distilled online, every few requests, on the target's distributions where it was wrong.",
+    paper="Liu et al. 2023, Online Speculative Decoding",
+    options=OsdOptions,
+    rank=15,
+    session=osd_session,
+)
+def osd(dec: Decoding, opts: OsdOptions) -> Iterator[IterationRecord]:
+    learner = opts.learner
+    if learner is None:  # a lone request: nothing to learn for
+        yield from speculative_decoding(dec, ModelDrafter(dec), StaticLength(opts.speculation_length))
+        return
+    draft = learner.begin_request()  # fixed for this whole request
+    version = learner.version
+    buffer = learner.request_buffer()  # R: filled by the loop after each verification
+    steps = speculative_decoding(dec, ModelDrafter(dec, draft), StaticLength(opts.speculation_length), updater=buffer)
+    for record in steps:
+        yield dataclasses.replace(record, extra={**record.extra, "draft_version": version})
+    learner.end_request(buffer, dec.ids)  # R -> Q; every I requests: update the draft

@@ -1,0 +1,142 @@
+"""Online Speculative Decoding: the losses, the buffers, the learner, and losslessness while learning."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specviz
+from specviz.methods import get_method, new_session
+from specviz.osd.buffers import ReplayBuffer, RequestBuffer, Sample, TargetDistributions
+from specviz.osd.learner import OnlineLearner, OsdConfig, load_adapted_draft
+from specviz.osd.losses import LOSSES, distillation_loss
+
+PROMPT = "def fibonacci(n):"
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_each_loss_is_zero_iff_q_equals_p(loss):
+    gen = torch.Generator().manual_seed(0)
+    p_logits = torch.randn(5, 11, generator=gen) * 3
+    assert distillation_loss(p_logits, p_logits, loss).abs() < 1e-6
+    assert distillation_loss(p_logits, p_logits + 7.0, loss).abs() < 1e-6  # a shift of the logits is the same q
+    q_logits = torch.randn(5, 11, generator=gen) * 3
+    assert distillation_loss(p_logits, q_logits, loss) > 1e-3
+    extreme = torch.full((2, 11), -1e4)
+    extreme[:, 0] = 1e4  # (almost) one-hot: log space keeps it finite
+    assert torch.isfinite(distillation_loss(p_logits[:2], extreme, loss))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_gradient_step_moves_q_toward_p(loss):
+    gen = torch.Generator().manual_seed(1)
+    p_logits = torch.randn(4, 9, generator=gen) * 2
+    q_logits = torch.randn(4, 9, generator=gen).requires_grad_(True)
+    p = torch.softmax(p_logits, -1)
+    distance = lambda: (torch.softmax(q_logits, -1) - p).abs().sum().item()
+    before_loss, before_distance = distillation_loss(p_logits, q_logits, loss), distance()
+    before_loss.backward()
+    with torch.no_grad():
+        q_logits -= 0.5 * q_logits.grad
+    assert distillation_loss(p_logits, q_logits, loss) < before_loss
+    assert distance() < before_distance
+
+
+def test_top_k_storage_keeps_the_top_k_and_spreads_the_tail():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(2)) * 2
+    stored = TargetDistributions.from_logits(logits, top_k=8)
+    assert stored.nbytes == 3 * 8 * (2 + 4)
+    full = stored.full()
+    assert torch.allclose(full.exp().sum(-1), torch.ones(3), atol=1e-5)
+    exact = torch.log_softmax(logits, -1)
+    top = exact.topk(8, dim=-1).indices
+    assert torch.allclose(full.gather(-1, top), exact.gather(-1, top), atol=2e-2)
+    assert torch.allclose(TargetDistributions.from_logits(logits, top_k=0).full(), exact, atol=1e-2)
+
+
+def test_replay_buffer_keeps_at_most_cap_positions_and_evicts_the_oldest():
+    def sample(i, n):
+        return Sample((i,) * 10, tuple(range(1, n + 1)), TargetDistributions.from_logits(torch.zeros(n, 4), 0))
+
+    q = ReplayBuffer(cap=10)
+    for i in range(6):
+        q.add(sample(i, 3))
+        assert q.positions <= 10
+    assert [s.ids[0] for s in q.samples] == [3, 4, 5]
+    assert q.evicted == 3
+    assert len(q.take()) == 3 and len(q) == 0 and q.positions == 0
+
+
+def test_request_buffer_records_the_rejected_positions(perturbed_pair):
+    buffer = RequestBuffer(positions="wrong", top_k=16)
+    learner = OnlineLearner(perturbed_pair.draft)
+    result = specviz.generate("vanilla", perturbed_pair, PROMPT, max_new_tokens=40)
+    rejected = [r.position + r.accepted for r in result.records if r.accepted < len(r.drafted)]
+    assert rejected, "the perturbed pair rejects some drafts"
+    # the same run through the learner's buffer
+    specviz.generate("osd", perturbed_pair, PROMPT, max_new_tokens=40, learner=learner)
+    sample = learner.replay.samples[0]
+    assert list(sample.positions) == rejected
+    assert list(sample.ids) == list(result.prompt_ids) + list(result.summary.output_ids)
+    assert buffer.finish([1, 2]) is None  # nothing observed: nothing to learn
+
+
+def acceptance(result) -> float:
+    return result.summary.accepted / result.summary.drafted
+
+
+def test_the_learner_raises_acceptance_on_a_repetitive_stream(random_pair):
+    """The tiny random draft starts at alpha ~ 0 on this prompt; served the same request again and
+    again it learns the target's continuation (the simulator's repetitive toy stream)."""
+    learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=3e-3, steps=4))
+    alphas = [acceptance(specviz.generate("osd", random_pair, PROMPT, max_new_tokens=32, learner=learner)) for _ in range(8)]
+    assert learner.version == 8  # one update after each request (synchronous: between requests)
+    assert max(alphas[-3:]) >= alphas[0] + 0.1, alphas
+    assert len(learner.updates) == 8 and learner.updates[-1]["loss_last"] < learner.updates[0]["loss_first"]
+
+
+def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random_pair):
+    for pair in (perturbed_pair, random_pair):
+        learner = OnlineLearner(pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1))
+        for prompt in (PROMPT, "Janet's ducks lay 16 eggs per day.", PROMPT):
+            ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=24).summary.output_ids
+            got = specviz.generate("osd", pair, prompt, max_new_tokens=24, learner=learner)
+            assert got.summary.output_ids == ref
+            assert {r.extra["draft_version"] for r in got.records} == {learner.version - 1}  # one draft per request
+        assert learner.version == 3
+        changed = [not torch.equal(a, b) for a, b in zip(learner.serving.parameters(), pair.draft.parameters())]
+        assert any(changed), "the draft learned something"
+        assert all(torch.equal(a, b) for a, b in zip(learner.serving.parameters(), learner.trainee.parameters()))
+
+
+def test_background_updates_swap_in_between_requests(random_pair):
+    learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, background=True, steps=2, lr=1e-2))
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learner)
+    assert learner.version == 0  # the update runs in the worker; nothing is swapped mid-stream
+    learner.wait()
+    assert learner.version == 1 and learner.updates[0]["ms"] > 0
+
+
+def test_save_and_load_roundtrip(tmp_path, random_pair):
+    learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1))
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learner)
+    path = learner.save(tmp_path / "draft.safetensors")
+    fresh = OnlineLearner(random_pair.draft)
+    fresh.load(path)
+    adapted = load_adapted_draft(random_pair, path)
+    for a, b, c in zip(learner.serving.state_dict().values(), fresh.trainee.state_dict().values(), adapted.draft.state_dict().values()):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert not all(torch.equal(a, b) for a, b in zip(adapted.draft.parameters(), random_pair.draft.parameters()))
+
+
+def test_the_session_gives_each_series_its_own_learner(random_pair):
+    spec = get_method("osd")
+    a, b = new_session(spec, random_pair)["learner"], new_session(spec, random_pair)["learner"]
+    assert a is not b and a.serving is not b.serving and a.serving is not random_pair.draft
+
+
+def test_bad_options_raise_a_clear_error():
+    with pytest.raises(specviz.SpecvizError, match="loss"):
+        OsdConfig(loss="mse")
+    with pytest.raises(specviz.SpecvizError, match="learner"):
+        get_method("osd").make_options(learner="not a learner")
