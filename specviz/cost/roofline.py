@@ -22,6 +22,7 @@ w = bytes per parameter (also per activation and KV element), d = head_dim, h = 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specviz.cost.hardware import Hardware
@@ -172,3 +173,23 @@ def optimal_speculation_length(
 
     ratios = [0.0] + [verify_cost_ratio(shape, hardware, g, batch_size, context_len) for g in range(1, max_gamma + 1)]
     return optimal_gamma(alpha, c, max_gamma, verify_ratio=ratios)
+
+
+def cost_curve_rows(
+    shape: ModelShape,
+    hardware: Hardware,
+    batch_sizes: Sequence[int] = (1, 4, 16, 64),
+    n_tokens: Sequence[int] = tuple(range(1, 65)),
+    context_len: int = 0,
+) -> list[dict]:
+    """Predicted forward time per (B, S), with which regime binds (overhead aside): plot rows."""
+    rows = []
+    for b in batch_sizes:
+        for s in n_tokens:
+            ops = operator_costs(shape, b, s, context_len)
+            compute = sum(o.compute_s(hardware, shape.dtype) for o in ops)
+            memory = sum(o.memory_s(hardware) for o in ops)
+            rows.append({"batch_size": b, "n_tokens": s, "context_len": context_len,
+                         "seconds": forward_time(shape, hardware, b, s, context_len),
+                         "bound": "compute" if compute >= memory else "memory"})
+    return rows

@@ -101,6 +101,8 @@ SHAPES: dict[str, ModelShape] = {
         _shape("Llama-2-7B", 32, 4096, 32, 32, 11008, 32000, False),
         _shape("Llama-3.1-8B", 32, 4096, 32, 8, 14336, 128256, False),
         _shape("Llama-2-70B", 80, 8192, 64, 8, 28672, 32000, False),
+        # A draft of the kind DATA.md timed for SmolLM2 (4 layers x 256 wide, its 49k vocabulary).
+        _shape("draft-4x256", 4, 256, 4, 2, 1024, 49152, True),
     ]
 }
 

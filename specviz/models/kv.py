@@ -223,3 +223,29 @@ class BatchCachedLM:
         self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
         self.valid = self.valid[rows]
         self.lengths = [self.lengths[r] for r in rows]
+
+
+class BatchedLM:
+    """B sequences of equal length in one KV cache, fed [B, T] at a time (no trees, no masks): what
+    a server batching B requests does. Times batched forward passes for the cost model
+    (`specviz.cost.measure`); `BatchCachedLM` is the one for decoding batches of token trees."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.device = model.get_input_embeddings().weight.device
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, n_logits: int = 1) -> torch.Tensor:
+        """Append `ids` [B, T] to every sequence's cache; return logits of the last `n_logits`: [B, n, V]."""
+        out = self.model(input_ids=ids.to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits)
+        return out.logits
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first `length` positions of every sequence."""
+        excess = self.cache.get_seq_length() - length
+        if excess > 0:
+            self.cache.crop(-excess)
+
+    def cache_length(self) -> int:
+        return self.cache.get_seq_length()

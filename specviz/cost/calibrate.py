@@ -1,0 +1,96 @@
+"""Fit the roofline to measured forward times: achieved fractions of peak compute and bandwidth, and
+the per-forward overhead (kernel launches, framework time), from a few (B, S) points.
+
+    T(B, S, L) = t_0 + sum_ops max(FLOPs / (e_c * peak), bytes / (e_m * bandwidth))
+
+e_c, e_m (efficiencies) come from a grid search, t_0 from the median residual; the criterion is
+the mean |log(predicted / measured)| over the fit points. The rest of the grid tests the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from specviz.cost.hardware import Hardware
+from specviz.cost.roofline import forward_time, operator_costs
+from specviz.cost.shapes import ModelShape
+
+
+@dataclass(frozen=True)
+class RooflineFit:
+    hardware: Hardware  # the base hardware with fitted peaks, bandwidth and overhead_s
+    compute_efficiency: float  # e_c: achieved / base peak FLOP/s
+    memory_efficiency: float  # e_m: achieved / base bandwidth
+    overhead_s: float  # t_0: per-forward overhead, seconds
+    fit_points: int  # how many measured points the fit saw
+
+
+def _point(p: Any) -> tuple[int, int, int, float]:
+    d = p if isinstance(p, dict) else p.as_dict()
+    return d["batch_size"], d["n_tokens"], d["context_len"], d["seconds"]
+
+
+def fit_roofline(
+    shape: ModelShape,
+    base: Hardware,
+    points: Iterable[Any],
+    efficiencies: Sequence[float] = tuple(np.geomspace(0.02, 4.0, 61)),
+    name: str | None = None,
+) -> RooflineFit:
+    """Least-log-error fit of (e_c, e_m, t_0) to measured points (dicts or `ForwardTiming`s)."""
+    pts = [_point(p) for p in points]
+    if not pts:
+        raise ValueError("no measured points to fit")
+    peak, bw = base.flops_per_s(shape.dtype), base.memory_bandwidth
+    ops = [operator_costs(shape, B, S, L) for B, S, L, _ in pts]
+    flops = np.array([[o.flops for o in row] for row in ops])  # [P, ops]
+    nbytes = np.array([[o.bytes for o in row] for row in ops])  # [P, ops]
+    measured = np.array([t for *_, t in pts])  # [P]
+    ec, em = np.asarray(efficiencies), np.asarray(efficiencies)
+    for _ in range(4):  # grid search, then zoom in around the best cell three times
+        loss, overhead = _grid_loss(flops, nbytes, measured, peak * ec, bw * em)
+        i, j = np.unravel_index(np.argmin(loss), loss.shape)
+        best_c, best_m, best_o = ec[i], em[j], overhead[i, j]
+        step = ec[1] / ec[0] if len(ec) > 1 else 1.1
+        ec = best_c * np.geomspace(1 / step, step, 21)
+        em = best_m * np.geomspace(1 / step, step, 21)
+    e_c, e_m, t0 = float(best_c), float(best_m), float(best_o)
+    hw = replace(
+        base,
+        name=name or f"{base.name} (fit)",
+        peak_flops={k: v * e_c for k, v in base.peak_flops.items()},
+        memory_bandwidth=bw * e_m,
+        overhead_s=t0,
+        overhead_per_layer_s=0.0,
+        source=f"fit to {len(pts)} measured forward passes of {shape.name}",
+    )
+    return RooflineFit(hw, e_c, e_m, t0, len(pts))
+
+
+def _grid_loss(flops, nbytes, measured, peaks, bandwidths):
+    """Mean |log(pred/measured)| for every (peak, bandwidth) pair, t_0 = median residual (>= 0)."""
+    compute = flops[None, None] / peaks[:, None, None, None]  # [Ec, 1, P, ops]
+    memory = nbytes[None, None] / bandwidths[None, :, None, None]  # [1, Em, P, ops]
+    roof = np.maximum(compute, memory).sum(-1)  # [Ec, Em, P]
+    overhead = np.clip(np.median(measured - roof, axis=-1), 0.0, None)  # [Ec, Em]
+    loss = np.abs(np.log((roof + overhead[..., None]) / measured)).mean(-1)
+    return loss, overhead
+
+
+def relative_errors(shape: ModelShape, hardware: Hardware, points: Iterable[Any]) -> list[float]:
+    """|predicted - measured| / measured for each point."""
+    errs = []
+    for B, S, L, t in map(_point, points):
+        errs.append(abs(forward_time(shape, hardware, B, S, L) - t) / t)
+    return errs
+
+
+def split_fit_holdout(points: Sequence[Any], fit_tokens: Sequence[int]) -> tuple[list[Any], list[Any]]:
+    """Points whose S is in `fit_tokens` fit the model; the others test it."""
+    fit = [p for p in points if _point(p)[1] in fit_tokens]
+    held = [p for p in points if _point(p)[1] not in fit_tokens]
+    return fit, held

@@ -1,0 +1,83 @@
+"""Timing real forward passes to calibrate the roofline: forward time vs tokens per sequence S for a
+few batch sizes B over a fixed context L. The only part of `specviz.cost` that runs models."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from specviz.cost.shapes import ModelShape
+from specviz.models.kv import BatchedLM
+
+
+@dataclass(frozen=True)
+class ForwardTiming:
+    batch_size: int  # B sequences in the forward pass
+    n_tokens: int  # S new tokens per sequence
+    context_len: int  # L tokens already in each sequence's KV cache
+    seconds: float  # median wall time of one forward pass
+    samples: tuple[float, ...]  # every timed repeat, seconds
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "samples": list(self.samples)}
+
+
+def random_model(shape: ModelShape, seed: int = 0) -> torch.nn.Module:
+    """A Llama with `shape` and random weights: it costs the same per forward as the trained model."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.n_layers, num_attention_heads=shape.n_heads, num_key_value_heads=shape.n_kv_heads,
+        head_dim=shape.head_dim, tie_word_embeddings=shape.tied_embeddings, max_position_embeddings=8192,
+    )
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[shape.dtype]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.to(dtype).eval()
+
+
+@torch.inference_mode()
+def measure_forward_times(
+    model: torch.nn.Module,
+    batch_sizes: Sequence[int] = (1, 4, 16),
+    n_tokens: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    context_len: int = 256,
+    repeats: int = 3,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[ForwardTiming]:
+    """Median time of one forward pass of [B, S] new tokens over a KV cache of L tokens per sequence.
+
+    Each B prefills its cache once; every timed pass appends S tokens and is rolled back after, so
+    all passes see exactly L cached tokens. One untimed pass per (B, S) first (allocator warm-up).
+    Logits are kept for all S positions, as verification needs.
+    """
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    sync = torch.cuda.synchronize if next(model.parameters()).is_cuda else (lambda: None)
+    out = []
+    for B in batch_sizes:
+        lm = BatchedLM(model)
+        if context_len:
+            lm.forward(torch.randint(vocab, (B, context_len), generator=gen))
+        for S in n_tokens:
+            ids = torch.randint(vocab, (B, S), generator=gen)
+            samples = []
+            for r in range(repeats + 1):
+                sync()
+                t0 = time.perf_counter()
+                lm.forward(ids, n_logits=S)
+                sync()
+                if r:  # the first pass is the warm-up
+                    samples.append(time.perf_counter() - t0)
+                lm.truncate(context_len)
+            out.append(ForwardTiming(B, S, context_len, statistics.median(samples), tuple(samples)))
+            if progress:
+                print(f"  B={B:3d} S={S:3d} L={context_len}: {out[-1].seconds * 1e3:8.1f} ms", flush=True)
+    return out

@@ -1,0 +1,157 @@
+"""Calibrate the roofline against this machine: time real forward passes of a target (and a draft)
+for S = 1..64 new tokens per sequence and B in {1, 4, 16}, fit the efficiencies and the per-forward
+overhead on a few points, and report the error on the others.
+
+    python -m specviz.bench roofline --shape SmolLM2-135M --context 256 --out results/roofline
+
+Random weights: a forward pass costs the same whatever the weights, so no checkpoint is needed.
+Writes roofline.json (points, fit, errors, machine load) and HTML figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m specviz.bench roofline", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", default="SmolLM2-135M", help="target shape (specviz.cost.SHAPES)")
+    p.add_argument("--draft-shape", default="", help="also time this draft shape at batch sizes 1 (for c)")
+    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--batch-sizes", type=_ints, default=[1, 4, 16])
+    p.add_argument("--tokens", type=_ints, default=[1, 2, 4, 8, 16, 32, 64], help="S values, new tokens per sequence")
+    p.add_argument("--fit-tokens", type=_ints, default=[1, 64], help="S values whose points fit the model")
+    p.add_argument("--context", type=int, default=256, help="L, cached tokens per sequence")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    p.add_argument("--out", type=Path, default=Path("results/roofline"))
+    return p.parse_args(argv)
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from specviz.bench import describe_machine
+    from specviz.cost import forward_time, get_shape, measure_this_machine
+    from specviz.cost.calibrate import fit_roofline, relative_errors, split_fit_holdout
+    from specviz.cost.hardware import PRESETS
+    from specviz.cost.measure import measure_forward_times, random_model
+    from specviz.models.hub import resolve_device, resolve_dtype
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    dtype = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")
+    shape = get_shape(args.shape).with_dtype(dtype)
+    load_before = load_average()
+    t0 = time.time()
+    if device.type == "cpu":
+        base = measure_this_machine(name="this machine (micro-benchmark)")
+    else:  # a datasheet preset for the GPU we are on
+        gpu = torch.cuda.get_device_name(0)
+        base = next((h for n, h in PRESETS.items() if n.split()[0] in gpu), PRESETS["H100 SXM"]).ideal()
+    print(f"{base.name}: {base.flops_per_s(dtype) / 1e9:.1f} GFLOP/s {dtype}, {base.memory_bandwidth / 1e9:.1f} GB/s; "
+          f"load average {load_before}")
+
+    print(f"timing {shape.name} ({dtype}, random weights) on {device}, L={args.context}:")
+    model = random_model(shape).to(device)
+    timings = measure_forward_times(model, args.batch_sizes, args.tokens, args.context, args.repeats, progress=True)
+    points = [t.as_dict() for t in timings]
+    del model
+
+    fit_pts, held = split_fit_holdout(points, args.fit_tokens)
+    fit = fit_roofline(shape, base, fit_pts)
+    held_err = relative_errors(shape, fit.hardware, held)
+    raw_err = relative_errors(shape, base, points)  # the datasheet/micro-benchmark roofline, no overhead
+    for p in points:
+        p["predicted_s"] = forward_time(shape, fit.hardware, p["batch_size"], p["n_tokens"], p["context_len"])
+        p["roofline_only_s"] = forward_time(shape, base, p["batch_size"], p["n_tokens"], p["context_len"])
+        p["used_for_fit"] = p["n_tokens"] in args.fit_tokens
+
+    draft_points = []
+    if args.draft_shape:
+        dshape = get_shape(args.draft_shape).with_dtype(dtype)
+        print(f"timing draft {dshape.name}:")
+        dmodel = random_model(dshape).to(device)
+        draft_points = [t.as_dict() for t in measure_forward_times(dmodel, [1], [1], args.context, args.repeats, progress=True)]
+        del dmodel
+
+    summary = {
+        "fit_points": len(fit_pts),
+        "held_out_points": len(held),
+        "held_out_median_rel_error": statistics.median(held_err) if held_err else None,
+        "held_out_max_rel_error": max(held_err) if held_err else None,
+        "roofline_only_median_rel_error": statistics.median(raw_err),
+        "compute_efficiency": fit.compute_efficiency,
+        "memory_efficiency": fit.memory_efficiency,
+        "overhead_ms": fit.overhead_s * 1e3,
+        "fitted_flops_per_s": fit.hardware.flops_per_s(dtype),
+        "fitted_bandwidth": fit.hardware.memory_bandwidth,
+    }
+    if draft_points:
+        t1 = next(p["seconds"] for p in points if p["batch_size"] == 1 and p["n_tokens"] == 1)
+        summary["c_draft_over_target"] = draft_points[0]["seconds"] / t1
+    result = {
+        "experiment": "roofline",
+        "command": "python -m specviz.bench roofline " + " ".join(argv or []),
+        "machine": describe_machine(str(device)),
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "elapsed_s": time.time() - t0,
+        "shape": shape.__dict__,
+        "base_hardware": {"name": base.name, "peak_flops": base.peak_flops, "memory_bandwidth": base.memory_bandwidth},
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "points": points,
+        "draft_points": draft_points,
+        "summary": summary,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "roofline.json").write_text(json.dumps(result, indent=1))
+    write_figures(result, args.out)
+    print(f"fit on {len(fit_pts)} points (S in {args.fit_tokens}): e_c={fit.compute_efficiency:.2f} "
+          f"e_m={fit.memory_efficiency:.2f} overhead={fit.overhead_s * 1e3:.1f} ms")
+    if held_err:
+        print(f"held-out median relative error {summary['held_out_median_rel_error']:.1%} over {len(held)} points "
+              f"(max {summary['held_out_max_rel_error']:.1%}); roofline without fit: "
+              f"{summary['roofline_only_median_rel_error']:.1%}")
+    if "c_draft_over_target" in summary:
+        print(f"c = T_draft / T_target at B=1, S=1: {summary['c_draft_over_target']:.3f}")
+    print(f"load average before {load_before}, after {result['load_average_after']}; wrote {args.out}/roofline.json")
+    return 0
+
+
+def write_figures(result: dict, out: Path) -> None:
+    """The calibration figures as HTML (plotly.js from the CDN keeps them small)."""
+    from specviz.plots.roofline import cost_curves_figure, predicted_vs_measured_figure
+
+    pts = result["points"]
+    predicted = [dict(p, seconds=p["predicted_s"]) for p in pts]
+    figs = {
+        "cost_curves.html": cost_curves_figure(predicted, measured=pts, title=f"{result['shape']['name']}: "
+                                               f"forward time vs tokens per sequence (L={result['config']['context']})"),
+        "predicted_vs_measured.html": predicted_vs_measured_figure(pts),
+    }
+    for name, fig in figs.items():
+        fig.write_html(out / name, include_plotlyjs="cdn")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""Roofline figures: forward time vs tokens per sequence, one curve per batch size, and predicted vs
+measured. Pure functions of plain rows (dicts with batch_size, n_tokens, seconds, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+# Okabe-Ito, one colour per batch size (colour-vision-deficiency safe).
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000"]
+
+
+def _by_batch(rows: Sequence[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: (r["batch_size"], r["n_tokens"])):
+        out.setdefault(r["batch_size"], []).append(r)
+    return out
+
+
+def cost_curves_figure(
+    predicted: Sequence[dict[str, Any]],
+    measured: Sequence[dict[str, Any]] | None = None,
+    title: str = "Forward time vs tokens per sequence",
+    knees: dict[int, int | None] | None = None,
+    normalize: bool = False,
+) -> go.Figure:
+    """Predicted curves (solid where memory-bound, dashed where compute-bound, when rows carry
+    `bound`), measured points as markers, knees as open circles; log-log axes.
+
+    normalize: plot T(S) / T(1) per batch size (the cost of verifying S-1 drafts relative to one
+    decoding step) instead of milliseconds.
+    """
+    fig = go.Figure()
+    measured_by_b = _by_batch(measured or [])
+    for i, (b, rows) in enumerate(_by_batch(predicted).items()):
+        colour = PALETTE[i % len(PALETTE)]
+        base = rows[0]["seconds"] if normalize else 1e-3
+        xs = [r["n_tokens"] for r in rows]
+        ys = [r["seconds"] / base for r in rows]
+        bounds = [r.get("bound", "memory") for r in rows]
+        # memory-bound part solid, compute-bound part dashed (they share the point where it switches)
+        cut = next((k for k, bd in enumerate(bounds) if bd == "compute"), len(rows))
+        fig.add_scatter(x=xs[: cut + 1], y=ys[: cut + 1], mode="lines", line=dict(color=colour, width=2.5),
+                        name=f"B={b} model", legendgroup=str(b))
+        if cut < len(rows):
+            fig.add_scatter(x=xs[max(cut - 1, 0):], y=ys[max(cut - 1, 0):], mode="lines", line=dict(color=colour, dash="dash"),
+                            name=f"B={b} compute-bound", legendgroup=str(b), showlegend=False)
+        if knees and knees.get(b) is not None and knees[b] <= xs[-1]:
+            k = knees[b]
+            nearest = min(rows, key=lambda r: abs(r["n_tokens"] - k))
+            fig.add_scatter(x=[k], y=[nearest["seconds"] / base], mode="markers", legendgroup=str(b),
+                            marker=dict(symbol="circle-open", size=14, color=colour, line=dict(width=2)),
+                            name=f"B={b} knee (S={k})")
+        if b in measured_by_b:
+            m = measured_by_b[b]
+            mbase = m[0]["seconds"] if normalize else 1e-3
+            fig.add_scatter(x=[r["n_tokens"] for r in m], y=[r["seconds"] / mbase for r in m], mode="markers",
+                            marker=dict(color=colour, size=9, symbol="x"), name=f"B={b} measured", legendgroup=str(b))
+    fig.update_xaxes(type="log", title="tokens per sequence per forward, S (= speculation length + 1)")
+    fig.update_yaxes(type="log", title="T(S) / T(1)" if normalize else "time per forward pass (ms)")
+    fig.update_layout(title=title, legend_title="batch size B", hovermode="closest")
+    return fig
+
+
+def predicted_vs_measured_figure(points: Sequence[dict[str, Any]], band: float = 0.2) -> go.Figure:
+    """Scatter of predicted vs measured forward time (ms), y = x and ±`band` lines; filled markers
+    were used for the fit, open ones were held out."""
+    fig = go.Figure()
+    for i, (b, rows) in enumerate(_by_batch(points).items()):
+        colour = PALETTE[i % len(PALETTE)]
+        for used, symbol, label in ((True, "circle", "fit"), (False, "circle-open", "held out")):
+            part = [r for r in rows if bool(r.get("used_for_fit")) == used]
+            if part:
+                fig.add_scatter(
+                    x=[r["seconds"] * 1e3 for r in part], y=[r["predicted_s"] * 1e3 for r in part], mode="markers",
+                    marker=dict(color=colour, symbol=symbol, size=10, line=dict(width=2, color=colour)),
+                    name=f"B={b} ({label})", text=[f"S={r['n_tokens']}" for r in part],
+                    hovertemplate="%{text}: measured %{x:.1f} ms, predicted %{y:.1f} ms",
+                )
+    all_ms = [r[k] * 1e3 for r in points for k in ("seconds", "predicted_s")]
+    lo, hi = min(all_ms) / 1.5, max(all_ms) * 1.5
+    for factor, dash, name in ((1.0, "solid", "predicted = measured"), (1 + band, "dot", f"±{band:.0%}"), (1 - band, "dot", None)):
+        fig.add_scatter(x=[lo, hi], y=[lo * factor, hi * factor], mode="lines", line=dict(color="grey", dash=dash),
+                        name=name, showlegend=name is not None, hoverinfo="skip")
+    fig.update_xaxes(type="log", title="measured time per forward (ms)")
+    fig.update_yaxes(type="log", title="predicted time per forward (ms)")
+    fig.update_layout(title="Roofline fit: predicted vs measured forward time", legend_title="")
+    return fig
+
+
+def budget_bars_figure(budgets: dict[str, dict[int, int]], tolerance: float) -> go.Figure:
+    """Almost-free speculation length per batch size, one bar group per hardware (or model)."""
+    fig = go.Figure()
+    for i, (name, per_b) in enumerate(budgets.items()):
+        fig.add_bar(x=[f"B={b}" for b in per_b], y=list(per_b.values()), name=name, marker_color=PALETTE[i % len(PALETTE)])
+    fig.update_layout(title=f"Speculation budget: drafts per sequence that cost ≤ {tolerance:.0%} over one decoding step",
+                      barmode="group", xaxis_title="batch size", yaxis_title="speculation length γ", legend_title="")
+    return fig

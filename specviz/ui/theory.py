@@ -1,0 +1,165 @@
+"""The Theory tab: why speculation is (not) free. Three views of `specviz.cost`:
+
+1. explorer: α, γ, c sliders -> improvement-factor curves (OSD Fig. 2 family), optimal γ starred;
+2. roofline: hardware, model, batch sizes, context -> forward time vs tokens per sequence, the
+   memory- and compute-bound parts, the knee, the speculation budget; this machine's measured
+   points overlaid when it is selected;
+3. the last race: measured α, γ, c, verify cost per method -> predicted vs measured speedup.
+
+Handlers are plain functions of widget values (tested without a server); no torch at import.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specviz.cost import HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
+from specviz.cost.formulas import expected_tokens, improvement_factor, optimal_gamma
+from specviz.cost.roofline import cost_curve_rows, knee_tokens, speculation_budget, verify_cost_ratio
+from specviz.paths import ASSETS
+from specviz.plots.roofline import cost_curves_figure
+from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, speedup_heatmap_figure
+
+TAB_TITLE = "Theory"
+TAB_ORDER = 50
+
+LOADED_PAIR = "the loaded pair's target"
+MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `python -m specviz.bench roofline`
+BATCH_CHOICES = [1, 4, 16, 64, 256]
+TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
+
+
+# ----- 1. explorer ------------------------------------------------------------------------------
+
+def explorer(alpha: float, gamma: int, c: float, max_gamma: int = 16):
+    """Curves for a few α around the chosen one, a heatmap over (α, γ), and the numbers at (α, γ, c)."""
+    alphas = sorted({round(a, 2) for a in (0.3, 0.5, 0.7, 0.9, alpha)})
+    curves = improvement_curves_figure(alphas, c, max_gamma, highlight=round(alpha, 2))
+    heat = speedup_heatmap_figure(c, max_gamma)
+    best = optimal_gamma(alpha, c, max_gamma)
+    text = (
+        f"**α = {alpha:.2f}, γ = {gamma}, c = {c:.3f}**: expected tokens per iteration "
+        f"(1−α^(γ+1))/(1−α) = **{expected_tokens(alpha, gamma):.2f}**; improvement factor "
+        f"(1−α^(γ+1))/((1−α)(γc+1)) = **{improvement_factor(alpha, gamma, c):.2f}×**. "
+        f"Best γ for this α and c: **{best}** ({improvement_factor(alpha, best, c):.2f}×)."
+    )
+    return curves, heat, text
+
+
+# ----- 2. roofline ------------------------------------------------------------------------------
+
+def resolve_shape(model: str, pair_name: str | None, load_pair=None):
+    """A preset shape, or the loaded pair's target (loads the pair: cached after the first time)."""
+    if model == LOADED_PAIR:
+        from specviz.cost.shapes import shape_from_model
+
+        if load_pair is None:
+            from specviz.models.pair import load_pair
+        pair = load_pair(pair_name or "default")
+        return shape_from_model(pair.target, name=f"{pair.name} target")
+    return get_shape(model)
+
+
+def measured_points(shape_name: str) -> tuple[list[dict], int | None]:
+    """This machine's measured forward times for `shape_name` (committed bench output), if any."""
+    if not MEASURED.exists():
+        return [], None
+    result = json.loads(MEASURED.read_text())
+    if result.get("shape", {}).get("name") != shape_name:
+        return [], None
+    return result["points"], result["config"]["context"]
+
+
+def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, overhead: bool, shape=None):
+    """Forward time vs S per batch size, the knee per B, the budget and the verify cost ratio."""
+    hw = get_hardware(hardware)
+    hw = hw if overhead else hw.ideal()
+    shape = shape or get_shape(model)
+    if hardware == THIS_MACHINE:
+        shape = shape.with_dtype("float32")  # this CPU has no fast bf16 (see the preset)
+    bs = sorted(int(b) for b in batch_sizes) or [1]
+    rows = cost_curve_rows(shape, hw, bs, list(range(1, 65)), int(context))
+    knees = {b: knee_tokens(shape, hw, b, int(context)) for b in bs}
+    measured, measured_l = measured_points(shape.name) if hardware == THIS_MACHINE else ([], None)
+    title = f"{shape.name} ({shape.dtype}) on {hw.name}, context {int(context)}"
+    if measured:
+        title += f" — × measured here at context {measured_l}"
+    fig = cost_curves_figure(rows, measured=measured, title=title, knees=knees)
+    lines = [f"| B | T(1) ms | T(5)/T(1) | budget γ (≤{TOLERANCE:.0%} extra) | knee S |", "|---|---|---|---|---|"]
+    for b in bs:
+        t1 = next(r["seconds"] for r in rows if r["batch_size"] == b and r["n_tokens"] == 1)
+        lines.append(f"| {b} | {t1 * 1e3:.2f} | {verify_cost_ratio(shape, hw, 4, b, int(context)):.2f} | "
+                     f"{speculation_budget(shape, hw, b, int(context), TOLERANCE)} | {knees[b] or '>65k'} |")
+    note = (f"\n\n{hw.name}: {hw.flops_per_s(shape.dtype) / 1e12:.3g} TFLOP/s {shape.dtype}, "
+            f"{hw.memory_bandwidth / 1e9:.0f} GB/s, overhead {hw.overhead(shape.n_layers) * 1e3:.1f} ms per forward "
+            f"({hw.source}). Solid: memory-bound, dashed: compute-bound, ○: knee.")
+    return fig, "\n".join(lines) + note
+
+
+# ----- 3. the last race -------------------------------------------------------------------------
+
+def race_view(race: Any):
+    """Predicted vs measured speedup for every finished method of the last race (ctx.race's value)."""
+    from specviz.cost.from_records import explain_run
+
+    if race is None:
+        return None, "Run a race first (Race tab); then press the button again."
+    runs = {r.name: r for r in race.runs if r.records}
+    base = runs.get("autoregressive")
+    if base is None:
+        return None, "The last race has no autoregressive run: include it, it is the speedup's baseline."
+    rows = [row for name, r in runs.items() if name != "autoregressive" for row in [explain_run(r.records, base.records)] if row]
+    if not rows:
+        return None, "No method in the last race drafted anything."
+    table = ["| method | α | mean γ | c | T(γ+1)/T(1) | predicted | measured |", "|---|---|---|---|---|---|---|"]
+    table += [f"| {r['method']} | {r['alpha']:.2f} | {r['gamma']:.1f} | {r['c']:.3f} | {r['verify_ratio']:.2f} | "
+              f"{r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× |" for r in rows]
+    return predicted_vs_measured_speedup_figure(rows), "\n".join(table)
+
+
+# ----- the tab ----------------------------------------------------------------------------------
+
+def build_tab(ctx: Any) -> None:
+    import gradio as gr
+
+    gr.Markdown("### Expected speedup (Leviathan et al.): acceptance rate α, speculation length γ, draft cost c")
+    with gr.Row():
+        alpha = gr.Slider(0.0, 0.99, value=0.7, step=0.01, label="acceptance rate α")
+        gamma = gr.Slider(1, 16, value=4, step=1, label="speculation length γ")
+        c = gr.Slider(0.0, 1.0, value=0.05, step=0.005, label="draft cost c = T_draft / T_target")
+    first = explorer(alpha.value, gamma.value, c.value)  # drawn at build time: pure Python, a few ms
+    numbers = gr.Markdown(first[2])
+    with gr.Row():
+        curves = gr.Plot(first[0], label="speedup vs γ")
+        heat = gr.Plot(first[1], label="speedup over (α, γ)")
+    for w in (alpha, gamma, c):
+        w.change(explorer, [alpha, gamma, c], [curves, heat, numbers], show_progress="hidden")
+
+    gr.Markdown("### Roofline: what one forward pass costs, and how many drafted tokens ride along for free")
+    with gr.Row():
+        hardware = gr.Dropdown(list(HARDWARE), value="H100 SXM", label="hardware")
+        model = gr.Dropdown([*SHAPES, LOADED_PAIR], value="Llama-2-7B", label="model")
+        batch = gr.CheckboxGroup(BATCH_CHOICES, value=[1, 4, 16, 64], label="batch sizes B")
+        context = gr.Slider(0, 8192, value=1024, step=64, label="context length L")
+        overhead = gr.Checkbox(value=True, label="per-forward overhead (HF eager)")
+    first = roofline_view(hardware.value, model.value, batch.value, context.value, overhead.value)
+    roof_plot = gr.Plot(first[0], label="forward time vs tokens per sequence")
+    roof_table = gr.Markdown(first[1])
+
+    def on_roofline(hw, m, b, ctx_len, ov, pair_name):
+        try:
+            shape = resolve_shape(m, pair_name, getattr(ctx, "load_pair", None))
+            return roofline_view(hw, m, b, ctx_len, ov, shape=shape)
+        except Exception as e:  # a user's choice (e.g. a pair that cannot load) must not crash the tab
+            return None, f"**Cannot draw this:** {e}"
+
+    roof_inputs = [hardware, model, batch, context, overhead, ctx.pair]
+    for w in (hardware, model, batch, context, overhead):
+        w.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
+
+    gr.Markdown("### The last race through the formula: measured α, γ, c and verify cost → predicted speedup")
+    explain = gr.Button("Explain the last race")
+    race_plot = gr.Plot(label="predicted vs measured speedup")
+    race_table = gr.Markdown()
+    explain.click(race_view, [ctx.race], [race_plot, race_table])

@@ -1,0 +1,132 @@
+"""Calibration, measurement plumbing, records -> formula inputs, figures and the Theory tab's handlers
+(no server, no timing asserts)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import plotly.graph_objects as go
+import pytest
+
+from specviz.cost import cost_curve_rows, forward_time, get_hardware, get_shape
+from specviz.cost.calibrate import fit_roofline, relative_errors, split_fit_holdout
+from specviz.cost.from_records import estimate_alpha, explain_run
+from specviz.records import IterationRecord
+
+SMOL = get_shape("SmolLM2-135M").with_dtype("float32")
+
+
+def test_fit_recovers_a_known_machine_from_its_own_curve():
+    truth = replace(get_hardware("This machine (2-core CPU)"), overhead_s=0.005, overhead_per_layer_s=0.0)
+    points = [{"batch_size": b, "n_tokens": s, "context_len": 256, "seconds": forward_time(SMOL, truth, b, s, 256)}
+              for b in (1, 4, 16) for s in (1, 2, 4, 8, 16, 32, 64)]
+    # the base is off by 2x in both directions; the fit must find e_c = 2, e_m = 0.5 and 5 ms
+    base = replace(truth, peak_flops={k: v / 2 for k, v in truth.peak_flops.items()}, memory_bandwidth=truth.memory_bandwidth * 2)
+    fit_pts, held = split_fit_holdout(points, fit_tokens=(1, 64))
+    assert len(fit_pts) == 6 and len(held) == 15
+    fit = fit_roofline(SMOL, base, fit_pts)
+    assert fit.compute_efficiency == pytest.approx(2.0, rel=0.1)
+    assert fit.memory_efficiency == pytest.approx(0.5, rel=0.1)
+    assert fit.overhead_s == pytest.approx(0.005, rel=0.3)
+    assert max(relative_errors(SMOL, fit.hardware, held)) < 0.05
+    assert max(relative_errors(SMOL, base, held)) > 0.2  # the unfitted base really was wrong
+
+
+def test_batched_cache_rolls_back_and_measurement_reports_every_point():
+    import torch
+
+    from specviz.cost.measure import measure_forward_times, random_model
+    from specviz.cost.shapes import ModelShape
+    from specviz.models.kv import BatchedLM
+
+    shape = ModelShape("t", 2, 32, 2, 1, 16, 64, 100, dtype="float32")
+    model = random_model(shape)
+    lm = BatchedLM(model)
+    lm.forward(torch.zeros(3, 5, dtype=torch.long))
+    logits = lm.forward(torch.ones(3, 4, dtype=torch.long), n_logits=4)
+    assert logits.shape == (3, 4, 100) and lm.cache_length() == 9
+    lm.truncate(5)
+    assert lm.cache_length() == 5
+    again = lm.forward(torch.ones(3, 4, dtype=torch.long), n_logits=4)
+    assert torch.allclose(again, logits, atol=1e-5)  # same cache after the rollback -> same logits
+    timings = measure_forward_times(model, batch_sizes=(1, 2), n_tokens=(1, 3), context_len=4, repeats=2)
+    assert [(t.batch_size, t.n_tokens) for t in timings] == [(1, 1), (1, 3), (2, 1), (2, 3)]
+    assert all(len(t.samples) == 2 and t.seconds > 0 for t in timings)
+
+
+def _rec(method, i, drafted, accepted, draft_ms, verify_ms, t_start, t_end):
+    emitted = tuple(drafted[:accepted]) + (7,)
+    return IterationRecord(method=method, iteration=i, position=10 + i, speculation_length=len(drafted),
+                           drafted=tuple(drafted), accepted=accepted, emitted=emitted, p_target=None, q_draft=None,
+                           draft_forwards=len(drafted), target_forwards=1, t_start=t_start, t_end=t_end,
+                           draft_ms=draft_ms, verify_ms=verify_ms)
+
+
+def _race_records():
+    base = [_rec("autoregressive", i, (), 0, 0.0, 10.0, i * 0.01, (i + 1) * 0.01) for i in range(4)]
+    spec = [_rec("vanilla", i, (1, 2, 3, 4), a, 4.0, 12.0, i * 0.016, (i + 1) * 0.016) for i, a in enumerate((4, 1, 2, 0))]
+    return base, spec
+
+
+def test_explain_run_turns_records_into_the_formula_inputs():
+    base, spec = _race_records()
+    assert estimate_alpha(spec) == pytest.approx(7 / 10)  # 7 accepted, 3 iterations ended by a rejection
+    row = explain_run(spec, base)
+    assert row["gamma"] == 4 and row["c"] == pytest.approx(0.1) and row["verify_ratio"] == pytest.approx(1.2)
+    assert row["predicted_speedup"] == pytest.approx((1 - 0.7**5) / 0.3 / (4 * 0.1 + 1.2))
+    assert row["measured_speedup"] == pytest.approx((11 / 0.064) / (4 / 0.04))
+
+
+def test_figures_build_without_a_server():
+    from specviz.plots.roofline import budget_bars_figure, cost_curves_figure, predicted_vs_measured_figure
+    from specviz.plots.speedup import (
+        improvement_curves_figure,
+        predicted_vs_measured_speedup_figure,
+        speedup_heatmap_figure,
+        speedup_vs_alpha_figure,
+    )
+
+    hw = get_hardware("H100 SXM")
+    rows = cost_curve_rows(get_shape("Llama-2-7B"), hw.ideal(), (1, 64), (1, 2, 4, 8, 16, 32, 64), 1024)
+    assert {r["bound"] for r in rows} == {"memory", "compute"}  # B=64 crosses the knee within S <= 64
+    curves = cost_curves_figure(rows, measured=rows[:3], knees={1: None, 64: 5})
+    names = [t.name for t in curves.data]
+    assert "B=64 knee (S=5)" in names and "B=1 measured" in names and "B=64 compute-bound" in names
+    pts = [dict(r, predicted_s=r["seconds"] * 1.1, used_for_fit=r["n_tokens"] == 1) for r in rows]
+    figs = [
+        curves,
+        cost_curves_figure(rows, normalize=True),
+        predicted_vs_measured_figure(pts),
+        budget_bars_figure({"H100": {1: 200, 16: 19}}, 0.1),
+        improvement_curves_figure([0.6, 0.8], 0.05, 12),
+        improvement_curves_figure([0.6], 0.0, 12, verify_ratio=lambda g: 1 + 0.1 * g),
+        speedup_heatmap_figure(0.05, 8, n_alpha=10),
+        speedup_vs_alpha_figure([0.01, 0.1], fixed_gamma=4),
+        predicted_vs_measured_speedup_figure([explain_run(*reversed(_race_records()))]),
+    ]
+    for fig in figs:
+        assert isinstance(fig, go.Figure) and fig.data and fig.layout.title.text
+    star = [t for t in figs[4].data if t.mode == "markers"]
+    assert [t.x[0] for t in star] == [4, 8]  # optimal γ for α = 0.6 / 0.8 at c = 0.05 (1.92x, 3.09x)
+
+
+def test_theory_handlers_and_tab():
+    import gradio as gr
+
+    from specviz.ui import theory
+
+    curves, heat, text = theory.explorer(0.6, 4, 0.05)
+    assert "Best γ for this α and c: **4**" in text and curves.data and heat.data
+    fig, table = theory.roofline_view("H100 SXM", "Llama-2-7B", [1, 16], 1024, True)
+    assert fig.data and table.count("\n| ") == 2  # header, separator, one row per batch size
+    fig, table = theory.roofline_view(theory.THIS_MACHINE, "SmolLM2-135M", [1], 256, True)
+    assert "float32" in fig.layout.title.text
+    assert theory.race_view(None)[0] is None
+    base, spec = _race_records()
+    race = SimpleNamespace(runs=[SimpleNamespace(name="autoregressive", records=base), SimpleNamespace(name="vanilla", records=spec)])
+    fig, table = theory.race_view(race)
+    assert fig.data and "| vanilla | 0.70 |" in table
+    with gr.Blocks():
+        ctx = SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), race=gr.State(None))
+        theory.build_tab(ctx)
