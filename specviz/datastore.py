@@ -97,14 +97,15 @@ class Datastore:
                 return lo, lo
         return lo, hi
 
-    def continuations(self, pattern: Sequence[int], max_count: int, depth: int) -> list[list[int]]:
+    def continuations(self, pattern: Sequence[int], max_count: int, depth: int, spread: bool = True) -> list[list[int]]:
         """Up to `max_count` continuations (each up to `depth` tokens, cut at a document end) of the
-        occurrences of `pattern`, sampled at regular intervals over its suffix-array range."""
+        occurrences of `pattern`, sampled at regular intervals over its suffix-array range
+        (`spread=False`: the first ones in suffix-array order, as REST takes them)."""
         lo, hi = self.find(pattern)
         if hi <= lo or depth <= 0:
             return []
         m = min(max_count, hi - lo)
-        picks = lo + (np.arange(m) * (hi - lo)) // m  # spread over the range, not the first m
+        picks = lo + (np.arange(m) * (hi - lo)) // m if spread else lo + np.arange(m)
         starts = self.sa[picks].astype(np.int64) + len(pattern)  # [m]
         window = starts[:, None] + np.arange(depth)  # [m, depth]
         padded = np.append(self.tokens, np.full(depth, self.separator, dtype=self.tokens.dtype))

@@ -125,6 +125,16 @@ def scored_candidates(
     return best
 
 
+def first_match_candidates(ids: Sequence[int], datastore: Datastore, depth: int, max_ngram: int = 8, count: int = 100) -> dict[Path, tuple[float, str]]:
+    """REST-style baseline (He et al. 2024): the longest suffix of `ids` found in the datastore,
+    its first `count` continuations in suffix-array order, scored by their share."""
+    for n in range(min(max_ngram, len(ids)), 0, -1):
+        conts = datastore.continuations(ids[-n:], count, depth, spread=False)
+        if conts:
+            return {path: (c / len(conts), "datastore") for path, c in count_tree(conts).items()}
+    return {}
+
+
 def top_tree(candidates: dict[Path, tuple[float, str]], size: int) -> TokenTree:
     """The `size` best-scoring paths whose parents are also chosen, as a flattened tree."""
     chosen: dict[Path, tuple[float, str]] = {}

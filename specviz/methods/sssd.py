@@ -78,11 +78,11 @@ def resolve_datastore(choice: str, tokenizer: Any) -> Datastore | None:
 class NgramTreeDrafter:
     """Proposes a token tree for one sequence from its own n-grams and a datastore."""
 
-    def __init__(self, datastore: Datastore | None, opts: SSSDOptions):
+    def __init__(self, datastore: Datastore | None, opts: SSSDOptions, weights: FusionWeights | None = None):
         self.index = InputIndex(opts.max_ngram) if opts.sources != "datastore" else None
         self.datastore = datastore if opts.sources != "input" else None
         self.cfg = SourceConfig(max_ngram=opts.max_ngram)
-        self.weights = opts.weights()
+        self.weights = weights or opts.weights()
         self.max_depth = opts.max_depth
 
     def propose(self, ids: list[int], size: int, depth: int) -> TokenTree:

@@ -1,0 +1,350 @@
+"""SSSD's comparison on one target (Marzollo et al. 2024, Fig. 4 and Fig. 6), as far as a CPU allows.
+
+    python -m specviz.bench sssd --pair default --suites mtbench,gsm8k,humaneval --limit 8
+
+1. References: the target's greedy output for every prompt (autoregressive, timed).
+2. Fig. 4: mean accepted length (tokens per target forward) vs speculation length S for input-only,
+   datastore-only and fused drafting, prompt lookup and a REST-style first-match datastore tree.
+   Each drafter is replayed along the greedy reference: at every step it proposes from the
+   committed tokens and the step keeps the longest tree path that the reference follows, plus one
+   token. With greedy verification this is exactly what the method emits (greedy parity), so the
+   numbers equal real runs without one target forward per point; `--check` confirms it on real runs.
+3. Speed at B = 1: autoregressive vs `sssd`, interleaved prompt by prompt; tokens/s ratio and the
+   share of each step spent retrieving drafts.
+4. Fig. 6: a static batch of B prompts decoded together (`decode_batch`) for AR and SSSD, with S
+   per sequence from the roofline budget for B and with a fixed S: throughput (tokens/s over the
+   batch) vs mean latency per request (s until the request's last token).
+5. `--grid`: the fusion weights by grid search on validation prompts (ShareGPT lines held out from
+   every training set), scored by replayed mean accepted length.
+Writes results.json, table.md and HTML figures under --out (default results/sssd/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specviz.datastore import DEFAULT_PATH
+
+Proposer = Callable[[list[int], int, int], tuple[list[int], list[int]]]  # (ids, size, depth) -> (tokens, parents)
+
+
+def load_target_pair(name: str):
+    """The pair, or when its draft is missing (SSSD needs none) the target alone."""
+    from specviz.errors import SpecvizError
+    from specviz.models.pair import ModelPair, describe, eos_ids, load_pair
+
+    try:
+        return load_pair(name, device="cpu", dtype="float32")
+    except SpecvizError:
+        if name != "default" and not Path(name).is_dir():
+            raise
+    import torch
+
+    from specviz.models import hub
+
+    if name == "default":
+        from specviz.models.default import load_target
+
+        target, tok = load_target(torch.device("cpu"), torch.float32)
+    else:
+        target, tok = hub.load_causal_lm(name, torch.device("cpu"), torch.float32), hub.load_tokenizer(name)
+    return ModelPair(f"{name} (target only)", target, None, tok, tok.chat_template is not None, eos_ids(target, tok),
+                     describe(name, None, target, None, torch.device("cpu"), torch.float32))
+
+
+# --- replay: accepted lengths of any tree drafter along a greedy reference -------------------------
+
+
+def replay(prompt_ids: list[int], reference: list[int], propose: Proposer, size: int) -> dict[str, float]:
+    """Greedy tree verification simulated along `reference`: steps, tokens, draft time."""
+    ids, pos, steps, draft_s = list(prompt_ids), 0, 0, 0.0
+    while pos < len(reference):
+        remaining = len(reference) - pos
+        t0 = time.perf_counter()
+        tokens, parents = propose(ids, size, remaining - 1)
+        draft_s += time.perf_counter() - t0
+        node, accepted = -1, 0
+        while accepted < remaining - 1:
+            want = reference[pos + accepted]
+            child = next((i for i, p in enumerate(parents) if p == node and tokens[i] == want), None)
+            if child is None:
+                break
+            node, accepted = child, accepted + 1
+        emitted = min(accepted + 1, remaining)
+        ids += reference[pos : pos + emitted]
+        pos += emitted
+        steps += 1
+    return {"steps": steps, "tokens": len(reference), "draft_s": draft_s}
+
+
+def proposers(datastore, weights=None) -> dict[str, Callable[[], Proposer]]:
+    """Fig. 4's drafters; each factory gives a fresh proposer (per-request state) for one prompt."""
+    from specviz.methods.ngram_tree import first_match_candidates, top_tree
+    from specviz.methods.prompt_lookup import ngram_continuation
+    from specviz.methods.sssd import NgramTreeDrafter, SSSDOptions
+
+    def sssd(sources: str) -> Callable[[], Proposer]:
+        def make() -> Proposer:
+            opts = SSSDOptions(sources=sources, datastore="none", **(weights or {}))
+            drafter = NgramTreeDrafter(datastore if sources != "input" else None, opts)
+
+            def propose(ids, size, depth):
+                tree = drafter.propose(ids, size, depth)
+                return tree.tokens, tree.parents
+
+            return propose
+
+        return make
+
+    def prompt_lookup() -> Proposer:
+        def propose(ids, size, depth):
+            tokens, _ = ngram_continuation(ids, min(size, depth), 3, 1)
+            return tokens, list(range(-1, len(tokens) - 1))
+
+        return propose
+
+    def rest() -> Proposer:
+        def propose(ids, size, depth):
+            tree = top_tree(first_match_candidates(ids, datastore, min(depth, 8)), size) if depth > 0 else None
+            return (tree.tokens, tree.parents) if tree else ([], [])
+
+        return propose
+
+    out = {"input only": sssd("input"), "prompt lookup": prompt_lookup}
+    if datastore is not None:
+        out = {"fused (SSSD)": sssd("both"), "datastore only": sssd("datastore"), **out, "REST-style first match": rest}
+    return out
+
+
+def fig4(refs: list[dict], datastore, sizes: list[int]) -> list[dict]:
+    """Mean accepted length per suite x drafter x S (one row each)."""
+    rows = []
+    for name, make in proposers(datastore).items():
+        for size in sizes:
+            for suite in dict.fromkeys(r["suite"] for r in refs):
+                runs = [replay(r["prompt_ids"], r["output_ids"], make(), size) for r in refs if r["suite"] == suite]
+                steps, tokens = sum(x["steps"] for x in runs), sum(x["tokens"] for x in runs)
+                rows.append({"suite": suite, "drafter": name, "speculation_length": size,
+                             "mean_accepted_length": tokens / steps, "draft_ms_per_step": 1e3 * sum(x["draft_s"] for x in runs) / steps})
+    return rows
+
+
+# --- real runs -------------------------------------------------------------------------------------
+
+
+def references(pair, prompts, max_new_tokens: int, progress: bool) -> list[dict]:
+    from specviz.models.pair import encode_prompt
+    from specviz.runner import generate
+
+    refs = []
+    for p in prompts:
+        ids = encode_prompt(pair, p.text)
+        result = generate("autoregressive", pair, ids, max_new_tokens=max_new_tokens)
+        refs.append({"suite": p.suite, "prompt_id": p.id, "prompt_ids": ids, "output_ids": list(result.summary.output_ids),
+                     "wall_s": result.summary.wall_s})
+        if progress:
+            print(f"  reference {p.id}: {result.summary.new_tokens} tokens in {result.summary.wall_s:.1f} s", file=sys.stderr)
+    return refs
+
+
+def speed_b1(pair, refs: list[dict], options: dict, max_new_tokens: int) -> list[dict]:
+    """AR and sssd on every prompt, interleaved with alternating order; plain per-run numbers."""
+    from specviz.runner import generate
+
+    generate("sssd", pair, refs[0]["prompt_ids"], max_new_tokens=8, **options)  # warm-up
+    runs = []
+    for i, r in enumerate(refs):
+        order = [("autoregressive", {}), ("sssd", options)]
+        for method, opts in order if i % 2 == 0 else order[::-1]:
+            result = generate(method, pair, r["prompt_ids"], max_new_tokens=max_new_tokens, **opts)
+            s = result.summary
+            draft_ms = sum(x.draft_ms for x in result.records)
+            verify_ms = sum(x.verify_ms for x in result.records)
+            runs.append({"suite": r["suite"], "prompt_id": r["prompt_id"], "method": method, "new_tokens": s.new_tokens,
+                         "wall_s": s.wall_s, "target_forwards": s.target_forwards, "draft_ms": draft_ms, "verify_ms": verify_ms,
+                         "matches_reference": list(s.output_ids) == r["output_ids"][: s.new_tokens] and s.new_tokens == len(r["output_ids"])})
+    return runs
+
+
+def speed_table(runs: list[dict]) -> list[dict]:
+    rows = []
+    for suite in [*dict.fromkeys(r["suite"] for r in runs), "all"]:
+        sel = [r for r in runs if suite in ("all", r["suite"])]
+        tps = {m: sum(r["new_tokens"] for r in sel if r["method"] == m) / sum(r["wall_s"] for r in sel if r["method"] == m)
+               for m in ("autoregressive", "sssd")}
+        sssd_runs = [r for r in sel if r["method"] == "sssd"]
+        rows.append({
+            "suite": suite, "prompts": len(sssd_runs), "ar_tokens_per_s": tps["autoregressive"], "sssd_tokens_per_s": tps["sssd"],
+            "speedup": tps["sssd"] / tps["autoregressive"],
+            "mean_accepted_length": sum(r["new_tokens"] for r in sssd_runs) / sum(r["target_forwards"] for r in sssd_runs),
+            "retrieval_share": sum(r["draft_ms"] for r in sssd_runs) / sum(r["draft_ms"] + r["verify_ms"] for r in sssd_runs),
+            "greedy_parity": all(r["matches_reference"] for r in sel),
+        })
+    return rows
+
+
+def fig6(pair, refs: list[dict], batch_sizes: list[int], fixed: int, hardware: str, max_new_tokens: int, options: dict) -> list[dict]:
+    """Static batches of the first B prompts: AR, SSSD with roofline S(B), SSSD with fixed S."""
+    from specviz.methods.sssd import SSSDOptions, batch_tree_size, decode_batch
+
+    opts = SSSDOptions(**options)
+    prompts = [r["prompt_ids"] for r in refs]
+    context = int(np.mean([len(p) for p in prompts])) + max_new_tokens // 2
+    rows = []
+    decode_batch(pair, prompts[:2], 4, max_new_tokens=4, opts=opts)  # warm-up
+    for B in batch_sizes:
+        if B > len(prompts):
+            break
+        budget = batch_tree_size(pair, B, context, hardware)
+        for label, size in (("AR", 0), ("SSSD (roofline S)", budget), (f"SSSD (S={fixed})", fixed)):
+            t0 = time.perf_counter()
+            records = decode_batch(pair, prompts[:B], size, max_new_tokens=max_new_tokens, opts=opts)
+            wall = time.perf_counter() - t0
+            tokens = sum(len(r.emitted) for rs in records for r in rs)
+            latency = [rs[-1].t_end for rs in records]
+            steps = max(len(rs) for rs in records)
+            parity = all([t for r in rs for t in r.emitted] == ref["output_ids"] for rs, ref in zip(records, refs))
+            rows.append({"batch_size": B, "variant": label, "speculation_length": size, "tokens": tokens, "wall_s": wall,
+                         "throughput_tokens_per_s": tokens / wall, "mean_latency_s": float(np.mean(latency)),
+                         "iterations": steps, "greedy_parity": parity})
+    return rows
+
+
+# --- fusion weights --------------------------------------------------------------------------------
+
+
+def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
+    """Replayed mean accepted length of fused drafting on validation references for each weight set."""
+    from specviz.methods.ngram_tree import FusionWeights
+    from specviz.methods.sssd import NgramTreeDrafter, SSSDOptions
+
+    rows = []
+    for scale, depth_decay, short in itertools.product((0.2, 0.4, 0.6, 0.8, 1.0), (0.7, 0.8, 0.9, 1.0), (0.4, 0.6, 0.8)):
+        steps = tokens = 0
+        for r in refs:
+            drafter = NgramTreeDrafter(datastore, SSSDOptions(datastore="none"), FusionWeights(scale, depth_decay, short))
+
+            def propose(ids, s, depth, d=drafter):
+                tree = d.propose(ids, s, depth)
+                return tree.tokens, tree.parents
+
+            out = replay(r["prompt_ids"], r["output_ids"], propose, size)
+            steps, tokens = steps + out["steps"], tokens + out["tokens"]
+        rows.append({"input_scale": scale, "input_depth_decay": depth_decay, "short_match_decay": short,
+                     "mean_accepted_length": tokens / steps})
+    return sorted(rows, key=lambda r: -r["mean_accepted_length"])
+
+
+def validation_prompts(path: Path, lines: tuple[int, int], limit: int):
+    """ShareGPT prompts from the held-out line range (no training set and no benchmark uses them)."""
+    from specviz.prompts import Prompt
+
+    out = []
+    with path.open() as f:
+        for i, line in enumerate(f):
+            if lines[0] <= i < lines[1] and len(out) < limit:
+                out.append(Prompt("sharegpt-val", f"sharegpt/{i}", json.loads(line)["prompt"]))
+    return out
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def write_outputs(out: Path, results: dict[str, Any]) -> list[Path]:
+    from specviz.plots.sssd_figures import accepted_length_figure, batch_figure
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "results.json"]
+    paths[0].write_text(json.dumps(results, indent=1))
+    lines = [f"# SSSD on {results['pair']}\n", f"Command: `{results['command']}`\n"]
+    if results.get("fig4"):
+        fig = accepted_length_figure(results["fig4"])
+        paths.append(out / "fig4_accepted_length.html")
+        fig.write_html(paths[-1], include_plotlyjs="cdn")
+        lines += ["## Mean accepted length vs speculation length (replayed greedy verification)\n", _md(results["fig4"]), ""]
+    if results.get("speed_b1"):
+        lines += ["## Speed at B = 1 (interleaved real runs)\n", _md(results["speed_b1"]), ""]
+    if results.get("fig6"):
+        fig = batch_figure(results["fig6"])
+        paths.append(out / "fig6_batch.html")
+        fig.write_html(paths[-1], include_plotlyjs="cdn")
+        lines += ["## Static batches: throughput vs mean latency per request\n", _md(results["fig6"]), ""]
+    if results.get("grid"):
+        lines += ["## Fusion weight grid (validation, top 10)\n", _md(results["grid"][:10]), ""]
+    paths.append(out / "table.md")
+    paths[-1].write_text("\n".join(lines))
+    return paths
+
+
+def _md(rows: list[dict]) -> str:
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specviz.bench sssd", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pair", default="default", help="pair name, or a model folder (the target alone is enough)")
+    ap.add_argument("--suites", default="mtbench,gsm8k,humaneval")
+    ap.add_argument("--limit", type=int, default=8, help="prompts per suite")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--datastore", default=str(DEFAULT_PATH))
+    ap.add_argument("--sizes", default="1,2,4,8,12,16,24,32", help="speculation lengths S for Fig. 4")
+    ap.add_argument("--speculation-length", type=int, default=12, help="S for the B = 1 speed runs and the fixed-S batches")
+    ap.add_argument("--batch-sizes", default="1,2,4,8,16")
+    ap.add_argument("--batch-new-tokens", type=int, default=64)
+    ap.add_argument("--hardware", default="This machine (2-core CPU)", help="roofline preset for S per batch size")
+    ap.add_argument("--stages", default="fig4,speed,fig6", help="any of fig4, speed, fig6, grid")
+    ap.add_argument("--validation", type=Path, default=Path("/work/shared/data/sharegpt_prompts.jsonl"))
+    ap.add_argument("--validation-lines", default="5500:6000")
+    ap.add_argument("--out", type=Path, default=Path("results/sssd"))
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+
+    from specviz.methods.sssd import resolve_datastore
+    from specviz.prompts import take
+
+    stages = set(args.stages.split(","))
+    pair = load_target_pair(args.pair)
+    datastore = resolve_datastore(args.datastore, pair.tokenizer) if args.datastore != "none" else None
+    results: dict[str, Any] = {
+        "pair": pair.name, "command": "python -m specviz.bench sssd " + " ".join(argv or sys.argv[1:]),
+        "datastore": None if datastore is None else {"path": args.datastore, **datastore.info},
+    }
+    progress = not args.quiet
+    prompts = [p for s in args.suites.split(",") for p in take(s, args.limit)]
+    needs_refs = stages & {"fig4", "speed", "fig6"}
+    refs = references(pair, prompts, args.max_new_tokens, progress) if needs_refs else []
+    results["references"] = [{k: v for k, v in r.items() if k != "prompt_ids"} for r in refs]
+    options = {"speculation_length": args.speculation_length, "datastore": args.datastore if datastore is not None else "none"}
+    if "fig4" in stages:
+        results["fig4"] = fig4(refs, datastore, [int(s) for s in args.sizes.split(",")])
+    if "speed" in stages:
+        results["speed_runs"] = speed_b1(pair, refs, options, args.max_new_tokens)
+        results["speed_b1"] = speed_table(results["speed_runs"])
+    if "fig6" in stages:
+        batch_refs = references(pair, prompts, args.batch_new_tokens, False) if args.batch_new_tokens != args.max_new_tokens else refs
+        by_suite = [[r for r in batch_refs if r["suite"] == s] for s in dict.fromkeys(r["suite"] for r in batch_refs)]
+        batch_refs = [r for group in itertools.zip_longest(*by_suite) for r in group if r is not None]  # suites mixed
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+        results["fig6"] = fig6(pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options)
+    if "grid" in stages:
+        lo, hi = (int(x) for x in args.validation_lines.split(":"))
+        val = references(pair, validation_prompts(args.validation, (lo, hi), args.limit), args.max_new_tokens, progress)
+        results["grid"] = grid_search(val, datastore, args.speculation_length)
+    for path in write_outputs(args.out, results):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
