@@ -4,6 +4,7 @@ mistakes are scripted, and the timestamps each record carries."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -119,3 +120,29 @@ def test_each_lane_is_busy_with_one_forward_at_a_time_and_inside_its_step(method
 def test_window_option_is_checked():
     with pytest.raises(SpecvizError, match="window"):
         specviz.run("pearl", None, "x", window=-1)
+
+
+def test_drafting_phases_end_where_the_target_adds_a_token(self_pair):
+    from specviz.experiments.pearl import tokens_per_phase
+
+    prompt = [5, 17, 300, 42, 7]
+    pair = dataclasses.replace(self_pair, draft=ScriptedDraft(self_pair.target, {len(prompt) + i for i in (4, 5, 9)}))
+    result = specviz.generate("pearl", pair, prompt, max_new_tokens=14, window=3, concurrent=False)
+    assert tokens_per_phase([r.to_dict() for r in result.records]) == [5, 1, 4, 4]  # see EXPECTED["pearl"]
+    vanilla = specviz.generate("vanilla", pair, prompt, max_new_tokens=14, speculation_length=3)
+    assert tokens_per_phase([r.to_dict() for r in vanilla.records]) == [len(r.emitted) for r in vanilla.records]
+
+
+def test_experiment_writes_its_table_and_figures(tmp_path, capsys):
+    from specviz.experiments import pearl as experiment
+
+    code = experiment.main(["--pair", "tiny-random", "--suites", "humaneval", "--limit", "1", "--max-new-tokens", "6",
+                            "--modes", "sequential", "--window", "2", "--no-warmup", "--quiet", "--out", str(tmp_path)])
+    assert code == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    variants = {r["variant"] for r in result["summary"]}
+    assert {"autoregressive", "vanilla (γ=2)", "pearl [sequential]", "pearl-no-pre [sequential]", "pearl-no-post [sequential]"} == variants
+    assert all(r["matches_autoregressive"] for r in result["summary"])
+    for name in ("table.md", "timeline.html", "speedup.html", "timeline_records.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "pearl [sequential]" in capsys.readouterr().out

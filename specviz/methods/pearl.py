@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from specviz.cost.formulas import pearl_window
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.methods import register
@@ -102,10 +103,10 @@ _WINDOWS: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, int]] = weakref.W
 
 
 def optimal_window(pair: Any) -> int:
-    """PEARL's window γ = round(c) (Theorem 1), at least 1; measured on the first call for a pair."""
+    """PEARL's window γ = round(c) (Theorem 1); c measured on the first call for a pair."""
     per_target = _WINDOWS.setdefault(pair.draft, {})
     if id(pair.target) not in per_target:
-        per_target[id(pair.target)] = max(1, round(forward_time_ratio(pair)))
+        per_target[id(pair.target)] = pearl_window(forward_time_ratio(pair))
     return per_target[id(pair.target)]
 
 

@@ -1,0 +1,239 @@
+"""PEARL's comparison on one pair: autoregressive, vanilla SD, PEARL and its two ablations (Tables 3, 6).
+
+    python -m specviz.bench pearl --pair default --suites humaneval,gsm8k --limit 5 --max-new-tokens 128
+
+Every variant decodes every prompt greedily, interleaved prompt by prompt with a rotating order
+after a warm-up. PEARL variants run twice: "threads" (the draft and the target truly at the same
+time, a thread each; CUDA streams on GPU) and "sequential" (the same rounds one job after the
+other, so each forward is timed without interference). Reported per variant:
+
+- measured tokens/s and speedups vs autoregressive and vs vanilla (ratios within this run);
+- parallel-ideal tokens/s: the sequential run's wall time minus, in every round, the shorter
+  job's time (what separate hardware for the two models would give, with these forward times);
+- mean accepted tokens per drafting phase (Table 6): tokens emitted from a (re)start of drafting
+  to the step that emits a target token (a correction or a bonus); for vanilla, one iteration;
+- the share of the run each model waits (idle fraction), from the per-forward timestamps;
+- PEARL's and Leviathan's predicted speedups from `specviz.cost` at the α implied by vanilla's
+  tokens per iteration and the measured c = T_target / T_draft.
+
+Writes results.json, table.md, timeline.html (vanilla vs PEARL on the first prompt) and
+speedup.html under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # row label
+    method: str  # registry name
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def variants(window: int, vanilla_gamma: int, modes: list[str]) -> list[Variant]:
+    rows = [Variant("autoregressive", "autoregressive"), Variant(f"vanilla (γ={vanilla_gamma})", "vanilla", {"speculation_length": vanilla_gamma})]
+    for mode in modes:
+        for method in ("pearl", "pearl-no-pre", "pearl-no-post"):
+            rows.append(Variant(f"{method} [{mode}]", method, {"window": window, "concurrent": mode == "threads"}))
+    return rows
+
+
+def tokens_per_phase(records: list[dict]) -> list[int]:
+    """Tokens emitted in each drafting phase: a phase ends with a step that emits a target token."""
+    phases, current = [], 0
+    for r in records:
+        current += len(r["emitted"])
+        if len(r["emitted"]) > r["accepted"] or r["extra"].get("stop"):
+            phases.append(current)
+            current = 0
+    return phases + ([current] if current else [])
+
+
+def ideal_seconds(records: list[dict]) -> float:
+    """Parallel-ideal duration of a run: each record's own estimate, or its wall time (no overlap possible)."""
+    return sum(r["extra"].get("ideal_s", r["t_end"] - r["t_start"]) for r in records)
+
+
+def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    from specviz.plots.timeline import idle_fractions
+    from specviz.runner import generate
+
+    if warmup:
+        for v in rows:
+            generate(v.method, pair, prompts[0].text, max_new_tokens=8, **v.options)
+    runs = []
+    bar = tqdm(total=len(prompts) * len(rows), desc="pearl", unit="run", disable=not progress)
+    for i, prompt in enumerate(prompts):
+        rotation = i % len(rows)
+        for v in rows[rotation:] + rows[:rotation]:
+            bar.set_postfix_str(f"{v.name} on {prompt.id}")
+            result = generate(v.method, pair, prompt.text, max_new_tokens=max_new_tokens, **v.options)
+            records = [r.to_dict() for r in result.records]
+            s = result.summary
+            runs.append({"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
+                         "new_tokens": s.new_tokens, "wall_s": s.wall_s, "ideal_s": ideal_seconds(records),
+                         "drafted": s.drafted, "accepted": s.accepted, "iterations": s.iterations,
+                         "target_forwards": s.target_forwards, "draft_forwards": s.draft_forwards,
+                         "phases": tokens_per_phase(records) if v.method != "autoregressive" else [],
+                         "idle": idle_fractions(records), "output_ids": list(s.output_ids),
+                         "records": records if i == 0 else None})  # fmt: skip
+            bar.update()
+    bar.close()
+    reference = {r["prompt_id"]: r["output_ids"] for r in runs if r["method"] == "autoregressive"}
+    for r in runs:
+        r["matches_autoregressive"] = r["output_ids"] == reference.get(r["prompt_id"])
+    return runs
+
+
+def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c: float) -> list[dict]:
+    """Per suite (and 'all') x variant: measured and ideal speed, phases, idle shares, predictions."""
+    from specviz.cost import alpha_from_tokens_per_iteration, pearl_speedup, pearl_tokens_per_step
+    from specviz.cost.formulas import vanilla_speedup_pearl_units
+
+    rows = []
+    suites = list(dict.fromkeys(r["suite"] for r in runs))
+    for suite in [*suites, "all"]:
+        mine = [r for r in runs if suite in ("all", r["suite"])]
+        speed = {name: _tps(mine, name, "wall_s") for name in order}
+        ar, vanilla = speed[order[0]], speed[order[1]]
+        van = [r for r in mine if r["variant"] == order[1]]
+        per_iter = sum(r["new_tokens"] for r in van) / max(1, sum(r["target_forwards"] for r in van))
+        alpha = alpha_from_tokens_per_iteration(min(max(per_iter, 1.0), vanilla_gamma + 1), vanilla_gamma)
+        for name in order:
+            rs = [r for r in mine if r["variant"] == name]
+            wall = sum(r["wall_s"] for r in rs)
+            phases = [n for r in rs for n in r["phases"]]
+            ideal = _tps(mine, name, "ideal_s")
+            method = rs[0]["method"] if rs else None
+            predicted = {"autoregressive": 1.0, "vanilla": vanilla_speedup_pearl_units(alpha, c, vanilla_gamma),
+                         "pearl": pearl_speedup(alpha, c, window)}.get(method)  # fmt: skip
+            rows.append({
+                "suite": suite, "variant": name, "method": method, "runs": len(rs),
+                "tokens": sum(r["new_tokens"] for r in rs),
+                "tokens_per_s": speed[name], "speedup_vs_ar": _ratio(speed[name], ar),
+                "speedup_vs_vanilla": _ratio(speed[name], vanilla),
+                "ideal_tokens_per_s": ideal, "ideal_speedup_vs_ar": _ratio(ideal, ar),
+                "ideal_speedup_vs_vanilla": _ratio(ideal, vanilla),
+                "mean_tokens_per_phase": sum(phases) / len(phases) if phases else None,
+                "acceptance_rate": _ratio(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)),
+                "draft_idle": _weighted(rs, "draft", wall), "target_idle": _weighted(rs, "target", wall),
+                "alpha_from_vanilla": alpha, "predicted_speedup_vs_ar": predicted,
+                "predicted_pearl_tokens_per_step": pearl_tokens_per_step(alpha, window) if method == "pearl" else None,
+                "matches_autoregressive": all(r["matches_autoregressive"] for r in rs),
+            })  # fmt: skip
+    return rows
+
+
+def _tps(runs: list[dict], name: str, seconds: str) -> float | None:
+    rs = [r for r in runs if r["variant"] == name]
+    total = sum(r[seconds] for r in rs)
+    return sum(r["new_tokens"] for r in rs) / total if total > 0 else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _weighted(runs: list[dict], lane: str, wall: float) -> float | None:
+    return sum(r["idle"][lane] * r["wall_s"] for r in runs) / wall if wall > 0 else None
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    def fmt(x, spec=".2f"):
+        return "-" if x is None else format(x, spec)
+
+    lines = [header, "", "| suite | variant | tok/s | × AR | × vanilla | ideal tok/s | ideal × AR | ideal × vanilla | "
+             "tokens / phase | draft idle | target idle | predicted × AR | = AR |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['suite']} | {r['variant']} | {fmt(r['tokens_per_s'], '.1f')} | {fmt(r['speedup_vs_ar'])} | "
+            f"{fmt(r['speedup_vs_vanilla'])} | {fmt(r['ideal_tokens_per_s'], '.1f')} | {fmt(r['ideal_speedup_vs_ar'])} | "
+            f"{fmt(r['ideal_speedup_vs_vanilla'])} | {fmt(r['mean_tokens_per_phase'])} | {fmt(r['draft_idle'], '.0%')} | "
+            f"{fmt(r['target_idle'], '.0%')} | {fmt(r['predicted_speedup_vs_ar'])} | {'yes' if r['matches_autoregressive'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def speedup_figure(rows: list[dict]):
+    """Measured and parallel-ideal speedup over autoregressive decoding per variant (all suites)."""
+    import plotly.graph_objects as go
+
+    mine = [r for r in rows if r["suite"] == "all"]
+    fig = go.Figure()
+    fig.add_bar(x=[r["variant"] for r in mine], y=[r["speedup_vs_ar"] for r in mine], name="measured", marker_color="#0072B2")
+    fig.add_bar(x=[r["variant"] for r in mine], y=[r["ideal_speedup_vs_ar"] for r in mine], name="parallel-ideal (separate hardware)", marker_color="#56B4E9")
+    fig.add_scatter(x=[r["variant"] for r in mine], y=[r["predicted_speedup_vs_ar"] for r in mine], mode="markers",
+                    name="predicted (specviz.cost, α from vanilla)", marker=dict(symbol="diamond", size=10, color="#D55E00"))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
+    fig.update_layout(title="PEARL vs vanilla SD: speedup over autoregressive decoding", barmode="group",
+                      xaxis_title="variant", yaxis_title="speedup (× autoregressive tokens/s)")
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specviz.bench pearl", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="default")
+    p.add_argument("--suites", default="humaneval,gsm8k", help="comma-separated prompt suites")
+    p.add_argument("--limit", type=int, default=5, help="prompts per suite")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--window", type=int, default=0, help="PEARL's γ (default: round(c), measured)")
+    p.add_argument("--vanilla-gamma", type=int, default=0, help="vanilla's γ (default: PEARL's window)")
+    p.add_argument("--modes", default="threads,sequential", help="PEARL runs: threads, sequential or both")
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--out", type=Path, default=Path("results/pearl"))
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    from specviz.bench import describe_machine
+    from specviz.cost import pearl_window
+    from specviz.errors import SpecvizError
+    from specviz.methods.pearl import forward_time_ratio
+    from specviz.models.pair import load_pair
+    from specviz.plots.timeline import timeline
+    from specviz.prompts import take
+
+    try:
+        pair = load_pair(args.pair)
+        prompts = [q for s in args.suites.split(",") for q in take(s.strip(), args.limit, args.offset)]
+        c = forward_time_ratio(pair)
+        window = args.window or pearl_window(c)
+        vanilla_gamma = args.vanilla_gamma or window
+        modes = [m.strip() for m in args.modes.split(",") if m.strip() in ("threads", "sequential")]
+        rows = variants(window, vanilla_gamma, modes)
+        runs = run_all(pair, prompts, rows, args.max_new_tokens, not args.no_warmup, not args.quiet)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summary = table(runs, [v.name for v in rows], window, vanilla_gamma, c)
+    machine = describe_machine(pair.info.get("device", "cpu"))
+    header = (f"PEARL comparison: pair {pair.name} on {machine['device']} ({machine.get('threads')} intra-op threads), "
+              f"{len(prompts)} prompts ({args.suites}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
+              f"c = T_target/T_draft = {c:.2f}, PEARL window γ = {window}, vanilla γ = {vanilla_gamma}")
+    text = markdown(summary, header)
+    print(text)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"config": {**vars(args), "out": str(args.out), "c": c, "window": window, "vanilla_gamma": vanilla_gamma,
+                         "prompts": [q.id for q in prompts]}, "pair": pair.info, "device": machine, "summary": summary,
+              "runs": [{k: v for k, v in r.items() if k not in ("output_ids", "records")} for r in runs]}  # fmt: skip
+    (args.out / "results.json").write_text(json.dumps(result, indent=1))
+    (args.out / "table.md").write_text(text + "\n")
+    first = {r["variant"]: r["records"] for r in runs if r["records"] is not None}
+    shown = {name: recs for name, recs in first.items() if name.startswith(("vanilla", "pearl ["))}
+    (args.out / "timeline_records.json").write_text(json.dumps(shown))
+    timeline(shown, title=f"Mutual waiting on {prompts[0].id}: vanilla vs PEARL ({pair.name})").write_html(
+        args.out / "timeline.html", include_plotlyjs="cdn")
+    speedup_figure(summary).write_html(args.out / "speedup.html", include_plotlyjs="cdn")
+    print(f"wrote {args.out}/results.json, table.md, timeline.html, timeline_records.json, speedup.html")
+    return 0
