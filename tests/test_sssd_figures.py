@@ -45,3 +45,15 @@ def test_replay_matches_real_greedy_runs_and_figures_build(perturbed_pair):
     assert len(accepted_length_figure(rows).data) == 2
     batch = [{"batch_size": b, "variant": v, "mean_latency_s": 1.0 * b, "throughput_tokens_per_s": 10.0 * b} for b in (1, 2) for v in ("AR", "SSSD")]
     assert len(batch_figure(batch).data) == 2
+
+
+def test_tab_handlers_run_and_show_trees(perturbed_pair):
+    from specviz.ui import sssd_tree
+
+    state = sssd_tree.run_sssd("tiny", [5, 17, 300, 42, 5, 17, 300, 42, 5], 16, 8, "input", load_pair=lambda name: perturbed_pair)
+    assert len(state["records"]) >= 1 and sum(len(r["emitted"]) for r in state["records"]) == 16
+    html_text = sssd_tree.coloured_output(state)
+    assert html_text.count("<span") >= 16 and "input" in html_text
+    fig, line = sssd_tree.show_iteration(state, 0)
+    assert fig is not None and "candidate nodes" in line
+    assert sssd_tree.show_iteration(None, 0)[0] is None

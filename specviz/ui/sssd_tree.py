@@ -1,0 +1,81 @@
+"""The SSSD tab: run `sssd` on a prompt and inspect each iteration's candidate tree (which source
+proposed each node, which path the target accepted), with the output coloured by source.
+
+Handlers are plain functions of widget values (tested without a server); no torch at import.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from specviz.plots.tree import SOURCE_COLOURS, record_tree_figure
+
+TAB_TITLE = "SSSD tree"
+TAB_ORDER = 60
+TARGET_COLOUR = "#555555"  # the target's own token (correction or bonus)
+
+
+def run_sssd(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None) -> dict[str, Any]:
+    """One greedy `sssd` run -> plain state: records as dicts and each tree token's text."""
+    import specviz
+
+    pair = (load_pair or specviz.load_pair)(pair_name)
+    records = [r.to_dict() for r in specviz.run("sssd", pair, prompt, max_new_tokens=int(max_new_tokens),
+                                                 speculation_length=int(speculation_length), sources=sources)]
+    vocab = {t for r in records for t in (*r["extra"].get("tree_tokens", []), *r["emitted"])}
+    return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}}
+
+
+def coloured_output(state: dict[str, Any]) -> str:
+    """HTML of the emitted text: accepted drafts coloured by their source, the target's own tokens grey."""
+    spans = []
+    for r in state["records"]:
+        sources = r["extra"].get("sources", [])
+        for i, token in enumerate(r["emitted"]):
+            source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
+            colour = SOURCE_COLOURS.get(source, TARGET_COLOUR)
+            spans.append(f'<span style="color:{colour}" title="{source}">{html.escape(state["text"][str(token)])}</span>')
+    legend = " · ".join(f'<span style="color:{c}">■ {s}</span>' for s, c in [*SOURCE_COLOURS.items(), ("target", TARGET_COLOUR)] if s != "model")
+    return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
+
+
+def show_iteration(state: dict[str, Any] | None, iteration: int):
+    """The tree figure of one iteration, and a one-line summary of it."""
+    if not state or not state["records"]:
+        return None, "Run SSSD first."
+    r = state["records"][min(int(iteration), len(state["records"]) - 1)]
+    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
+    tree = r["extra"].get("tree_tokens", [])
+    return fig, (f"iteration {r['iteration']}: {len(tree)} candidate nodes, {r['accepted']} accepted, "
+                 f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms")
+
+
+def build_tab(ctx: Any) -> None:
+    import gradio as gr
+
+    gr.Markdown("### SSSD: a token tree from the prompt, its own output and a datastore, verified in one pass")
+    with gr.Row():
+        prompt = gr.Textbox("Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2)
+        with gr.Column():
+            max_new = gr.Slider(8, 256, value=64, step=8, label="max new tokens")
+            size = gr.Slider(1, 64, value=16, step=1, label="speculation length S (tree nodes)")
+            sources = gr.Radio(["both", "input", "datastore"], value="both", label="draft sources")
+    go = gr.Button("Run SSSD", variant="primary")
+    output = gr.HTML()
+    iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
+    summary = gr.Markdown()
+    plot = gr.Plot(label="candidate tree")
+    state = gr.State()
+
+    def on_run(pair_name, text, n, s, src):
+        try:
+            st = run_sssd(pair_name, text, n, s, src, getattr(ctx, "load_pair", None))
+        except Exception as e:  # a user's input must not crash the tab
+            return None, f"**Cannot run:** {e}", gr.update(), None, ""
+        first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)
+        fig, line = show_iteration(st, first)
+        return st, coloured_output(st), gr.update(maximum=max(1, len(st["records"]) - 1), value=first), fig, line
+
+    go.click(on_run, [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary])
+    iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")
