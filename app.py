@@ -1,31 +1,38 @@
-"""specviz app (minimal page until the race view lands): run one method on the tiny-random pair."""
+"""specviz: race speculative decoding methods in the browser.
+
+    python app.py                      # http://127.0.0.1:7860, the default pair
+    python app.py --pair tiny-random --port 7861 --share
+
+GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured (Hugging Face Spaces sets them). On a ZeroGPU
+Space (the `spaces` package is importable) model runs are wrapped in `spaces.GPU`.
+"""
 
 from __future__ import annotations
 
-import gradio as gr
+import argparse
+import os
 
-import specviz
+from specviz.ui import build_app, launch
 
 
-def decode(method: str, prompt: str, max_new_tokens: int) -> tuple[str, str]:
+def zerogpu():
+    """spaces.GPU when running on a Hugging Face ZeroGPU Space, else None."""
     try:
-        pair = specviz.load_pair("tiny-random")
-        result = specviz.generate(method, pair, prompt, max_new_tokens=int(max_new_tokens))
-    except specviz.SpecvizError as e:
-        raise gr.Error(str(e)) from None
-    s = result.summary
-    rate = f"{s.accepted / s.drafted:.2f}" if s.drafted else "-"
-    return pair.tokenizer.decode(list(s.output_ids)), f"{s.new_tokens} tokens in {s.wall_s:.2f} s, acceptance rate {rate}"
+        import spaces
+    except ImportError:
+        return None
+    return spaces.GPU(duration=120)
 
 
-with gr.Blocks(title="specviz") as demo:
-    gr.Markdown("# specviz\nSpeculative decoding, method by method (tiny-random pair: random weights, so the text is noise).")
-    prompt = gr.Textbox(label="Prompt", value="def fibonacci(n):")
-    method = gr.Dropdown(specviz.method_names(), value="vanilla", label="Method")
-    max_new = gr.Slider(1, 128, value=32, step=1, label="Max new tokens")
-    run = gr.Button("Run")
-    text, stats = gr.Textbox(label="Output"), gr.Markdown()
-    run.click(decode, [method, prompt, max_new], [text, stats])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", default=os.environ.get("SPECVIZ_PAIR", "default"), help="model pair shown first (default: %(default)s)")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument("--share", action="store_true", help="also serve on a public gradio.live link")
+    args = parser.parse_args(argv)
+    launch(build_app(pair=args.pair, gpu=zerogpu()), server_name=args.host, server_port=args.port, share=args.share)
+
 
 if __name__ == "__main__":
-    demo.launch()
+    main()

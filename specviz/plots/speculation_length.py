@@ -1,0 +1,34 @@
+"""Per iteration: the speculation length a method chose against the oracle's (DISCO's view of policies).
+
+The oracle speculation length of an iteration is how many tokens the draft model would have got
+right from that position (`specviz.oracle`); a perfect policy drafts exactly that many.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from specviz.plots.theme import OKABE_ITO, empty, finish
+
+TITLE = "Speculation length per iteration: chosen vs oracle"
+
+
+def speculation_length_vs_oracle(df: pd.DataFrame, method: str) -> go.Figure:
+    """records_frame, method -> chosen SL (bars), accepted (bars) and oracle SL (markers) per iteration."""
+    d = df[df["method"] == method]
+    if d.empty:
+        return empty(TITLE, f"No records for '{method}': run it in a race first.")
+    label = d["label"].iloc[0]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=d["iteration"], y=d["speculation_length"], name="chosen (drafted)", marker_color=OKABE_ITO["sky_blue"]))
+    fig.add_trace(go.Bar(x=d["iteration"], y=d["accepted"], name="accepted", marker_color=OKABE_ITO["blue"], marker_pattern_shape="/"))
+    if d["oracle_sl"].notna().any():
+        fig.add_trace(
+            go.Scatter(
+                x=d["iteration"], y=d["oracle_sl"], mode="markers+lines", name="oracle (draft model's correct run)",
+                line={"color": OKABE_ITO["vermillion"], "dash": "dot"}, marker={"symbol": "diamond", "size": 9},
+            )
+        )  # fmt: skip
+    fig.update_layout(barmode="group", bargap=0.25)
+    return finish(fig, f"{TITLE} — {label}", "iteration", "tokens", legend="per iteration")

@@ -1,0 +1,57 @@
+"""Shared look of the plots: Okabe-Ito colours (colour-blind safe), large type for projectors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+# Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision deficiency.
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+
+# One colour per method, in race order (the autoregressive baseline, first, gets black).
+METHOD_COLOURS = [OKABE_ITO[k] for k in ("black", "blue", "orange", "bluish_green", "vermillion", "reddish_purple", "sky_blue", "yellow")]
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]  # a second cue beside colour
+
+
+def method_style(i: int) -> dict:
+    """Line colour and dash of the i-th method (dashes repeat less often than colours)."""
+    return {"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "dash": DASHES[(i // len(METHOD_COLOURS) + i) % len(DASHES)]}
+
+
+def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "method") -> go.Figure:
+    """Titles with units, a legend title, and readable type."""
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        xaxis_title=x,
+        yaxis_title=y,
+        legend_title_text=legend,
+        template="plotly_white",
+        font={"size": 15},
+        margin={"l": 60, "r": 20, "t": 60, "b": 55},
+        height=420,
+        showlegend=legend is not None,
+    )
+    return fig
+
+
+def empty(title: str, message: str) -> go.Figure:
+    """A titled figure that says why it has no data (instead of a blank box)."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font={"size": 16}, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return finish(fig, title, "", "", legend=None)
+
+
+def labels_of(methods: Sequence[str], label_of: dict[str, str]) -> list[str]:
+    return [label_of.get(m, m) for m in methods]

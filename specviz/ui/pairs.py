@@ -1,0 +1,62 @@
+"""The pair the app races on: loaded once (specviz.load_pair is cached), with a visible fallback."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from specviz.errors import SpecvizError
+
+FALLBACK = "tiny-random"
+# Offline teaching pairs beside tiny-random: the same random target with a draft that always
+# agrees ("self": every draft accepted) or mostly agrees ("perturbed": accepted and rejected mixed).
+TINY_VARIANTS = {"tiny-self": "self", "tiny-perturbed": "perturbed"}
+
+
+def pair_choices(first: str) -> list[str]:
+    """The pair dropdown's list: the one asked for, the default, the tiny pairs, the presets."""
+    from specviz.models.pair import pair_names
+
+    return list(dict.fromkeys([first, *pair_names(), *TINY_VARIANTS]))
+
+
+@lru_cache(maxsize=2)
+def _tiny_variant(draft: str) -> Any:
+    from specviz.models.tiny import tiny_pair
+
+    return tiny_pair(draft=draft)
+
+
+def resolve_pair(name: str) -> tuple[Any, str | None]:
+    """(pair, notice): the pair called `name`; if the default pair cannot load here, the tiny-random
+    pair and a notice saying so (the app keeps working offline, and says what it is showing)."""
+    import specviz
+
+    name = (name or "default").strip()
+    if name in TINY_VARIANTS:
+        return _tiny_variant(TINY_VARIANTS[name]), None
+    try:
+        return specviz.load_pair(name), None
+    except (SpecvizError, ImportError) as e:
+        if name != "default":
+            raise SpecvizError(str(e)) from None
+        notice = (
+            f"The default pair could not be loaded here ({e}). Showing the {FALLBACK} pair instead: "
+            "random weights, so the text is noise, but every method, colour and metric is real."
+        )
+        return specviz.load_pair(FALLBACK), notice
+
+
+def describe_pair(pair: Any, notice: str | None = None) -> str:
+    """One markdown line: which target and draft the race uses, their sizes, device and dtype."""
+    info = pair.info
+
+    def size(n: int) -> str:
+        return f"{n / 1e6:.1f} M params" if n else "no model"
+
+    draft = f"draft **{info.get('draft')}** ({size(info.get('draft_params', 0))})" if pair.draft is not None else "no draft model"
+    line = (
+        f"Pair **{pair.name}**: target **{info.get('target')}** ({size(info.get('target_params', 0))}), {draft}, "
+        f"on {info.get('device', '?')} / {info.get('dtype', '?')}."
+    )
+    return f"⚠️ {notice}\n\n{line}" if notice else line

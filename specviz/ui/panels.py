@@ -1,0 +1,141 @@
+"""A race as plain data (what one visitor's gr.State holds) and its HTML: one panel per method.
+
+Everything here is a pure function of the records, so a live run, a finished run and a replay at
+time t are drawn by the same code.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+from specviz.metrics import acceptance_rate, mean_accepted_length, speedup, tokens_per_s
+from specviz.records import IterationRecord
+from specviz.ui.tokens import TokenSpan, tokens_html
+
+BASELINE = "autoregressive"
+
+
+@dataclass
+class MethodRun:
+    """One method's part of a race; filled while it streams."""
+
+    name: str  # registry name
+    label: str
+    paper: str
+    status: str = "queued"  # queued | running | done | stopped | skipped | error
+    message: str = ""  # why it was skipped or failed
+    records: list[IterationRecord] = field(default_factory=list)
+    spans: list[TokenSpan] = field(default_factory=list)
+
+
+@dataclass
+class Race:
+    """Every method's run on one prompt with one set of options."""
+
+    pair: str
+    prompt: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+    options: dict  # the shared options the methods were given (speculation_length, sampling)
+    runs: list[MethodRun]
+
+    def finished(self) -> list[MethodRun]:
+        return [r for r in self.runs if r.records and r.status in ("done", "stopped")]
+
+    def baseline_tokens_per_s(self) -> float | None:
+        """The autoregressive run's tokens/s (the speedup's denominator), once it has finished."""
+        for r in self.runs:
+            if r.name == BASELINE and r.status == "done" and r.records:
+                return live_metrics(r.records)["tokens_per_s"]
+        return None
+
+
+def live_metrics(records: list[IterationRecord], baseline_tps: float | None = None) -> dict[str, float | int | None]:
+    """The panel's numbers after the records so far (all via specviz.metrics)."""
+    tokens = sum(len(r.emitted) for r in records)
+    drafted = sum(len(r.drafted) for r in records)
+    accepted = sum(r.accepted for r in records)
+    target_fw = sum(r.target_forwards for r in records)
+    wall = records[-1].t_end if records else 0.0
+    tps = tokens_per_s(tokens, wall)
+    return {
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tps,
+        "acceptance_rate": acceptance_rate(accepted, drafted),
+        "mean_accepted_length": mean_accepted_length(tokens, target_fw),
+        "target_forwards": target_fw,
+        "draft_forwards": sum(r.draft_forwards for r in records),
+        "speedup": speedup(baseline_tps, tps),
+    }
+
+
+def _fmt(x: float | int | None, spec: str) -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def _metric(value: str, name: str) -> str:
+    return f'<div class="sv-metric"><b>{value}</b><span>{name}</span></div>'
+
+
+def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, upto_t: float | None = None) -> str:
+    """One method's panel; with upto_t (seconds), as it stood at that moment of its run (replay)."""
+    records, status = run.records, run.status
+    if upto_t is not None:
+        records = [r for r in records if r.t_end <= upto_t]
+        if run.records and status in ("done", "stopped"):
+            status = "done" if len(records) == len(run.records) else "running"
+    m = live_metrics(records, None if run.name == BASELINE else baseline_tps)
+    speed = "1.00×" if run.name == BASELINE and records else _fmt(m["speedup"], ".2f") + ("×" if m["speedup"] else "")
+    metrics = "".join(
+        [
+            _metric(str(m["tokens"]), "tokens"),
+            _metric(_fmt(m["tokens_per_s"], ".1f"), "tokens / s"),
+            _metric(speed, "speedup vs AR"),
+            _metric(_fmt(m["acceptance_rate"], ".0%"), "acceptance"),
+            _metric(_fmt(m["mean_accepted_length"], ".2f"), "tokens / target fwd"),
+            _metric(f"{m['target_forwards']} / {m['draft_forwards']}", "target / draft fwd"),
+        ]
+    )
+    progress = min(100.0, 100.0 * m["tokens"] / max(1, max_new_tokens))
+    message = f'<div class="sv-message">{html.escape(run.message)}</div>' if run.message else ""
+    text = tokens_html(run.spans, upto_iteration=len(records) if upto_t is not None else None)
+    return (
+        f'<div class="sv-panel sv-{status}" data-method="{html.escape(run.name)}">'
+        f'<div class="sv-panel-head"><h3>{html.escape(run.label)}</h3>'
+        f'<span class="sv-status sv-{status}">{status}</span></div>'
+        f'<div class="sv-paper">{html.escape(run.paper)}</div>'
+        f'<div class="sv-metrics">{metrics}</div>'
+        f'<div class="sv-bar"><div style="width:{progress:.1f}%"></div></div>'
+        f"{message}"
+        f'<div class="sv-text">{text}</div>'
+        "</div>"
+    )
+
+
+def race_html(race: Race | None, upto_t: float | None = None) -> str:
+    """All panels, side by side (they wrap on narrow screens)."""
+    if race is None or not race.runs:
+        return '<div class="sv-race sv-empty"><p>Pick methods and press <b>Run race</b>.</p></div>'
+    baseline = race.baseline_tokens_per_s()
+    panels = "".join(panel_html(r, baseline, race.max_new_tokens, upto_t) for r in race.runs)
+    return f'<div class="sv-race">{panels}</div>'
+
+
+def replay_header_html(race: Race, t: float, speed: float) -> str:
+    """The replay's clock and race track: each method's progress at time t, and its finish time."""
+    rows = []
+    for run in race.finished():
+        done = [r for r in run.records if r.t_end <= t]
+        tokens = sum(len(r.emitted) for r in done)
+        total = sum(len(r.emitted) for r in run.records)
+        end = run.records[-1].t_end
+        finish = f"finished {end:.2f} s" if t >= end else f"{tokens} / {total}"
+        rows.append(
+            f"<span>{html.escape(run.label)}</span>"
+            f'<div class="sv-bar"><div style="width:{100.0 * tokens / max(1, race.max_new_tokens):.1f}%"></div></div>'
+            f'<span class="sv-finish">{finish}</span>'
+        )
+    slow = "" if speed == 1 else f" (shown at {speed:g}× speed)"
+    return f'<div class="sv-clock">Replay: t = {t:.2f} s{slow}</div><div class="sv-track">{"".join(rows)}</div>'

@@ -1,0 +1,227 @@
+"""The Race tab: every chosen method on one prompt, one panel each, streaming, then plots and a table."""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from specviz.errors import SpecvizError
+from specviz.methods import all_methods
+from specviz.plots.acceptance import running_acceptance
+from specviz.plots.accepted_histogram import accepted_histogram
+from specviz.plots.frame import records_frame
+from specviz.plots.speculation_length import speculation_length_vs_oracle
+from specviz.plots.summary import summary_table
+from specviz.plots.tokens_vs_time import tokens_vs_time
+from specviz.prompts import SUITES, load_suite, shuffled
+from specviz.ui.pairs import resolve_pair
+from specviz.ui.panels import Race, race_html, replay_header_html
+from specviz.ui.racing import MAX_NEW_TOKENS_CAP, RaceSettings, run_race
+from specviz.ui.style import legend_html
+
+TAB_TITLE = "Race"
+TAB_ORDER = 0
+
+DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
+EXAMPLES_SHOWN = 40  # examples listed per suite (Shuffle draws from the whole suite)
+REPLAY_FPS = 20
+
+TIMING_NOTE = (
+    "**How it is timed.** The methods run **one after another, each alone** on this machine (after a short "
+    "untimed warm-up), so no method's tokens/s suffers from sharing the processor with the others; the page "
+    "redraws a few times a second from another thread. Speedup is tokens/s divided by the autoregressive "
+    "run's tokens/s on the same prompt. **Replay race** then plays all finished runs on one clock, at their "
+    "measured speed, so you can watch who wins."
+)
+
+
+class StopSignal:
+    """A visitor's Stop button. gr.State deep-copies its initial value per visitor: a copy is a fresh signal."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def __deepcopy__(self, memo: dict) -> StopSignal:
+        return StopSignal()
+
+
+def example_choices(suite: str) -> list[tuple[str, int]]:
+    """(label, index) of the first examples of a prompt suite."""
+    prompts = load_suite(suite)[:EXAMPLES_SHOWN]
+    return [(f"{p.id}: {' '.join(p.text.split())[:70]}", i) for i, p in enumerate(prompts)]
+
+
+def settings_from_widgets(prompt, methods, speculation_length, max_new_tokens, temperature, top_p, seed) -> RaceSettings:
+    """The one place widget values become a config (sliders send floats; the API may send anything)."""
+    try:
+        return RaceSettings(
+            prompt=prompt or "",
+            methods=tuple(methods or ()),
+            max_new_tokens=int(max_new_tokens),
+            speculation_length=int(speculation_length),
+            temperature=float(temperature),
+            top_p=float(top_p),
+            seed=int(seed or 0),
+        )
+    except (TypeError, ValueError) as e:
+        raise SpecvizError(f"an option is not a number: {e}") from None
+
+
+def race_outputs(race: Race) -> dict[str, Any]:
+    """Everything drawn from a finished race: table, figures, method choices for the SL plot."""
+    labels = {r.name: r.label for r in race.runs}
+    finished = race.finished()
+    df = records_frame([rec for r in finished for rec in r.records], labels)
+    drafting = [(r.label, r.name) for r in finished if any(rec.drafted for rec in r.records)]
+    chosen = drafting[0][1] if drafting else None
+    return {
+        "table": summary_table({r.name: r.records for r in finished}, labels),
+        "time": tokens_vs_time(df),
+        "acceptance": running_acceptance(df),
+        "histogram": accepted_histogram(df),
+        "sl_choices": gr.update(choices=drafting, value=chosen),
+        "sl": speculation_length_vs_oracle(df, chosen or ""),
+        "frame": df,
+    }
+
+
+def write_downloads(race: Race, df: Any) -> list[str]:
+    """The race's records as CSV (one row per iteration) and JSON (full records, settings)."""
+    folder = Path(tempfile.mkdtemp(prefix="specviz-race-"))
+    csv_path, json_path = folder / "race_records.csv", folder / "race_records.json"
+    df.to_csv(csv_path, index=False)
+    payload = {
+        "pair": race.pair,
+        "prompt": race.prompt,
+        "prompt_ids": race.prompt_ids,
+        "options": race.options,
+        "runs": [
+            {"method": r.name, "label": r.label, "status": r.status, "message": r.message, "records": [x.to_dict() for x in r.records]}
+            for r in race.runs
+        ],
+    }
+    json_path.write_text(json.dumps(payload, indent=1))
+    return [str(csv_path), str(json_path)]
+
+
+def build_tab(ctx: Any) -> None:
+    specs = all_methods()
+    defaults = [s.name for s in specs if not s.is_oracle]
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=5, max_lines=12, elem_id="sv-prompt")
+            with gr.Row():
+                suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=140)
+                example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
+                shuffle = gr.Button("Shuffle", scale=0, min_width=90)
+        with gr.Column(scale=2):
+            methods = gr.CheckboxGroup(
+                [(s.label, s.name) for s in specs], value=defaults, label="Methods", elem_id="sv-methods",
+                info="Every registered method; hover the panels' titles for their papers.",
+            )  # fmt: skip
+            speculation_length = gr.Slider(1, 16, value=4, step=1, label="Speculation length (draft tokens per iteration)")
+            max_new = gr.Slider(1, MAX_NEW_TOKENS_CAP, value=128, step=1, label="Max new tokens", elem_id="sv-max-new")
+            with gr.Accordion("Sampling", open=False):
+                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                seed = gr.Number(0, precision=0, label="Seed")
+    with gr.Row(equal_height=True):
+        run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=2)
+        stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1)
+        replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
+        speed = gr.Radio([("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2)
+    gr.Markdown(TIMING_NOTE, elem_classes="sv-note")
+    with gr.Row(equal_height=True):
+        gr.HTML(legend_html())
+        show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected", scale=0, min_width=260)
+    status = gr.Markdown(elem_id="sv-race-status")
+    board = gr.HTML(race_html(None), elem_id="sv-board")
+    table = gr.Dataframe(label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary", wrap=True)
+    with gr.Row():
+        plot_time = gr.Plot(label="Tokens vs time")
+        plot_acceptance = gr.Plot(label="Running acceptance rate")
+    with gr.Row():
+        plot_hist = gr.Plot(label="Accepted tokens per iteration")
+        with gr.Column():
+            sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
+            plot_sl = gr.Plot(label="Speculation length: chosen vs oracle")
+    files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False)
+    stop_state = gr.State(StopSignal())
+    sessions = gr.State({})  # stateful methods' learners, per visitor and pair
+
+    def race(pair_name, prompt, methods, k, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict):
+        skip = gr.skip()
+        try:
+            settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
+            settings.check()
+            pair, notice = resolve_pair(pair_name)
+        except SpecvizError as e:
+            raise gr.Error(str(e)) from None
+        if notice:
+            gr.Warning(notice)
+        stop.event.clear()
+        head = f"⚠️ {notice}\n\n" if notice else ""
+        race = None
+        try:
+            for race in run_race(pair, settings, sessions, stop.event):
+                running = [r.label for r in race.runs if r.status == "running"]
+                line = f"Running **{running[0]}** alone…" if running else "Preparing (untimed warm-up)…"
+                yield f"{head}{line}", race_html(race), skip, race, skip, skip, skip, skip, skip, skip
+        except SpecvizError as e:
+            raise gr.Error(str(e)) from None
+        out = race_outputs(race)
+        stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
+        files = write_downloads(race, out["frame"]) if race.finished() else None
+        yield (
+            f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
+            race_html(race), out["table"], race, out["time"], out["acceptance"], out["histogram"], out["sl_choices"], out["sl"], files,
+        )  # fmt: skip
+
+    race_inputs = [ctx.pair, prompt, methods, speculation_length, max_new, temperature, top_p, seed, stop_state, sessions]
+    race_outputs_ = [status, board, table, ctx.race, plot_time, plot_acceptance, plot_hist, sl_method, plot_sl, files]
+    run_btn.click(ctx.gpu(race), race_inputs, race_outputs_, api_name="race", concurrency_id="models", concurrency_limit=1)
+
+    def stop_race(stop: StopSignal) -> None:
+        stop.event.set()
+
+    stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
+
+    def replay(race: Race | None, speed: float) -> Iterator[str]:
+        if race is None or not race.finished():
+            raise gr.Error("nothing to replay yet: run a race first")
+        speed = float(speed or 1.0)
+        end = max(r.records[-1].t_end for r in race.finished())
+        t0 = time.monotonic()
+        while True:
+            t = (time.monotonic() - t0) * speed
+            yield replay_header_html(race, min(t, end), speed) + race_html(race, upto_t=min(t, end))
+            if t >= end:
+                return
+            time.sleep(1 / REPLAY_FPS)
+
+    replay_btn.click(replay, [ctx.race, speed], board, api_name="replay", show_progress="hidden")
+
+    def sl_plot(race: Race | None, method: str | None):
+        if race is None:
+            return gr.skip()
+        labels = {r.name: r.label for r in race.runs}
+        df = records_frame([rec for r in race.finished() for rec in r.records], labels)
+        return speculation_length_vs_oracle(df, method or "")
+
+    sl_method.input(sl_plot, [ctx.race, sl_method], plot_sl, api_visibility="private")
+
+    suite.change(lambda s: gr.update(choices=example_choices(s), value=None), suite, example, api_visibility="private")
+    example.input(lambda s, i: load_suite(s)[int(i)].text if i is not None else gr.skip(), [suite, example], prompt, api_visibility="private")
+    shuffle.click(lambda s: shuffled(s, random.randrange(1 << 30)).text, suite, prompt, api_visibility="private")
+    show_rejected.change(
+        None, show_rejected, None,
+        js="(show) => { document.body.classList.toggle('sv-hide-rejected', !show); return []; }",
+    )  # fmt: skip

@@ -1,0 +1,187 @@
+"""Running a race honestly: the methods run one after another, each alone, in a worker thread.
+
+Each method's clock (`Decoding.now`) runs only while its own generator runs, and the generator is
+drained by a worker thread, so drawing the page never pauses a run (a paused generator would count
+the drawing as decoding time). The page thread wakes a few times a second to draw what has
+arrived. Nothing here imports torch at module level.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from specviz.errors import SpecvizError
+from specviz.ui.panels import MethodRun, Race
+from specviz.ui.tokens import SpanBuilder
+
+MAX_NEW_TOKENS_CAP = 512  # the app's limit on tokens per method (the issue's cap; default 128)
+REFRESH_S = 0.15  # how often the page is redrawn while a method runs
+WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
+_END = object()
+
+
+@dataclass(frozen=True)
+class RaceSettings:
+    """What the Race tab's widgets ask for (one function maps widgets to this)."""
+
+    prompt: str
+    methods: tuple[str, ...]  # registry names, raced in registry order (the baseline first)
+    max_new_tokens: int = 128
+    speculation_length: int = 4  # shared option; methods without it ignore it
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int = 0
+
+    def check(self) -> None:
+        """Problems a user can cause, as one clear SpecvizError each."""
+        if not self.methods:
+            raise SpecvizError("no method selected: tick at least one method to race")
+        if not self.prompt or not self.prompt.strip():
+            raise SpecvizError("the prompt is empty: type some text or pick an example")
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_CAP:
+            raise SpecvizError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS_CAP}, got {self.max_new_tokens}")
+        if self.speculation_length < 1:
+            raise SpecvizError(f"speculation length must be at least 1, got {self.speculation_length}")
+
+    def sampling(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed, "max_new_tokens": self.max_new_tokens}
+
+
+def skip_reason(spec: Any, pair: Any, settings: RaceSettings) -> str | None:
+    """Why a method cannot take part with this pair and these settings (None: it can)."""
+    if spec.needs_draft and pair.draft is None:
+        return f"needs a draft model, and the pair '{pair.name}' has none"
+    if not spec.supports_sampling and settings.temperature > 0:
+        return "greedy only: set the temperature to 0 to include it"
+    return None
+
+
+def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float = REFRESH_S) -> Iterator[list[Any]]:
+    """Drain `gen` in a worker thread; yield the records that arrived, in batches, every refresh_s.
+
+    A SpecvizError or any other exception inside the run is re-raised here. Setting `stop` (or
+    closing this generator) ends the run after its current iteration.
+    """
+    q: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        import torch
+
+        try:
+            with torch.inference_mode():
+                for record in gen:
+                    q.put(record)
+                    if stop.is_set():
+                        break
+        except BaseException as e:  # handed to the page thread
+            q.put(e)
+        finally:
+            gen.close()
+            q.put(_END)
+
+    worker = threading.Thread(target=pump, name="specviz-race", daemon=True)
+    worker.start()
+    batch: list[Any] = []
+    deadline = time.monotonic() + refresh_s
+    worker_done = False  # the worker has finished (normally or with an exception)
+    try:
+        while True:
+            try:
+                item = q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                item = None
+            if item is _END:
+                worker_done = True
+                yield batch
+                return
+            if isinstance(item, BaseException):
+                worker_done = True
+                raise item
+            if item is not None:
+                batch.append(item)
+            if time.monotonic() >= deadline:
+                if batch:
+                    yield batch
+                    batch = []
+                deadline = time.monotonic() + refresh_s
+    finally:
+        if not worker_done:  # closed from outside (the visitor left, or the event was cancelled)
+            stop.set()
+        worker.join(timeout=30)
+
+
+def run_race(pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event) -> Iterator[Race]:
+    """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
+
+    `sessions` keeps stateful methods' state across the races of one visitor (keyed by pair and
+    method). Raises SpecvizError before anything runs when the input is bad.
+    """
+    import specviz
+    from specviz.methods import get_method, new_session
+
+    settings.check()
+    specs = sorted((get_method(m) for m in dict.fromkeys(settings.methods)), key=lambda s: (s.is_oracle, s.rank, s.name))
+    prompt_ids = specviz.encode_prompt(pair, settings.prompt)
+    if len(prompt_ids) + settings.max_new_tokens > pair.max_context:
+        raise SpecvizError(
+            f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "
+            f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
+        )
+    shared = {"speculation_length": settings.speculation_length}
+    race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, {**shared, **settings.sampling()}, [])
+    generators = {}
+    for spec in specs:
+        run = MethodRun(spec.name, spec.label, spec.paper)
+        race.runs.append(run)
+        reason = skip_reason(spec, pair, settings)
+        if reason:
+            run.status, run.message = "skipped", reason
+            continue
+        key = (pair.name, spec.name)
+        if key not in sessions:
+            sessions[key] = new_session(spec, pair)
+        options = {**spec.select(shared), **sessions[key]}
+        generators[spec.name] = specviz.run(spec.name, pair, prompt_ids, **settings.sampling(), **options)  # validates now
+    yield race
+    _warm_up(pair, prompt_ids, settings)
+    for run in race.runs:
+        if run.name not in generators:
+            continue
+        if stop.is_set():
+            run.status, run.message = "skipped", "the race was stopped before this method started"
+            generators[run.name].close()
+            continue
+        run.status = "running"
+        yield race
+        builder = SpanBuilder(pair.tokenizer, prompt_ids)
+        run.spans = builder.spans  # the builder appends to the panel's spans
+        try:
+            for batch in stream_records(generators[run.name], stop):
+                for record in batch:
+                    run.records.append(record)
+                    builder.add(record)
+                yield race
+            run.status = "stopped" if stop.is_set() else "done"
+        except SpecvizError as e:
+            run.status, run.message = "error", str(e)
+        except Exception as e:  # a bug in one method must not end everyone's race
+            run.status, run.message = "error", f"{type(e).__name__}: {e}"
+        builder.finish()
+        if run.records:
+            run.records = specviz.fill_oracle_sl(pair, prompt_ids, run.records)
+        yield race
+
+
+def _warm_up(pair: Any, prompt_ids: list[int], settings: RaceSettings) -> None:
+    """A few untimed tokens through the target and the draft, so the first method raced does not
+    pay the one-off costs of the first forward passes."""
+    import specviz
+
+    method = "vanilla" if pair.draft is not None and "vanilla" in specviz.method_names() else "autoregressive"
+    for _ in specviz.run(method, pair, prompt_ids[-64:], max_new_tokens=WARMUP_TOKENS):
+        pass

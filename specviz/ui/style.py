@@ -1,0 +1,61 @@
+"""The app's look: the Okabe-Ito colour-blind-safe palette, every colour doubled by a non-colour cue.
+
+accepted draft  -> sky-blue tint + solid blue underline
+target's token  -> orange tint + orange box border, bold
+rejected draft  -> reddish-purple text, struck through, smaller (toggle hides them)
+"""
+
+from __future__ import annotations
+
+from specviz.plots.theme import OKABE_ITO
+
+KIND_COLOURS = {"accepted": OKABE_ITO["blue"], "target": OKABE_ITO["orange"], "rejected": OKABE_ITO["reddish_purple"]}
+
+CSS = """
+.sv-header h1 { margin: 0 0 .2rem 0; font-size: 1.9rem; }
+.sv-header p { margin: 0; opacity: .8; font-size: 1.05rem; }
+.sv-note { font-size: .95rem; opacity: .85; }
+.sv-legend { display: flex; flex-wrap: wrap; gap: .5rem 1.4rem; align-items: center; font-size: 1rem; padding: .3rem 0; }
+.sv-legend .sv-tok { font-size: 1rem; }
+.sv-race { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
+.sv-panel { border: 1px solid var(--border-color-primary); border-radius: 10px; padding: 10px 12px;
+            background: var(--block-background-fill); display: flex; flex-direction: column; min-width: 0; }
+.sv-panel.sv-running { border-color: #0072B2; box-shadow: 0 0 0 2px rgba(0,114,178,.25); }
+.sv-panel-head { display: flex; justify-content: space-between; align-items: baseline; gap: .5rem; }
+.sv-panel-head h3 { margin: 0; font-size: 1.15rem; }
+.sv-status { font-size: .8rem; padding: 1px 8px; border-radius: 999px; border: 1px solid currentColor; white-space: nowrap; }
+.sv-status.sv-done { color: #009E73; } .sv-status.sv-running { color: #0072B2; }
+.sv-status.sv-queued { opacity: .6; } .sv-status.sv-error, .sv-status.sv-skipped, .sv-status.sv-stopped { color: #D55E00; }
+.sv-paper { font-size: .78rem; opacity: .7; margin: 2px 0 6px 0; }
+.sv-metrics { display: grid; grid-template-columns: repeat(3, 1fr); gap: 4px 10px; margin: 4px 0 8px 0; }
+.sv-metric { display: flex; flex-direction: column; line-height: 1.15; }
+.sv-metric b { font-size: 1.15rem; font-variant-numeric: tabular-nums; }
+.sv-metric span { font-size: .72rem; opacity: .75; text-transform: uppercase; letter-spacing: .03em; }
+.sv-bar { height: 6px; background: var(--border-color-primary); border-radius: 3px; overflow: hidden; margin-bottom: 8px; }
+.sv-bar > div { height: 100%; background: #0072B2; }
+.sv-text { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 1rem; line-height: 1.75;
+           white-space: pre-wrap; overflow-wrap: anywhere; max-height: 60vh; overflow-y: auto; }
+.sv-message { font-size: .9rem; color: #D55E00; margin: 4px 0; }
+.sv-tok { border-radius: 3px; padding: 1px 0; }
+.sv-tok.sv-accepted { background: rgba(86,180,233,.28); border-bottom: 2px solid #0072B2; }
+.sv-tok.sv-target { background: rgba(230,159,0,.28); outline: 1.5px solid #E69F00; outline-offset: -1px; font-weight: 700; }
+.sv-tok.sv-rejected { color: #CC79A7; text-decoration: line-through 2px; font-size: .85em; opacity: .9; }
+.sv-rejgroup { margin: 0 1px; }
+body.sv-hide-rejected .sv-rejgroup { display: none; }
+.sv-clock { font-size: 1.1rem; font-variant-numeric: tabular-nums; margin-bottom: 6px; }
+.sv-track { display: grid; grid-template-columns: 11rem 1fr 6rem; gap: 4px 10px; align-items: center; margin: 6px 0 12px 0; }
+.sv-track .sv-bar { margin: 0; height: 12px; border-radius: 6px; }
+.sv-track .sv-finish { font-variant-numeric: tabular-nums; font-size: .9rem; }
+"""
+
+
+def legend_html() -> str:
+    """The key to the token colours, drawn with the same classes as the panels."""
+    return (
+        '<div class="sv-legend">'
+        '<span><span class="sv-tok sv-accepted">accepted</span> draft token the target kept (underlined)</span>'
+        '<span><span class="sv-tok sv-target">target</span> token the target chose itself: correction, bonus, or plain next token (boxed)</span>'
+        '<span><span class="sv-rejgroup"><span class="sv-tok sv-rejected">rejected</span></span> draft token the target turned down (struck through)</span>'
+        "<span>Hover a token for its iteration, p(target), q(draft) and min(1, p/q).</span>"
+        "</div>"
+    )

@@ -1,0 +1,180 @@
+"""Records -> coloured token spans -> escaped HTML, incrementally, while a run streams.
+
+Byte-level BPE tokens are byte strings: one token may hold half of a UTF-8 character, and some
+tokenizers drop or add a space depending on the neighbours. So the text of a token is never
+`decode([token])`: `IncrementalDetokenizer` decodes a short window of the growing sequence and hands
+out only text that is stable (the way vLLM and Hugging Face's TextStreamer stream). A token whose
+bytes do not yet form a character gets empty text; the token that completes it carries it.
+
+Span kinds (the app's legend):
+- "accepted": a draft token the target kept;
+- "target":   the token the target chose itself (the correction after a rejection, the bonus token
+              after a full acceptance, or simply the next token of autoregressive decoding);
+- "rejected": a draft token the target turned down, shown where it was proposed, struck through.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specviz.records import IterationRecord
+
+REPLACEMENT = "\ufffd"  # what a decoder writes for an incomplete UTF-8 sequence
+
+
+class IncrementalDetokenizer:
+    """Text of a growing token sequence, handed out token by token, only once it is stable."""
+
+    def __init__(self, tokenizer: Any, context_ids: Sequence[int] = (), window: int = 6):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = list(context_ids)[-window:]  # the prompt's tail gives the first token its context
+        self.prefix_offset = 0  # start of the window decoded for context
+        self.read_offset = len(self.ids)  # tokens before this have had their text handed out
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def push(self, token: int) -> str:
+        """Append `token`; return the new stable text ('' while a character is still incomplete)."""
+        self.ids.append(int(token))
+        prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset :])
+        if len(full) <= len(prefix) or full.endswith(REPLACEMENT):
+            return ""
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return full[len(prefix) :]
+
+    def flush(self) -> str:
+        """Text still held back at the end of a run (an incomplete character comes out as U+FFFD)."""
+        prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset :])
+        self.prefix_offset = self.read_offset = len(self.ids)
+        return full[len(prefix) :]
+
+    def peek(self, tokens: Sequence[int]) -> str:
+        """The text `tokens` would add after the current sequence, without committing them
+        (a rejected draft is shown where it was proposed, then forgotten)."""
+        if not tokens:
+            return ""
+        base = self._decode(self.ids[self.prefix_offset :]).rstrip(REPLACEMENT)
+        full = self._decode(self.ids[self.prefix_offset :] + [int(t) for t in tokens])
+        return full[len(base) :] if full.startswith(base) else full
+
+
+@dataclass(frozen=True)
+class TokenSpan:
+    """One token as the app draws it."""
+
+    text: str  # stable text this token adds ('' when the next token completes its character)
+    kind: str  # "accepted" | "target" | "rejected"
+    iteration: int  # the speculative iteration that proposed or emitted it
+    token_id: int
+    p: float | None = None  # p(x): the target's probability of this drafted token
+    q: float | None = None  # q(x): the draft's probability (None: a deterministic drafter, one-hot q)
+    role: str = ""  # for target tokens: "correction" | "bonus" | "next token"; for drafts: "draft"
+
+    @property
+    def ratio(self) -> float | None:
+        """min(1, p/q): the chance the rejection-sampling rule keeps this draft (q one-hot: min(1, p/1))."""
+        if self.p is None:
+            return None
+        q = 1.0 if self.q is None else self.q
+        return 1.0 if q <= 0 else min(1.0, self.p / q)
+
+    def title(self) -> str:
+        """Hover text: iteration, p(target), q(draft), min(1, p/q)."""
+        what = {
+            "accepted": "draft token, accepted by the target",
+            "rejected": "draft token, rejected by the target",
+            "target": f"chosen by the target ({self.role})",
+        }[self.kind]
+        lines = [f"iteration {self.iteration}: {what}", f"token id {self.token_id}"]
+        if self.p is not None:
+            lines.append(f"p(target) = {self.p:.3f}")
+            lines.append("q(draft) = one-hot (no draft distribution)" if self.q is None else f"q(draft) = {self.q:.3f}")
+            lines.append(f"min(1, p/q) = {self.ratio:.3f}")
+        return "\n".join(lines)
+
+
+def _at(values: Sequence[float] | None, i: int) -> float | None:
+    return float(values[i]) if values is not None and i < len(values) else None
+
+
+class SpanBuilder:
+    """Turns one run's records into spans as they arrive (keeps the detokenizer's state)."""
+
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int]):
+        self.detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+        self.spans: list[TokenSpan] = []
+
+    def add(self, record: IterationRecord) -> list[TokenSpan]:
+        """Spans of one iteration, in reading order: accepted drafts, rejected drafts, the target's token."""
+        r, new = record, []
+        for i in range(min(r.accepted, len(r.emitted))):
+            token = r.emitted[i]
+            new.append(TokenSpan(self.detok.push(token), "accepted", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft"))
+        rejected = r.rejected
+        if rejected:  # the first rejected token sits where the correction is about to go
+            text = self.detok.peek(rejected)
+            for j, token in enumerate(rejected):
+                i = r.accepted + j
+                new.append(
+                    TokenSpan(text if j == 0 else "", "rejected", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft")
+                )
+        role = "next token" if not r.drafted else "correction" if rejected else "bonus"
+        for token in r.emitted[r.accepted :]:
+            new.append(TokenSpan(self.detok.push(token), "target", r.iteration, token, role=role))
+        self.spans.extend(new)
+        return new
+
+    def finish(self) -> list[TokenSpan]:
+        """End of the run: give text still held back to the last token written."""
+        text = self.detok.flush()
+        written = [i for i, s in enumerate(self.spans) if s.kind != "rejected"]
+        if text and written:
+            i = written[-1]
+            self.spans[i] = replace(self.spans[i], text=self.spans[i].text + text)
+        return self.spans
+
+    def extend(self, records: Iterable[IterationRecord]) -> list[TokenSpan]:
+        for r in records:
+            self.add(r)
+        return self.finish()
+
+
+def _rejected_groups(spans: Sequence[TokenSpan]) -> list[list[TokenSpan]]:
+    """Consecutive spans grouped so one iteration's rejected drafts form one struck-through run."""
+    groups: list[list[TokenSpan]] = []
+    for s in spans:
+        if s.kind == "rejected" and groups and groups[-1][0].kind == "rejected" and groups[-1][0].iteration == s.iteration:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def span_html(span: TokenSpan) -> str:
+    title = html.escape(span.title(), quote=True)
+    text = html.escape(span.text) if span.text else "&#8203;"  # zero-width: keeps an empty token hoverable
+    return f'<span class="sv-tok sv-{span.kind}" title="{title}">{text}</span>'
+
+
+def tokens_html(spans: Sequence[TokenSpan], upto_iteration: int | None = None) -> str:
+    """The text of a run as escaped, coloured spans (only iterations < upto_iteration, for replays)."""
+    if upto_iteration is not None:
+        spans = [s for s in spans if s.iteration < upto_iteration]
+    parts = []
+    for group in _rejected_groups(spans):
+        if group[0].kind == "rejected":
+            parts.append('<span class="sv-rejgroup">' + "".join(span_html(s) for s in group) + "</span>")
+        else:
+            parts.append(span_html(group[0]))
+    return "".join(parts)
+
+
+def plain_text(spans: Sequence[TokenSpan]) -> str:
+    """The generated text (rejected drafts left out): what the run actually wrote."""
+    return "".join(s.text for s in spans if s.kind != "rejected")

@@ -1,0 +1,85 @@
+"""The race engine behind the Race tab, and tab discovery (no server, no browser)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from specviz.errors import SpecvizError
+from specviz.ui.blocks import discover_tabs
+from specviz.ui.panels import live_metrics, race_html
+from specviz.ui.racing import RaceSettings, run_race
+from specviz.ui.tokens import plain_text
+
+THREE = ("prompt_lookup", "vanilla", "autoregressive")
+
+
+def race_to_end(pair, settings, stop=None):
+    race = None
+    for race in run_race(pair, settings, {}, stop or threading.Event()):
+        pass
+    return race
+
+
+def test_a_race_runs_every_method_alone_in_registry_order(perturbed_pair):
+    race = race_to_end(perturbed_pair, RaceSettings("def fibonacci(n):", THREE, max_new_tokens=20))
+    assert [r.name for r in race.runs] == ["autoregressive", "vanilla", "prompt_lookup"]
+    texts = set()
+    for run in race.runs:
+        assert run.status == "done" and sum(len(r.emitted) for r in run.records) == 20
+        assert run.records[0].t_start >= 0 and all(a.t_end <= b.t_start for a, b in zip(run.records, run.records[1:]))
+        texts.add(plain_text(run.spans))
+    assert len(texts) == 1  # greedy: every method writes the autoregressive text
+    assert race.runs[1].records[0].oracle_sl is not None
+    html = race_html(race)
+    assert html.count('data-method=') == 3 and "sv-rejected" in html and "sv-accepted" in html
+    baseline = race.baseline_tokens_per_s()
+    assert live_metrics(race.runs[1].records, baseline)["speedup"] == pytest.approx(
+        live_metrics(race.runs[1].records)["tokens_per_s"] / baseline
+    )
+
+
+def test_methods_that_cannot_run_are_skipped_with_a_reason(perturbed_pair):
+    no_draft = perturbed_pair.with_draft(None, name="no-draft")
+    race = race_to_end(no_draft, RaceSettings("hello", ("autoregressive", "vanilla"), max_new_tokens=4))
+    status = {r.name: (r.status, r.message) for r in race.runs}
+    assert status["autoregressive"][0] == "done"
+    assert status["vanilla"][0] == "skipped" and "draft model" in status["vanilla"][1]
+    assert "needs a draft model" in race_html(race)
+
+
+def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
+    stop = threading.Event()
+    race = None
+    for race in run_race(perturbed_pair, RaceSettings("hello", THREE, max_new_tokens=400), {}, stop):
+        if race.runs[0].records:
+            stop.set()
+    first, *rest = race.runs
+    assert first.status == "stopped" and 0 < sum(len(r.emitted) for r in first.records) < 400
+    assert [r.status for r in rest] == ["skipped", "skipped"]
+    assert "stopped before this method started" in rest[0].message
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (RaceSettings("hi", ()), "no method selected"),
+        (RaceSettings("   ", ("vanilla",)), "the prompt is empty"),
+        (RaceSettings("hi", ("vanilla",), max_new_tokens=100000), "max new tokens must be between 1 and"),
+        (RaceSettings("hi " * 1500, ("vanilla",), max_new_tokens=500), "exceeds the model's context"),
+        (RaceSettings("hi", ("warp_drive",)), "unknown method 'warp_drive'"),
+        (RaceSettings("hi", ("vanilla",), temperature=-1.0), "temperature"),
+    ],
+)
+def test_bad_input_is_one_clear_error_before_anything_runs(perturbed_pair, settings, message):
+    with pytest.raises(SpecvizError, match=message):
+        next(run_race(perturbed_pair, settings, {}, threading.Event()))
+
+
+def test_tabs_are_discovered_race_first_and_all_import():
+    tabs, failures = discover_tabs()
+    assert failures == []
+    assert tabs[0].TAB_TITLE == "Race"
+    for module in tabs:
+        assert isinstance(module.TAB_TITLE, str) and isinstance(module.TAB_ORDER, int) and callable(module.build_tab)
