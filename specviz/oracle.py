@@ -20,17 +20,25 @@ from specviz.records import IterationRecord
 
 
 @torch.inference_mode()
-def draft_agreement_runs(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:
-    """runs[j - start] = consecutive greedy draft hits from sequence[j] on, for j in [start, len)."""
+def draft_predictions(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:
+    """The draft's greedy guess for sequence[j] given sequence[:j] (teacher-forced), for j in [start, len)."""
     device = draft.get_input_embeddings().weight.device
     ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)  # [1, L]
     logits = draft(input_ids=ids, logits_to_keep=len(sequence) - start + 1).logits[0]  # rows for j-1 in [start-1, L)
-    predicted = logits[:-1].argmax(dim=-1).cpu().numpy()  # draft's guess for sequence[j], j in [start, L)
-    hits = predicted == np.asarray(sequence[start:])
+    return logits[:-1].argmax(dim=-1).cpu().numpy()
+
+
+def agreement_runs(hits: np.ndarray) -> np.ndarray:
+    """runs[i] = consecutive True values of `hits` from i on."""
     runs = np.zeros(len(hits) + 1, dtype=np.int64)
     for j in range(len(hits) - 1, -1, -1):
         runs[j] = runs[j + 1] + 1 if hits[j] else 0
     return runs[:-1]
+
+
+def draft_agreement_runs(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:
+    """runs[j - start] = consecutive greedy draft hits from sequence[j] on, for j in [start, len)."""
+    return agreement_runs(draft_predictions(draft, sequence, start) == np.asarray(sequence[start:]))
 
 
 def fill_oracle_sl(pair: ModelPair, prompt_ids: Sequence[int], records: Sequence[IterationRecord]) -> list[IterationRecord]:

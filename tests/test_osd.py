@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,7 +10,12 @@ import specviz
 from specviz.methods import get_method, new_session
 from specviz.osd.buffers import ReplayBuffer, RequestBuffer, Sample, TargetDistributions
 from specviz.osd.learner import OnlineLearner, OsdConfig, load_adapted_draft
+from specviz.oracle import draft_predictions
+from specviz.osd.analysis import moving_alpha, token_table
 from specviz.osd.losses import LOSSES, distillation_loss
+from specviz.osd.stream import StreamConfig, replay_greedy, request_stream, simulate
+from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, shift_points, token_precision
+from specviz.prompts import Prompt
 
 PROMPT = "def fibonacci(n):"
 
@@ -85,14 +91,77 @@ def acceptance(result) -> float:
     return result.summary.accepted / result.summary.drafted
 
 
-def test_the_learner_raises_acceptance_on_a_repetitive_stream(random_pair):
-    """The tiny random draft starts at alpha ~ 0 on this prompt; served the same request again and
-    again it learns the target's continuation (the simulator's repetitive toy stream)."""
+@pytest.fixture(scope="module")
+def repetitive_stream_rows(random_pair):
+    """The serving simulator on a repetitive toy stream: the tiny random draft starts at alpha ~ 0 on
+    this prompt; served the same request again and again, it learns the target's continuation."""
     learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=3e-3, steps=4))
-    alphas = [acceptance(specviz.generate("osd", random_pair, PROMPT, max_new_tokens=32, learner=learner)) for _ in range(8)]
+    prompts = [Prompt("toy", "toy/0", PROMPT)] * 8
+    rows = list(simulate(random_pair, prompts, learner, max_new_tokens=32, speculation_length=4, measure_static_from=6))
+    return rows, learner
+
+
+def test_the_simulator_shows_alpha_rising_on_a_repetitive_stream(repetitive_stream_rows):
+    rows, learner = repetitive_stream_rows
     assert learner.version == 8  # one update after each request (synchronous: between requests)
-    assert max(alphas[-3:]) >= alphas[0] + 0.1, alphas
-    assert len(learner.updates) == 8 and learner.updates[-1]["loss_last"] < learner.updates[0]["loss_first"]
+    assert [r["draft_version"] for r in rows] == list(range(8))
+    osd = [r["osd_accepted"] / r["osd_drafted"] for r in rows]
+    static = [r["static_accepted"] / r["static_drafted"] for r in rows]
+    assert len(set(static)) == 1  # the static draft never changes
+    assert osd[0] == static[0]  # both start from the same draft
+    assert max(osd[-3:]) >= static[-1] + 0.1, osd
+    assert learner.updates[-1]["loss_last"] < learner.updates[0]["loss_first"]
+    assert all(r["static_matches"] for r in rows[6:])  # the replayed static acceptance is what vanilla SD really gets
+    assert all(r["update"]["version"] == r["draft_version"] + 1 for r in rows)
+
+
+def test_the_static_replay_equals_vanilla_decoding(perturbed_pair):
+    for prompt, max_new, gamma in ((PROMPT, 40, 4), ("Janet's ducks lay 16 eggs per day.", 7, 4), ("x", 33, 3)):
+        result = specviz.generate("vanilla", perturbed_pair, prompt, max_new_tokens=max_new, speculation_length=gamma)
+        out = result.summary.output_ids
+        hits = draft_predictions(perturbed_pair.draft, list(result.prompt_ids) + list(out), len(result.prompt_ids)) == np.asarray(out)
+        assert replay_greedy(hits, gamma, max_new) == (result.summary.drafted, result.summary.accepted)
+
+
+def test_request_streams_shift_between_suites_or_mix_them():
+    shifted = request_stream(StreamConfig(("gsm8k", "humaneval"), requests=10, shift_every=3))
+    assert [p.suite for p in shifted] == ["gsm8k"] * 3 + ["humaneval"] * 3 + ["gsm8k"] * 3 + ["humaneval"]
+    assert len({p.id for p in shifted[:3]} | {p.id for p in shifted[6:9]}) == 6  # a suite continues where it left off
+    even = request_stream(StreamConfig(("gsm8k", "mbpp"), requests=9))
+    assert [p.suite for p in even] == ["gsm8k"] * 5 + ["mbpp"] * 4
+    repetitive = request_stream(StreamConfig(("gsm8k",), requests=6, distinct=2))
+    assert [p.id for p in repetitive[:2]] * 3 == [p.id for p in repetitive]
+    mixed = request_stream(StreamConfig(("gsm8k", "mbpp"), requests=40, mixed=True))
+    assert {p.suite for p in mixed} == {"gsm8k", "mbpp"}
+    with pytest.raises(specviz.SpecvizError):
+        StreamConfig(())
+
+
+def test_moving_alpha_and_token_precision_recall():
+    assert moving_alpha([1, 0, 3], [2, 2, 4], window=2) == [0.5, 0.25, 0.5]
+    assert moving_alpha([0], [0], window=5) == [None]
+    actual = np.array([5, 5, 7, 7, 9])
+    before = np.array([7, 5, 5, 7, 9])  # 5: guessed twice, right once; recall 1/2
+    after = np.array([5, 5, 7, 7, 9])
+    table = {r["token"]: r for r in token_table(before, after, actual, top=3)}
+    assert table[5]["precision_before"] == 0.5 and table[5]["recall_before"] == 0.5
+    assert table[5]["precision_after"] == table[5]["recall_after"] == 1.0
+    assert table[9]["precision_before"] == 1.0
+    assert token_table(before, after, actual, top=3)[-1]["token"] == 9  # sorted by precision gain
+
+
+def test_the_online_figures_build_from_simulator_rows(repetitive_stream_rows):
+    rows, learner = repetitive_stream_rows
+    fig = acceptance_over_stream(rows, learner.updates, window=3)
+    names = [t.name for t in fig.data]
+    assert "online draft (OSD), last 3 requests" in names and "static draft, last 3 requests" in names
+    assert "loss at its last step" in names
+    shifted = [dict(r, suite="gsm8k" if r["request"] < 4 else "mbpp") for r in rows]
+    assert shift_points(shifted) == [4]
+    assert len(acceptance_over_stream(shifted, [], window=3).layout.shapes) == 1  # the shift marker
+    assert len(acceptance_per_domain(shifted, window=3).data) == 4
+    tokens = [{"token": 5, "text": "a", "count": 3, "precision_before": 0.2, "precision_after": 0.6, "recall_before": 0.1, "recall_after": 0.3}]
+    assert list(token_precision(tokens).data[1].y) == [0.6]
 
 
 def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random_pair):

@@ -1,0 +1,85 @@
+"""Online Speculative Decoding's figures: acceptance over a request stream, and what the draft learned.
+
+Pure functions of plain data: `rows` are the serving simulator's per-request dicts (request, suite,
+osd_drafted, osd_accepted, static_drafted, static_accepted), `updates` the learner's per-update
+dicts (request, loss_first, loss_last, ms), `tokens` the rows of `specviz.osd.analysis.token_table`.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz.osd.analysis import moving_alpha
+
+STATIC_COLOUR = "#7F7F7F"  # grey: the draft kept as it was
+ONLINE_COLOUR = "#0072B2"  # Okabe-Ito blue: the draft learning online
+LOSS_COLOUR = "#D55E00"
+SUITE_COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00"]
+
+
+def shift_points(rows: list[dict], max_shifts: int = 20) -> list[int]:
+    """Requests where the stream moves to another suite (none for a mixed stream: too many to mark)."""
+    points = [r["request"] for prev, r in zip(rows, rows[1:]) if r["suite"] != prev["suite"]]
+    return points if len(points) <= max_shifts else []
+
+
+def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 50) -> go.Figure:
+    """alpha over the last `window` requests vs requests served, online vs static, shifts marked; the loss below."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06)
+    x = [r["request"] + 1 for r in rows]
+    for who, name, colour in (("static", "static draft", STATIC_COLOUR), ("osd", "online draft (OSD)", ONLINE_COLOUR)):
+        acc, dra = [r[f"{who}_accepted"] for r in rows], [r[f"{who}_drafted"] for r in rows]
+        per_request = [a / d if d else None for a, d in zip(acc, dra)]
+        fig.add_scatter(x=x, y=per_request, mode="markers", marker={"color": colour, "size": 4, "opacity": 0.3},
+                        name=f"{name}, per request", legendgroup=who, row=1, col=1)
+        fig.add_scatter(x=x, y=moving_alpha(acc, dra, window), mode="lines", line={"color": colour, "width": 3},
+                        name=f"{name}, last {window} requests", legendgroup=who, row=1, col=1)
+    for point in shift_points(rows):
+        suite = next(r["suite"] for r in rows if r["request"] == point)
+        fig.add_vline(x=point + 0.5, line={"dash": "dash", "color": "black"}, annotation_text=f"shift to {suite}",
+                      annotation_position="top left", row=1, col=1)
+    if updates:
+        ux = [u["request"] for u in updates]
+        fig.add_scatter(x=ux, y=[u["loss_first"] for u in updates], mode="markers", marker={"color": LOSS_COLOUR, "symbol": "circle-open"},
+                        name="loss at the update's first step", row=2, col=1)
+        fig.add_scatter(x=ux, y=[u["loss_last"] for u in updates], mode="lines+markers", line={"color": LOSS_COLOUR},
+                        name="loss at its last step", row=2, col=1)
+    fig.update_yaxes(title_text="acceptance rate α", range=[0, 1], row=1, col=1)
+    fig.update_yaxes(title_text="distillation loss (nats)", row=2, col=1)
+    fig.update_xaxes(title_text="requests served", row=2, col=1)
+    fig.update_layout(title="Acceptance rate over the request stream: online vs static draft", height=620,
+                      legend={"orientation": "h", "y": -0.15})
+    return fig
+
+
+def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
+    """Moving alpha of each suite's own requests in a mixed stream (appendix A.4: does learning one domain
+    make the draft forget another?). Solid: online; dotted: static."""
+    fig = go.Figure()
+    for n, suite in enumerate(dict.fromkeys(r["suite"] for r in rows)):
+        mine = [r for r in rows if r["suite"] == suite]
+        x = [r["request"] + 1 for r in mine]
+        colour = SUITE_COLOURS[n % len(SUITE_COLOURS)]
+        for who, dash in (("osd", "solid"), ("static", "dot")):
+            y = moving_alpha([r[f"{who}_accepted"] for r in mine], [r[f"{who}_drafted"] for r in mine], window)
+            fig.add_scatter(x=x, y=y, mode="lines", line={"color": colour, "dash": dash},
+                            name=f"{suite}, {'online' if who == 'osd' else 'static'}")
+    fig.update_layout(title=f"Acceptance per domain (last {window} requests of each suite)",
+                      xaxis_title="requests served", yaxis_title="acceptance rate α", yaxis_range=[0, 1])
+    return fig
+
+
+def token_precision(tokens: list[dict], show: int = 15) -> go.Figure:
+    """The tokens whose precision rose most (of the most frequent target tokens): before vs after."""
+    top = tokens[:show]
+    labels = [repr(t.get("text", t["token"])) for t in top]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=[t["precision_before"] for t in top], name="precision, initial draft", marker_color=STATIC_COLOUR)
+    fig.add_bar(x=labels, y=[t["precision_after"] for t in top], name="precision, adapted draft", marker_color=ONLINE_COLOUR)
+    fig.add_scatter(x=labels, y=[t["recall_after"] - t["recall_before"] for t in top], mode="markers",
+                    marker={"color": LOSS_COLOUR, "symbol": "diamond"}, name="recall change")
+    fig.update_layout(title="Tokens the draft learned: largest precision gains among the most frequent target tokens",
+                      barmode="group", xaxis_title="token", yaxis_title="precision (share of the draft's guesses that were right)",
+                      yaxis_range=[-0.2, 1])
+    return fig
