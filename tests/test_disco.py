@@ -134,3 +134,21 @@ def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
     assert oracle["acceptance_rate"] in (None, 1.0)
     assert {"chosen_vs_oracle.html", "oracle_sl_histogram.html", "table.md"} <= {p.name for p in tmp_path.iterdir()}
     assert "Table 2" in capsys.readouterr().out
+
+
+def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed_pair):
+    from types import SimpleNamespace
+
+    import gradio as gr
+
+    from specviz.ui import disco as tab
+
+    with gr.Blocks():
+        pair = gr.Dropdown(["tiny-perturbed"], value="tiny-perturbed")
+        tab.build_tab(SimpleNamespace(pair=pair, gpu=lambda fn: fn, load_pair=lambda name: perturbed_pair))
+    out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20)
+    rows = {r["method"]: r for r in out["rows"]}
+    assert rows["DISCO"]["mean SL"] <= 3 and rows["Oracle (upper bound)"]["acceptance"] in (None, 1.0)
+    oracle = [it for it in out["iterations"] if it["method"].startswith("Oracle")]
+    assert all(it["speculation_length"] == it["oracle_sl"] for it in oracle[:-1])  # the last one meets the budget
+    assert "tiny-perturbed" in tab.card_markdown(out["classifier"])

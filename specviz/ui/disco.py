@@ -1,0 +1,97 @@
+"""The DISCO tab: run DISCO at a chosen tau / SL_max next to the oracle and the best static length,
+and see each DISCO decision against the oracle speculation length, plus the oracle SL histogram."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+TAB_TITLE = "DISCO: dynamic speculation length"
+TAB_ORDER = 40
+DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
+INTRO = (
+    "**DISCO** (Mamou et al. 2024) lets a tiny classifier decide, after every draft token, whether to keep "
+    "drafting: it reads the top-10 draft probabilities, their entropy and the token's index, and drafting "
+    "continues while its score C_i ≥ τ and fewer than SL_max tokens were drafted. The **oracle** (an upper "
+    "bound that peeks at the target's greedy output) drafts exactly as many tokens as will be accepted. "
+    "Greedy decoding; every method emits the same text."
+)
+
+
+def disco_vs_oracle(pair: Any, prompt: str, threshold: float | None, sl_max: int | None, max_new_tokens: int) -> dict[str, Any]:
+    """Run DISCO, SL-opt and the oracle on one prompt; return the table rows, the iterations and the card."""
+    from specviz.models.disco import classifier_for
+    from specviz.runner import generate
+
+    clf = classifier_for(pair.name)
+    sl_opt = int(clf.card.get("static_sl_opt", 4))
+    runs = {
+        "DISCO": ("disco", {"threshold": threshold, "max_speculation_length": sl_max}),
+        f"SL-opt ({sl_opt})": ("vanilla", {"speculation_length": sl_opt}),
+        "Oracle (upper bound)": ("oracle", {}),
+    }
+    rows, iterations = [], []
+    for label, (method, options) in runs.items():
+        result = generate(method, pair, prompt, max_new_tokens=int(max_new_tokens), **options)
+        s = result.summary
+        sl = [r.speculation_length for r in result.records]
+        rows.append({"method": label, "tokens": s.new_tokens, "iterations": s.iterations,
+                     "ms/token": round(1e3 * s.wall_s / max(1, s.new_tokens), 1),
+                     "acceptance": round(s.accepted / s.drafted, 3) if s.drafted else None,
+                     "mean SL": round(sum(sl) / len(sl), 2),
+                     "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in result.records) / len(sl), 2)
+                     if result.records[0].oracle_sl is not None else None})  # fmt: skip
+        iterations += [{"method": label, "suite": "this prompt", "iteration": r.iteration,
+                        "speculation_length": r.speculation_length, "oracle_sl": r.oracle_sl} for r in result.records]
+    return {"rows": rows, "iterations": iterations, "classifier": clf}
+
+
+def card_markdown(clf: Any) -> str:
+    card, test = clf.card, clf.card.get("test", {})
+    lines = [f"Classifier **{clf.name}**{' (borrowed from another pair)' if card.get('borrowed') else ''}: "
+             f"tuned τ = {clf.threshold}, SL_max = {clf.max_speculation_length}, SL-opt = {card.get('static_sl_opt', '?')}."]
+    if test:
+        lines.append(f"Test F1 (accepted class): DISCO {test['f1_accept_disco']:.3f} vs best static SL "
+                     f"{test['f1_accept_static_best']:.3f}. One decision costs ~{card.get('decision_cost_us', 0):.0f} µs.")
+    return " ".join(lines)
+
+
+def build_tab(ctx: Any) -> None:
+    import pandas as pd
+
+    from specviz.plots.disco import chosen_vs_oracle_per_iteration, oracle_sl_histogram
+
+    gr.Markdown(INTRO)
+    with gr.Row():
+        prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, scale=3)
+        with gr.Column(scale=2):
+            tuned = gr.Checkbox(True, label="Use the classifier's tuned τ and SL_max (untick to set them below)")
+            tau = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="τ: keep drafting while C_i ≥ τ")
+            sl_max = gr.Slider(1, 16, value=8, step=1, label="SL_max: most draft tokens per iteration")
+            max_new = gr.Slider(8, 256, value=96, step=8, label="Max new tokens")
+    run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
+    card = gr.Markdown()
+    table = gr.Dataframe(label="This prompt", interactive=False)
+    with gr.Row():
+        plot_sl = gr.Plot(label="Chosen vs oracle speculation length")
+        plot_hist = gr.Plot(label="Oracle speculation length histogram")
+
+    def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float):
+        from specviz.errors import SpecvizError
+
+        loader = getattr(ctx, "load_pair", None)
+        try:
+            if loader is None:
+                from specviz import load_pair as loader
+            threshold, length = (None, None) if use_tuned else (float(t), int(m))
+            out = disco_vs_oracle(loader(pair_name), text, threshold, length, int(n))
+        except SpecvizError as e:
+            raise gr.Error(str(e)) from None
+        df = pd.DataFrame(out["iterations"])
+        oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
+        return (card_markdown(out["classifier"]), pd.DataFrame(out["rows"]),
+                chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]), oracle_sl_histogram(oracle))
+
+    run_btn.click(ctx.gpu(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new], [card, table, plot_sl, plot_hist],
+                  api_name="disco", concurrency_id="models", concurrency_limit=1)
