@@ -1,0 +1,142 @@
+"""The "Online learning" tab: serve a stream of requests with OSD and watch the draft learn.
+
+Each visitor gets their own learner (kept in `gr.State`): their adaptation never changes anyone
+else's draft, and the adapted draft can be downloaded as safetensors. Handlers are plain functions
+of widget values (tested without a server); no torch at import.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from specviz.osd.analysis import alpha
+from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
+
+TAB_TITLE = "Online learning"
+TAB_ORDER = 70
+SUITES = ["gsm8k", "humaneval", "mbpp", "mtbench"]
+
+
+def serve_stream(
+    pair_name: str,
+    suites: list[str],
+    requests: int,
+    shift_every: int,
+    mixed: bool,
+    distinct: int,
+    max_new_tokens: int,
+    speculation_length: int,
+    update_interval: int,
+    lr: float,
+    loss: str,
+    background: bool,
+    load_pair: Any = None,
+) -> Iterator[dict[str, Any]]:
+    """A fresh learner serves the stream; yields the growing state after every request."""
+    import specviz
+    from specviz.osd.learner import OnlineLearner, OsdConfig
+    from specviz.osd.stream import StreamConfig, request_stream, simulate
+
+    pair = (load_pair or specviz.load_pair)(pair_name)
+    if pair.draft is None:
+        raise specviz.SpecvizError(f"the pair '{pair.name}' has no draft model to adapt")
+    prompts = request_stream(StreamConfig(tuple(suites), int(requests), int(shift_every), bool(mixed), int(distinct)))
+    cfg = OsdConfig(update_interval=int(update_interval), lr=float(lr), loss=loss, background=bool(background))
+    learner = OnlineLearner(pair.draft, cfg)
+    state = {"pair": pair, "learner": learner, "rows": [], "requests": len(prompts)}
+    for row in simulate(pair, prompts, learner, max_new_tokens=int(max_new_tokens), speculation_length=int(speculation_length)):
+        state["rows"].append(row)
+        yield state
+    learner.wait()
+    yield state
+
+
+def summary_markdown(state: dict[str, Any], window: int) -> str:
+    rows, learner = state["rows"], state["learner"]
+    if not rows:
+        return "Serving…"
+    recent = rows[-window:]
+
+    def a(who):
+        value = alpha([r[f"{who}_accepted"] for r in recent], [r[f"{who}_drafted"] for r in recent])
+        return "–" if value is None else f"{value:.3f}"
+
+    updates = learner.updates
+    cost = (f"{len(updates)} updates, {sum(u['ms'] for u in updates) / len(updates):.0f} ms each on average "
+            f"({'in a background thread' if learner.config.background else 'between requests'})") if updates else "no update yet"
+    return (f"**{len(rows)} / {state['requests']} requests served.** Acceptance rate over the last {len(recent)} requests: "
+            f"online draft **{a('osd')}**, static draft {a('static')}. Draft version {learner.version}; {cost}; "
+            f"replay buffer holds {learner.replay.positions} positions ({learner.replay.nbytes / 2**20:.1f} MB).")
+
+
+def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
+    """The token analysis (Figure 6) over the last `window` requests: a figure and a table."""
+    from specviz.experiments.osd import token_analysis, tokens_markdown
+
+    tokens = token_analysis(state["pair"], state["learner"], state["rows"][-window:])
+    return token_precision(tokens), tokens_markdown(tokens)
+
+
+def save_draft(state: dict[str, Any] | None) -> str | None:
+    if not state:
+        return None
+    path = tempfile.NamedTemporaryFile(prefix="osd-draft-", suffix=".safetensors", delete=False).name
+    return str(state["learner"].save(path))
+
+
+def build_tab(ctx: Any) -> None:
+    import gradio as gr
+
+    gr.Markdown(
+        "### Online speculative decoding: the draft learns from the requests it serves\n"
+        "Requests from the chosen suites are served one after another by OSD. Every *I* requests the draft "
+        "is distilled on the target's distributions where it was wrong (off the request path); the same "
+        "draft kept static is measured on the same requests. Your learner is yours alone."
+    )
+    with gr.Row():
+        with gr.Column():
+            suites = gr.CheckboxGroup(SUITES, value=["gsm8k"], label="prompt suites")
+            requests = gr.Slider(4, 400, value=40, step=4, label="requests in the stream")
+            shift_every = gr.Slider(0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)")
+            mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
+            distinct = gr.Slider(0, 50, value=0, step=1, label="distinct prompts per suite (0: all; small: a repetitive stream)")
+        with gr.Column():
+            max_new = gr.Slider(8, 256, value=48, step=8, label="max new tokens per request")
+            gamma = gr.Slider(1, 12, value=4, step=1, label="speculation length γ")
+            interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
+            lr = gr.Number(1e-4, label="learning rate")
+            loss = gr.Radio(["fkl", "rkl", "jsd"], value="fkl", label="distillation loss (p: target, q: draft)")
+            background = gr.Checkbox(False, label="train in a background thread")
+            window = gr.Slider(5, 100, value=20, step=5, label="moving window (requests)")
+    go = gr.Button("Serve the stream", variant="primary")
+    summary = gr.Markdown()
+    plot = gr.Plot(label="acceptance over the stream")
+    domains = gr.Plot(label="acceptance per domain", visible=False)
+    with gr.Row():
+        analyse = gr.Button("Which tokens did the draft learn?")
+        save = gr.Button("Download the adapted draft")
+    tokens_plot = gr.Plot(label="precision per token")
+    tokens_table = gr.Markdown()
+    download = gr.File(label="adapted draft (safetensors)")
+    state = gr.State()
+
+    def on_serve(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, w):
+        try:
+            for st in serve_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, getattr(ctx, "load_pair", None)):
+                yield (st, summary_markdown(st, int(w)), acceptance_over_stream(st["rows"], st["learner"].updates, int(w)),
+                       gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)))
+        except Exception as e:  # a user's input must not crash the tab
+            yield None, f"**Cannot serve:** {e}", None, gr.update(visible=False)
+
+    def on_analyse(st, w):
+        if not st or not st["rows"]:
+            return None, "Serve a stream first."
+        return learned_tokens(st, int(w))
+
+    inputs = [ctx.pair, suites, requests, shift_every, mixed, distinct, max_new, gamma, interval, lr, loss, background, window]
+    gpu = getattr(ctx, "gpu", lambda fn: fn)  # ZeroGPU on Spaces
+    go.click(gpu(on_serve), inputs, [state, summary, plot, domains], concurrency_id="models", concurrency_limit=1)
+    analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table])
+    save.click(save_draft, state, download)

@@ -1,0 +1,37 @@
+"""The Online learning tab: its handlers on the tiny pair, without a server."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+
+from specviz.errors import SpecvizError
+from specviz.ui import online
+
+
+def test_serving_a_stream_updates_the_visitors_own_learner(random_pair, tmp_path):
+    states = list(online.serve_stream("tiny-random", ["gsm8k"], 4, 0, False, 1, 8, 3, 2, 3e-3, "jsd", False,
+                                      load_pair=lambda name: random_pair))
+    final = states[-1]
+    assert len(final["rows"]) == 4 and final["learner"].version == 2
+    assert final["learner"].serving is not random_pair.draft
+    text = online.summary_markdown(final, window=3)
+    assert "4 / 4 requests served" in text and "2 updates" in text
+    fig, table = online.learned_tokens(final, window=4)
+    assert fig.data and table.startswith("| token |")
+    assert online.save_draft(final).endswith(".safetensors")
+    assert online.save_draft(None) is None
+
+
+def test_a_pair_without_a_draft_is_refused(random_pair):
+    no_draft = random_pair.with_draft(None)
+    with pytest.raises(SpecvizError, match="no draft"):
+        next(online.serve_stream("x", ["gsm8k"], 4, 0, False, 0, 8, 3, 2, 1e-3, "fkl", False, load_pair=lambda name: no_draft))
+
+
+def test_the_tab_builds():
+    with gr.Blocks():
+        ctx = SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), race=gr.State(None))
+        online.build_tab(ctx)
