@@ -10,7 +10,7 @@ import torch
 
 import specviz
 from specviz.errors import SpecvizError
-from specviz.methods.streaming import streaming_model
+from specviz.methods.streaming import stream_tree, streaming_model
 from tests.test_streaming_model import tuned_lm
 
 PROMPTS = ["def fibonacci(n):", [5, 17, 300, 42, 42, 42, 7]]
@@ -33,13 +33,16 @@ def test_tuned_greedy_output_equals_autoregressive_of_the_tuned_model(random_pai
         ar_tuned = output(random_pair, prompt, max_new_tokens=30, adapter=adapter, speculation_length=0)
         ar_base = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=30).summary.output_ids
         assert ar_tuned != ar_base  # the LoRA changes the model, so this comparison means something
-        for gamma in (1, 3):
-            assert output(random_pair, prompt, max_new_tokens=30, adapter=adapter, speculation_length=gamma) == ar_tuned
+        for gamma, width in ((1, 1), (3, 1), (3, 3)):
+            got = output(random_pair, prompt, max_new_tokens=30, adapter=adapter, speculation_length=gamma, tree_width=width, tree_nodes=8)
+            assert got == ar_tuned, (gamma, width)
 
 
 def test_right_and_wrong_streams_keep_the_output(random_pair, monkeypatch):
-    """Streams forced to predict the true continuation except stream 2 every other node: full
-    acceptances, partial acceptances, EOS and the token budget inside drafts all keep AR's output."""
+    """Streams forced to predict the true continuation, except that at every other node stream 2
+    ranks a wrong token first and the right one second: a single path is then cut there, a tree of
+    width 2 still finds the right branch. Full and partial acceptances, EOS and the token budget
+    inside drafts all keep AR's output."""
     prompt = PROMPTS[1]
     lm = streaming_model(random_pair.target, "untrained")
     ref = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=40).summary.output_ids
@@ -47,21 +50,40 @@ def test_right_and_wrong_streams_keep_the_output(random_pair, monkeypatch):
     V = random_pair.vocab_size
 
     def oracle_streams(h, position, layer_kv):
-        future = [full[position + 1 + j] for j in range(1, lm.cfg.gamma + 1)]
-        if position % 2:
-            future[1] = (future[1] + 1) % V
-        return torch.nn.functional.one_hot(torch.tensor(future), V).float()
+        logits = torch.zeros(lm.cfg.gamma, V)
+        for j in range(lm.cfg.gamma):
+            right = full[position + 2 + j]
+            logits[j, right] = 5.0
+            if j == 1 and position % 2:
+                logits[j, (right + 1) % V] = 6.0
+        return logits
 
     monkeypatch.setattr(lm, "stream_logits", oracle_streams)
-    for max_new in (1, 7, 40):
-        run = specviz.generate("streaming", random_pair, prompt, max_new_tokens=max_new, adapter="untrained")
-        assert run.summary.output_ids == ref[:max_new]
-    accepted = [r.accepted for r in run.records]
-    assert max(accepted) == lm.cfg.gamma and 1 in accepted  # both paths taken
-    assert run.summary.target_forwards < 40 / 2
+    forwards = {}
+    for width in (1, 2):
+        for max_new in (1, 7, 40):
+            run = specviz.generate("streaming", random_pair, prompt, max_new_tokens=max_new, adapter="untrained", tree_width=width)
+            assert run.summary.output_ids == ref[:max_new], (width, max_new)
+        forwards[width] = run.summary.target_forwards
+        accepted = [r.accepted for r in run.records]
+        assert max(accepted) == lm.cfg.gamma
+        if width == 1:
+            assert 1 in accepted  # cut at the wrong stream-2 token
+    assert forwards[2] < forwards[1] < 40 / 2
     eos = ref[12]
-    stopped = specviz.generate("streaming", dataclasses.replace(random_pair, eos_token_ids=(eos,)), prompt, max_new_tokens=40, adapter="untrained")
+    stopped = specviz.generate("streaming", dataclasses.replace(random_pair, eos_token_ids=(eos,)), prompt, max_new_tokens=40, adapter="untrained", tree_width=2)
     assert stopped.summary.output_ids == ref[: ref.index(eos) + 1] and stopped.summary.stop_reason == "eos"
+
+
+def test_stream_tree():
+    probs = torch.tensor([[0.1, 0.6, 0.3, 0.0], [0.5, 0.1, 0.0, 0.4], [0.0, 0.0, 0.9, 0.1]])
+    tree = stream_tree(probs, width=2, max_nodes=5)
+    # level 1: 1 (0.6), 2 (0.3); level 2 under 1: 0 (0.30), 3 (0.24); under 2: 0 (0.15), 3 (0.12);
+    # level 3 under 1-0: 2 (0.27). Best five: 0.6, 0.3, 0.30, 0.27, 0.24.
+    assert tree.tokens == [1, 2, 0, 3, 2]
+    assert tree.parents == [-1, -1, 0, 0, 2]
+    assert tree.sources == ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3"]
+    assert stream_tree(probs, width=1, max_nodes=16).tokens == [1, 0, 2]  # a single path
 
 
 def test_bad_adapter_is_a_clear_error(random_pair, tmp_path):

@@ -77,6 +77,16 @@ def test_streams_see_nothing_later():
 
 
 @torch.no_grad()
+def test_streams_of_some_positions_equal_those_of_all():
+    lm = tuned_lm()
+    main, s = lm(IDS)
+    nodes = torch.tensor([1, 4, 8])
+    main2, s2 = lm(IDS, nodes=nodes)
+    torch.testing.assert_close(main2, main)
+    torch.testing.assert_close(s2[0], s[0, nodes])
+
+
+@torch.no_grad()
 def test_stream_initialisation():
     lm = tuned_lm()
     h = torch.randn(2, 5, lm.tuned.config.hidden_size)
@@ -95,7 +105,8 @@ def test_cached_streams_equal_training_streams():
         want = lm.logits(s[0])  # [T, gamma, V]
     cached = CachedLM(lm.tuned)
     ids = IDS[0].tolist()
-    _, h = cached.forward_hidden(ids[:6], n_logits=6, layer=lm.first_stream_layer)
+    # tokens 1..5 as a one-path tree hung on token 0: hidden rows for tokens 0..5
+    _, h = cached.forward_tree_hidden(ids[:1], ids[1:6], [-1, 0, 1, 2, 3], layer=lm.first_stream_layer)
     for t in (5, 2):  # the last node, then an earlier one after rolling the cache back
         cached.truncate(t + 1)
         got = lm.stream_logits(h[t], t, cached.layer_kv)

@@ -37,7 +37,7 @@ def test_train_resume_and_decode(tmp_path):
     data = write_teacher_text(tmp_path)
     out = tmp_path / "run"
     argv = ["--target", "tiny-random", "--data", str(data), "--out", str(out), "--stream-layers", "2", "--gamma", "3",
-            "--lora-rank", "4", "--eta-rank", "4", "--save-every", "2", "--quiet"]
+            "--lora-rank", "4", "--eta-rank", "4", "--save-every", "2", "--positions", "5", "--quiet"]
     assert train.main([*argv, "--steps", "3"]) == 0
     assert train.main([*argv, "--steps", "5", "--ship", str(tmp_path / "tiny.safetensors")]) == 0  # resumes at 3
     rows = list(csv.DictReader((out / "log.csv").open()))

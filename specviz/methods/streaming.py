@@ -2,9 +2,11 @@
 
 No draft model. The target carries gamma speculative streams in its top layers
 (`specviz.models.streaming`); at the last accepted token they predict the gamma tokens after the
-target's own next token. Each iteration: the streams of the last accepted node propose a draft
-(top-1 of each stream), one target forward verifies it with the one acceptance rule and yields the
-hidden state of the new accepted node. A deterministic draft is a one-hot q, so sampling stays exact.
+target's own next token. Each iteration: the streams of the last accepted node propose a tree (the
+top-`tree_width` tokens of stream j are the children of stream j-1's, pruned to the `tree_nodes`
+best by the product of stream probabilities), one target forward verifies the whole tree
+(`CachedLM.forward_tree_hidden`, `verify_tree`) and yields the hidden state of the new accepted
+node. A deterministic draft is a one-hot q, so sampling stays exact.
 
 Lossless with respect to the *tuned* model (base + the adapter's LoRA): its output equals
 autoregressive decoding of that model, which is `speculation_length=0` here. With the untrained
@@ -18,16 +20,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
-from specviz.methods import register
+from specviz.methods import check_positive_int, register
+from specviz.methods.ngram_tree import TokenTree
+from specviz.methods.sssd import tree_extra
 from specviz.models import streaming as msa
 from specviz.models.kv import CachedLM
 from specviz.paths import ASSETS
 from specviz.records import IterationRecord
-from specviz.verify import verify
+from specviz.verify import verify_tree
 
 ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target's fingerprint
 
@@ -35,11 +40,15 @@ ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target
 @dataclass(frozen=True)
 class StreamingOptions:
     speculation_length: int = 4  # streams used per iteration (at most the adapter's gamma); 0: AR of the tuned model
+    tree_width: int = 1  # top tokens taken from each stream (1: a single path)
+    tree_nodes: int = 16  # most nodes in the tree (the best by product of stream probabilities)
     adapter: str = "auto"  # "auto": the shipped adapter trained for this target, else "untrained"; or a .safetensors path
 
     def __post_init__(self) -> None:
         if isinstance(self.speculation_length, bool) or not isinstance(self.speculation_length, int) or self.speculation_length < 0:
             raise SpecvizError(f"speculation_length must be a non-negative integer, got {self.speculation_length!r}")
+        check_positive_int("tree_width", self.tree_width)
+        check_positive_int("tree_nodes", self.tree_nodes)
 
 
 _LOADED: weakref.WeakKeyDictionary[nn.Module, dict[str, msa.StreamingLM]] = weakref.WeakKeyDictionary()
@@ -92,24 +101,52 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
     node = None  # hidden state (entering layer N - N_s) of the last accepted token, once known
     while not dec.done:
         t_start = dec.now()
-        # draft: top-1 of each stream of the last accepted node; they follow the target's next token
-        k = min(gamma, dec.remaining - 1) if node is not None else 0
-        draft = lm.stream_logits(node, len(main) - 1, main.layer_kv)[:k].argmax(-1).tolist() if k > 0 else []
+        # draft: the streams of the last accepted node; they guess what follows the target's next token
+        depth = min(gamma, dec.remaining - 1) if node is not None else 0
+        tree = TokenTree()
+        if depth > 0:
+            probs = lm.stream_logits(node, len(main) - 1, main.layer_kv)[:depth].softmax(-1)  # [depth, V]
+            tree = stream_tree(probs, opts.tree_width, opts.tree_nodes)
         t_drafted = dec.now()
-        # verify: one forward of the main stream over the target's token + the draft
-        pending = dec.ids[len(main) :]
-        logits, hidden = main.forward_hidden(pending + draft, n_logits=len(draft) + 1, layer=lm.first_stream_layer)
-        verdict = verify(draft, logits, None, dec.sampling, dec.generator)
+        # verify: one forward of the main stream over the target's token + the tree
         position = len(dec.ids)
+        logits, hidden = main.forward_tree_hidden(dec.ids[len(main) :], tree.tokens, tree.parents, lm.first_stream_layer)
+        tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
+        drafted, verdict = tv.linear(tree.tokens, tree.parents)
         record = dec.commit(
-            drafted=draft,
+            drafted=drafted,
             verdict=verdict,
-            speculation_length=len(draft),
+            speculation_length=len(tree),
             t_start=t_start,
             t_drafted=t_drafted,
             draft_forwards=0,
-            extra={"streams": len(draft)},
+            extra=tree_extra(tree, tv.path, tv.main_path(tree.parents)),
         )
-        main.truncate(position + verdict.accepted)  # the accepted node is the last token kept
-        node = hidden[verdict.accepted]
+        path = list(tv.path[: record.accepted])
+        main.keep_path(position, path)  # the accepted node is the last token kept
+        node = hidden[1 + path[-1]] if path else hidden[0]
         yield record
+
+
+def stream_tree(probs: torch.Tensor, width: int, max_nodes: int) -> TokenTree:
+    """The tree of the streams' top tokens: stream j's top-`width` are the children of every kept
+    node of stream j-1; keep the `max_nodes` best by the product of stream probabilities (a child
+    never scores above its parent, so the kept nodes form a tree). probs [depth, V]."""
+    top_p, top_x = probs.topk(width, dim=-1)  # [depth, width]
+    cands: list[tuple[float, int, int, int]] = []  # (score, parent candidate, token, stream)
+    frontier = [(-1, 1.0)]
+    for j in range(probs.shape[0]):
+        level = [(score * float(top_p[j, w]), parent, int(top_x[j, w]), j) for parent, score in frontier for w in range(width)]
+        level = sorted(level, key=lambda c: -c[0])[:max_nodes]  # no deeper node can beat these
+        frontier = [(len(cands) + i, c[0]) for i, c in enumerate(level)]
+        cands += level
+    best = sorted(range(len(cands)), key=lambda i: (-cands[i][0], cands[i][3], i))[:max_nodes]
+    tree, index = TokenTree(), {}
+    for i in sorted(best):  # candidates are level by level, so parents come first
+        score, parent, token, j = cands[i]
+        index[i] = len(tree)
+        tree.tokens.append(token)
+        tree.parents.append(index[parent] if parent >= 0 else -1)
+        tree.scores.append(score)
+        tree.sources.append(f"stream {j + 1}")
+    return tree

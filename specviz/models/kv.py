@@ -36,7 +36,6 @@ class CachedLM:
         self.tokens.extend(new_tokens)
         return out.logits[0]  # [n_logits, V]
 
-    @torch.inference_mode()
     def forward_tree(self, new_tokens: list[int], tree_tokens: list[int], parents: list[int]) -> torch.Tensor:
         """Append `new_tokens` (committed, causal) and then the tree's nodes in one forward pass.
 
@@ -44,6 +43,17 @@ class CachedLM:
         first level), row 1 + i the token after node i. Afterwards the cache and `self.tokens` hold
         every node in the order given; call `keep_path` (or `truncate`) before the next forward.
         """
+        return self._tree_pass(new_tokens, tree_tokens, parents, None)[0]
+
+    def forward_tree_hidden(
+        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], layer: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward_tree`, plus the hidden states entering decoder layer `layer` for the same rows:
+        logits [1 + n, V], hidden [1 + n, H] (speculative streaming starts its streams there)."""
+        return self._tree_pass(new_tokens, tree_tokens, parents, layer)
+
+    @torch.inference_mode()
+    def _tree_pass(self, new_tokens, tree_tokens, parents, layer: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         if not new_tokens:
             raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
         past, m, n = len(self.tokens), len(new_tokens), len(tree_tokens)
@@ -57,9 +67,11 @@ class CachedLM:
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=n + 1,
+            output_hidden_states=layer is not None,
         )
         self.tokens.extend(new_tokens + tree_tokens)
-        return out.logits[0]  # [n+1, V]
+        hidden = out.hidden_states[layer][0, -(n + 1) :] if layer is not None else None  # [n+1, H]
+        return out.logits[0], hidden  # [n+1, V]
 
     def keep_path(self, tree_start: int, path: list[int]) -> None:
         """Keep the first `tree_start` cached tokens and then the tree nodes `path` (indices into
@@ -81,17 +93,6 @@ class CachedLM:
         kept = [self.tokens[i] for i in indices]
         self.truncate(len(indices))
         self.tokens = kept
-
-    @torch.inference_mode()
-    def forward_hidden(self, new_tokens: list[int], n_logits: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward`, plus the hidden states entering decoder layer `layer` for the same last
-        `n_logits` tokens: logits [n, V], hidden [n, H] (speculative streaming starts its streams there)."""
-        ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)  # [1, T]
-        out = self.model(
-            input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits, output_hidden_states=True
-        )
-        self.tokens.extend(new_tokens)
-        return out.logits[0], out.hidden_states[layer][0, -n_logits:]
 
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The cached keys and values of decoder layer `layer` (rotary applied): [1, kv_heads, len(self), d] each."""

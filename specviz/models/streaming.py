@@ -138,20 +138,25 @@ class StreamingLM(nn.Module):
         return self._finish(layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask)
 
     # ----- training: the whole sequence at once, main stream and streams side by side -----
-    def forward(self, input_ids: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """input_ids [B, T] -> main stream's final hidden states [B, T, H] and the streams' [B, T, gamma, H]
+    def forward(
+        self, input_ids: torch.Tensor, h: torch.Tensor | None = None, nodes: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids [B, T] -> main stream's final hidden states [B, T, H] and the streams' [B, K, gamma, H]
         (both before the final norm; `logits` maps them to the vocabulary). `h`: `self.bottom(input_ids)`
-        when the caller already has it (training reuses it across epochs)."""
+        when the caller already has it (training reuses it across epochs). `nodes` [K]: the positions
+        whose streams to run (default: all T; training samples some, the streams of one position do
+        not depend on the others')."""
         B, T = input_ids.shape
         pos = torch.arange(T, device=input_ids.device)
+        nodes = pos if nodes is None else nodes
         x = self.bottom(input_ids) if h is None else h
         rope = self._rotary(x, pos)
-        s = self.init_streams(x).reshape(B, T * self.cfg.gamma, -1)  # [B, T*gamma, H]
+        s = self.init_streams(x[:, nodes]).reshape(B, len(nodes) * self.cfg.gamma, -1)  # [B, K*gamma, H]
         for layer in self.layers[self.first_stream_layer :]:
             q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
-            s = self._stream_layer(layer, s, pos, k, v)  # reads this layer's main keys/values
+            s = self._stream_layer(layer, s, nodes, k, v)  # reads this layer's main keys/values
             x = self._finish(layer, x, q, k, v, "causal")
-        return x, s.reshape(B, T, self.cfg.gamma, -1)
+        return x, s.reshape(B, len(nodes), self.cfg.gamma, -1)
 
     @torch.no_grad()
     def bottom(self, input_ids: torch.Tensor) -> torch.Tensor:

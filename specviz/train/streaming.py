@@ -50,7 +50,7 @@ class TrainConfig:
     alpha0: float = 1.0  # weight of the main stream's next-token loss
     alpha_streams: float = 1.0  # weight of each stream's loss (alpha_j, all equal)
     hard: bool = False  # train on the sampled tokens even when teacher logits are available
-    positions: int = 0  # per stream, score this many random answer positions (0: all; the LM head dominates the cost)
+    positions: int = 0  # run the streams at (and score) this many random answer positions (0: all); cuts the cost
     save_every: int = 50  # checkpoint every this many steps
     seed: int = 0
     device: str = "cpu"
@@ -102,10 +102,13 @@ class TeacherLogits:
         self.vocab = vocab
         self.rows = np.memmap(path, dtype=np.float16, mode="r").reshape(-1, vocab) if path.is_file() else None
 
-    def probs(self, start: int, n: int) -> torch.Tensor | None:
-        if self.rows is None or start + n > self.rows.shape[0]:
-            return None
-        return torch.from_numpy(np.asarray(self.rows[start : start + n], dtype=np.float32)).softmax(-1)  # [n, V]
+    def probs(self, start: int, rows: torch.Tensor) -> torch.Tensor:
+        """p = softmax of rows start + rows (relative row indices [n]) -> [n, V]."""
+        picked = self.rows[start + rows.numpy()]  # [n, V] float16
+        return torch.from_numpy(np.asarray(picked, dtype=np.float32)).softmax(-1)
+
+    def covers(self, start: int, n: int) -> bool:
+        return self.rows is not None and start + n <= self.rows.shape[0]
 
 
 def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: TrainConfig, bottom: dict | None = None) -> tuple[torch.Tensor, dict]:
@@ -118,21 +121,27 @@ def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: Tr
         h = lm.bottom(ids)
         if bottom is not None:
             bottom[key] = h
-    main, streams = lm(ids, h)  # [1, T, H], [1, T, gamma, H]
     T, P = len(ex.ids), ex.prompt_len
-    soft = None if cfg.hard or ex.logits_row is None or teacher is None else teacher.probs(ex.logits_row, T - P)
+    answer = torch.arange(P - 1, T - 1)  # positions t whose next token y_{t+1} is an answer token
+    nodes = answer[:-1]  # positions with at least one stream target (y_{t+2} in the sequence)
+    if 0 < cfg.positions < len(nodes):
+        nodes = nodes[torch.randperm(len(nodes))[: cfg.positions]].sort().values
+    main, streams = lm(ids, h, nodes)  # [1, T, H], [1, K, gamma, H]
+    soft = not cfg.hard and ex.logits_row is not None and teacher is not None and teacher.covers(ex.logits_row, T - P)
     stats, total = {}, 0.0
     for j in range(lm.cfg.gamma + 1):  # j = 0: main stream (y_{t+1}); j >= 1: stream j (y_{t+1+j})
-        t = torch.arange(P - 1, T - 1 - j)  # positions whose target y_{t+1+j} is an answer token
+        if j == 0:
+            t = answer if not 0 < cfg.positions < len(answer) else answer[torch.randperm(len(answer))[: cfg.positions]]
+            hidden = main[0, t]
+        else:
+            keep = nodes + 1 + j < T
+            t, hidden = nodes[keep], streams[0, keep, j - 1]
         if len(t) == 0:
             continue
-        if 0 < cfg.positions < len(t):
-            t = t[torch.randperm(len(t))[: cfg.positions]]
-        hidden = main[0, t] if j == 0 else streams[0, t, j - 1]
         logits = lm.logits(hidden)  # [n, V]
         tokens = ids[0, t + 1 + j]
-        if soft is not None:
-            p = soft[t + 1 + j - P].to(logits.device)  # p(. | prefix up to y_{t+1+j})
+        if soft:
+            p = teacher.probs(ex.logits_row, t + 1 + j - P).to(logits.device)  # p(. | prefix up to y_{t+1+j})
             loss = -(p * logits.log_softmax(-1)).sum(-1).mean()
             want = p.argmax(-1)
         else:
