@@ -16,7 +16,7 @@ form a tree. No module here registers a method: `sssd.py` does.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -50,9 +50,9 @@ Path = tuple[int, ...]
 def count_tree(continuations: Sequence[Sequence[int]]) -> dict[Path, int]:
     """How many continuations start with each path: a trie with counts on its nodes."""
     counts: dict[Path, int] = defaultdict(int)
-    for c in continuations:
+    for c, k in Counter(map(tuple, continuations)).items():  # repeated continuations counted once each
         for d in range(1, len(c) + 1):
-            counts[tuple(c[:d])] += 1
+            counts[c[:d]] += k
     return counts
 
 
