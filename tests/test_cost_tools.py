@@ -130,3 +130,28 @@ def test_theory_handlers_and_tab():
     with gr.Blocks():
         ctx = SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), race=gr.State(None))
         theory.build_tab(ctx)
+
+
+def test_roofline_experiment_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch):
+    import json
+
+    from specviz.cost import SHAPES
+    from specviz.cost.shapes import ModelShape
+    from specviz.experiments import roofline
+
+    monkeypatch.setitem(SHAPES, "tiny-test", ModelShape("tiny-test", 2, 32, 2, 1, 16, 64, 100))
+    fake = get_hardware("This machine (2-core CPU)")  # the micro-benchmark takes seconds: tested on its own
+    monkeypatch.setattr("specviz.cost.measure_this_machine", lambda **kw: replace(fake, name=kw.get("name", "fake")))
+    out = tmp_path / "roof"
+    assert roofline.main(["--shape", "tiny-test", "--batch-sizes", "1,2", "--tokens", "1,2,4", "--fit-tokens", "1,4",
+                          "--context", "8", "--repeats", "1", "--draft-shape", "tiny-test", "--out", str(out)]) == 0
+    result = json.loads((out / "roofline.json").read_text())
+    s = result["summary"]
+    assert (s["fit_points"], s["held_out_points"]) == (4, 2) and s["held_out_median_rel_error"] >= 0
+    assert len(result["points"]) == 6 and all("predicted_s" in p for p in result["points"])
+    budget = result["theory"]["Llama-2-7B"]["ideal"]["H100 SXM"]["budget"]  # JSON keys: batch sizes as strings
+    assert budget["1"] > budget["16"] > budget["64"]
+    for name in ("cost_curves.html", "predicted_vs_measured.html", "speedup_measured_cost_B2.html", "budget_Llama-2-7B.html"):
+        assert (out / name).stat().st_size > 1000
+    assert roofline.main(["--from-json", str(out / "roofline.json"), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "cost_ratio.html").exists()

@@ -125,13 +125,16 @@ def speculation_budget(
 
     0 means even one draft token per sequence costs more than `tolerance` extra (compute-bound).
     """
-    limit = 1.0 + tolerance
-    best = 0
-    for gamma in range(1, max_gamma + 1):  # cost is monotone in gamma: stop at the first miss
-        if verify_cost_ratio(shape, hardware, gamma, batch_size, context_len) > limit:
-            break
-        best = gamma
-    return best
+    def free(gamma: int) -> bool:
+        return verify_cost_ratio(shape, hardware, gamma, batch_size, context_len) <= 1.0 + tolerance
+
+    if free(max_gamma):
+        return max_gamma
+    lo, hi = 0, max_gamma  # free(lo) (gamma = 0 costs nothing extra), not free(hi); cost grows with gamma
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if free(mid) else (lo, mid)
+    return lo
 
 
 def knee_tokens(

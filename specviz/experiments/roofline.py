@@ -35,6 +35,7 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     p.add_argument("--out", type=Path, default=Path("results/roofline"))
+    p.add_argument("--from-json", type=Path, help="redraw figures and tables from an earlier roofline.json")
     return p.parse_args(argv)
 
 
@@ -47,6 +48,14 @@ def load_average() -> list[float] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+        result["theory"] = theory_tables(result["shape"]["name"], result["config"]["context"])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "roofline.json").write_text(json.dumps(result, indent=1))
+        write_figures(result, args.out)
+        print(f"redrew {args.out} from {args.from_json}")
+        return 0
     import torch
 
     from specviz.bench import describe_machine
@@ -122,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "points": points,
         "draft_points": draft_points,
         "summary": summary,
+        "theory": theory_tables(shape.name, args.context),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "roofline.json").write_text(json.dumps(result, indent=1))
@@ -138,19 +148,65 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def theory_tables(shape_name: str, context: int, batch_sizes=(1, 4, 16, 64)) -> dict:
+    """Per hardware preset: speculation budget (≤10% extra) and knee per batch size, for the
+    measured shape and for Llama-2-7B (the SSSD-sized case), with and without per-forward overhead."""
+    from specviz.cost import HARDWARE, THIS_MACHINE, get_shape, knee_tokens, speculation_budget
+
+    out = {}
+    for name in dict.fromkeys([shape_name, "Llama-2-7B"]):
+        for hw in HARDWARE.values():
+            shape = get_shape(name).with_dtype("float32" if hw.name == THIS_MACHINE else "bfloat16")
+            for label, h in (("hf-eager", hw), ("ideal", hw.ideal())):
+                out.setdefault(name, {}).setdefault(label, {})[hw.name] = {
+                    "budget": {b: speculation_budget(shape, h, b, context) for b in batch_sizes},
+                    "knee": {b: knee_tokens(shape, h, b, context) for b in batch_sizes},
+                }
+    return out
+
+
+def measured_verify_ratio(points: list[dict], batch_size: int):
+    """γ -> T(γ+1)/T(1) from measured points at one batch size (log-log interpolation in S)."""
+    import numpy as np
+
+    rows = sorted((p["n_tokens"], p["seconds"]) for p in points if p["batch_size"] == batch_size)
+    s, t = np.log([r[0] for r in rows]), np.log([r[1] for r in rows])
+    t1 = rows[0][1]
+    return lambda g: float(np.exp(np.interp(np.log(g + 1), s, t))) / t1
+
+
 def write_figures(result: dict, out: Path) -> None:
-    """The calibration figures as HTML (plotly.js from the CDN keeps them small)."""
-    from specviz.plots.roofline import cost_curves_figure, predicted_vs_measured_figure
+    """The calibration and theory figures as HTML (plotly.js from the CDN keeps them small)."""
+    from specviz.plots.roofline import budget_bars_figure, cost_curves_figure, predicted_vs_measured_figure
+    from specviz.plots.speedup import improvement_curves_figure, speedup_heatmap_figure, speedup_vs_alpha_figure
 
     pts = result["points"]
     predicted = [dict(p, seconds=p["predicted_s"]) for p in pts]
+    name, L = result["shape"]["name"], result["config"]["context"]
+    c = result["summary"].get("c_draft_over_target", 0.1)
+    max_s = max(p["n_tokens"] for p in pts)
     figs = {
-        "cost_curves.html": cost_curves_figure(predicted, measured=pts, title=f"{result['shape']['name']}: "
-                                               f"forward time vs tokens per sequence (L={result['config']['context']})"),
+        "cost_curves.html": cost_curves_figure(predicted, measured=pts, title=f"{name}: forward time vs tokens per "
+                                               f"sequence, measured (×) and fitted roofline (L={L})"),
+        "cost_ratio.html": cost_curves_figure(predicted, measured=pts, normalize=True,
+                                              title=f"{name}: verification cost T(S)/T(1), measured (×) and fitted"),
         "predicted_vs_measured.html": predicted_vs_measured_figure(pts),
+        "speedup_vs_alpha.html": speedup_vs_alpha_figure([0.01, 0.05, 0.1, 0.2, 0.5], fixed_gamma=4),
+        "speedup_heatmap.html": speedup_heatmap_figure(c, 16),
     }
-    for name, fig in figs.items():
-        fig.write_html(out / name, include_plotlyjs="cdn")
+    for b in sorted({p["batch_size"] for p in pts}):
+        ratio = measured_verify_ratio(pts, b)
+        fig = improvement_curves_figure([0.5, 0.7, 0.8, 0.9], c, min(16, max_s - 1), verify_ratio=ratio)
+        fig.update_layout(title=f"Speedup vs γ with this machine's measured verify cost, B={b}, c={c:.3f} (SSSD Fig. 2)")
+        figs[f"speedup_measured_cost_B{b}.html"] = fig
+    theory = result.get("theory", {})
+    for shape_name, by_label in theory.items():
+        budgets = {hw: v["budget"] for hw, v in by_label.get("ideal", {}).items()}
+        fig = budget_bars_figure(budgets, 0.1)
+        fig.update_layout(title=f"{shape_name}, L={L}, ideal kernels: drafts per sequence that cost ≤ 10% over one step")
+        figs[f"budget_{shape_name}.html"] = fig
+    for fname, fig in figs.items():
+        fig.write_html(out / fname, include_plotlyjs="cdn")
 
 
 if __name__ == "__main__":
