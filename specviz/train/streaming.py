@@ -47,6 +47,7 @@ class TrainConfig:
     warmup: int = 50  # steps of linear learning-rate warm-up
     max_len: int = 160  # tokens per training sequence (prompt + answer, cut)
     max_prompt: int = 96  # records with longer prompts are skipped
+    max_examples: int = 0  # train on the first this many examples only (0: all, re-read every epoch as the file grows)
     alpha0: float = 1.0  # weight of the main stream's next-token loss
     alpha_streams: float = 1.0  # weight of each stream's loss (alpha_j, all equal)
     hard: bool = False  # train on the sampled tokens even when teacher logits are available
@@ -190,6 +191,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     while step < cfg.steps:
         if not order:  # a new epoch over whatever teacher text exists now
             order = read_examples(cfg.data, cfg.max_len, cfg.max_prompt)
+            order = order[: cfg.max_examples] if cfg.max_examples else order
             if not order:
                 raise SystemExit(f"no training examples in {cfg.data}")
             rng.shuffle(order)
@@ -255,6 +257,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--max-len", type=int, default=d.max_len)
+    p.add_argument("--max-examples", type=int, default=d.max_examples, help="first N training examples only (0: all)")
     p.add_argument("--alpha0", type=float, default=d.alpha0)
     p.add_argument("--alpha-streams", type=float, default=d.alpha_streams)
     p.add_argument("--positions", type=int, default=d.positions, help="random answer positions scored per stream (0: all)")
@@ -268,7 +271,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     a = p.parse_args(argv)
     streaming = StreamingConfig(stream_layers=a.stream_layers, gamma=a.gamma, lora_rank=a.lora_rank,
                                 lora_alpha=2.0 * a.lora_rank, lora_mlp=not a.no_lora_mlp, eta_rank=a.eta_rank)
-    cfg = TrainConfig(target=a.target, data=a.data, out=a.out, streaming=streaming, steps=a.steps, lr=a.lr, max_len=a.max_len,
+    cfg = TrainConfig(target=a.target, data=a.data, out=a.out, streaming=streaming, steps=a.steps, lr=a.lr, max_len=a.max_len, max_examples=a.max_examples,
                       alpha0=a.alpha0, alpha_streams=a.alpha_streams, hard=a.hard, positions=a.positions, save_every=a.save_every, device=a.device)
     return cfg, a
 

@@ -1,0 +1,177 @@
+"""Speculative Streaming's Table 1 and 2 on one target: call reduction, speedup, extra parameters.
+
+    python -m specviz.bench streaming --pair default --suites humaneval,gsm8k --limit 4 --max-new-tokens 64
+
+Table 1 (vs autoregressive decoding of the *tuned* model, the model streaming reproduces): the
+call-reduction ratio (generated tokens per target forward pass), wall speedup and the parameters the
+adapter adds. Table 2 (vs vanilla speculative decoding with the pair's draft, when it has one):
+target calls, draft calls and latency. Every variant decodes every prompt greedily, interleaved
+prompt by prompt with a rotating order after a warm-up; speed figures are ratios measured in the
+same run. Also reported: how often the tuned model's greedy output equals the original target's.
+Writes results.json and table.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # row label
+    method: str  # registry name
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> list[Variant]:
+    rows = [
+        Variant("AR (original target)", "autoregressive"),
+        Variant("AR (tuned target)", "streaming", {"speculation_length": 0, "adapter": adapter}),
+        Variant(f"Streaming (path, gamma={gamma})", "streaming", {"speculation_length": gamma, "adapter": adapter}),
+    ]
+    if width > 1:
+        rows.append(Variant(f"Streaming (tree {width}-wide, <= {nodes} nodes)", "streaming",
+                            {"speculation_length": gamma, "tree_width": width, "tree_nodes": nodes, "adapter": adapter}))
+    if draft:
+        rows.append(Variant(f"Vanilla SD (draft, gamma={gamma})", "vanilla", {"speculation_length": gamma}))
+    return rows
+
+
+def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    from specviz.runner import generate
+
+    if warmup:
+        for v in rows:
+            generate(v.method, pair, prompts[0].text, max_new_tokens=8, **v.options)
+    runs = []
+    bar = tqdm(total=len(prompts) * len(rows), desc="streaming", unit="run", disable=not progress)
+    for i, prompt in enumerate(prompts):
+        rotation = i % len(rows)
+        for v in rows[rotation:] + rows[:rotation]:
+            bar.set_postfix_str(f"{v.name} on {prompt.id}")
+            s = generate(v.method, pair, prompt.text, max_new_tokens=max_new_tokens, **v.options).summary
+            runs.append({"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
+                         "new_tokens": s.new_tokens, "wall_s": s.wall_s, "target_forwards": s.target_forwards,
+                         "draft_forwards": s.draft_forwards, "drafted": s.drafted, "accepted": s.accepted,
+                         "output_ids": list(s.output_ids)})  # fmt: skip
+            bar.update()
+    bar.close()
+    return runs
+
+
+def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> list[dict]:
+    """Per suite (and 'all') x variant. Streaming is compared with AR of the tuned model, the
+    others with AR of the original target; parity is checked against the same references."""
+    rows = []
+    for suite in [*dict.fromkeys(r["suite"] for r in runs), "all"]:
+        mine = [r for r in runs if suite in ("all", r["suite"])]
+        refs = {name: {r["prompt_id"]: r for r in mine if r["variant"] == name} for name in order[:2]}
+        for name in order:
+            rs = [r for r in mine if r["variant"] == name]
+            ref_name = order[1] if rs and rs[0]["method"] == "streaming" else order[0]
+            ref = refs[ref_name]
+            tokens, forwards = sum(r["new_tokens"] for r in rs), sum(r["target_forwards"] for r in rs)
+            ms, ref_ms = _ms_per_token(rs), _ms_per_token(list(ref.values()))
+            rows.append({
+                "suite": suite, "label": name, "method": rs[0]["method"], "runs": len(rs), "tokens": tokens,
+                "target_forwards": forwards, "draft_forwards": sum(r["draft_forwards"] for r in rs),
+                "tokens_per_target_forward": tokens / forwards if forwards else None,
+                "ms_per_token": ms, "baseline": ref_name, "speedup": ref_ms / ms if ms and ref_ms else None,
+                "acceptance_rate": sum(r["accepted"] for r in rs) / max(1, sum(r["drafted"] for r in rs)),
+                "extra_params": extra_params.get(rs[0]["method"], 0),
+                "matches_baseline": all(r["output_ids"] == ref[r["prompt_id"]]["output_ids"] for r in rs),
+            })  # fmt: skip
+    return rows
+
+
+def _ms_per_token(runs: list[dict]) -> float | None:
+    tokens = sum(r["new_tokens"] for r in runs)
+    return 1e3 * sum(r["wall_s"] for r in runs) / tokens if tokens else None
+
+
+def tuned_agreement(runs: list[dict], original: str, tuned: str) -> dict[str, float]:
+    """How close the tuned model's greedy output stays to the original target's."""
+    a = {r["prompt_id"]: r["output_ids"] for r in runs if r["variant"] == original}
+    b = {r["prompt_id"]: r["output_ids"] for r in runs if r["variant"] == tuned}
+    same, total, whole = 0, 0, 0
+    for pid, x in a.items():
+        y = b[pid]
+        n = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+        same, total, whole = same + n, total + len(x), whole + (x == y)
+    return {"identical_outputs": whole / max(1, len(a)), "tokens_before_first_difference": same / max(1, total)}
+
+
+def markdown(rows: list[dict], agreement: dict, header: str) -> str:
+    def fmt(x, spec=".2f"):
+        return "-" if x is None else format(x, spec)
+
+    lines = [header, "", "| suite | method | tokens / target forward | ms/token | speedup | vs | target calls | draft calls | "
+             "extra params | = baseline |", "|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['suite']} | {r['label']} | {fmt(r['tokens_per_target_forward'])} | {fmt(r['ms_per_token'], '.1f')} | "
+                     f"{fmt(r['speedup'])} | {r['baseline']} | {r['target_forwards']} | {r['draft_forwards']} | "
+                     f"{r['extra_params']:,} | {'yes' if r['matches_baseline'] else 'NO'} |")
+    lines += ["", f"Tuned vs original greedy output: {agreement['identical_outputs']:.0%} of outputs identical, "
+              f"{agreement['tokens_before_first_difference']:.0%} of tokens before the first difference."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specviz.bench streaming", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="default", help="default | tiny-random | a preset (the draft is optional)")
+    p.add_argument("--suites", default="humaneval,gsm8k")
+    p.add_argument("--limit", type=int, default=4, help="prompts per suite")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--gamma", type=int, default=3, help="streams used (at most the adapter's)")
+    p.add_argument("--tree-width", type=int, default=3, help="top tokens per stream for the tree variant (1: no tree row)")
+    p.add_argument("--tree-nodes", type=int, default=12)
+    p.add_argument("--adapter", default="auto", help="auto | untrained | a .safetensors path")
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--out", type=Path, default=Path("results/streaming"))
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    from specviz.bench import describe_machine
+    from specviz.errors import SpecvizError
+    from specviz.experiments.sssd import load_target_pair
+    from specviz.methods.streaming import streaming_model
+    from specviz.prompts import take
+
+    try:
+        pair = load_target_pair(args.pair)
+        prompts = [q for s in args.suites.split(",") for q in take(s.strip(), args.limit, args.offset)]
+        rows = variants(args.gamma, args.tree_width, args.tree_nodes, args.adapter, pair.draft is not None)
+        lm = streaming_model(pair.target, args.adapter)
+        extra = {"streaming": lm.extra_parameters(), "vanilla": pair.info.get("draft_params", 0)}
+        runs = run_all(pair, prompts, rows, args.max_new_tokens, not args.no_warmup, not args.quiet)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summary = table(runs, [v.name for v in rows], extra)
+    agreement = tuned_agreement(runs, rows[0].name, rows[1].name)
+    header = (f"Speculative streaming: pair {pair.name}, adapter '{args.adapter}' (N_s={lm.cfg.stream_layers}, "
+              f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts ({args.suites}, offset "
+              f"{args.offset}), greedy, max {args.max_new_tokens} new tokens, on {str(pair.device)} ({describe_machine(str(pair.device))['threads']} threads)")
+    text = markdown(summary, agreement, header)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"config": {**vars(args), "out": str(args.out), "prompts": [q.id for q in prompts]}, "pair": pair.info,
+              "device": describe_machine(str(pair.device)), "adapter": asdict(lm.cfg),
+              "summary": summary, "tuned_vs_original": agreement,
+              "runs": [{k: v for k, v in r.items() if k != "output_ids"} for r in runs]}  # fmt: skip
+    (args.out / "results.json").write_text(json.dumps(result, indent=1, default=str))
+    (args.out / "table.md").write_text(text + "\n")
+    print(f"wrote {args.out}/results.json and table.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
