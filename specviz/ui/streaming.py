@@ -1,0 +1,102 @@
+"""The Speculative Streaming tab: run `streaming` on a prompt and inspect each iteration's tree
+(which stream proposed each token, which path the target accepted), with the output coloured by
+the stream that proposed each accepted token.
+
+Handlers are plain functions of widget values (tested without a server); no torch at import.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from specviz.plots.tree import record_tree_figure
+
+TAB_TITLE = "Streaming tree"
+TAB_ORDER = 65
+# Okabe-Ito colours, one per stream; the target's own token (correction or bonus) grey
+STREAM_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9"]
+TARGET_COLOUR = "#555555"
+
+
+def run_streaming(pair_name: str, prompt: str, max_new_tokens: int, streams: int, tree_width: int, load_pair=None) -> dict[str, Any]:
+    """One greedy `streaming` run -> plain state: records as dicts and each token's text."""
+    import specviz
+
+    pair = (load_pair or specviz.load_pair)(pair_name)
+    records = [r.to_dict() for r in specviz.run("streaming", pair, prompt, max_new_tokens=int(max_new_tokens),
+                                                 speculation_length=int(streams), tree_width=int(tree_width))]
+    vocab = {t for r in records for t in (*r["extra"].get("tree_tokens", []), *r["emitted"])}
+    return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}}
+
+
+def stream_colour(source: str) -> str:
+    """'stream 2' -> its colour; anything else (the target's own token) grey."""
+    try:
+        return STREAM_COLOURS[(int(source.split()[-1]) - 1) % len(STREAM_COLOURS)] if source.startswith("stream") else TARGET_COLOUR
+    except ValueError:
+        return TARGET_COLOUR
+
+
+def coloured_output(state: dict[str, Any]) -> str:
+    """HTML of the emitted text: accepted drafts coloured by the stream that proposed them."""
+    spans, used = [], set()
+    for r in state["records"]:
+        sources = r["extra"].get("sources", [])
+        for i, token in enumerate(r["emitted"]):
+            source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
+            used.add(source)
+            spans.append(f'<span style="color:{stream_colour(source)}" title="{source}">{html.escape(state["text"][str(token)])}</span>')
+    legend = " · ".join(f'<span style="color:{stream_colour(s)}">■ {s}</span>' for s in sorted(used))
+    return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
+
+
+def show_iteration(state: dict[str, Any] | None, iteration: int):
+    """The tree figure of one iteration, and a one-line summary of it."""
+    if not state or not state["records"]:
+        return None, "Run streaming first."
+    r = state["records"][min(int(iteration), len(state["records"]) - 1)]
+    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
+    tree = r["extra"].get("tree_tokens", [])
+    return fig, (f"iteration {r['iteration']}: {len(tree)} tree nodes from the streams, {r['accepted']} accepted, "
+                 f"{len(r['emitted'])} emitted in one target forward; streams took {r['draft_ms']:.2f} ms, "
+                 f"verification {r['verify_ms']:.1f} ms")
+
+
+def summary_line(state: dict[str, Any]) -> str:
+    records = state["records"]
+    tokens = sum(len(r["emitted"]) for r in records)
+    return f"{tokens} tokens in {len(records)} target forwards: {tokens / max(1, len(records)):.2f} tokens per forward"
+
+
+def build_tab(ctx: Any) -> None:
+    import gradio as gr
+
+    gr.Markdown("### Speculative Streaming: the target drafts its own future tokens with extra streams in its top layers")
+    gr.Markdown("Lossless with respect to the tuned target (base + the shipped adapter); for targets without "
+                "an adapter the streams are untrained and drafts are rarely accepted.")
+    with gr.Row():
+        prompt = gr.Textbox("Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2)
+        with gr.Column():
+            max_new = gr.Slider(8, 256, value=64, step=8, label="max new tokens")
+            streams = gr.Slider(1, 8, value=3, step=1, label="streams used (at most the adapter's)")
+            width = gr.Slider(1, 4, value=2, step=1, label="tree width (top tokens per stream)")
+    go = gr.Button("Run streaming", variant="primary")
+    output = gr.HTML()
+    overall = gr.Markdown()
+    iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
+    summary = gr.Markdown()
+    plot = gr.Plot(label="stream tree")
+    state = gr.State()
+
+    def on_run(pair_name, text, n, k, w):
+        try:
+            st = run_streaming(pair_name, text, n, k, w, getattr(ctx, "load_pair", None))
+        except Exception as e:  # a user's input must not crash the tab
+            return None, f"**Cannot run:** {e}", "", gr.update(), None, ""
+        first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)
+        fig, line = show_iteration(st, first)
+        return st, coloured_output(st), summary_line(st), gr.update(maximum=max(1, len(st["records"]) - 1), value=first), fig, line
+
+    go.click(on_run, [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary])
+    iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

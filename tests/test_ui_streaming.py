@@ -1,0 +1,34 @@
+"""The Streaming tree tab: its handlers on the tiny pair, without a server."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gradio as gr
+
+from specviz.ui import streaming as tab
+
+
+def test_run_and_inspect_a_tree(random_pair):
+    state = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, load_pair=lambda name: random_pair)
+    records = state["records"]
+    assert sum(len(r["emitted"]) for r in records) == 12
+    assert records[0]["extra"]["tree_tokens"] == []  # no node before the first forward
+    later = records[1]["extra"]
+    assert later["tree_tokens"] and set(later["tree_sources"]) <= {"stream 1", "stream 2", "stream 3"}
+    fig, line = tab.show_iteration(state, 1)
+    assert fig.data and "tree nodes from the streams" in line
+    html = tab.coloured_output(state)
+    assert "target" in html and html.count("<span") >= 12
+    assert "12 tokens in" in tab.summary_line(state)
+    assert tab.show_iteration(None, 0)[0] is None
+
+
+def test_stream_colours():
+    assert tab.stream_colour("stream 1") != tab.stream_colour("stream 2")
+    assert tab.stream_colour("target") == tab.TARGET_COLOUR
+
+
+def test_the_tab_builds():
+    with gr.Blocks():
+        tab.build_tab(SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random")))
