@@ -146,3 +146,18 @@ def test_experiment_writes_its_table_and_figures(tmp_path, capsys):
     for name in ("table.md", "timeline.html", "speedup.html", "timeline_records.json"):
         assert (tmp_path / name).stat().st_size > 0
     assert "pearl [sequential]" in capsys.readouterr().out
+
+
+def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pair):
+    import gradio as gr
+
+    from specviz.ui import pearl as tab
+
+    with gr.Blocks():
+        pair = gr.Dropdown(["tiny-perturbed"], value="tiny-perturbed")
+        tab.build_tab(SimpleNamespace(pair=pair, gpu=lambda fn: fn, load_pair=lambda name: perturbed_pair))
+    out = tab.compare(perturbed_pair, "def f(x):", window=3, concurrent=True, max_new_tokens=16)
+    assert [r["tokens"] for r in out["rows"]] == [16, 16]
+    assert set(out["records"]) == {"vanilla (γ=3)", "PEARL (γ=3)"}
+    assert {s["mode"] for s in out["steps"]} <= {"pre-verify", "post-verify", "verify"}
+    assert out["steps"][0]["mode"] == "pre-verify"
