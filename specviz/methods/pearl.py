@@ -112,30 +112,40 @@ def optimal_window(pair: Any) -> int:
 
 class Lanes:
     """Runs a round's draft job and target job at the same time (the target's in a second thread,
-    each on its own CUDA stream on GPU), or one after the other when not concurrent."""
+    each on its own CUDA stream on GPU), or one after the other when not concurrent. On CPU the
+    intra-op threads are split between the two jobs (OpenMP thread counts are per thread); with one
+    thread in all (OMP_NUM_THREADS=1) each job gets one, i.e. a core each."""
 
     def __init__(self, concurrent: bool, draft_device: torch.device, target_device: torch.device):
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-target") if concurrent else None
         cuda = concurrent and draft_device.type == "cuda" and target_device.type == "cuda"
         self.streams = (torch.cuda.Stream(draft_device), torch.cuda.Stream(target_device)) if cuda else (None, None)
+        self.total = torch.get_num_threads()  # a job that runs alone gets them all
+        self.threads = (max(1, self.total // 2), max(1, self.total - self.total // 2)) if concurrent else (self.total,) * 2
 
     @staticmethod
-    def _on(stream: Any, job: Callable[[], Any]) -> Any:
-        if stream is None:
-            return job()
-        with torch.cuda.stream(stream):
-            out = job()
-        stream.synchronize()
-        return out
+    def _on(stream: Any, threads: int, job: Callable[[], Any]) -> Any:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            if stream is None:
+                return job()
+            with torch.cuda.stream(stream):
+                out = job()
+            stream.synchronize()
+            return out
+        finally:
+            torch.set_num_threads(before)
 
     def run(self, draft_job: Callable[[], Any] | None, target_job: Callable[[], Any]) -> tuple[Any, Any, bool]:
         """(draft result or None, target result, whether the two ran concurrently)."""
+        (draft_stream, target_stream), (draft_threads, target_threads) = self.streams, self.threads
         if draft_job is None or self.pool is None:
-            drafted = self._on(self.streams[0], draft_job) if draft_job is not None else None
-            return drafted, self._on(self.streams[1], target_job), False
-        future = self.pool.submit(self._on, self.streams[1], target_job)
+            drafted = self._on(draft_stream, self.total, draft_job) if draft_job is not None else None
+            return drafted, self._on(target_stream, self.total, target_job), False
+        future = self.pool.submit(self._on, target_stream, target_threads, target_job)
         try:
-            drafted = self._on(self.streams[0], draft_job)
+            drafted = self._on(draft_stream, draft_threads, draft_job)
         finally:
             target = future.result()  # never leave the target's thread running on our caches
         return drafted, target, True
@@ -203,7 +213,7 @@ def pearl_decoding(dec: Decoding, opts: PearlOptions, pre_verify: bool = True, p
         r = dec.commit(
             drafted=drafted, verdict=verdict, speculation_length=len(drafted), t_start=t_start, t_drafted=t_start,
             draft_forwards=len(log.draft), target_forwards=len(log.target), bonus=bonus,
-            extra={"mode": mode, "window": gamma, "draft_intervals": log.draft, "target_intervals": log.target,
+            extra={"mode": mode, "window": gamma, "parallel_threads": list(lanes.threads), "draft_intervals": log.draft, "target_intervals": log.target,
                    "phases": log.phases, **extra},
         )  # fmt: skip
         wall = r.t_end - r.t_start
