@@ -161,3 +161,13 @@ def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pa
     assert set(out["records"]) == {"vanilla (γ=3)", "PEARL (γ=3)"}
     assert {s["mode"] for s in out["steps"]} <= {"pre-verify", "post-verify", "verify"}
     assert out["steps"][0]["mode"] == "pre-verify"
+
+
+def test_the_race_panel_shows_pearls_current_mode(perturbed_pair):
+    from specviz.ui.panels import MethodRun, panel_html
+
+    records = list(specviz.generate("pearl", perturbed_pair, "def f(x):", max_new_tokens=12, window=2).records)
+    html = panel_html(MethodRun("pearl", "PEARL", "", status="done", records=records), None, 12)
+    assert f">{records[-1].extra['mode']}<" in html and ">mode<" in html
+    vanilla = list(specviz.generate("vanilla", perturbed_pair, "def f(x):", max_new_tokens=12).records)
+    assert ">mode<" not in panel_html(MethodRun("vanilla", "Vanilla", "", status="done", records=vanilla), None, 12)

@@ -97,6 +97,8 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, 
             _metric(_fmt(m["mean_accepted_length"], ".2f"), "tokens / target fwd"),
             _metric(f"{m['target_forwards']} / {m['draft_forwards']}", "target / draft fwd"),
         ]
+        # methods with modes (PEARL: pre-verify / post-verify) show the latest step's
+        + ([_metric(html.escape(str(records[-1].extra["mode"])), "mode")] if records and "mode" in records[-1].extra else [])
     )
     progress = min(100.0, 100.0 * m["tokens"] / max(1, max_new_tokens))
     message = f'<div class="sv-message">{html.escape(run.message)}</div>' if run.message else ""
