@@ -17,8 +17,9 @@ from specviz.records import IterationRecord
 SMOL = get_shape("SmolLM2-135M").with_dtype("float32")
 
 
-def test_fit_recovers_a_known_machine_from_its_own_curve():
-    truth = replace(get_hardware("This machine (2-core CPU)"), overhead_s=0.005, overhead_per_layer_s=0.0)
+@pytest.mark.parametrize("overlap", [True, False])
+def test_fit_recovers_a_known_machine_from_its_own_curve(overlap):
+    truth = replace(get_hardware("This machine (2-core CPU)"), overhead_s=0.005, overhead_per_layer_s=0.0, overlap=overlap)
     points = [{"batch_size": b, "n_tokens": s, "context_len": 256, "seconds": forward_time(SMOL, truth, b, s, 256)}
               for b in (1, 4, 16) for s in (1, 2, 4, 8, 16, 32, 64)]
     # the base is off by 2x in both directions; the fit must find e_c = 2, e_m = 0.5 and 5 ms
@@ -26,9 +27,10 @@ def test_fit_recovers_a_known_machine_from_its_own_curve():
     fit_pts, held = split_fit_holdout(points, fit_tokens=(1, 64))
     assert len(fit_pts) == 6 and len(held) == 15
     fit = fit_roofline(SMOL, base, fit_pts)
-    assert fit.compute_efficiency == pytest.approx(2.0, rel=0.1)
-    assert fit.memory_efficiency == pytest.approx(0.5, rel=0.1)
-    assert fit.overhead_s == pytest.approx(0.005, rel=0.3)
+    assert fit.compute_efficiency == pytest.approx(2.0, rel=0.1) and fit.hardware.overlap == overlap
+    if overlap:  # with a sum, the weight-read time and the overhead trade off (both constant in S)
+        assert fit.memory_efficiency == pytest.approx(0.5, rel=0.1)
+        assert fit.overhead_s == pytest.approx(0.005, rel=0.3)
     assert max(relative_errors(SMOL, fit.hardware, held)) < 0.05
     assert max(relative_errors(SMOL, base, held)) > 0.2  # the unfitted base really was wrong
 
@@ -155,3 +157,25 @@ def test_roofline_experiment_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch):
         assert (out / name).stat().st_size > 1000
     assert roofline.main(["--from-json", str(out / "roofline.json"), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "cost_ratio.html").exists()
+
+
+def test_theory_tab_overlays_this_machines_measurements_with_their_fit(tmp_path, monkeypatch):
+    import json
+
+    from specviz.ui import theory
+
+    hw = get_hardware(theory.THIS_MACHINE)
+    points = [{"batch_size": b, "n_tokens": s, "context_len": 256, "seconds": forward_time(SMOL, hw, b, s, 256)}
+              for b in (1, 4) for s in (1, 8, 64)]
+    result = {"shape": {"name": "SmolLM2-135M", "dtype": "float32"}, "config": {"context": 256}, "points": points,
+              "load_average_before": [0.5, 0.4, 0.3],
+              "summary": {"fitted_flops_per_s": 1e10, "fitted_bandwidth": 2e9, "overhead_ms": 3.0, "fit_points": 2,
+                          "held_out_median_rel_error": 0.1}}
+    path = tmp_path / "roofline.json"
+    path.write_text(json.dumps(result))
+    monkeypatch.setattr(theory, "MEASURED", path)
+    fig, table = theory.roofline_view(theory.THIS_MACHINE, "SmolLM2-135M", [1, 4], 256, True)
+    assert "B=4 measured" in [t.name for t in fig.data] and "fit to SmolLM2-135M (load 0.5)" in fig.layout.title.text
+    assert "10 GFLOP/s" not in table and "0.01 TFLOP/s float32, 2 GB/s, overhead 3.0 ms" in table
+    fig, _ = theory.roofline_view(theory.THIS_MACHINE, "Llama-2-7B", [1], 256, True)  # another model: no overlay
+    assert not [t for t in fig.data if "measured" in (t.name or "")]

@@ -3,6 +3,8 @@ the per-forward overhead (kernel launches, framework time), from a few (B, S) po
 
     T(B, S, L) = t_0 + sum_ops max(FLOPs / (e_c * peak), bytes / (e_m * bandwidth))
 
+(or the sum instead of the max: both are fit and the better one kept, `Hardware.overlap`).
+
 e_c, e_m (efficiencies) come from a grid search, t_0 from the median residual; the criterion is
 the mean |log(predicted / measured)| over the fit points. The rest of the grid tests the fit.
 """
@@ -50,15 +52,18 @@ def fit_roofline(
     flops = np.array([[o.flops for o in row] for row in ops])  # [P, ops]
     nbytes = np.array([[o.bytes for o in row] for row in ops])  # [P, ops]
     measured = np.array([t for *_, t in pts])  # [P]
-    ec, em = np.asarray(efficiencies), np.asarray(efficiencies)
-    for _ in range(4):  # grid search, then zoom in around the best cell three times
-        loss, overhead = _grid_loss(flops, nbytes, measured, peak * ec, bw * em)
-        i, j = np.unravel_index(np.argmin(loss), loss.shape)
-        best_c, best_m, best_o = ec[i], em[j], overhead[i, j]
-        step = ec[1] / ec[0] if len(ec) > 1 else 1.1
-        ec = best_c * np.geomspace(1 / step, step, 21)
-        em = best_m * np.geomspace(1 / step, step, 21)
-    e_c, e_m, t0 = float(best_c), float(best_m), float(best_o)
+    fits = []
+    for overlap in (True, False):  # max(compute, memory) or compute + memory, whichever fits better
+        ec, em = np.asarray(efficiencies), np.asarray(efficiencies)
+        for _ in range(4):  # grid search, then zoom in around the best cell three times
+            loss, overhead = _grid_loss(flops, nbytes, measured, peak * ec, bw * em, overlap)
+            i, j = np.unravel_index(np.argmin(loss), loss.shape)
+            best = (float(loss[i, j]), float(ec[i]), float(em[j]), float(overhead[i, j]), overlap)
+            step = ec[1] / ec[0] if len(ec) > 1 else 1.1
+            ec = best[1] * np.geomspace(1 / step, step, 21)
+            em = best[2] * np.geomspace(1 / step, step, 21)
+        fits.append(best)
+    _, e_c, e_m, t0, overlap = min(fits)
     hw = replace(
         base,
         name=name or f"{base.name} (fit)",
@@ -66,16 +71,17 @@ def fit_roofline(
         memory_bandwidth=bw * e_m,
         overhead_s=t0,
         overhead_per_layer_s=0.0,
+        overlap=overlap,
         source=f"fit to {len(pts)} measured forward passes of {shape.name}",
     )
     return RooflineFit(hw, e_c, e_m, t0, len(pts))
 
 
-def _grid_loss(flops, nbytes, measured, peaks, bandwidths):
+def _grid_loss(flops, nbytes, measured, peaks, bandwidths, overlap: bool):
     """Mean |log(pred/measured)| for every (peak, bandwidth) pair, t_0 = median residual (>= 0)."""
     compute = flops[None, None] / peaks[:, None, None, None]  # [Ec, 1, P, ops]
     memory = nbytes[None, None] / bandwidths[None, :, None, None]  # [1, Em, P, ops]
-    roof = np.maximum(compute, memory).sum(-1)  # [Ec, Em, P]
+    roof = (np.maximum(compute, memory) if overlap else compute + memory).sum(-1)  # [Ec, Em, P]
     overhead = np.clip(np.median(measured - roof, axis=-1), 0.0, None)  # [Ec, Em]
     loss = np.abs(np.log((roof + overhead[..., None]) / measured)).mean(-1)
     return loss, overhead
@@ -94,3 +100,18 @@ def split_fit_holdout(points: Sequence[Any], fit_tokens: Sequence[int]) -> tuple
     fit = [p for p in points if _point(p)[1] in fit_tokens]
     held = [p for p in points if _point(p)[1] not in fit_tokens]
     return fit, held
+
+
+def hardware_from_result(result: dict[str, Any]) -> Hardware:
+    """The fitted Hardware stored in a `python -m specviz.bench roofline` result (roofline.json)."""
+    s, dtype = result["summary"], result["shape"]["dtype"]
+    load = result.get("load_average_before")
+    return Hardware(
+        name=f"this machine, fit to {result['shape']['name']} (load {load[0] if load else '?'})",
+        peak_flops={dtype: s["fitted_flops_per_s"]},
+        memory_bandwidth=s["fitted_bandwidth"],
+        overhead_s=s["overhead_ms"] / 1e3,
+        overlap=s.get("overlap", True),
+        source=f"fit to {s['fit_points']} measured forward passes; held-out median error "
+        f"{s['held_out_median_rel_error']:.0%}",
+    )

@@ -23,6 +23,8 @@ class Hardware:
     memory_bandwidth: float  # bytes/s, main memory (HBM on GPUs, DRAM on CPUs)
     overhead_s: float = 0.0  # fixed cost of one forward pass (framework, sync), seconds
     overhead_per_layer_s: float = 0.0  # launch/Python cost per transformer layer, seconds
+    overlap: bool = True  # compute and memory traffic overlap: max(c, m) (GPUs); False: c + m (a CPU
+    #                       thread that stalls on loads; fits this machine's measurements better)
     source: str = ""  # where the numbers come from
     extra: dict[str, Any] = field(default_factory=dict)  # plain facts (e.g. how it was measured)
 
@@ -89,7 +91,7 @@ PRESETS: dict[str, Hardware] = {
         # (42 with 2 threads under load), bf16 0.6 GFLOP/s (no bf16 instructions: use fp32 on CPU),
         # copy 9.3 GB/s. The overhead terms are fit by `python -m specviz.bench roofline`.
         Hardware("This machine (2-core CPU)", {"float32": 70 * GIGA, "bfloat16": 0.6 * GIGA},
-                 9.3 * GIGA, overhead_s=2e-3, overhead_per_layer_s=0.15e-3,
+                 9.3 * GIGA, overhead_s=2e-3, overhead_per_layer_s=0.15e-3, overlap=False,
                  source="measured here with measure_this_machine(); overhead fit by specviz.bench roofline"),
     ]
 }

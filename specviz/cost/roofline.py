@@ -5,6 +5,9 @@ memory-bound (bytes / bandwidth), and
 
     T_forward(B, S, L) = sum_ops max(FLOPs_op / peak, bytes_op / bandwidth) + t_overhead.
 
+(On hardware that does not overlap compute with memory traffic, `Hardware.overlap = False`, the
+max becomes a sum; the regimes and the knee are the same.)
+
 At B*S = 1 the weight reads dominate and extra tokens are almost free (memory-bound); once B*S
 passes the ridge point peak/bandwidth x bytes-per-param / 2 the matrix multiplies become
 compute-bound and every extra token costs its full FLOPs. Speculation lives below that knee.
@@ -42,7 +45,8 @@ class OperatorCost:
         return self.bytes / hw.memory_bandwidth
 
     def time_s(self, hw: Hardware, dtype: str) -> float:
-        return max(self.compute_s(hw, dtype), self.memory_s(hw))
+        c, m = self.compute_s(hw, dtype), self.memory_s(hw)
+        return max(c, m) if hw.overlap else c + m
 
     def bound(self, hw: Hardware, dtype: str) -> str:
         return "compute" if self.compute_s(hw, dtype) >= self.memory_s(hw) else "memory"

@@ -48,19 +48,26 @@ def load_average() -> list[float] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.from_json:
+    if args.from_json:  # refit and redraw an earlier measurement (fit and figures are cheap)
         result = json.loads(args.from_json.read_text())
-        result["theory"] = theory_tables(result["shape"]["name"], result["config"]["context"])
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "roofline.json").write_text(json.dumps(result, indent=1))
-        write_figures(result, args.out)
-        print(f"redrew {args.out} from {args.from_json}")
-        return 0
+        result["config"]["fit_tokens"] = args.fit_tokens
+    else:
+        result = measure(args, argv)
+    analyse(result, args.fit_tokens)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "roofline.json").write_text(json.dumps(result, indent=1))
+    write_figures(result, args.out)
+    report(result)
+    print(f"wrote {args.out}/roofline.json and figures")
+    return 0
+
+
+def measure(args, argv) -> dict:
+    """Time the forward passes (and the micro-benchmark the fit starts from): the raw result."""
     import torch
 
     from specviz.bench import describe_machine
-    from specviz.cost import forward_time, get_shape, measure_this_machine
-    from specviz.cost.calibrate import fit_roofline, relative_errors, split_fit_holdout
+    from specviz.cost import get_shape, measure_this_machine
     from specviz.cost.hardware import PRESETS
     from specviz.cost.measure import measure_forward_times, random_model
     from specviz.models.hub import resolve_device, resolve_dtype
@@ -79,22 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         base = next((h for n, h in PRESETS.items() if n.split()[0] in gpu), PRESETS["H100 SXM"]).ideal()
     print(f"{base.name}: {base.flops_per_s(dtype) / 1e9:.1f} GFLOP/s {dtype}, {base.memory_bandwidth / 1e9:.1f} GB/s; "
           f"load average {load_before}")
-
     print(f"timing {shape.name} ({dtype}, random weights) on {device}, L={args.context}:")
     model = random_model(shape).to(device)
-    timings = measure_forward_times(model, args.batch_sizes, args.tokens, args.context, args.repeats, progress=True)
-    points = [t.as_dict() for t in timings]
+    points = [t.as_dict() for t in measure_forward_times(model, args.batch_sizes, args.tokens, args.context,
+                                                          args.repeats, progress=True)]
     del model
-
-    fit_pts, held = split_fit_holdout(points, args.fit_tokens)
-    fit = fit_roofline(shape, base, fit_pts)
-    held_err = relative_errors(shape, fit.hardware, held)
-    raw_err = relative_errors(shape, base, points)  # the datasheet/micro-benchmark roofline, no overhead
-    for p in points:
-        p["predicted_s"] = forward_time(shape, fit.hardware, p["batch_size"], p["n_tokens"], p["context_len"])
-        p["roofline_only_s"] = forward_time(shape, base, p["batch_size"], p["n_tokens"], p["context_len"])
-        p["used_for_fit"] = p["n_tokens"] in args.fit_tokens
-
     draft_points = []
     if args.draft_shape:
         dshape = get_shape(args.draft_shape).with_dtype(dtype)
@@ -102,23 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         dmodel = random_model(dshape).to(device)
         draft_points = [t.as_dict() for t in measure_forward_times(dmodel, [1], [1], args.context, args.repeats, progress=True)]
         del dmodel
-
-    summary = {
-        "fit_points": len(fit_pts),
-        "held_out_points": len(held),
-        "held_out_median_rel_error": statistics.median(held_err) if held_err else None,
-        "held_out_max_rel_error": max(held_err) if held_err else None,
-        "roofline_only_median_rel_error": statistics.median(raw_err),
-        "compute_efficiency": fit.compute_efficiency,
-        "memory_efficiency": fit.memory_efficiency,
-        "overhead_ms": fit.overhead_s * 1e3,
-        "fitted_flops_per_s": fit.hardware.flops_per_s(dtype),
-        "fitted_bandwidth": fit.hardware.memory_bandwidth,
-    }
-    if draft_points:
-        t1 = next(p["seconds"] for p in points if p["batch_size"] == 1 and p["n_tokens"] == 1)
-        summary["c_draft_over_target"] = draft_points[0]["seconds"] / t1
-    result = {
+    return {
         "experiment": "roofline",
         "command": "python -m specviz.bench roofline " + " ".join(argv or []),
         "machine": describe_machine(str(device)),
@@ -130,22 +110,58 @@ def main(argv: list[str] | None = None) -> int:
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "points": points,
         "draft_points": draft_points,
-        "summary": summary,
-        "theory": theory_tables(shape.name, args.context),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "roofline.json").write_text(json.dumps(result, indent=1))
-    write_figures(result, args.out)
-    print(f"fit on {len(fit_pts)} points (S in {args.fit_tokens}): e_c={fit.compute_efficiency:.2f} "
-          f"e_m={fit.memory_efficiency:.2f} overhead={fit.overhead_s * 1e3:.1f} ms")
-    if held_err:
-        print(f"held-out median relative error {summary['held_out_median_rel_error']:.1%} over {len(held)} points "
-              f"(max {summary['held_out_max_rel_error']:.1%}); roofline without fit: "
-              f"{summary['roofline_only_median_rel_error']:.1%}")
-    if "c_draft_over_target" in summary:
-        print(f"c = T_draft / T_target at B=1, S=1: {summary['c_draft_over_target']:.3f}")
-    print(f"load average before {load_before}, after {result['load_average_after']}; wrote {args.out}/roofline.json")
-    return 0
+
+
+def analyse(result: dict, fit_tokens: list[int]) -> None:
+    """Fit on the points with S in `fit_tokens`, test on the rest; adds predictions, summary, theory."""
+    from specviz.cost import Hardware, ModelShape, forward_time
+    from specviz.cost.calibrate import fit_roofline, relative_errors, split_fit_holdout
+
+    shape = ModelShape(**result["shape"])
+    b = result["base_hardware"]
+    base = Hardware(b["name"], b["peak_flops"], b["memory_bandwidth"])
+    points = result["points"]
+    fit_pts, held = split_fit_holdout(points, fit_tokens)
+    fit = fit_roofline(shape, base, fit_pts)
+    held_err = relative_errors(shape, fit.hardware, held)
+    raw_err = relative_errors(shape, base, points)  # the micro-benchmark/datasheet roofline, no overhead
+    for p in points:
+        p["predicted_s"] = forward_time(shape, fit.hardware, p["batch_size"], p["n_tokens"], p["context_len"])
+        p["roofline_only_s"] = forward_time(shape, base, p["batch_size"], p["n_tokens"], p["context_len"])
+        p["used_for_fit"] = p["n_tokens"] in fit_tokens
+    summary = {
+        "fit_tokens": list(fit_tokens),
+        "fit_points": len(fit_pts),
+        "held_out_points": len(held),
+        "held_out_median_rel_error": statistics.median(held_err) if held_err else None,
+        "held_out_max_rel_error": max(held_err) if held_err else None,
+        "roofline_only_median_rel_error": statistics.median(raw_err),
+        "compute_efficiency": fit.compute_efficiency,
+        "memory_efficiency": fit.memory_efficiency,
+        "overhead_ms": fit.overhead_s * 1e3,
+        "overlap": fit.hardware.overlap,
+        "fitted_flops_per_s": fit.hardware.flops_per_s(shape.dtype),
+        "fitted_bandwidth": fit.hardware.memory_bandwidth,
+    }
+    if result.get("draft_points"):
+        t1 = next(p["seconds"] for p in points if p["batch_size"] == 1 and p["n_tokens"] == 1)
+        summary["c_draft_over_target"] = result["draft_points"][0]["seconds"] / t1
+    result["summary"] = summary
+    result["theory"] = theory_tables(shape.name, result["config"]["context"])
+
+
+def report(result: dict) -> None:
+    s = result["summary"]
+    print(f"fit on {s['fit_points']} points (S in {s['fit_tokens']}): e_c={s['compute_efficiency']:.2f} "
+          f"e_m={s['memory_efficiency']:.2f} overhead={s['overhead_ms']:.1f} ms "
+          f"({'max' if s['overlap'] else 'sum'} of compute and memory time)")
+    if s["held_out_points"]:
+        print(f"held-out median relative error {s['held_out_median_rel_error']:.1%} over {s['held_out_points']} points "
+              f"(max {s['held_out_max_rel_error']:.1%}); roofline without fit: {s['roofline_only_median_rel_error']:.1%}")
+    if "c_draft_over_target" in s:
+        print(f"c = T_draft / T_target at B=1, S=1: {s['c_draft_over_target']:.3f}")
+    print(f"load average before {result['load_average_before']}, after {result['load_average_after']}")
 
 
 def theory_tables(shape_name: str, context: int, batch_sizes=(1, 4, 16, 64)) -> dict:

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from specviz.cost import HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
+from specviz.cost.calibrate import hardware_from_result
 from specviz.cost.formulas import expected_tokens, improvement_factor, optimal_gamma
 from specviz.cost.roofline import cost_curve_rows, knee_tokens, speculation_budget, verify_cost_ratio
 from specviz.paths import ASSETS
@@ -61,31 +62,32 @@ def resolve_shape(model: str, pair_name: str | None, load_pair=None):
     return get_shape(model)
 
 
-def measured_points(shape_name: str) -> tuple[list[dict], int | None]:
-    """This machine's measured forward times for `shape_name` (committed bench output), if any."""
+def measured_result(shape_name: str) -> dict | None:
+    """This machine's committed `bench roofline` result for `shape_name`, if any."""
     if not MEASURED.exists():
-        return [], None
+        return None
     result = json.loads(MEASURED.read_text())
-    if result.get("shape", {}).get("name") != shape_name:
-        return [], None
-    return result["points"], result["config"]["context"]
+    return result if result.get("shape", {}).get("name") == shape_name else None
 
 
 def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, overhead: bool, shape=None):
     """Forward time vs S per batch size, the knee per B, the budget and the verify cost ratio."""
     hw = get_hardware(hardware)
-    hw = hw if overhead else hw.ideal()
     shape = shape or get_shape(model)
+    measured = None
     if hardware == THIS_MACHINE:
         shape = shape.with_dtype("float32")  # this CPU has no fast bf16 (see the preset)
+        measured = measured_result(shape.name)
+        if measured:  # the roofline fitted to these very measurements
+            hw = hardware_from_result(measured)
+    hw = hw if overhead else hw.ideal()
     bs = sorted(int(b) for b in batch_sizes) or [1]
     rows = cost_curve_rows(shape, hw, bs, list(range(1, 65)), int(context))
     knees = {b: knee_tokens(shape, hw, b, int(context)) for b in bs}
-    measured, measured_l = measured_points(shape.name) if hardware == THIS_MACHINE else ([], None)
     title = f"{shape.name} ({shape.dtype}) on {hw.name}, context {int(context)}"
     if measured:
-        title += f" — × measured here at context {measured_l}"
-    fig = cost_curves_figure(rows, measured=measured, title=title, knees=knees)
+        title += f" — × measured here at context {measured['config']['context']}"
+    fig = cost_curves_figure(rows, measured=measured["points"] if measured else None, title=title, knees=knees)
     lines = [f"| B | T(1) ms | T(5)/T(1) | budget γ (≤{TOLERANCE:.0%} extra) | knee S |", "|---|---|---|---|---|"]
     for b in bs:
         t1 = next(r["seconds"] for r in rows if r["batch_size"] == b and r["n_tokens"] == 1)
