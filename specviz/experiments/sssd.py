@@ -320,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--validation", type=Path, default=Path("/work/shared/data/sharegpt_prompts.jsonl"))
     ap.add_argument("--validation-lines", default="5500:6000")
     ap.add_argument("--out", type=Path, default=Path("results/sssd"))
+    ap.add_argument("--references", type=Path, help="reuse the greedy references of an earlier results.json (same pair)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
@@ -336,7 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.quiet
     prompts = [p for s in args.suites.split(",") for p in take(s, args.limit)]
     needs_refs = stages & {"fig4", "speed", "fig6"}
-    refs = references(pair, prompts, args.max_new_tokens, progress) if needs_refs else []
+    if needs_refs and args.references:
+        from specviz.models.pair import encode_prompt
+
+        saved = {r["prompt_id"]: r["output_ids"] for r in json.loads(args.references.read_text())["references"]}
+        refs = [{"suite": p.suite, "prompt_id": p.id, "prompt_ids": encode_prompt(pair, p.text), "output_ids": saved[p.id]}
+                for p in prompts if p.id in saved]
+    else:
+        refs = references(pair, prompts, args.max_new_tokens, progress) if needs_refs else []
     results["references"] = [{k: v for k, v in r.items() if k != "prompt_ids"} for r in refs]
     options = {"speculation_length": args.speculation_length, "datastore": args.datastore if datastore is not None else "none"}
     if "fig4" in stages:
@@ -347,7 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         results["speed_runs"] = speed_b1(pair, speed_refs, options, args.speed_new_tokens)
         results["speed_b1"] = speed_table(results["speed_runs"])
     if "fig6" in stages:
-        batch_refs = references(pair, prompts, args.batch_new_tokens, False) if args.batch_new_tokens != args.max_new_tokens else refs
+        if args.batch_new_tokens <= args.max_new_tokens:  # a greedy output's prefix is the shorter run's output
+            batch_refs = [{**r, "output_ids": r["output_ids"][: args.batch_new_tokens]} for r in refs]
+        else:
+            batch_refs = references(pair, prompts, args.batch_new_tokens, False)
         by_suite = [[r for r in batch_refs if r["suite"] == s] for s in dict.fromkeys(r["suite"] for r in batch_refs)]
         batch_refs = [r for group in itertools.zip_longest(*by_suite) for r in group if r is not None]  # suites mixed
         sizes = [int(b) for b in args.batch_sizes.split(",")]
