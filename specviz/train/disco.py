@@ -44,6 +44,7 @@ class Sequence:
     prompt_index: int
     ids: list[int]  # prompt + target-generated tokens
     start: int  # index of the first generated token
+    logits_row: int | None = None  # first row of the target's stored logits for this text (teacher_logits.f16)
 
 
 @dataclass
@@ -79,7 +80,8 @@ def read_teacher(path: Path) -> list[Sequence]:
         for line in f:
             if line.strip():
                 r = json.loads(line)
-                out.append(Sequence(int(r["prompt_index"]), list(r["prompt_ids"]) + list(r["output_ids"]), len(r["prompt_ids"])))
+                ids = list(r["prompt_ids"]) + list(r["output_ids"])
+                out.append(Sequence(int(r["prompt_index"]), ids, len(r["prompt_ids"]), r.get("logits_row")))
     return [s for s in out if len(s.ids) > s.start]
 
 
@@ -97,8 +99,16 @@ def generate_teacher(pair, prompts_path: Path, n: int, max_new_tokens: int) -> l
 
 
 @torch.inference_mode()
-def extract(pair, sequences: list[Sequence], max_len: int = 1024) -> Positions:
-    """Teacher-forced features, labels and TV at every generated position."""
+def stored_logits(path: Path | None, vocab: int) -> np.ndarray | None:
+    """The teacher's stored target logits as a read-only [rows, V] float16 memmap (None: recompute p)."""
+    if path is None or not path.is_file():
+        return None
+    return np.memmap(path, dtype=np.float16, mode="r", shape=(path.stat().st_size // (2 * vocab), vocab))
+
+
+def extract(pair, sequences: list[Sequence], max_len: int = 1024, logits: np.ndarray | None = None) -> Positions:
+    """Teacher-forced features, labels and TV at every generated position. p comes from the stored
+    target logits when given (the same numbers, no target forward pass), else from the target."""
     rows = []
     for n, s in enumerate(sequences):
         ids = s.ids[:max_len]
@@ -106,7 +116,11 @@ def extract(pair, sequences: list[Sequence], max_len: int = 1024) -> Positions:
             continue
         x = torch.tensor([ids], device=pair.device)  # [1, L]
         keep = len(ids) - s.start + 1
-        p = torch.softmax(pair.target(input_ids=x, logits_to_keep=keep).logits[0, :-1].float(), -1)  # [n, V]
+        if logits is not None and s.logits_row is not None and s.logits_row + keep - 1 <= len(logits):
+            target_logits = torch.from_numpy(np.asarray(logits[s.logits_row : s.logits_row + keep - 1], dtype=np.float32))
+        else:
+            target_logits = pair.target(input_ids=x, logits_to_keep=keep).logits[0, :-1]
+        p = torch.softmax(target_logits.float(), -1)  # [n, V]
         q = fit_vocab(torch.softmax(pair.draft(input_ids=x, logits_to_keep=keep).logits[0, :-1].float(), -1), p.shape[-1])
         base = draft_features(q, 0)[:, :-1]  # [n, 11]
         match = (q.argmax(-1) == p.argmax(-1)).cpu().numpy()
@@ -272,6 +286,62 @@ def load_named_pair(name: str):
     return load_pair(name, device="cpu", dtype="float32")
 
 
+def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: int, epochs: int, seed: int,
+        logits: np.ndarray | None = None) -> DiscoModel | None:
+    """Split, extract, train, tune tau / SL_max on validation, score on test; None if a split is empty."""
+    by_split = {s: [q for q in sequences if split_of(q.prompt_index) == s] for s in SPLITS}
+    print(f"{len(sequences)} sequences: " + ", ".join(f"{s} {len(v)}" for s, v in by_split.items()), flush=True)
+    t = time.perf_counter()
+    data = {s: extract(pair, v, logits=logits) for s, v in by_split.items() if v}
+    if set(data) != set(SPLITS):
+        return None
+    print(f"features of {sum(len(d.match) for d in data.values())} positions in {time.perf_counter() - t:.0f} s", flush=True)
+
+    model, loss_info = train_classifier(data["train"], hidden, epochs, seed)
+    costs = measure_costs(pair)
+    val = tune(data["val"], score_table(model, data["val"]), costs)
+    tau, sl_max = val["disco_best"]["threshold"], val["disco_best"]["max_speculation_length"]
+
+    test = data["test"]
+    i_test = test.oracle_positions()
+    test_scores = score_table(model, test)  # [N, 16]
+    scores = test_scores[np.arange(len(i_test)), i_test]  # C_i at the oracle's i
+    label = test.match.astype(bool)
+    static_f1 = {k: f1(i_test < k, label) for k in range(1, POSITION_CAP + 1)}
+    best_static = max(static_f1, key=static_f1.get)
+    test_replay = tune(test, test_scores, costs)
+    card = {
+        "pair": pair_name,
+        "pair_info": {k: v for k, v in pair.info.items() if isinstance(v, (str, int, float))},
+        "training_text": source,
+        "split": "prompt_index mod 5: 0-2 train, 3 validation, 4 test",
+        "split_prompt_indices": {s: sorted({q.prompt_index for q in v}) for s, v in by_split.items()},
+        "positions": {s: int(len(d.match)) for s, d in data.items()},
+        "accept_rate": {s: float(d.match.mean()) for s, d in data.items()},
+        "loss": loss_info,
+        "features": "top-10 of q_i, entropy of q_i (nats), draft index i (0-based)",
+        "hidden": hidden,
+        "epochs": epochs,
+        "tuned_on": "val",
+        "costs_ms": costs.__dict__,
+        "decision_cost_us": decision_cost_us(model, pair.vocab_size),
+        "validation": val,
+        "test": {
+            "f1_accept_disco": f1(scores >= tau, label),
+            "f1_accept_static_best": static_f1[best_static],
+            "static_best_k_for_f1": best_static,
+            "f1_accept_disco_at_0.5": f1(scores >= 0.5, label),
+            "f1_reject_disco": f1(scores < tau, ~label),
+            "f1_reject_static_best": max(f1(i_test >= k, ~label) for k in range(1, POSITION_CAP + 1)),
+            "replay": {k: test_replay[k] for k in ("sl_opt", "disco_best", "oracle")},
+            "replay_at_tuned": replay(test, disco_rule(test_scores, tau, sl_max), costs),
+            "replay_sl_opt": test_replay["static"][str(val["sl_opt"])],
+        },
+        "static_sl_opt": val["sl_opt"],
+    }
+    return DiscoModel(model, tau, sl_max, card)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.train.disco", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default", help="default | tiny-random | tiny-perturbed | tiny-self | a preset")
@@ -297,59 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         source = f"{args.prompts} (first {args.generate} prompts, answered greedily by the target here)"
     if args.limit:
         sequences = sequences[: args.limit]
-    by_split = {s: [q for q in sequences if split_of(q.prompt_index) == s] for s in SPLITS}
-    print(f"{len(sequences)} sequences: " + ", ".join(f"{s} {len(v)}" for s, v in by_split.items()), flush=True)
-    t = time.perf_counter()
-    data = {s: extract(pair, v) for s, v in by_split.items() if v}
-    if set(data) != set(SPLITS):
+    logits = stored_logits(args.teacher.parent / "teacher_logits.f16", pair.vocab_size) if args.teacher else None
+    trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits)
+    if trained is None:
         print("error: every split needs at least one sequence (give more prompts)", file=sys.stderr)
         return 2
-    print(f"features of {sum(len(d.match) for d in data.values())} positions in {time.perf_counter() - t:.0f} s", flush=True)
-
-    model, loss_info = train_classifier(data["train"], args.hidden, args.epochs, args.seed)
-    costs = measure_costs(pair)
-    val = tune(data["val"], score_table(model, data["val"]), costs)
-    tau, sl_max = val["disco_best"]["threshold"], val["disco_best"]["max_speculation_length"]
-
-    test = data["test"]
-    i_test = test.oracle_positions()
-    test_scores = score_table(model, test)  # [N, 16]
-    scores = test_scores[np.arange(len(i_test)), i_test]  # C_i at the oracle's i
-    label = test.match.astype(bool)
-    static_f1 = {k: f1(i_test < k, label) for k in range(1, POSITION_CAP + 1)}
-    best_static = max(static_f1, key=static_f1.get)
-    test_replay = tune(test, test_scores, costs)
-    card = {
-        "pair": args.pair,
-        "pair_info": {k: v for k, v in pair.info.items() if isinstance(v, (str, int, float))},
-        "training_text": source,
-        "split": "prompt_index mod 5: 0-2 train, 3 validation, 4 test",
-        "split_prompt_indices": {s: sorted({q.prompt_index for q in v}) for s, v in by_split.items()},
-        "positions": {s: int(len(d.match)) for s, d in data.items()},
-        "accept_rate": {s: float(d.match.mean()) for s, d in data.items()},
-        "loss": loss_info,
-        "features": "top-10 of q_i, entropy of q_i (nats), draft index i (0-based)",
-        "hidden": args.hidden,
-        "epochs": args.epochs,
-        "tuned_on": "val",
-        "costs_ms": costs.__dict__,
-        "decision_cost_us": decision_cost_us(model, pair.vocab_size),
-        "validation": val,
-        "test": {
-            "f1_accept_disco": f1(scores >= tau, label),
-            "f1_accept_static_best": static_f1[best_static],
-            "static_best_k_for_f1": best_static,
-            "f1_reject_disco": f1(scores < tau, ~label),
-            "f1_reject_static_best": max(f1(i_test >= k, ~label) for k in range(1, POSITION_CAP + 1)),
-            "replay": {k: test_replay[k] for k in ("sl_opt", "disco_best", "oracle")},
-            "replay_at_tuned": replay(test, disco_rule(test_scores, tau, sl_max), costs),
-            "replay_sl_opt": test_replay["static"][str(val["sl_opt"])],
-        },
-        "static_sl_opt": val["sl_opt"],
-    }
     out = args.out or ASSET_DIR / f"{asset_name(args.pair)}.safetensors"
-    DiscoModel(model, tau, sl_max, card).save(out)
-    print(summary_text(card))
+    trained.save(out)
+    print(summary_text(trained.card))
     print(f"wrote {out} ({out.stat().st_size} bytes)")
     return 0
 
