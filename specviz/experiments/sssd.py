@@ -347,13 +347,17 @@ def main(argv: list[str] | None = None) -> int:
         refs = references(pair, prompts, args.max_new_tokens, progress) if needs_refs else []
     results["references"] = [{k: v for k, v in r.items() if k != "prompt_ids"} for r in refs]
     options = {"speculation_length": args.speculation_length, "datastore": args.datastore if datastore is not None else "none"}
+    if refs:
+        write_outputs(args.out, results)  # every stage saves what is done so far
     if "fig4" in stages:
         results["fig4"] = fig4(refs, datastore, [int(s) for s in args.sizes.split(",")])
+        write_outputs(args.out, results)
     if "speed" in stages:
         per_suite = {}
         speed_refs = [r for r in refs if per_suite.setdefault(r["suite"], []).append(r) or len(per_suite[r["suite"]]) <= args.speed_limit]
         results["speed_runs"] = speed_b1(pair, speed_refs, options, args.speed_new_tokens)
         results["speed_b1"] = speed_table(results["speed_runs"])
+        write_outputs(args.out, results)
     if "fig6" in stages:
         if args.batch_new_tokens <= args.max_new_tokens:  # a greedy output's prefix is the shorter run's output
             batch_refs = [{**r, "output_ids": r["output_ids"][: args.batch_new_tokens]} for r in refs]
