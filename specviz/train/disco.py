@@ -98,7 +98,6 @@ def generate_teacher(pair, prompts_path: Path, n: int, max_new_tokens: int) -> l
     return out
 
 
-@torch.inference_mode()
 def stored_logits(path: Path | None, vocab: int) -> np.ndarray | None:
     """The teacher's stored target logits as a read-only [rows, V] float16 memmap (None: recompute p)."""
     if path is None or not path.is_file():
@@ -106,6 +105,7 @@ def stored_logits(path: Path | None, vocab: int) -> np.ndarray | None:
     return np.memmap(path, dtype=np.float16, mode="r", shape=(path.stat().st_size // (2 * vocab), vocab))
 
 
+@torch.inference_mode()
 def extract(pair, sequences: list[Sequence], max_len: int = 1024, logits: np.ndarray | None = None) -> Positions:
     """Teacher-forced features, labels and TV at every generated position. p comes from the stored
     target logits when given (the same numbers, no target forward pass), else from the target."""
