@@ -56,28 +56,33 @@ def measure_forward_times(
 
     Each B prefills its cache once; every timed pass appends S tokens and is rolled back after, so
     all passes see exactly L cached tokens. One untimed pass per (B, S) first (allocator warm-up).
-    Logits are kept for all S positions, as verification needs.
+    Repeats sweep the whole grid in turn (not one point at a time), so a burst of load from other
+    processes spreads over many points instead of spoiling one. Logits are kept for all S
+    positions, as verification needs.
     """
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(seed)
     sync = torch.cuda.synchronize if next(model.parameters()).is_cuda else (lambda: None)
-    out = []
+    caches = {}
     for B in batch_sizes:
-        lm = BatchedLM(model)
+        caches[B] = BatchedLM(model)
         if context_len:
-            lm.forward(torch.randint(vocab, (B, context_len), generator=gen))
-        for S in n_tokens:
-            ids = torch.randint(vocab, (B, S), generator=gen)
-            samples = []
-            for r in range(repeats + 1):
-                sync()
-                t0 = time.perf_counter()
-                lm.forward(ids, n_logits=S)
-                sync()
-                if r:  # the first pass is the warm-up
-                    samples.append(time.perf_counter() - t0)
-                lm.truncate(context_len)
-            out.append(ForwardTiming(B, S, context_len, statistics.median(samples), tuple(samples)))
-            if progress:
-                print(f"  B={B:3d} S={S:3d} L={context_len}: {out[-1].seconds * 1e3:8.1f} ms", flush=True)
+            caches[B].forward(torch.randint(vocab, (B, context_len), generator=gen))
+    grid = [(B, S) for B in batch_sizes for S in n_tokens]
+    ids = {(B, S): torch.randint(vocab, (B, S), generator=gen) for B, S in grid}
+    samples: dict[tuple[int, int], list[float]] = {key: [] for key in grid}
+    for r in range(repeats + 1):  # r = 0: the warm-up sweep
+        for B, S in grid[r % len(grid):] + grid[: r % len(grid)]:  # a different starting point each sweep
+            lm = caches[B]
+            sync()
+            t0 = time.perf_counter()
+            lm.forward(ids[B, S], n_logits=S)
+            sync()
+            if r:
+                samples[B, S].append(time.perf_counter() - t0)
+            lm.truncate(context_len)
+    out = [ForwardTiming(B, S, context_len, statistics.median(samples[B, S]), tuple(samples[B, S])) for B, S in grid]
+    if progress:
+        for t in out:
+            print(f"  B={t.batch_size:3d} S={t.n_tokens:3d} L={context_len}: {t.seconds * 1e3:8.1f} ms", flush=True)
     return out
