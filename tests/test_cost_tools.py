@@ -124,6 +124,9 @@ def test_theory_handlers_and_tab():
     assert fig.data and table.count("\n| ") == 2  # header, separator, one row per batch size
     fig, table = theory.roofline_view(theory.THIS_MACHINE, "SmolLM2-135M", [1], 256, True)
     assert "float32" in fig.layout.title.text
+    cpu_loaded = get_shape("SmolLM2-135M").with_dtype("float32")  # e.g. the loaded pair on this CPU
+    fig, table = theory.roofline_view("A100 80GB", theory.LOADED_PAIR, [1], 256, True, shape=cpu_loaded)
+    assert "bfloat16" in fig.layout.title.text and "312 TFLOP/s" in table
     assert theory.race_view(None)[0] is None
     base, spec = _race_records()
     race = SimpleNamespace(runs=[SimpleNamespace(name="autoregressive", records=base), SimpleNamespace(name="vanilla", records=spec)])

@@ -80,6 +80,8 @@ def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, ov
         measured = measured_result(shape.name)
         if measured:  # the roofline fitted to these very measurements
             hw = hardware_from_result(measured)
+    elif shape.dtype == "float32":  # a pair loaded on this CPU: GPUs would serve it in bf16
+        shape = shape.with_dtype("bfloat16")
     hw = hw if overhead else hw.ideal()
     bs = sorted(int(b) for b in batch_sizes) or [1]
     rows = cost_curve_rows(shape, hw, bs, list(range(1, 65)), int(context))
