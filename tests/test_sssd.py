@@ -119,3 +119,19 @@ def test_batched_greedy_output_equals_each_sequence_alone(kind, tiny_pairs):
         assert [tuple(t for r in rs for t in r.emitted) for rs in records] == refs
         assert records[0][0].extra["batch_size"] == 4
     assert any(r.accepted for rs in records for r in rs)
+
+
+def test_shipped_datastore_is_within_budget_and_a_valid_suffix_array():
+    """The default target's datastore: ≤ 15 MB, built from its own answers, suffixes sorted."""
+    from specviz.datastore import DEFAULT_PATH
+
+    assert DEFAULT_PATH.stat().st_size <= 15_000_000
+    store = Datastore.load(DEFAULT_PATH)
+    assert len(store) == len(store.sa) == store.info["tokens"] > 0
+    assert store.info["with_prompts"] is False and all("teacher" in s for s in store.info["sources"])
+    assert sorted(store.sa.tolist()) == list(range(len(store)))
+    tokens = store.tokens.astype(np.int64)
+    rng = np.random.default_rng(0)
+    for i in rng.integers(0, len(store) - 1, 200):  # neighbours in the suffix array are in order
+        a, b = int(store.sa[i]), int(store.sa[i + 1])
+        assert tokens[a : a + 16].tolist() <= tokens[b : b + 16].tolist()
