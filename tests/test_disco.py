@@ -120,6 +120,21 @@ def test_training_cli_end_to_end_on_the_tiny_random_pair(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+def test_training_cli_tunes_on_heldout_greedy_text(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Tell me about topic number {i}."}) + "\n" for i in range(10)))
+    heldout, out = tmp_path / "heldout.jsonl", tmp_path / "tiny.safetensors"
+    code = train.main(["--pair", "tiny-random", "--prompts", str(prompts), "--generate", "6", "--max-new-tokens", "12",
+                       "--epochs", "2", "--exclude-mod", "3", "--heldout", str(heldout), "--heldout-prompts", str(prompts),
+                       "--heldout-lines", "6:10", "--out", str(out)])
+    assert code == 0
+    records = [json.loads(line) for line in heldout.read_text().splitlines()]
+    assert [r["prompt_index"] for r in records] == [6, 7, 8, 9] and all(r["output_ids"] for r in records)
+    card = load_disco(out).card
+    assert card["split_prompt_indices"] == {"train": [1, 2, 4, 5], "val": [6, 8], "test": [7, 9]}
+    assert "heldout.jsonl" in card["split"]
+
+
 def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
     from specviz.experiments import disco as experiment
 

@@ -98,6 +98,33 @@ def generate_teacher(pair, prompts_path: Path, n: int, max_new_tokens: int) -> l
     return out
 
 
+def heldout_text(pair, prompts_path: Path, lines: range, out: Path, max_new_tokens: int = 128,
+                 max_prompt_tokens: int = 256) -> list[Sequence]:
+    """Greedy target answers to lines `lines` of a jsonl of {"prompt": ...} (prompt_index = line number),
+    appended to `out` one record at a time (teacher format; a rerun resumes). Greedy, because the
+    benchmarks decode greedily; for tuning and testing on text the draft never trained on."""
+    import specviz
+    from specviz.models.pair import encode_prompt
+
+    done = {s.prompt_index for s in read_teacher(out)} if out.is_file() else set()
+    with prompts_path.open(encoding="utf-8") as f:
+        texts = {i: json.loads(line)["prompt"] for i, line in enumerate(f) if i in lines}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for index in lines:
+        if index in done or index not in texts:
+            continue
+        prompt_ids = encode_prompt(pair, texts[index], None)
+        if len(prompt_ids) > max_prompt_tokens:
+            continue
+        result = specviz.generate("autoregressive", pair, prompt_ids, max_new_tokens=max_new_tokens)
+        record = {"prompt_index": index, "prompt": texts[index], "prompt_ids": list(prompt_ids),
+                  "output_ids": list(result.summary.output_ids), "temperature": 0.0}
+        with out.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"held-out prompt {index}: {len(record['output_ids'])} tokens", flush=True)
+    return [s for s in read_teacher(out) if s.prompt_index in lines]
+
+
 def stored_logits(path: Path | None, vocab: int) -> np.ndarray | None:
     """The teacher's stored target logits as a read-only [rows, V] float16 memmap (None: recompute p)."""
     if path is None or not path.is_file():
@@ -287,9 +314,11 @@ def load_named_pair(name: str):
 
 
 def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: int, epochs: int, seed: int,
-        logits: np.ndarray | None = None) -> DiscoModel | None:
-    """Split, extract, train, tune tau / SL_max on validation, score on test; None if a split is empty."""
-    by_split = {s: [q for q in sequences if split_of(q.prompt_index) == s] for s in SPLITS}
+        logits: np.ndarray | None = None, splits: dict[str, list[Sequence]] | None = None,
+        split_rule: str = "prompt_index mod 5: 0-2 train, 3 validation, 4 test") -> DiscoModel | None:
+    """Split (by prompt index mod 5 unless `splits` gives train / val / test), extract, train, tune
+    tau / SL_max on validation, score on test; None if a split is empty."""
+    by_split = splits or {s: [q for q in sequences if split_of(q.prompt_index) == s] for s in SPLITS}
     print(f"{len(sequences)} sequences: " + ", ".join(f"{s} {len(v)}" for s, v in by_split.items()), flush=True)
     t = time.perf_counter()
     data = {s: extract(pair, v, logits=logits) for s, v in by_split.items() if v}
@@ -314,7 +343,7 @@ def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: in
         "pair": pair_name,
         "pair_info": {k: v for k, v in pair.info.items() if isinstance(v, (str, int, float))},
         "training_text": source,
-        "split": "prompt_index mod 5: 0-2 train, 3 validation, 4 test",
+        "split": split_rule,
         "split_prompt_indices": {s: sorted({q.prompt_index for q in v}) for s, v in by_split.items()},
         "positions": {s: int(len(d.match)) for s, d in data.items()},
         "accept_rate": {s: float(d.match.mean()) for s, d in data.items()},
@@ -351,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generate", type=int, default=100, help="with --prompts: how many prompts to answer")
     p.add_argument("--max-new-tokens", type=int, default=96, help="with --prompts: tokens per answer")
     p.add_argument("--limit", type=int, default=0, help="use at most this many teacher records (0: all)")
+    p.add_argument("--heldout", type=Path, help="teacher-format jsonl of greedy target text on other prompts: "
+                   "validation (even prompt_index) and test (odd); then every --teacher record trains")
+    p.add_argument("--heldout-prompts", type=Path, help='with --heldout: jsonl of {"prompt": ...}; its lines '
+                   "--heldout-lines are answered greedily into --heldout first (resumes)")
+    p.add_argument("--heldout-lines", default="5500:5600", help="A:B, line range of --heldout-prompts")
+    p.add_argument("--exclude-mod", type=int, default=0,
+                   help="leave out teacher records with prompt_index %% N == 0 (e.g. 50: the draft's held-out records)")
     p.add_argument("--hidden", type=int, default=32, help="width of the FFN's hidden layer")
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
@@ -365,10 +401,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sequences = generate_teacher(pair, args.prompts, args.generate, args.max_new_tokens)
         source = f"{args.prompts} (first {args.generate} prompts, answered greedily by the target here)"
+    if args.exclude_mod:
+        sequences = [s for s in sequences if s.prompt_index % args.exclude_mod]
+        source += f" (records with prompt_index % {args.exclude_mod} == 0 left out)"
     if args.limit:
         sequences = sequences[: args.limit]
+    splits, rule = None, "prompt_index mod 5: 0-2 train, 3 validation, 4 test"
+    if args.heldout:
+        if args.heldout_prompts:
+            a, b = (int(x) for x in args.heldout_lines.split(":"))
+            heldout_text(pair, args.heldout_prompts, range(a, b), args.heldout, args.max_new_tokens)
+        held = read_teacher(args.heldout)
+        splits = {"train": sequences, "val": [s for s in held if s.prompt_index % 2 == 0],
+                  "test": [s for s in held if s.prompt_index % 2 == 1]}
+        rule = (f"train: {source}; validation / test: greedy target answers in {args.heldout} "
+                "(even / odd prompt_index)")
+        sequences = sequences + held
     logits = stored_logits(args.teacher.parent / "teacher_logits.f16", pair.vocab_size) if args.teacher else None
-    trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits)
+    trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits, splits, rule)
     if trained is None:
         print("error: every split needs at least one sequence (give more prompts)", file=sys.stderr)
         return 2
