@@ -209,3 +209,18 @@ def test_bad_options_raise_a_clear_error():
         OsdConfig(loss="mse")
     with pytest.raises(specviz.SpecvizError, match="learner"):
         get_method("osd").make_options(learner="not a learner")
+
+
+def test_the_experiment_reports_alpha_at_the_start_and_end_of_each_suite_stretch():
+    from specviz.experiments.osd import segments
+
+    def row(i, suite, osd):
+        return {"request": i, "suite": suite, "osd_accepted": osd, "osd_drafted": 4, "static_accepted": 1, "static_drafted": 4}
+
+    rows = [row(i, "gsm8k", 1 + (i >= 2)) for i in range(4)] + [row(i, "mbpp", 0 + 2 * (i >= 6)) for i in range(4, 8)]
+    segs = segments(rows, window=2)
+    assert [s["requests"] for s in segs] == [[0, 3], [4, 7]] and [s["suite"] for s in segs] == ["gsm8k", "mbpp"]
+    assert (segs[0]["osd_alpha_start"], segs[0]["osd_alpha_end"]) == (0.25, 0.5)
+    assert (segs[1]["osd_alpha_start"], segs[1]["osd_alpha_end"]) == (0.0, 0.5)  # the dip at the shift, then recovery
+    assert segs[1]["static_alpha_start"] == segs[1]["static_alpha_end"] == 0.25
+    assert len(segments(rows[:4], window=50)) == 1

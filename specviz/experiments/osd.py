@@ -77,11 +77,29 @@ def summarize_stream(rows: list[dict], window: int, gamma: int) -> dict[str, Any
     out["c_measured"] = draft_ms / verify_ms  # draft forward / verification pass, measured in the OSD runs
     if 0 < out["static_alpha_last"] < 1 and 0 < out["osd_alpha_last"] < 1:
         out["implied_speedup"] = osd_speedup(out["static_alpha_last"], out["osd_alpha_last"], gamma, out["c_measured"])
+    out["segments"] = segments(rows, window)
     measured = [r for r in rows if "static_wall_s" in r]
     if measured:
         out["measured_requests"] = len(measured)
         out["measured_speedup"] = sum(r["static_wall_s"] for r in measured) / sum(r["osd_wall_s"] for r in measured)
         out["static_replay_exact"] = all(r["static_matches"] for r in measured)
+    return out
+
+
+def segments(rows: list[dict], window: int) -> list[dict[str, Any]]:
+    """alpha at the start and the end of each stretch of one suite (does alpha dip at a shift and recover?)."""
+    from specviz.osd.analysis import alpha
+    from specviz.plots.online import shift_points
+
+    bounds = [0, *shift_points(rows, max_shifts=50), len(rows)] if len({r["suite"] for r in rows}) > 1 else [0, len(rows)]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        part, n = rows[lo:hi], max(1, min(window, (hi - lo) // 2))
+        row = {"suite": part[0]["suite"], "requests": [lo, hi - 1]}
+        for who in ("static", "osd"):
+            for name, sub in (("start", part[:n]), ("end", part[-n:])):
+                row[f"{who}_alpha_{name}"] = alpha([r[f"{who}_accepted"] for r in sub], [r[f"{who}_drafted"] for r in sub])
+        out.append(row)
     return out
 
 
@@ -130,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pair {pair.name}, {len(rows)} requests from {', '.join(stream_cfg.suites)}, gamma {args.speculation_length}, "
           f"{len(learner.updates)} updates")
     for key, value in summary.items():
-        print(f"  {key:22s} {value:.3f}" if isinstance(value, float) else f"  {key:22s} {value}")
+        if key != "segments":
+            print(f"  {key:22s} {value:.3f}" if isinstance(value, float) else f"  {key:22s} {value}")
+    for seg in summary["segments"]:
+        f = {k: "n/a" if v is None else f"{v:.3f}" for k, v in seg.items() if k.endswith(("_start", "_end"))}
+        print(f"  {seg['suite']} requests {seg['requests'][0]}-{seg['requests'][1]}: alpha osd {f['osd_alpha_start']} -> "
+              f"{f['osd_alpha_end']}, static {f['static_alpha_start']} -> {f['static_alpha_end']}")
     print(f"wrote {args.out}/results.json, rows.csv, tokens.md, acceptance.html, tokens.html")
     return 0
 
@@ -169,9 +192,11 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def write_figures(out: Path, rows: list[dict], updates: list[dict], tokens: list[dict], window: int) -> None:
-    from specviz.plots.online import acceptance_over_stream, token_precision
+    from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 
     acceptance_over_stream(rows, updates, window).write_html(out / "acceptance.html", include_plotlyjs="cdn")
+    if len({r["suite"] for r in rows}) > 1:
+        acceptance_per_domain(rows, window).write_html(out / "domains.html", include_plotlyjs="cdn")
     token_precision(tokens).write_html(out / "tokens.html", include_plotlyjs="cdn")
 
 

@@ -141,6 +141,7 @@ class OnlineLearner:
             "request": self.requests,
             "samples": len(samples),
             "positions": sum(len(s) for s in samples),
+            "buffer_bytes": sum(s.nbytes for s in samples),  # Q's memory when the update began
             "loss_first": losses[0],
             "loss_last": losses[-1],
             "ms": (time.perf_counter() - t0) * 1e3,
