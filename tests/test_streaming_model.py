@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 from specviz.models.kv import CachedLM
-from specviz.models.streaming import StreamingConfig, StreamingLM, load_adapter, stream_mask, untrained
+import pytest
+
+from specviz.models.streaming import StreamingConfig, StreamingLM, load_adapter, read_adapter_meta, stream_mask, trained_for, untrained
 from specviz.models.tiny import TARGET_CONFIG, tiny_model
 
 CFG = StreamingConfig(stream_layers=2, gamma=3, lora_rank=4, eta_rank=4)
@@ -122,3 +124,9 @@ def test_adapter_round_trip(tmp_path):
         torch.testing.assert_close(again.tuned(input_ids=IDS).logits, lm.tuned(input_ids=IDS).logits)
         torch.testing.assert_close(again(IDS)[1], lm(IDS)[1])
     assert lm.extra_parameters() == again.extra_parameters() > 0
+    # the same target in bfloat16 still matches; another target does not
+    meta = read_adapter_meta(path)
+    assert trained_for(meta, tiny_model(seed=1, **TARGET_CONFIG).to(torch.bfloat16))
+    assert not trained_for(meta, tiny_model(seed=2, **TARGET_CONFIG))
+    with pytest.raises(ValueError, match="another target"):
+        load_adapter(tiny_model(seed=2, **TARGET_CONFIG), path)

@@ -40,6 +40,8 @@ def test_train_resume_and_decode(tmp_path):
             "--lora-rank", "4", "--eta-rank", "4", "--save-every", "2", "--positions", "5", "--quiet"]
     assert train.main([*argv, "--steps", "3"]) == 0
     assert train.main([*argv, "--steps", "5", "--ship", str(tmp_path / "tiny.safetensors")]) == 0  # resumes at 3
+    assert train.main([*argv, "--export", "--ship", str(tmp_path / "again.safetensors")]) == 0
+    assert (tmp_path / "again.safetensors").read_bytes() == (tmp_path / "tiny.safetensors").read_bytes()
     rows = list(csv.DictReader((out / "log.csv").open()))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5]
     assert all(np.isfinite(float(r["loss"])) for r in rows)

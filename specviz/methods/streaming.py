@@ -64,9 +64,8 @@ def streaming_model(target: nn.Module, adapter: str = "auto") -> msa.StreamingLM
 
 def shipped_adapter(target: nn.Module) -> Path | None:
     """The shipped adapter trained for exactly this target, if there is one."""
-    mark = msa.fingerprint(target)
     for path in sorted(ADAPTERS.glob("*.safetensors")):
-        if msa.read_adapter_meta(path).get("target") == mark:
+        if msa.trained_for(msa.read_adapter_meta(path), target):
             return path
     return None
 

@@ -198,7 +198,7 @@ class StreamingLM(nn.Module):
         from safetensors.torch import save_file
 
         tensors = {n: p.detach().contiguous().cpu() for n, p in self.adapter_state().items()}
-        meta = {"config": json.dumps(asdict(self.cfg)), "target": fingerprint(self.tuned), **card}
+        meta = {"config": json.dumps(asdict(self.cfg)), "target": json.dumps(fingerprint(self.tuned)), **card}
         save_file(tensors, str(path), metadata=meta)
 
 
@@ -217,13 +217,25 @@ def stream_mask(node_pos: torch.Tensor, n_main: int, gamma: int) -> torch.Tensor
     return torch.cat([main, streams], dim=1)
 
 
-def fingerprint(model: nn.Module) -> str:
-    """A short id of a model's weights (shape and a few values), to match an adapter to its target."""
+def fingerprint(model: nn.Module) -> dict:
+    """Which weights an adapter was trained on: shapes and a few weight values (compared with a
+    tolerance, so that the same model in bfloat16 or on another device still matches)."""
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
-    probe = torch.cat([emb[:4, :16].flatten(), head[-4:, -16:].flatten()]).float().cpu()
-    text = f"{tuple(emb.shape)}|{model.config.num_hidden_layers}|" + ",".join(f"{v:.4e}" for v in probe.tolist())
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    probe = torch.cat([emb[:4, :8].flatten(), head[-4:, -8:].flatten()]).float().cpu()  # [64]
+    return {"shape": list(emb.shape), "layers": model.config.num_hidden_layers, "probe": [round(v, 6) for v in probe.tolist()]}
+
+
+def trained_for(meta: dict[str, str], model: nn.Module) -> bool:
+    """Whether an adapter's metadata names `model` as its target."""
+    try:
+        theirs = json.loads(meta.get("target", ""))
+    except json.JSONDecodeError:
+        return False
+    mine = fingerprint(model)
+    if not isinstance(theirs, dict) or theirs.get("shape") != mine["shape"] or theirs.get("layers") != mine["layers"]:
+        return False
+    return torch.allclose(torch.tensor(theirs["probe"]), torch.tensor(mine["probe"]), rtol=2e-2, atol=1e-3)
 
 
 def read_adapter_meta(path: str | Path) -> dict[str, str]:
@@ -238,7 +250,7 @@ def load_adapter(base: nn.Module, path: str | Path) -> StreamingLM:
     from safetensors.torch import load_file
 
     meta = read_adapter_meta(path)
-    if meta.get("target") != fingerprint(base):
+    if not trained_for(meta, base):
         raise ValueError(f"the streaming adapter {path} was trained for another target model")
     lm = StreamingLM(base, StreamingConfig(**json.loads(meta["config"])))
     state = load_file(str(path), device=str(base.get_input_embeddings().weight.device))

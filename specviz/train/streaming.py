@@ -219,6 +219,18 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     return cfg.out / "adapter.safetensors"
 
 
+def export(cfg: TrainConfig, path: Path) -> Path:
+    """Write the adapter in `cfg.out`/checkpoint.pt to `path` (safetensors with its target's fingerprint)."""
+    ckpt = torch.load(cfg.out / "checkpoint.pt", map_location="cpu")
+    lm = StreamingLM(load_target(cfg.target, cfg.device), StreamingConfig(**ckpt["streaming"]))
+    with torch.no_grad():
+        for name, p in lm.adapter_state().items():
+            p.copy_(ckpt["adapter"][name])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lm.save_adapter(path, steps=str(ckpt["step"]), data=str(cfg.data))
+    return path
+
+
 @torch.inference_mode()
 def agreement(base: torch.nn.Module, lm: StreamingLM, prompts: list[list[int]], new_tokens: int) -> dict:
     """How often the tuned model's greedy output equals the original's (token-wise up to the first
@@ -267,6 +279,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--ship", type=Path, help="also copy the final adapter here (e.g. assets/streaming/NAME.safetensors)")
     p.add_argument("--eval-prompts", type=int, default=0, help="held-out prompts for the agreement check of the card")
     p.add_argument("--eval-tokens", type=int, default=48)
+    p.add_argument("--export", action="store_true", help="no training: write --out's checkpoint to --ship")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     streaming = StreamingConfig(stream_layers=a.stream_layers, gamma=a.gamma, lora_rank=a.lora_rank,
@@ -278,6 +291,11 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
 
 def main(argv: list[str] | None = None) -> int:
     cfg, args = parse_args(argv)
+    if args.export:
+        if not args.ship:
+            raise SystemExit("--export needs --ship PATH")
+        print(f"exported: {export(cfg, args.ship)}")
+        return 0
     adapter = train(cfg, progress=not args.quiet)
     print(f"adapter: {adapter}")
     if args.eval_prompts:
