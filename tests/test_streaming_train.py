@@ -8,8 +8,10 @@ import json
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 import specviz
+from specviz.models.streaming import read_adapter_meta
 from specviz.models.tiny import TARGET_CONFIG, tiny_model
 from specviz.train import streaming as train
 
@@ -41,7 +43,9 @@ def test_train_resume_and_decode(tmp_path):
     assert train.main([*argv, "--steps", "3"]) == 0
     assert train.main([*argv, "--steps", "5", "--ship", str(tmp_path / "tiny.safetensors")]) == 0  # resumes at 3
     assert train.main([*argv, "--export", "--ship", str(tmp_path / "again.safetensors")]) == 0
-    assert (tmp_path / "again.safetensors").read_bytes() == (tmp_path / "tiny.safetensors").read_bytes()
+    shipped, again = (load_file(tmp_path / n) for n in ("tiny.safetensors", "again.safetensors"))
+    assert shipped.keys() == again.keys() and all(torch.equal(shipped[k], again[k]) for k in shipped)
+    assert read_adapter_meta(tmp_path / "again.safetensors") == read_adapter_meta(tmp_path / "tiny.safetensors")
     rows = list(csv.DictReader((out / "log.csv").open()))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5]
     assert all(np.isfinite(float(r["loss"])) for r in rows)

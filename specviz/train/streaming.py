@@ -210,7 +210,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         if step % cfg.save_every == 0 or step == cfg.steps:
             log.flush()
             state = {"adapter": {n: p.detach().cpu() for n, p in lm.adapter_state().items()}, "optimizer": opt.state_dict(),
-                     "step": step, "streaming": asdict(cfg.streaming)}
+                     "step": step, "streaming": asdict(cfg.streaming), "examples": n_examples}
             torch.save(state, ckpt_path.with_suffix(".tmp"))
             os.replace(ckpt_path.with_suffix(".tmp"), ckpt_path)
             lm.save_adapter(cfg.out / "adapter.safetensors", steps=str(step), data=str(cfg.data), examples=str(n_examples))
@@ -227,7 +227,8 @@ def export(cfg: TrainConfig, path: Path) -> Path:
         for name, p in lm.adapter_state().items():
             p.copy_(ckpt["adapter"][name])
     path.parent.mkdir(parents=True, exist_ok=True)
-    lm.save_adapter(path, steps=str(ckpt["step"]), data=str(cfg.data))
+    examples = {"examples": str(ckpt["examples"])} if "examples" in ckpt else {}
+    lm.save_adapter(path, steps=str(ckpt["step"]), data=str(cfg.data), **examples)
     return path
 
 
