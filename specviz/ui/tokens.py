@@ -16,7 +16,7 @@ Span kinds (the app's legend):
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -156,22 +156,20 @@ def _rejected_groups(spans: Sequence[TokenSpan]) -> list[list[TokenSpan]]:
     return groups
 
 
-def span_html(span: TokenSpan) -> str:
+def span_html(span: TokenSpan, t: float | None = None) -> str:
+    """One token; `t` (seconds: when its iteration ended) lets the page's replay reveal it on time."""
     title = html.escape(span.title(), quote=True)
     text = html.escape(span.text) if span.text else "&#8203;"  # zero-width: keeps an empty token hoverable
-    return f'<span class="sv-tok sv-{span.kind}" title="{title}">{text}</span>'
+    when = "" if t is None else f' data-t="{t:.4f}"'
+    return f'<span class="sv-tok sv-{span.kind}"{when} title="{title}">{text}</span>'
 
 
-def tokens_html(spans: Sequence[TokenSpan], upto_iteration: int | None = None) -> str:
-    """The text of a run as escaped, coloured spans (only iterations < upto_iteration, for replays)."""
-    if upto_iteration is not None:
-        spans = [s for s in spans if s.iteration < upto_iteration]
+def tokens_html(spans: Sequence[TokenSpan], times: Mapping[int, float] | None = None) -> str:
+    """The text of a run as escaped, coloured spans; `times`: iteration -> its end time (for replays)."""
     parts = []
     for group in _rejected_groups(spans):
-        if group[0].kind == "rejected":
-            parts.append('<span class="sv-rejgroup">' + "".join(span_html(s) for s in group) + "</span>")
-        else:
-            parts.append(span_html(group[0]))
+        inner = "".join(span_html(s, None if times is None else times.get(s.iteration)) for s in group)
+        parts.append(f'<span class="sv-rejgroup">{inner}</span>' if group[0].kind == "rejected" else inner)
     return "".join(parts)
 
 
