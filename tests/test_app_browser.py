@@ -97,11 +97,18 @@ def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     toggle.set_checked(True)
     page.wait_for_function("() => !document.body.classList.contains('sv-hide-rejected')")
     assert rejected.is_visible()
+    for plot in ("time", "acceptance", "histogram", "sl"):
+        page.wait_for_selector(f"#sv-plot-{plot} .js-plotly-plot")
     page.screenshot(path=str(ARTIFACTS / "race.png"), full_page=True)
-    # replay: all finished runs on one clock
+    # replay: all finished runs restart on one clock, in the page
     page.click("#sv-replay")
-    page.wait_for_selector("#sv-board .sv-clock:has-text('Replay')")
-    page.wait_for_selector("#sv-board .sv-finish:has-text('finished')")
+    page.wait_for_selector("#sv-replay-track .sv-clock:has-text('Replay')")
+    page.wait_for_function("() => document.querySelectorAll('#sv-replay-track .sv-finish').length === 3")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#sv-replay-track .sv-finish')].every(e => e.innerText.includes('finished'))"
+    )
+    assert page.locator("#sv-board .sv-future").count() == 0  # every token revealed at the end
+    assert page.locator("#sv-replay-track .sv-finish").first.inner_text().split(":")[0] in ("1st", "2nd", "3rd")
 
 
 def test_stop_ends_a_long_race(page):
@@ -130,10 +137,12 @@ def test_gradio_client_calls_race(server):
     from gradio_client import Client
 
     client = Client(server, verbose=False)
-    status, board, table, *_ = client.predict(
+    status, track, placeholder, *rest = client.predict(
         "tiny-perturbed", "def add(a, b):", ["autoregressive", "vanilla"], 3, 12, 0.0, 1.0, 0, api_name="/race"
     )
     assert "Race finished" in status
-    assert re.findall(r'data-method="(\w+)"', board) == ["autoregressive", "vanilla"]
+    panels = [x for x in rest if isinstance(x, str) and "data-method" in x]
+    assert [re.search(r'data-method="(\w+)"', p).group(1) for p in panels] == ["autoregressive", "vanilla"]
+    table = next(x for x in rest if isinstance(x, dict) and "headers" in x)
     assert [row[0] for row in table["data"]] == ["Autoregressive", "Vanilla SD"]
     assert [row[1] for row in table["data"]] == [12, 12]

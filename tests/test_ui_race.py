@@ -33,7 +33,7 @@ def test_a_race_runs_every_method_alone_in_registry_order(perturbed_pair):
     assert len(texts) == 1  # greedy: every method writes the autoregressive text
     assert race.runs[1].records[0].oracle_sl is not None
     html = race_html(race)
-    assert html.count('data-method=') == 3 and "sv-rejected" in html and "sv-accepted" in html
+    assert html.count('data-method=') == 3 and html.count('data-end=') == 3 and "sv-rejected" in html and "sv-accepted" in html
     baseline = race.baseline_tokens_per_s()
     assert live_metrics(race.runs[1].records, baseline)["speedup"] == pytest.approx(
         live_metrics(race.runs[1].records)["tokens_per_s"] / baseline

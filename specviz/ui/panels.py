@@ -79,13 +79,10 @@ def _metric(value: str, name: str) -> str:
     return f'<div class="sv-metric"><b>{value}</b><span>{name}</span></div>'
 
 
-def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, upto_t: float | None = None) -> str:
-    """One method's panel; with upto_t (seconds), as it stood at that moment of its run (replay)."""
+def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) -> str:
+    """One method's panel. Its spans carry their iteration's end time and the panel its finish time,
+    so the page can replay every finished run on one clock without asking the server again."""
     records, status = run.records, run.status
-    if upto_t is not None:
-        records = [r for r in records if r.t_end <= upto_t]
-        if run.records and status in ("done", "stopped"):
-            status = "done" if len(records) == len(run.records) else "running"
     m = live_metrics(records, None if run.name == BASELINE else baseline_tps)
     speed = "1.00×" if run.name == BASELINE and records else _fmt(m["speedup"], ".2f") + ("×" if m["speedup"] else "")
     metrics = "".join(
@@ -102,9 +99,12 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, 
     )
     progress = min(100.0, 100.0 * m["tokens"] / max(1, max_new_tokens))
     message = f'<div class="sv-message">{html.escape(run.message)}</div>' if run.message else ""
-    text = tokens_html(run.spans, upto_iteration=len(records) if upto_t is not None else None)
+    text = tokens_html(run.spans, {r.iteration: r.t_end for r in records})
+    finished = status in ("done", "stopped") and records
+    replay = f' data-end="{records[-1].t_end:.4f}" data-tokens="{m["tokens"]}"' if finished else ""
     return (
-        f'<div class="sv-panel sv-{status}" data-method="{html.escape(run.name)}">'
+        f'<div class="sv-panel sv-{status}" data-method="{html.escape(run.name)}" data-label="{html.escape(run.label)}"'
+        f' data-max="{max_new_tokens}"{replay}>'
         f'<div class="sv-panel-head"><h3>{html.escape(run.label)}</h3>'
         f'<span class="sv-status sv-{status}">{status}</span></div>'
         f'<div class="sv-paper">{html.escape(run.paper)}</div>'
@@ -116,28 +116,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, 
     )
 
 
-def race_html(race: Race | None, upto_t: float | None = None) -> str:
-    """All panels, side by side (they wrap on narrow screens)."""
-    if race is None or not race.runs:
-        return '<div class="sv-race sv-empty"><p>Pick methods and press <b>Run race</b>.</p></div>'
+def race_html(race: Race) -> str:
+    """All panels of a race in one block (for the API and tests; the page updates panels one by one)."""
     baseline = race.baseline_tokens_per_s()
-    panels = "".join(panel_html(r, baseline, race.max_new_tokens, upto_t) for r in race.runs)
-    return f'<div class="sv-race">{panels}</div>'
-
-
-def replay_header_html(race: Race, t: float, speed: float) -> str:
-    """The replay's clock and race track: each method's progress at time t, and its finish time."""
-    rows = []
-    for run in race.finished():
-        done = [r for r in run.records if r.t_end <= t]
-        tokens = sum(len(r.emitted) for r in done)
-        total = sum(len(r.emitted) for r in run.records)
-        end = run.records[-1].t_end
-        finish = f"finished {end:.2f} s" if t >= end else f"{tokens} / {total}"
-        rows.append(
-            f"<span>{html.escape(run.label)}</span>"
-            f'<div class="sv-bar"><div style="width:{100.0 * tokens / max(1, race.max_new_tokens):.1f}%"></div></div>'
-            f'<span class="sv-finish">{finish}</span>'
-        )
-    slow = "" if speed == 1 else f" (shown at {speed:g}× speed)"
-    return f'<div class="sv-clock">Replay: t = {t:.2f} s{slow}</div><div class="sv-track">{"".join(rows)}</div>'
+    return "".join(panel_html(r, baseline, race.max_new_tokens) for r in race.runs)

@@ -6,8 +6,6 @@ import json
 import random
 import tempfile
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +21,19 @@ from specviz.plots.summary import summary_table
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.ui.pairs import resolve_pair
-from specviz.ui.panels import Race, race_html, replay_header_html
+from specviz.ui.panels import Race, panel_html
 from specviz.ui.racing import MAX_NEW_TOKENS_CAP, RaceSettings, run_race
 from specviz.ui.style import legend_html
 
 TAB_TITLE = "Race"
 TAB_ORDER = 0
 
+# Ticked when the page opens: the baseline and one method per paper, so the first race is short.
+DEFAULT_METHODS = ("autoregressive", "vanilla", "prompt_lookup", "pearl", "sssd", "disco", "osd")
+
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 EXAMPLES_SHOWN = 40  # examples listed per suite (Shuffle draws from the whole suite)
-REPLAY_FPS = 20
+REPLAY_JS = (Path(__file__).with_name("replay.js")).read_text()  # runs in the page: no server work
 
 TIMING_NOTE = (
     "**How it is timed.** The methods run **one after another, each alone** on this machine (after a short "
@@ -114,7 +115,7 @@ def write_downloads(race: Race, df: Any) -> list[str]:
 
 def build_tab(ctx: Any) -> None:
     specs = all_methods()
-    defaults = [s.name for s in specs if not s.is_oracle]
+    defaults = [s.name for s in specs if s.name in DEFAULT_METHODS] or [s.name for s in specs if not s.is_oracle]
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=5, max_lines=12, elem_id="sv-prompt")
@@ -125,8 +126,11 @@ def build_tab(ctx: Any) -> None:
         with gr.Column(scale=2):
             methods = gr.CheckboxGroup(
                 [(s.label, s.name) for s in specs], value=defaults, label="Methods", elem_id="sv-methods",
-                info="Every registered method; hover the panels' titles for their papers.",
+                info="Every registered method. Each runs alone, one after another.",
             )  # fmt: skip
+            with gr.Row():
+                all_btn = gr.Button("All", size="sm", min_width=60)
+                none_btn = gr.Button("None", size="sm", min_width=60)
             speculation_length = gr.Slider(1, 16, value=4, step=1, label="Speculation length (draft tokens per iteration)")
             max_new = gr.Slider(1, MAX_NEW_TOKENS_CAP, value=128, step=1, label="Max new tokens", elem_id="sv-max-new")
             with gr.Accordion("Sampling", open=False):
@@ -143,22 +147,34 @@ def build_tab(ctx: Any) -> None:
         gr.HTML(legend_html())
         show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected", scale=0, min_width=260)
     status = gr.Markdown(elem_id="sv-race-status")
-    board = gr.HTML(race_html(None), elem_id="sv-board")
+    track = gr.HTML("", elem_id="sv-replay-track")
+    with gr.Row(elem_id="sv-board"):
+        placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
+        panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in specs}
     table = gr.Dataframe(label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary", wrap=True)
     with gr.Row():
-        plot_time = gr.Plot(label="Tokens vs time")
-        plot_acceptance = gr.Plot(label="Running acceptance rate")
+        plot_time = gr.Plot(label="Tokens vs time", elem_id="sv-plot-time")
+        plot_acceptance = gr.Plot(label="Running acceptance rate", elem_id="sv-plot-acceptance")
     with gr.Row():
-        plot_hist = gr.Plot(label="Accepted tokens per iteration")
+        plot_hist = gr.Plot(label="Accepted tokens per iteration", elem_id="sv-plot-histogram")
         with gr.Column():
             sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
-            plot_sl = gr.Plot(label="Speculation length: chosen vs oracle")
+            plot_sl = gr.Plot(label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl")
     files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False)
     stop_state = gr.State(StopSignal())
     sessions = gr.State({})  # stateful methods' learners, per visitor and pair
 
+    def panel_updates(race: Race, drawn: dict[str, tuple]) -> dict:
+        """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
+        baseline, out = race.baseline_tokens_per_s(), {}
+        for run in race.runs:
+            key = (run.status, len(run.records), run.message, baseline is not None)
+            if drawn.get(run.name) != key:
+                drawn[run.name] = key
+                out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)
+        return out
+
     def race(pair_name, prompt, methods, k, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict):
-        skip = gr.skip()
         try:
             settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
             settings.check()
@@ -169,45 +185,44 @@ def build_tab(ctx: Any) -> None:
             gr.Warning(notice)
         stop.event.clear()
         head = f"⚠️ {notice}\n\n" if notice else ""
-        race = None
+        race, drawn, first = None, {}, True
         try:
             for race in run_race(pair, settings, sessions, stop.event):
                 running = [r.label for r in race.runs if r.status == "running"]
                 line = f"Running **{running[0]}** alone…" if running else "Preparing (untimed warm-up)…"
-                yield f"{head}{line}", race_html(race), skip, race, skip, skip, skip, skip, skip, skip
+                update = {status: f"{head}{line}", ctx.race: race, **panel_updates(race, drawn)}
+                if first:  # show this race's panels, hide the others
+                    first = False
+                    chosen = {r.name for r in race.runs}
+                    update.update({placeholder: gr.update(visible=False), track: ""})
+                    for name, panel in panels.items():
+                        update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
+                yield update
         except SpecvizError as e:
             raise gr.Error(str(e)) from None
         out = race_outputs(race)
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
-        files = write_downloads(race, out["frame"]) if race.finished() else None
-        yield (
-            f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
-            race_html(race), out["table"], race, out["time"], out["acceptance"], out["histogram"], out["sl_choices"], out["sl"], files,
-        )  # fmt: skip
+        baseline = race.baseline_tokens_per_s()
+        yield {
+            status: f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
+            **{panels[r.name]: panel_html(r, baseline, race.max_new_tokens) for r in race.runs},
+            table: out["table"], ctx.race: race, plot_time: out["time"], plot_acceptance: out["acceptance"],
+            plot_hist: out["histogram"], sl_method: out["sl_choices"], plot_sl: out["sl"],
+            files: write_downloads(race, out["frame"]) if race.finished() else None,
+        }  # fmt: skip
 
     race_inputs = [ctx.pair, prompt, methods, speculation_length, max_new, temperature, top_p, seed, stop_state, sessions]
-    race_outputs_ = [status, board, table, ctx.race, plot_time, plot_acceptance, plot_hist, sl_method, plot_sl, files]
-    run_btn.click(ctx.gpu(race), race_inputs, race_outputs_, api_name="race", concurrency_id="models", concurrency_limit=1)
+    race_outputs_ = [status, track, placeholder, *panels.values(), table, ctx.race, plot_time, plot_acceptance, plot_hist, sl_method, plot_sl, files]
+    run_btn.click(
+        ctx.gpu(race), race_inputs, race_outputs_, api_name="race", concurrency_id="models", concurrency_limit=1,
+        show_progress_on=[status],
+    )  # fmt: skip
 
     def stop_race(stop: StopSignal) -> None:
         stop.event.set()
 
     stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
-
-    def replay(race: Race | None, speed: float) -> Iterator[str]:
-        if race is None or not race.finished():
-            raise gr.Error("nothing to replay yet: run a race first")
-        speed = float(speed or 1.0)
-        end = max(r.records[-1].t_end for r in race.finished())
-        t0 = time.monotonic()
-        while True:
-            t = (time.monotonic() - t0) * speed
-            yield replay_header_html(race, min(t, end), speed) + race_html(race, upto_t=min(t, end))
-            if t >= end:
-                return
-            time.sleep(1 / REPLAY_FPS)
-
-    replay_btn.click(replay, [ctx.race, speed], board, api_name="replay", show_progress="hidden")
+    replay_btn.click(None, speed, None, js=REPLAY_JS)
 
     def sl_plot(race: Race | None, method: str | None):
         if race is None:
@@ -218,6 +233,8 @@ def build_tab(ctx: Any) -> None:
 
     sl_method.input(sl_plot, [ctx.race, sl_method], plot_sl, api_visibility="private")
 
+    all_btn.click(lambda: [s.name for s in specs if not s.is_oracle], None, methods, api_visibility="private")
+    none_btn.click(lambda: [], None, methods, api_visibility="private")
     suite.change(lambda s: gr.update(choices=example_choices(s), value=None), suite, example, api_visibility="private")
     example.input(lambda s, i: load_suite(s)[int(i)].text if i is not None else gr.skip(), [suite, example], prompt, api_visibility="private")
     shuffle.click(lambda s: shuffled(s, random.randrange(1 << 30)).text, suite, prompt, api_visibility="private")

@@ -17,7 +17,10 @@ CSS = """
 .sv-note { font-size: .95rem; opacity: .85; }
 .sv-legend { display: flex; flex-wrap: wrap; gap: .5rem 1.4rem; align-items: center; font-size: 1rem; padding: .3rem 0; }
 .sv-legend .sv-tok { font-size: 1rem; }
-.sv-race { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 14px; }
+#sv-board { display: grid !important; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 14px; }
+#sv-board > * { min-width: 0 !important; width: auto !important; }
+.sv-empty { padding: 2rem; text-align: center; opacity: .7; font-size: 1.1rem; }
+.sv-tok.sv-future { display: none; }
 .sv-panel { border: 1px solid var(--border-color-primary); border-radius: 10px; padding: 10px 12px;
             background: var(--block-background-fill); display: flex; flex-direction: column; min-width: 0; }
 .sv-panel.sv-running { border-color: #0072B2; box-shadow: 0 0 0 2px rgba(0,114,178,.25); }
