@@ -171,3 +171,35 @@ def test_the_race_panel_shows_pearls_current_mode(perturbed_pair):
     assert f">{records[-1].extra['mode']}<" in html and ">mode<" in html
     vanilla = list(specviz.generate("vanilla", perturbed_pair, "def f(x):", max_new_tokens=12).records)
     assert ">mode<" not in panel_html(MethodRun("vanilla", "Vanilla", "", status="done", records=vanilla), None, 12)
+
+
+@torch.inference_mode()
+def test_sampling_through_post_verify_chains_follows_the_target(perturbed_pair):
+    """Four tokens with window 2 pass through pre-verify, a post-verify whose drafts-ahead are kept
+    (the bonus token is dropped for them) and a final verification. The marginal of tokens 3-4
+    must be the target's (exact, by enumerating its top-4 paths)."""
+    import numpy as np
+
+    from tests.test_sampling_methods import CFG, PROMPT
+    from tests.test_verify import chi_square_pvalue
+    from specviz.sampling import probabilities
+
+    def dist(ids):
+        return probabilities(perturbed_pair.target(input_ids=torch.tensor([ids])).logits[0, -1], CFG)
+
+    exact: dict[tuple[int, int], float] = {}
+    paths = [((), 1.0)]
+    for _ in range(4):
+        paths = [(ids + (x,), w * float(p[x])) for ids, w in paths for p in [dist(PROMPT + list(ids))] for x in torch.nonzero(p).flatten().tolist()]
+    for ids, w in paths:
+        exact[ids[2:]] = exact.get(ids[2:], 0.0) + w
+    runs, counts, kept = 800, dict.fromkeys(exact, 0), 0
+    for seed in range(runs):
+        records = list(specviz.run("pearl", perturbed_pair, PROMPT, max_new_tokens=4, temperature=1.0, top_k=4, seed=seed, window=2, concurrent=False))
+        tokens = tuple(t for r in records for t in r.emitted)
+        counts[tokens[2:]] += 1
+        kept += any(r.extra.get("ahead_kept") for r in records)
+    assert kept > runs // 4, "the chained post-verify path must be exercised"
+    keys = list(exact)
+    stat, pvalue = chi_square_pvalue(np.array([counts[k] for k in keys], float), np.array([exact[k] for k in keys]) * runs)
+    assert pvalue > 1e-3, f"tokens 3-4 do not follow p (chi2={stat:.1f}, p-value={pvalue:.2g})"
