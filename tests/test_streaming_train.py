@@ -68,3 +68,17 @@ def test_streams_learn(tmp_path):
         assert last("top1_1") > first("top1_1") + 0.15, (hard, first("top1_1"), last("top1_1"))
         if hard:
             assert last("loss") < 0.7 * first("loss")
+
+
+def test_evaluate_held_out(tmp_path):
+    """Held-out evaluation counts every answer position per stream; with a fresh adapter the main
+    stream is the target itself, so it agrees with the target's own most likely token everywhere."""
+    data = write_teacher_text(tmp_path, records=2, answer=10)
+    examples = train.read_examples(data, 160, 96)
+    cfg = train.TrainConfig(target="tiny-random", data=data, streaming=train.StreamingConfig(stream_layers=2, gamma=2, lora_rank=4, eta_rank=4))
+    lm = train.StreamingLM(train.load_target("tiny-random", "cpu"), cfg.streaming)
+    report = train.evaluate(lm, examples, train.TeacherLogits(tmp_path / "teacher_logits.f16", lm.tuned.config.vocab_size), cfg)
+    assert report["examples"] == 2
+    assert [report[k]["positions"] for k in ("main", "stream1", "stream2")] == [20, 18, 16]  # 10 answer tokens: 10, 9, 8 per record
+    assert report["main"]["top1"] == 1.0
+    assert report["stream1"]["top1"] <= report["stream1"]["top3"] < 1.0

@@ -24,7 +24,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +152,29 @@ def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: Tr
         total = total + weight * loss
         stats[f"loss{j}"] = float(loss.detach())
         stats[f"top1_{j}"] = float((logits.argmax(-1) == want).float().mean())
+        stats[f"top3_{j}"] = float((logits.topk(3, dim=-1).indices == want.unsqueeze(-1)).any(-1).float().mean())
+        stats[f"n{j}"] = len(t)
     return total, stats
+
+
+@torch.no_grad()
+def evaluate(lm: StreamingLM, examples: list[Example], teacher: TeacherLogits | None, cfg: TrainConfig) -> dict:
+    """Per-stream loss, top-1 and top-3 agreement with the target's most likely token (soft targets)
+    or the sampled token (hard), over every answer position of `examples` (held-out text)."""
+    cfg = replace(cfg, positions=0)
+    sums: dict[str, float] = {}
+    for ex in examples:
+        _, stats = ss_loss(lm, ex, teacher, cfg)
+        for j in range(lm.cfg.gamma + 1):
+            n = stats.get(f"n{j}", 0)
+            sums[f"n{j}"] = sums.get(f"n{j}", 0) + n
+            for k in ("loss", "top1_", "top3_"):
+                sums[f"{k}{j}"] = sums.get(f"{k}{j}", 0.0) + n * stats.get(f"{k}{j}", 0.0)
+    out = {"examples": len(examples)}
+    for j in range(lm.cfg.gamma + 1):
+        n = sums[f"n{j}"]
+        out[f"stream{j}" if j else "main"] = {"positions": int(n), **{k.rstrip("_"): sums[f"{k}{j}"] / max(1, n) for k in ("loss", "top1_", "top3_")}}
+    return out
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
@@ -221,15 +243,30 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
 
 def export(cfg: TrainConfig, path: Path) -> Path:
     """Write the adapter in `cfg.out`/checkpoint.pt to `path` (safetensors with its target's fingerprint)."""
+    lm, ckpt = from_checkpoint(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    examples = {"examples": str(ckpt["examples"])} if "examples" in ckpt else {}
+    lm.save_adapter(path, steps=str(ckpt["step"]), data=str(cfg.data), **examples)
+    return path
+
+
+def from_checkpoint(cfg: TrainConfig) -> tuple[StreamingLM, dict]:
+    """The StreamingLM in `cfg.out`/checkpoint.pt, and the checkpoint."""
     ckpt = torch.load(cfg.out / "checkpoint.pt", map_location="cpu")
     lm = StreamingLM(load_target(cfg.target, cfg.device), StreamingConfig(**ckpt["streaming"]))
     with torch.no_grad():
         for name, p in lm.adapter_state().items():
             p.copy_(ckpt["adapter"][name])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    examples = {"examples": str(ckpt["examples"])} if "examples" in ckpt else {}
-    lm.save_adapter(path, steps=str(ckpt["step"]), data=str(cfg.data), **examples)
-    return path
+    return lm, ckpt
+
+
+def evaluate_checkpoint(cfg: TrainConfig, n: int) -> dict:
+    """`evaluate` on the first n held-out records, for the checkpoint in `cfg.out`."""
+    lm, ckpt = from_checkpoint(cfg)
+    lm.eval()
+    held = read_examples(cfg.data, cfg.max_len, cfg.max_prompt, train=False)[:n]
+    teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), lm.tuned.config.vocab_size)
+    return {"step": ckpt["step"], "targets": "tokens" if cfg.hard else "target argmax", **evaluate(lm, held, teacher, cfg)}
 
 
 @torch.inference_mode()
@@ -281,6 +318,8 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--eval-prompts", type=int, default=0, help="held-out prompts for the agreement check of the card")
     p.add_argument("--eval-tokens", type=int, default=48)
     p.add_argument("--export", action="store_true", help="no training: write --out's checkpoint to --ship")
+    p.add_argument("--evaluate", type=int, default=0, metavar="N",
+                   help="no training: per-stream top-1/top-3 of --out's checkpoint on N held-out records (writes heldout.json)")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     streaming = StreamingConfig(stream_layers=a.stream_layers, gamma=a.gamma, lora_rank=a.lora_rank,
@@ -296,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.ship:
             raise SystemExit("--export needs --ship PATH")
         print(f"exported: {export(cfg, args.ship)}")
+        return 0
+    if args.evaluate:
+        report = evaluate_checkpoint(cfg, args.evaluate)
+        (cfg.out / "heldout.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps(report, indent=1))
         return 0
     adapter = train(cfg, progress=not args.quiet)
     print(f"adapter: {adapter}")
