@@ -109,7 +109,7 @@ def draft_config(target_config, shape: DraftShape):
 
 def new_draft(target, shape: DraftShape, seed: int):
     """A fresh draft; with init="pca" its embedding is the target's projected on its top principal axes
-    (so that tokens the target finds alike start alike, and logits h . e start on the right scale)."""
+    (so that tokens the target finds alike start alike)."""
     from transformers import LlamaForCausalLM
 
     with torch.random.fork_rng(devices=[]):
@@ -124,7 +124,7 @@ def new_draft(target, shape: DraftShape, seed: int):
         emb = draft.get_input_embeddings().weight
         with torch.no_grad():
             emb.zero_()
-            emb[:, :k] = proj * (e.norm(dim=1).mean() / proj.norm(dim=1).mean())
+            emb[:, :k] = proj / proj.norm(dim=1).mean()  # rows of norm ~1: initial logits h . e of std ~1
     elif shape.init != "random":
         raise SpecvizError(f"unknown --init '{shape.init}': use pca or random")
     return draft
@@ -338,7 +338,8 @@ def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, res
         f"MLP {shape.intermediate}, tied embedding ({shape.init} init), {params / 1e6:.1f}M parameters, stored float16",
         "",
         "## Data",
-        f"- prompts: `{Path(args.prompts).name}` lines {args.lines} (training prompts only; no benchmark suite)",
+        f"- prompts: `{Path(args.prompts).name if args.prompts else 'teacher_text.jsonl'}` lines {args.lines} "
+        "(training prompts only; no benchmark suite)",
         f"- teacher text: {records} answers sampled from the target (temperature {args.temperature}, "
         f"at most {args.max_new_tokens} new tokens, chat template); {len(data.train)} for training "
         f"({data.tokens} answer tokens), {len(data.val)} held out for validation",
