@@ -8,9 +8,10 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 import specviz
+from specviz.models.default import load_draft
+from specviz.models.shards import load_shards, save_shards
 from specviz.models.tiny import TINY_VOCAB, tiny_pair
 from specviz.train import draft as train_draft
 from specviz.train.teacher import logits_rows, read_records
@@ -66,7 +67,7 @@ def test_written_draft_loads_and_drafts_losslessly(trained):
     out = tmp_path / "draft"
     assert (out / "config.json").is_file() and (out / "MODEL_CARD.md").is_file()
     assert all(p.stat().st_size <= 20_000_000 for p in out.iterdir())
-    draft = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    draft = load_draft(out, torch.device("cpu"), torch.float32)
     assert draft.config.vocab_size == TINY_VOCAB and draft.config.num_hidden_layers == 1
     assert json.loads((out / "training.json").read_text())["result"]["step"] == 6
     pair = tiny_pair().with_draft(draft, name="tiny-distilled")
@@ -81,3 +82,11 @@ def test_forward_kl_is_zero_only_for_the_same_distribution():
     assert torch.allclose(kl, torch.zeros(5), atol=1e-5) and top1.all()
     kl, _ = train_draft.kl_terms(torch.randn(5, 11), p)
     assert (kl > 0).all()
+
+
+def test_shards_split_tensors_larger_than_a_file_and_put_them_back(tmp_path):
+    state = {"embed.weight": torch.randn(100, 8), "norm.weight": torch.randn(8), "scalar": torch.tensor(3.0)}
+    paths = save_shards(state, tmp_path, dtype=torch.float32, max_bytes=1000)  # 100 x 8 x 4 B = 3200 B
+    assert len(paths) >= 4 and all(p.stat().st_size < 1000 + 600 for p in paths)  # + safetensors header
+    back = load_shards(tmp_path)
+    assert back.keys() == state.keys() and all(torch.equal(back[k], state[k]) for k in state)

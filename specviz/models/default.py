@@ -127,6 +127,10 @@ def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.
             "`python -m specviz.train.draft --target default --prompts PATH/sharegpt_prompts.jsonl "
             f"--out {folder}` (see `python -m specviz.train.draft --help`)."
         )
+    from specviz.models.shards import has_shards, load_llama_dir
+
+    if has_shards(folder):
+        return load_llama_dir(folder, device, dtype)
     from specviz.models import hub
 
     return hub.load_causal_lm(str(folder), device, dtype)

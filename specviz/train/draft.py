@@ -308,14 +308,15 @@ def measure_c(target, draft, context: int = 128, repeats: int = 15) -> dict[str,
 
 
 def export_draft(draft, tokenizer, out: Path, card: str, save_tokenizer: bool = True) -> None:
-    """config.json + float16 safetensors shards (each <= 20 MB) + MODEL_CARD.md (+ tokenizer)."""
+    """config.json + float16 safetensors files of at most 20 MB (`specviz.models.shards`) + MODEL_CARD.md
+    (+ the tokenizer, so that the folder also pairs with its target by path)."""
+    from specviz.models.shards import save_shards
+
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("model*.safetensors*"):
-        old.unlink()
-    draft = draft.to(torch.float16)
-    draft.config.dtype = "float16"
-    draft.save_pretrained(out, max_shard_size="20MB")
-    draft.float()
+    config = draft.config.to_dict() | {"dtype": "float16"}
+    type(draft.config).from_dict(config).save_pretrained(out)
+    state = {k: v for k, v in draft.state_dict().items() if not (k == "lm_head.weight" and draft.config.tie_word_embeddings)}
+    save_shards(state, out)
     if save_tokenizer:
         tokenizer.save_pretrained(out)
     (out / "MODEL_CARD.md").write_text(card)

@@ -1,0 +1,77 @@
+"""Small models shipped in the repository as safetensors files of at most 20 MB each.
+
+Hugging Face's `save_pretrained(max_shard_size=...)` cannot split one tensor, and a draft's tied
+embedding ([49152, 256] float16 = 25 MB) is larger than a shard. So tensors are cut by rows into
+pieces named `NAME@ROW`, spread over `weights-XXXXX.safetensors`, and put together again on load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+MAX_SHARD_BYTES = 19_000_000  # under the repository's 20 MB per file, with room for headers
+SHARD_GLOB = "weights-*.safetensors"
+
+
+def save_shards(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype = torch.float16, max_bytes: int = MAX_SHARD_BYTES) -> list[Path]:
+    """Write `state` (tied weights once) as pieces of at most `max_bytes` each, in as few files as fit."""
+    from safetensors.torch import save_file
+
+    pieces: list[tuple[str, torch.Tensor]] = []
+    for name, tensor in state.items():
+        t = tensor.detach().to("cpu", dtype).contiguous()
+        if t.dim() == 0 or t.numel() * t.element_size() <= max_bytes:
+            pieces.append((f"{name}@0", t))
+            continue
+        rows = max(1, max_bytes // (t[0].numel() * t.element_size()))  # rows per piece
+        pieces += [(f"{name}@{r}", t[r : r + rows].clone()) for r in range(0, t.shape[0], rows)]
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for key, t in pieces:
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][key] = t
+        size += nbytes
+    for old in out.glob(SHARD_GLOB):
+        old.unlink()
+    paths = []
+    for i, shard in enumerate(shards):
+        path = out / f"weights-{i + 1:05d}.safetensors"
+        save_file(shard, str(path), metadata={"format": "pt", "split": "NAME@ROW pieces, see specviz/models/shards.py"})
+        paths.append(path)
+    return paths
+
+
+def load_shards(folder: Path) -> dict[str, torch.Tensor]:
+    """The state dict written by `save_shards` (pieces concatenated back by row)."""
+    from safetensors.torch import load_file
+
+    pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    for path in sorted(folder.glob(SHARD_GLOB)):
+        for key, t in load_file(str(path)).items():
+            name, row = key.rsplit("@", 1)
+            pieces.setdefault(name, []).append((int(row), t))
+    return {name: parts[0][1] if len(parts) == 1 else torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
+            for name, parts in pieces.items()}
+
+
+def has_shards(folder: Path) -> bool:
+    return any(folder.glob(SHARD_GLOB))
+
+
+def load_llama_dir(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """A Llama causal LM from config.json + `save_shards` weights, in eval mode."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    model = AutoModelForCausalLM.from_config(config)
+    missing, unexpected = model.load_state_dict(load_shards(folder), strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ValueError(f"weights in {folder} do not fit its config: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model.tie_weights()
+    return model.to(device, dtype).eval()
