@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import pytest
 import torch
@@ -74,6 +75,24 @@ def test_written_draft_loads_and_drafts_losslessly(trained):
     ref = specviz.generate("autoregressive", pair, PROMPTS[0], max_new_tokens=20).summary
     got = specviz.generate("vanilla", pair, PROMPTS[0], max_new_tokens=20, speculation_length=3).summary
     assert got.output_ids == ref.output_ids and got.drafted > 0
+
+
+def test_more_steps_start_a_new_schedule_and_export_only_writes_the_checkpoint(trained, tmp_path):
+    src, _ = trained
+    shutil.copytree(src / "work", tmp_path / "work")
+    args = cli(tmp_path, steps=6)
+    assert train_draft.main(args + ["--more-steps", "2", "--lr", "1e-3"]) == 0
+    rows = list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))
+    assert [int(r["step"]) for r in rows] == list(range(1, 9))
+    assert [float(r["lr"]) for r in rows[6:]] == [1e-3, 5.5e-4]  # cosine from 1e-3 over steps 6..8, no warm-up
+    result = json.loads((tmp_path / "draft" / "training.json").read_text())["result"]
+    assert result["step"] == 8 and result["phases"][-1]["phase_start"] == 6 and result["phases"][-1]["lr"] == 1e-3
+    assert "steps 6-8" in (tmp_path / "draft" / "MODEL_CARD.md").read_text()
+    shutil.rmtree(tmp_path / "draft")
+    assert train_draft.main(args + ["--export-only"]) == 0
+    assert len(list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))) == 8  # no training
+    assert json.loads((tmp_path / "draft" / "training.json").read_text())["result"]["step"] == 8
+    assert load_draft(tmp_path / "draft", torch.device("cpu"), torch.float32).config.num_hidden_layers == 1
 
 
 def test_forward_kl_is_zero_only_for_the_same_distribution():

@@ -2,6 +2,7 @@
 the measured one, per prompt suite (greedy, autoregressive and vanilla run interleaved per prompt).
 
     python -m specviz.bench draft_quality --pair default --suites humaneval,gsm8k,mtbench --limit 20
+    python -m specviz.bench draft_quality --pair default --gammas 2,3,4,5,6 --limit 4   # speculation length sweep
 
 α is the i.i.d. maximum-likelihood estimate from the accept/reject pattern
 (`specviz.cost.from_records.estimate_alpha`); c = draft milliseconds per drafted token / the
@@ -37,6 +38,7 @@ def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str
     measured = (tokens(vanilla) / seconds(vanilla)) / (tokens(baseline) / seconds(baseline))
     return {
         "suite": suite,
+        "gamma": gamma,
         "prompts": len(vanilla),
         "acceptance_rate": accepted / max(1, drafted),
         "alpha_iid": alpha,
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=20, help="prompts per suite")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--gamma", type=int, default=4, help="vanilla's speculation length")
+    p.add_argument("--gammas", default="4", help="vanilla's speculation lengths γ, comma-separated (each one runs on every prompt)")
     p.add_argument("--out", type=Path, default=Path("results/draft_quality"))
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -79,36 +81,38 @@ def main(argv: list[str] | None = None) -> int:
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    gammas = [int(g) for g in args.gammas.split(",")]
     kw = dict(max_new_tokens=args.max_new_tokens, temperature=0.0)
     generate("autoregressive", pair, prompts[0][1].text, max_new_tokens=8)  # warm-up
-    generate("vanilla", pair, prompts[0][1].text, max_new_tokens=8, speculation_length=args.gamma)
-    runs: dict[str, dict[str, list]] = {s: {"autoregressive": [], "vanilla": []} for s in suites}
+    generate("vanilla", pair, prompts[0][1].text, max_new_tokens=8, speculation_length=gammas[0])
+    runs: dict[str, dict[object, list]] = {s: {m: [] for m in ["autoregressive", *gammas]} for s in suites}
     mismatches = 0
     for i, (suite, prompt) in enumerate(tqdm(prompts, desc="draft quality", unit="prompt", disable=args.quiet)):
-        order = ["autoregressive", "vanilla"] if i % 2 == 0 else ["vanilla", "autoregressive"]
-        results = {m: generate(m, pair, prompt.text, **kw, **({"speculation_length": args.gamma} if m == "vanilla" else {}))
-                   for m in order}
-        mismatches += results["vanilla"].summary.output_ids != results["autoregressive"].summary.output_ids
+        methods: list[object] = ["autoregressive", *gammas]
+        order = methods[i % len(methods):] + methods[: i % len(methods)]  # rotate: no method always runs first
+        results = {m: generate("autoregressive", pair, prompt.text, **kw) if m == "autoregressive"
+                   else generate("vanilla", pair, prompt.text, **kw, speculation_length=m) for m in order}
+        mismatches += sum(results[g].summary.output_ids != results["autoregressive"].summary.output_ids for g in gammas)
         for m, r in results.items():
             runs[suite][m].append(r.records)
-    rows = [suite_row(s, runs[s]["vanilla"], runs[s]["autoregressive"], args.gamma) for s in suites]
-    every = suite_row("all", [r for s in suites for r in runs[s]["vanilla"]],
-                      [r for s in suites for r in runs[s]["autoregressive"]], args.gamma)
+    rows = [suite_row(s, runs[s][g], runs[s]["autoregressive"], g) for g in gammas for s in suites]
+    every = [suite_row("all", [r for s in suites for r in runs[s][g]],
+                       [r for s in suites for r in runs[s]["autoregressive"]], g) for g in gammas]
     result = {
         "pair": {"name": pair.name, **pair.info},
         "machine": describe_machine(pair.info.get("device", "cpu")),
         "config": vars(args) | {"out": str(args.out)},
         "greedy_mismatches": mismatches,
-        "rows": rows + [every],
+        "rows": rows + every,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "draft_quality.json").write_text(json.dumps(result, indent=1))
-    cols = ["suite", "prompts", "acceptance_rate", "alpha_iid", "mean_accepted_length", "c", "verify_ratio",
+    cols = ["suite", "gamma", "prompts", "acceptance_rate", "alpha_iid", "mean_accepted_length", "c", "verify_ratio",
             "leviathan_speedup", "predicted_speedup_measured_verify", "measured_speedup", "ar_tokens_per_s", "vanilla_tokens_per_s"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in result["rows"]:
         lines.append("| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
-    text = (f"draft quality: pair {pair.name}, γ = {args.gamma}, greedy, max {args.max_new_tokens} new tokens, "
+    text = (f"draft quality: pair {pair.name}, γ = {args.gammas}, greedy, max {args.max_new_tokens} new tokens, "
             f"{args.limit} prompts per suite; greedy outputs differing from autoregressive: {mismatches}\n\n" + "\n".join(lines) + "\n")
     (args.out / "draft_quality.md").write_text(text)
     print(text)

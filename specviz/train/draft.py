@@ -20,7 +20,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ class TrainConfig:
     val_every: int = 50  # steps between validation passes
     checkpoint_minutes: float = 5.0  # wall-clock minutes between checkpoints
     seed: int = 0
+    phase_start: int = 0  # step where this learning-rate schedule starts (> 0: continued training)
 
 
 VAL_MODULUS = 50  # records with prompt_index % 50 == 0 are held out for validation
@@ -215,9 +216,11 @@ def validate(draft, data: TeacherData, limit: int = 40) -> dict[str, float]:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    """Linear warm-up, then cosine decay to lr/10 at `cfg.steps`; both counted from `cfg.phase_start`."""
+    s = step - cfg.phase_start
+    if s < cfg.warmup:
+        return cfg.lr * (s + 1) / cfg.warmup
+    t = (s - cfg.warmup) / max(1, cfg.steps - cfg.phase_start - cfg.warmup)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
@@ -233,6 +236,9 @@ def train(draft, data: TeacherData, cfg: TrainConfig, checkpoint: Path, log_path
         opt.load_state_dict(saved["optimizer"])
         state = saved["state"]
         print(f"[specviz] resuming from {checkpoint} at step {state['step']}", file=sys.stderr)
+    phase = {k: getattr(cfg, k) for k in ("phase_start", "steps", "lr", "warmup", "batch_size", "seed")}
+    if state["step"] < cfg.steps and (not state.get("phases") or state["phases"][-1] != phase):
+        state["phases"] = [*state.get("phases", []), phase]  # the learning-rate schedules this draft saw
     new_log = not log_path.is_file() or state["step"] == 0
     log_f = log_path.open("w" if new_log else "a", newline="")
     log = csv.writer(log_f)
@@ -325,6 +331,17 @@ def export_draft(draft, tokenizer, out: Path, card: str, save_tokenizer: bool = 
         raise SpecvizError(f"files over 20 MB in {out}: {too_big}")
 
 
+def schedule_lines(result: dict, cfg: TrainConfig) -> list[str]:
+    phases = result.get("phases") or [{k: getattr(cfg, k) for k in ("phase_start", "steps", "lr", "warmup", "batch_size", "seed")}]
+    lines = []
+    if phases[0]["phase_start"] > 0:
+        lines.append(f"- steps 0-{phases[0]['phase_start']}: an earlier schedule (peak lr {TrainConfig.lr}; see the CSV log)")
+    for ph in phases:
+        lines.append(f"- steps {ph['phase_start']}-{ph['steps']}: {ph['batch_size']} sequences per step, AdamW lr {ph['lr']} "
+                     f"(warm-up {ph['warmup']}, cosine to lr/10), seed {ph['seed']}")
+    return lines
+
+
 def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, result: dict, cost: dict, params: int) -> str:
     records = len(data.train) + len(data.val)
     lines = [
@@ -339,18 +356,21 @@ def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, res
         f"MLP {shape.intermediate}, tied embedding ({shape.init} init), {params / 1e6:.1f}M parameters, stored float16",
         "",
         "## Data",
-        f"- prompts: `{Path(args.prompts).name if args.prompts else 'teacher_text.jsonl'}` lines {args.lines} "
-        "(training prompts only; no benchmark suite)",
+        f"- prompts: `{Path(args.prompts).name if args.prompts else 'the prompts file'}` lines {args.lines} "
+        f"(training prompts only; no benchmark suite); answers with prompt_index % {VAL_MODULUS} == 0 held out",
         f"- teacher text: {records} answers sampled from the target (temperature {args.temperature}, "
         f"at most {args.max_new_tokens} new tokens, chat template); {len(data.train)} for training "
         f"({data.tokens} answer tokens), {len(data.val)} held out for validation",
         "",
         "## Training",
-        f"- {result['step']} steps of {cfg.batch_size} sequences, {result['tokens']} answer positions seen, "
-        f"AdamW lr {cfg.lr} (warm-up {cfg.warmup}, cosine to lr/10), seed {cfg.seed}",
-        f"- wall time {result['seconds'] / 60:.1f} min on {args.device} ({torch.get_num_threads()} thread(s))",
+        f"- {result['step']} steps, {result['tokens']} answer positions seen "
+        f"(about {result['tokens'] / max(1, data.tokens):.1f} epochs of the training answers)",
+        *schedule_lines(result, cfg),
+        f"- wall time {result['seconds'] / 60:.1f} min on {args.device} ({torch.get_num_threads()} thread(s)); every step's lr, "
+        f"loss, agreement and validation are in `train-{args.out.name}.csv` of the training work folder",
         f"- held-out forward KL(p || q) {result['val_kl']:.3f} nats; greedy agreement argmax q == argmax p "
-        f"{result['val_top1']:.3f}",
+        f"{result['val_top1']:.3f} ({len(data.val)} held-out answers, temperature-{args.temperature} target samples; "
+        "greedy decoding's acceptance is measured by `python -m specviz.bench draft_quality`)",
         "",
         "## Cost",
         f"- one token over a 128-token cache: target {cost['target_ms']:.1f} ms, draft {cost['draft_ms']:.1f} ms "
@@ -380,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--no-tokenizer", action="store_true", help="do not copy the tokenizer into --out")
+    parser.add_argument("--export-only", action="store_true", help="write --out from the checkpoint in --work as it is (no training)")
+    parser.add_argument("--more-steps", type=int, default=0,
+                        help="continue from the checkpoint for this many steps with a new schedule (--lr, cosine, no warm-up)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -387,6 +410,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
     torch.manual_seed(cfg.seed)
     progress = not args.no_progress
+
+    checkpoint = args.work / f"checkpoint-{args.out.name}.pt"
+    if args.export_only or args.more_steps:
+        if not checkpoint.is_file():
+            raise SpecvizError(f"no checkpoint {checkpoint} to export or continue")
+        done = torch.load(checkpoint, map_location="cpu", weights_only=False)["state"]["step"]
+        if args.export_only:
+            cfg = replace(cfg, steps=done)
+        else:
+            cfg = replace(cfg, phase_start=done, steps=done + args.more_steps, warmup=0)
+        args.teacher_prompts = 0
 
     target, tokenizer, eos = load_target_for_training(args.target, args.device)
     if args.teacher_prompts > 0:
@@ -410,7 +444,6 @@ def main(argv: list[str] | None = None) -> int:
     data = TeacherData(args.work, target.config.vocab_size, cfg.max_len)
     print(f"[specviz] stage 2/3: distilling on {len(data.train)} answers ({data.tokens} tokens)", file=sys.stderr)
     draft = new_draft(target, shape, cfg.seed).to(args.device)
-    checkpoint = args.work / f"checkpoint-{args.out.name}.pt"
     result = train(draft, data, cfg, checkpoint, args.work / f"train-{args.out.name}.csv", progress=progress)
     print("[specviz] stage 3/3: measuring c and writing the draft", file=sys.stderr)
     draft.eval()
