@@ -337,8 +337,10 @@ def schedule_lines(result: dict, cfg: TrainConfig) -> list[str]:
     if phases[0]["phase_start"] > 0:
         lines.append(f"- steps 0-{phases[0]['phase_start']}: an earlier schedule (peak lr {TrainConfig.lr}; see the CSV log)")
     for ph in phases:
-        lines.append(f"- steps {ph['phase_start']}-{ph['steps']}: {ph['batch_size']} sequences per step, AdamW lr {ph['lr']} "
-                     f"(warm-up {ph['warmup']}, cosine to lr/10), seed {ph['seed']}")
+        end = min(ph["steps"], result["step"])
+        cut = f", stopped at step {end}" if end < ph["steps"] else ""
+        lines.append(f"- steps {ph['phase_start']}-{end}: {ph['batch_size']} sequences per step, AdamW lr {ph['lr']} "
+                     f"(warm-up {ph['warmup']}, cosine to lr/10 at step {ph['steps']}{cut}), seed {ph['seed']}")
     return lines
 
 
