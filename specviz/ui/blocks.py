@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import pkgutil
 import traceback
@@ -105,4 +106,8 @@ def theme() -> gr.themes.Base:
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     """Queue (one model run at a time: timings stay honest) and serve with the app's look."""
     kwargs.setdefault("ssr_mode", False)
+    # Gradio's start-up self-check (one HEAD request to the local URL with a 3 s timeout) fails on
+    # a busy machine and aborts the launch although the server is up; skip it where gradio has it.
+    if "_frontend" in inspect.signature(demo.launch).parameters:
+        kwargs.setdefault("_frontend", False)
     return demo.queue(default_concurrency_limit=4).launch(theme=theme(), css=CSS, **kwargs)
