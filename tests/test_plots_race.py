@@ -62,6 +62,7 @@ def test_tokens_vs_time(frame, recorded):
         assert trace.y[0] == 0 and trace.y[-1] == 30
         assert trace.x[-1] == pytest.approx(recorded[m][-1].t_end)
     assert "(s)" in fig.layout.xaxis.title.text
+    assert "alone" in fig.layout.title.subtitle.text
 
 
 def test_running_acceptance_leaves_out_methods_that_do_not_draft(frame):
@@ -79,7 +80,8 @@ def test_accepted_histogram_shares_sum_to_one(frame, recorded):
 
 
 def test_speculation_length_vs_oracle(frame, recorded):
-    fig = check_figure(speculation_length_vs_oracle(frame, "vanilla"), ["chosen (drafted)", "accepted", "oracle (draft model's correct run)"])
+    fig = check_figure(speculation_length_vs_oracle(frame, "vanilla"), ["chosen (drafted)", "accepted", "oracle (draft guesses that would be accepted)"])
+    assert fig.layout.title.subtitle.text == "Vanilla SD, per iteration"  # the method, without cutting the title
     assert list(fig.data[0].y) == [r.speculation_length for r in recorded["vanilla"]]
     assert list(fig.data[2].y) == [r.oracle_sl for r in recorded["vanilla"]]
     empty = speculation_length_vs_oracle(frame, "nope")

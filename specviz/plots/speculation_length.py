@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from specviz.plots.theme import OKABE_ITO, empty, finish
 
-TITLE = "Speculation length per iteration: chosen vs oracle"
+TITLE = "Speculation length: chosen vs oracle"
 
 
 def speculation_length_vs_oracle(df: pd.DataFrame, method: str) -> go.Figure:
@@ -26,9 +26,9 @@ def speculation_length_vs_oracle(df: pd.DataFrame, method: str) -> go.Figure:
     if d["oracle_sl"].notna().any():
         fig.add_trace(
             go.Scatter(
-                x=d["iteration"], y=d["oracle_sl"], mode="markers+lines", name="oracle (draft model's correct run)",
+                x=d["iteration"], y=d["oracle_sl"], mode="markers+lines", name="oracle (draft guesses that would be accepted)",
                 line={"color": OKABE_ITO["vermillion"], "dash": "dot"}, marker={"symbol": "diamond", "size": 9},
             )
         )  # fmt: skip
     fig.update_layout(barmode="group", bargap=0.25)
-    return finish(fig, f"{TITLE} — {label}", "iteration", "tokens", legend="per iteration")
+    return finish(fig, TITLE, "iteration", "tokens", legend="per iteration", subtitle=f"{label}, per iteration")

@@ -28,16 +28,17 @@ def method_style(i: int) -> dict:
     return {"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "dash": DASHES[(i // len(METHOD_COLOURS) + i) % len(DASHES)]}
 
 
-def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "method") -> go.Figure:
-    """Titles with units, a legend title, and readable type."""
+def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "method", subtitle: str | None = None) -> go.Figure:
+    """Titles with units, a legend title, and readable type (a long qualifier goes in the subtitle:
+    plotly titles do not wrap, and half-width plots cut them)."""
     fig.update_layout(
-        title={"text": title, "x": 0.01, "xanchor": "left"},
+        title={"text": title, "x": 0.01, "xanchor": "left", **({"subtitle": {"text": subtitle}} if subtitle else {})},
         xaxis_title=x,
         yaxis_title=y,
         legend_title_text=legend,
         template="plotly_white",
         font={"size": 15},
-        margin={"l": 60, "r": 20, "t": 60, "b": 55},
+        margin={"l": 60, "r": 20, "t": 80 if subtitle else 60, "b": 55},
         height=420,
         showlegend=legend is not None,
     )

@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 from specviz.plots.frame import method_order
 from specviz.plots.theme import empty, finish, method_style
 
-TITLE = "Tokens generated vs time (each method timed while running alone)"
+TITLE = "Tokens generated vs time"
+SUBTITLE = "each method timed while running alone"
 
 
 def tokens_vs_time(df: pd.DataFrame) -> go.Figure:
@@ -29,4 +30,4 @@ def tokens_vs_time(df: pd.DataFrame) -> go.Figure:
                 hovertemplate="%{y} tokens at %{x:.3f} s<extra>%{fullData.name}</extra>",
             )
         )
-    return finish(fig, TITLE, "time since the run started (s)", "tokens generated")
+    return finish(fig, TITLE, "time since the run started (s)", "tokens generated", subtitle=SUBTITLE)
