@@ -83,3 +83,17 @@ def test_tabs_are_discovered_race_first_and_all_import():
     assert tabs[0].TAB_TITLE == "Race"
     for module in tabs:
         assert isinstance(module.TAB_TITLE, str) and isinstance(module.TAB_ORDER, int) and callable(module.build_tab)
+
+
+def test_a_missing_default_draft_falls_back_to_tiny_random_and_says_how_to_get_it(monkeypatch, tmp_path):
+    import specviz
+    from specviz.models import default
+    from specviz.ui.pairs import describe_pair, resolve_pair
+
+    monkeypatch.setattr(default, "DRAFTS", tmp_path)  # no draft folder: fails before loading the target
+    real = specviz.load_pair
+    monkeypatch.setattr(specviz, "load_pair", lambda name, **kw: default.load_default_pair() if name == "default" else real(name, **kw))
+    pair, notice = resolve_pair("default")
+    assert pair.name == "tiny-random"
+    assert "draft is missing" in notice and "python -m specviz.train.draft" in notice
+    assert describe_pair(pair, notice).startswith("⚠️ The default pair could not be loaded here")
