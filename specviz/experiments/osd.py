@@ -123,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     learner = OnlineLearner(pair.draft, learner_cfg)
     rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=len(prompts), desc="osd stream", unit="request", disable=args.quiet)
     for row in simulate(pair, prompts, learner, max_new_tokens=args.max_new_tokens, speculation_length=args.speculation_length,
                         measure_static_from=len(prompts) - args.measure_last):
         rows.append(row)
+        write_csv(args.out / "rows.csv", rows)  # so far: a long run stopped early still leaves its requests
         recent = rows[-args.window :]
         bar.set_postfix_str(f"alpha osd {sum(r['osd_accepted'] for r in recent) / max(1, sum(r['osd_drafted'] for r in recent)):.3f} "
                             f"static {sum(r['static_accepted'] for r in recent) / max(1, sum(r['static_drafted'] for r in recent)):.3f}")
@@ -135,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     learner.wait()
     summary = summarize_stream(rows, args.window, args.speculation_length)
     tokens = token_analysis(pair, learner, rows[-args.window :])
-    args.out.mkdir(parents=True, exist_ok=True)
     result = {"pair": {"name": pair.name, **pair.info}, "stream": asdict(stream_cfg), "learner": asdict(learner_cfg),
               "args": {k: str(v) for k, v in vars(args).items()}, "summary": summary, "updates": learner.updates,
               "tokens": tokens, "rows": rows}
