@@ -135,6 +135,20 @@ def test_training_cli_tunes_on_heldout_greedy_text(tmp_path):
     assert "heldout.jsonl" in card["split"]
 
 
+def test_training_cli_on_a_slice_of_teacher_records(tmp_path):
+    gen = np.random.default_rng(0)
+    teacher = tmp_path / "teacher.jsonl"
+    teacher.write_text("".join(json.dumps({"prompt_index": i, "prompt": "x", "prompt_ids": gen.integers(5, 200, 6).tolist(),
+                                           "output_ids": gen.integers(5, 200, 10).tolist()}) + "\n" for i in range(12)))
+    out = tmp_path / "tiny.safetensors"
+    assert train.main(["--pair", "tiny-perturbed", "--teacher", str(teacher), "--records", "2:", "--epochs", "2", "--costs", "1,10,2",
+                       "--out", str(out)]) == 0
+    card = load_disco(out).card
+    assert card["split_prompt_indices"] == {"train": [2, 5, 6, 7, 10, 11], "val": [3, 8], "test": [4, 9]}
+    assert "records 2:" in card["training_text"] and len(card["draft_sha256"]) == 64
+    assert card["costs_ms"] == {"draft_ms": 1.0, "verify_ms_1": 10.0, "verify_ms_per_token": 2.0} and card["costs_source"] == "given"
+
+
 def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
     from specviz.experiments import disco as experiment
 

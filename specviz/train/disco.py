@@ -18,6 +18,7 @@ Prompts are split by index into train / validation / test (3:1:1), written into 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -314,7 +315,7 @@ def load_named_pair(name: str):
 
 
 def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: int, epochs: int, seed: int,
-        logits: np.ndarray | None = None, splits: dict[str, list[Sequence]] | None = None,
+        logits: np.ndarray | None = None, costs: Costs | None = None, splits: dict[str, list[Sequence]] | None = None,
         split_rule: str = "prompt_index mod 5: 0-2 train, 3 validation, 4 test") -> DiscoModel | None:
     """Split (by prompt index mod 5 unless `splits` gives train / val / test), extract, train, tune
     tau / SL_max on validation, score on test; None if a split is empty."""
@@ -327,7 +328,8 @@ def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: in
     print(f"features of {sum(len(d.match) for d in data.values())} positions in {time.perf_counter() - t:.0f} s", flush=True)
 
     model, loss_info = train_classifier(data["train"], hidden, epochs, seed)
-    costs = measure_costs(pair)
+    costs_source = "given" if costs else "measured by measure_costs at training time"
+    costs = costs or measure_costs(pair)
     val = tune(data["val"], score_table(model, data["val"]), costs)
     tau, sl_max = val["disco_best"]["threshold"], val["disco_best"]["max_speculation_length"]
 
@@ -342,6 +344,7 @@ def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: in
     card = {
         "pair": pair_name,
         "pair_info": {k: v for k, v in pair.info.items() if isinstance(v, (str, int, float))},
+        "draft_sha256": weights_digest(pair.draft),
         "training_text": source,
         "split": split_rule,
         "split_prompt_indices": {s: sorted({q.prompt_index for q in v}) for s, v in by_split.items()},
@@ -353,6 +356,7 @@ def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: in
         "epochs": epochs,
         "tuned_on": "val",
         "costs_ms": costs.__dict__,
+        "costs_source": costs_source,
         "decision_cost_us": decision_cost_us(model, pair.vocab_size),
         "validation": val,
         "test": {
@@ -371,6 +375,15 @@ def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: in
     return DiscoModel(model, tau, sl_max, card)
 
 
+def weights_digest(model: torch.nn.Module) -> str:
+    """sha256 of a model's parameters (names and float32 values): which draft a classifier was fitted to."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.train.disco", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default", help="default | tiny-random | tiny-perturbed | tiny-self | a preset")
@@ -380,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generate", type=int, default=100, help="with --prompts: how many prompts to answer")
     p.add_argument("--max-new-tokens", type=int, default=96, help="with --prompts: tokens per answer")
     p.add_argument("--limit", type=int, default=0, help="use at most this many teacher records (0: all)")
+    p.add_argument("--records", default="", help="A:B, a slice of the teacher records (e.g. '681:' skips the first 681, "
+                   "the text the draft was trained on, whose acceptance is optimistic)")
     p.add_argument("--heldout", type=Path, help="teacher-format jsonl of greedy target text on other prompts: "
                    "validation (even prompt_index) and test (odd); then every --teacher record trains")
     p.add_argument("--heldout-prompts", type=Path, help='with --heldout: jsonl of {"prompt": ...}; its lines '
@@ -390,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=32, help="width of the FFN's hidden layer")
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--costs", default="", help="D,V1,VK: ms of one draft forward, of a 1-token target forward and per "
+                   "extra verified token, to tune with instead of measuring them here (e.g. on a busy machine)")
     p.add_argument("--out", type=Path, help="classifier file (default assets/disco/<pair>.safetensors)")
     args = p.parse_args(argv)
 
@@ -404,6 +421,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.exclude_mod:
         sequences = [s for s in sequences if s.prompt_index % args.exclude_mod]
         source += f" (records with prompt_index % {args.exclude_mod} == 0 left out)"
+    if args.records:
+        a, b = (int(x) if x else None for x in args.records.split(":"))
+        sequences = sequences[a:b]
+        source += f" (records {args.records})"
     if args.limit:
         sequences = sequences[: args.limit]
     splits, rule = None, "prompt_index mod 5: 0-2 train, 3 validation, 4 test"
@@ -418,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                 "(even / odd prompt_index)")
         sequences = sequences + held
     logits = stored_logits(args.teacher.parent / "teacher_logits.f16", pair.vocab_size) if args.teacher else None
-    trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits, splits, rule)
+    costs = Costs(*(float(x) for x in args.costs.split(","))) if args.costs else None
+    trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits, costs, splits, rule)
     if trained is None:
         print("error: every split needs at least one sequence (give more prompts)", file=sys.stderr)
         return 2
