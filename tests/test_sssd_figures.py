@@ -57,3 +57,27 @@ def test_tab_handlers_run_and_show_trees(perturbed_pair):
     fig, line = sssd_tree.show_iteration(state, 0)
     assert fig is not None and "candidate nodes" in line
     assert sssd_tree.show_iteration(None, 0)[0] is None
+    assert sssd_tree.visible("\n") == "↵" and sssd_tree.visible(" ") == "' '" and sssd_tree.visible(" the") == " the"
+
+
+def test_tab_run_reports_bad_input_instead_of_raising(perturbed_pair):
+    from specviz.ui import sssd_tree
+
+    state, out, first, fig, line, count = sssd_tree.run_and_show("tiny", [5, 17, 300], 10**9, 8, "input", load_pair=lambda name: perturbed_pair)
+    assert state is None and fig is None and out.startswith("<p><b>Cannot run:</b>") and "context" in out
+    state, out, first, fig, line, count = sssd_tree.run_and_show("tiny", [5, 17, 300, 5, 17], 12, 8, "input", load_pair=lambda name: perturbed_pair)
+    assert count == len(state["records"]) >= 1 and fig is not None and "<span" in out
+
+
+def test_references_by_batched_ar_equal_those_by_trees(perturbed_pair):
+    """--reference-tree 0 (batched AR) gives the same greedy references as tree decoding and as AR."""
+    from specviz.experiments.sssd import references
+    from specviz.prompts import Prompt
+
+    prompts = [Prompt("toy", "a", "the cat sat on the mat"), Prompt("toy", "b", "one two three one two")]
+    by_ar = references(perturbed_pair, prompts, 12, False, tree_size=0)
+    by_tree = references(perturbed_pair, prompts, 12, False, tree_size=6)
+    assert [r["output_ids"] for r in by_ar] == [r["output_ids"] for r in by_tree]
+    for r in by_ar:
+        ar = specviz.generate("autoregressive", perturbed_pair, r["prompt_ids"], max_new_tokens=12).summary.output_ids
+        assert r["output_ids"] == list(ar) and len(ar) == 12

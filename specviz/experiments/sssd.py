@@ -141,9 +141,10 @@ def fig4(refs: list[dict], datastore, sizes: list[int]) -> list[dict]:
 # --- real runs -------------------------------------------------------------------------------------
 
 
-def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 8) -> list[dict]:
-    """The target's greedy output for every prompt, decoded in static batches with SSSD trees
-    (greedy parity makes this the autoregressive output, at a fraction of the CPU time)."""
+def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 8, tree_size: int = 16) -> list[dict]:
+    """The target's greedy output for every prompt, decoded in static batches with SSSD trees of
+    `tree_size` nodes (greedy parity makes this the autoregressive output); 0: batched AR, cheaper
+    where a forward's cost grows with its tokens (a CPU past S of a few tokens)."""
     from specviz.methods.sssd import SSSDOptions, decode_batch
     from specviz.models.pair import encode_prompt
 
@@ -152,7 +153,7 @@ def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 
         chunk = prompts[start : start + batch]
         ids = [encode_prompt(pair, p.text) for p in chunk]
         t0 = time.perf_counter()
-        records = decode_batch(pair, ids, 16, max_new_tokens=max_new_tokens, opts=SSSDOptions(sources="input"))
+        records = decode_batch(pair, ids, tree_size, max_new_tokens=max_new_tokens, opts=SSSDOptions(sources="input"))
         for p, prompt_ids, rs in zip(chunk, ids, records):
             refs.append({"suite": p.suite, "prompt_id": p.id, "prompt_ids": prompt_ids, "output_ids": [t for r in rs for t in r.emitted]})
         if progress:
@@ -320,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--validation", type=Path, default=Path("/work/shared/data/sharegpt_prompts.jsonl"))
     ap.add_argument("--validation-lines", default="5500:6000")
     ap.add_argument("--out", type=Path, default=Path("results/sssd"))
+    ap.add_argument("--reference-tree", type=int, default=16, help="tree nodes per step when decoding the references (0: batched AR)")
     ap.add_argument("--references", type=Path, help="reuse the greedy references of an earlier results.json (same pair)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -344,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         refs = [{"suite": p.suite, "prompt_id": p.id, "prompt_ids": encode_prompt(pair, p.text), "output_ids": saved[p.id]}
                 for p in prompts if p.id in saved]
     else:
-        refs = references(pair, prompts, args.max_new_tokens, progress) if needs_refs else []
+        refs = references(pair, prompts, args.max_new_tokens, progress, tree_size=args.reference_tree) if needs_refs else []
     results["references"] = [{k: v for k, v in r.items() if k != "prompt_ids"} for r in refs]
     options = {"speculation_length": args.speculation_length, "datastore": args.datastore if datastore is not None else "none"}
     if refs:
@@ -362,14 +364,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.batch_new_tokens <= args.max_new_tokens:  # a greedy output's prefix is the shorter run's output
             batch_refs = [{**r, "output_ids": r["output_ids"][: args.batch_new_tokens]} for r in refs]
         else:
-            batch_refs = references(pair, prompts, args.batch_new_tokens, False)
+            batch_refs = references(pair, prompts, args.batch_new_tokens, False, tree_size=args.reference_tree)
         by_suite = [[r for r in batch_refs if r["suite"] == s] for s in dict.fromkeys(r["suite"] for r in batch_refs)]
         batch_refs = [r for group in itertools.zip_longest(*by_suite) for r in group if r is not None]  # suites mixed
         sizes = [int(b) for b in args.batch_sizes.split(",")]
         results["fig6"] = fig6(pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options)
     if "grid" in stages:
         lo, hi = (int(x) for x in args.validation_lines.split(":"))
-        val = references(pair, validation_prompts(args.validation, (lo, hi), args.limit), args.max_new_tokens, progress)
+        val = references(pair, validation_prompts(args.validation, (lo, hi), args.limit), args.max_new_tokens, progress,
+                         tree_size=args.reference_tree)
         results["grid"] = grid_search(val, datastore, args.speculation_length)
     for path in write_outputs(args.out, results):
         print(f"wrote {path}")

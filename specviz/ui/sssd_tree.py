@@ -40,12 +40,30 @@ def coloured_output(state: dict[str, Any]) -> str:
     return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
 
 
+def visible(text: str) -> str:
+    """A token's text as a tree label: whitespace-only and newline tokens stay visible."""
+    shown = text.replace("\n", "↵").replace("\t", "⇥")
+    return shown if shown.strip() else repr(text)
+
+
+def run_and_show(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None):
+    """The Run button: (state, output HTML, first iteration with an accepted draft, its figure and
+    summary, iteration count); a bad input gives an error message in the output instead."""
+    try:
+        state = run_sssd(pair_name, prompt, max_new_tokens, speculation_length, sources, load_pair)
+    except Exception as e:  # a user's input must not crash the tab
+        return None, f"<p><b>Cannot run:</b> {html.escape(str(e))}</p>", 0, None, "", 1
+    first = next((i for i, r in enumerate(state["records"]) if r["accepted"]), 0)
+    fig, line = show_iteration(state, first)
+    return state, coloured_output(state), first, fig, line, len(state["records"])
+
+
 def show_iteration(state: dict[str, Any] | None, iteration: int):
     """The tree figure of one iteration, and a one-line summary of it."""
     if not state or not state["records"]:
         return None, "Run SSSD first."
     r = state["records"][min(int(iteration), len(state["records"]) - 1)]
-    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
+    fig = record_tree_figure(r, decode=lambda t: visible(state["text"].get(str(t), str(t))))
     tree = r["extra"].get("tree_tokens", [])
     return fig, (f"iteration {r['iteration']}: {len(tree)} candidate nodes, {r['accepted']} accepted, "
                  f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms")
@@ -69,13 +87,8 @@ def build_tab(ctx: Any) -> None:
     state = gr.State()
 
     def on_run(pair_name, text, n, s, src):
-        try:
-            st = run_sssd(pair_name, text, n, s, src, getattr(ctx, "load_pair", None))
-        except Exception as e:  # a user's input must not crash the tab
-            return None, f"**Cannot run:** {e}", gr.update(), None, ""
-        first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)
-        fig, line = show_iteration(st, first)
-        return st, coloured_output(st), gr.update(maximum=max(1, len(st["records"]) - 1), value=first), fig, line
+        st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, getattr(ctx, "load_pair", None))
+        return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
 
     go.click(on_run, [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary])
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")
