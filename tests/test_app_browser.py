@@ -65,6 +65,7 @@ def set_race(page, prompt: str, methods: dict[str, str], max_new: int) -> None:
 
 
 def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
+    page.wait_for_selector("#sv-plot-time .js-plotly-plot:has-text('Run a race to see this plot')")
     set_race(page, "def fibonacci(n):", CHOSEN, 24)
     page.click("#sv-run")
     page.wait_for_selector("#sv-race-status:has-text('Race finished')")
@@ -97,8 +98,10 @@ def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     toggle.set_checked(True)
     page.wait_for_function("() => !document.body.classList.contains('sv-hide-rejected')")
     assert rejected.is_visible()
-    for plot in ("time", "acceptance", "histogram", "sl"):
-        page.wait_for_selector(f"#sv-plot-{plot} .js-plotly-plot")
+    # the plots hold this race's data (before any race they are titled placeholders without traces)
+    traces = "id => { const e = document.querySelector(`#sv-plot-${id} .js-plotly-plot`); return e && e.data ? e.data.length : -1; }"
+    for plot, n in (("time", 3), ("acceptance", 2), ("histogram", 2), ("sl", 3)):
+        page.wait_for_function(f"() => ({traces})('{plot}') === {n}")
     page.screenshot(path=str(ARTIFACTS / "race.png"), full_page=True)
     # replay: all finished runs restart on one clock, in the page
     page.click("#sv-replay")

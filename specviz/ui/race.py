@@ -13,11 +13,16 @@ import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.methods import all_methods
+from specviz.plots.acceptance import TITLE as ACCEPTANCE_TITLE
 from specviz.plots.acceptance import running_acceptance
+from specviz.plots.accepted_histogram import TITLE as HISTOGRAM_TITLE
 from specviz.plots.accepted_histogram import accepted_histogram
 from specviz.plots.frame import records_frame
+from specviz.plots.speculation_length import TITLE as SL_TITLE
 from specviz.plots.speculation_length import speculation_length_vs_oracle
 from specviz.plots.summary import summary_table
+from specviz.plots.theme import empty
+from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.ui.pairs import resolve_pair
@@ -152,14 +157,19 @@ def build_tab(ctx: Any) -> None:
         placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
         panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in specs}
     table = gr.Dataframe(label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary", wrap=True)
+    # Titled placeholder figures until the first race: they say what will appear, and the page
+    # fetches plotly.js now instead of leaving the plots blank for seconds after the race.
+    def blank(title: str) -> Any:
+        return empty(title, "Run a race to see this plot.")
+
     with gr.Row():
-        plot_time = gr.Plot(label="Tokens vs time", elem_id="sv-plot-time")
-        plot_acceptance = gr.Plot(label="Running acceptance rate", elem_id="sv-plot-acceptance")
+        plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time")
+        plot_acceptance = gr.Plot(blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance")
     with gr.Row():
-        plot_hist = gr.Plot(label="Accepted tokens per iteration", elem_id="sv-plot-histogram")
+        plot_hist = gr.Plot(blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram")
         with gr.Column():
             sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
-            plot_sl = gr.Plot(label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl")
+            plot_sl = gr.Plot(blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl")
     files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False)
     stop_state = gr.State(StopSignal())
     sessions = gr.State({})  # stateful methods' learners, per visitor and pair
