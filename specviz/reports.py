@@ -45,6 +45,8 @@ def markdown(result: dict[str, Any], command: str | None = None) -> str:
     if result.get("by_suite"):
         by = pd.DataFrame(result["by_suite"])
         pivot = by.pivot_table(index="method", columns="suite", values="speedup_vs_autoregressive", sort=False)
+        if pivot.empty:  # no autoregressive run: there is nothing to divide by
+            return "\n".join(lines)
         lines += ["## Speedup vs autoregressive, per suite", "", pivot.to_markdown(floatfmt=".3f"), ""]
     return "\n".join(lines)
 

@@ -66,3 +66,9 @@ def test_report_builders_write_every_format(recorded, tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert page.count("plotly-graph-div") == 4 and "Speedup over autoregressive" in page
     assert "speedup vs AR" in (tmp_path / "summary.csv").read_text().splitlines()[0]
+
+
+def test_markdown_without_an_autoregressive_run_has_no_empty_per_suite_table(recorded):
+    no_ar = dict(recorded, by_suite=[dict(r, speedup_vs_autoregressive=None) for r in recorded["by_suite"]])
+    md = markdown(no_ar, "cmd")
+    assert "| vanilla" in md and "per suite" not in md
