@@ -58,6 +58,7 @@ def test_tab_handlers_run_and_show_trees(perturbed_pair):
     assert fig is not None and "candidate nodes" in line
     assert sssd_tree.show_iteration(None, 0)[0] is None
     assert sssd_tree.visible("\n") == "↵" and sssd_tree.visible(" ") == "' '" and sssd_tree.visible(" the") == " the"
+    assert sssd_tree.visible("<|im_start|>") == "&lt;|im_start|&gt;"
 
 
 def test_tab_run_reports_bad_input_instead_of_raising(perturbed_pair):

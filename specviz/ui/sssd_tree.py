@@ -41,9 +41,10 @@ def coloured_output(state: dict[str, Any]) -> str:
 
 
 def visible(text: str) -> str:
-    """A token's text as a tree label: whitespace-only and newline tokens stay visible."""
+    """A token's text as a tree label: whitespace-only and newline tokens stay visible, and markup
+    such as `<|im_start|>` is escaped (plotly would drop it as an unknown tag)."""
     shown = text.replace("\n", "↵").replace("\t", "⇥")
-    return shown if shown.strip() else repr(text)
+    return html.escape(shown if shown.strip() else repr(text), quote=False)
 
 
 def run_and_show(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None):
