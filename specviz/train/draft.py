@@ -346,6 +346,10 @@ def schedule_lines(result: dict, cfg: TrainConfig) -> list[str]:
 
 def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, result: dict, cost: dict, params: int) -> str:
     records = len(data.train) + len(data.val)
+    by_t: dict[float, int] = {}
+    for r in data.train + data.val:
+        by_t[r.get("temperature", args.temperature)] = by_t.get(r.get("temperature", args.temperature), 0) + 1
+    kinds = ", ".join(f"{n} {'greedy' if t == 0 else f'at temperature {t}'}" for t, n in sorted(by_t.items(), reverse=True))
     lines = [
         f"# Draft for {args.target}",
         "",
@@ -360,7 +364,7 @@ def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, res
         "## Data",
         f"- prompts: `{Path(args.prompts).name if args.prompts else 'the prompts file'}` lines {args.lines} "
         f"(training prompts only; no benchmark suite); answers with prompt_index % {VAL_MODULUS} == 0 held out",
-        f"- teacher text: {records} answers sampled from the target (temperature {args.temperature}, "
+        f"- teacher text: {records} answers of the target ({kinds}; "
         f"at most {args.max_new_tokens} new tokens, chat template); {len(data.train)} for training "
         f"({data.tokens} answer tokens), {len(data.val)} held out for validation",
         "",
@@ -371,7 +375,7 @@ def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, res
         f"- wall time {result['seconds'] / 60:.1f} min on {args.device} ({torch.get_num_threads()} thread(s)); every step's lr, "
         f"loss, agreement and validation are in `train-{args.out.name}.csv` of the training work folder",
         f"- held-out forward KL(p || q) {result['val_kl']:.3f} nats; greedy agreement argmax q == argmax p "
-        f"{result['val_top1']:.3f} ({len(data.val)} held-out answers, temperature-{args.temperature} target samples; "
+        f"{result['val_top1']:.3f} ({len(data.val)} held-out target answers; "
         "greedy decoding's acceptance is measured by `python -m specviz.bench draft_quality`)",
         "",
         "## Cost",
