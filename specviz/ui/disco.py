@@ -72,7 +72,10 @@ def build_tab(ctx: Any) -> None:
             max_new = gr.Slider(8, 256, value=96, step=8, label="Max new tokens")
     run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
     card = gr.Markdown()
-    table = gr.Dataframe(label="This prompt", interactive=False)
+    table = gr.Dataframe(
+        label="This prompt", interactive=False,
+        headers=["method", "tokens", "iterations", "ms/token", "acceptance", "mean SL", "mean |SL − oracle|"],
+    )
     with gr.Row():
         plot_sl = gr.Plot(label="Chosen vs oracle speculation length")
         plot_hist = gr.Plot(label="Oracle speculation length histogram")
