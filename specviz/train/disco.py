@@ -1,6 +1,6 @@
 """Train DISCO's classifier for one model pair, tune tau and SL_max, ship it as safetensors.
 
-    python -m specviz.train.disco --pair default --teacher /work/wt/_data/teacher_text.jsonl
+    python -m specviz.train.disco --pair default --teacher runs/draft/teacher_text.jsonl
     python -m specviz.train.disco --pair tiny-perturbed --prompts PROMPTS.jsonl --generate 120
 
 As in the paper's appendix D: on text the target generated (never benchmark prompts), let the draft

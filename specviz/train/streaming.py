@@ -1,7 +1,7 @@
 """Train a speculative-streaming adapter (Bhendawade et al. 2024, section 3.2): LoRA on the top N_s
 layers plus the stream parameters (f_eta, P_j), everything else frozen.
 
-    python -m specviz.train.streaming --target default --data /work/wt/_data/teacher_text.jsonl \
+    python -m specviz.train.streaming --target default --data runs/draft/teacher_text.jsonl \
         --out runs/streaming --steps 2000 --ship assets/streaming/smollm2-135m-instruct.safetensors
 
 Loss (the paper's L_ss):  alpha_0 * CE(main stream at t, y_{t+1})  +  sum_j alpha_j * CE(stream j at t, y_{t+1+j}),
@@ -39,7 +39,7 @@ HELD_OUT = 20  # records with prompt_index % HELD_OUT == 0 are for evaluation on
 @dataclass
 class TrainConfig:
     target: str = "default"  # default | tiny-random | a hub id or local directory
-    data: Path = Path("/work/wt/_data/teacher_text.jsonl")  # teacher text (JSONL with prompt_ids, output_ids)
+    data: Path = Path("runs/draft/teacher_text.jsonl")  # teacher text written by `python -m specviz.train.draft` (--work runs/draft) (JSONL with prompt_ids, output_ids)
     out: Path = Path("runs/streaming")  # checkpoint.pt + log.csv (+ adapter.safetensors)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
     steps: int = 1000  # optimizer steps in total (a resumed run continues up to this)
