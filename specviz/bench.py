@@ -298,7 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in experiments():  # python -m specviz.bench <experiment> [options]
         import importlib
 
-        return importlib.import_module(f"specviz.experiments.{argv[0]}").main(argv[1:])
+        try:
+            return importlib.import_module(f"specviz.experiments.{argv[0]}").main(argv[1:])
+        except SpecvizError as e:  # a user's mistake: one line, no traceback
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     args = parse_args(argv)
     try:
         cfg = config_from_args(args)

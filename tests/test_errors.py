@@ -67,3 +67,11 @@ def test_bench_cli_reports_errors_without_a_traceback():
     assert out.returncode == 2
     assert "error: unknown method 'medusa'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_experiment_subcommand_reports_a_user_error_in_one_line(capsys):
+    from specviz import bench
+
+    code = bench.main(["sssd", "--pair", "tiny-random", "--stages", "grid", "--limit", "1", "--max-new-tokens", "4"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and "Traceback" not in err

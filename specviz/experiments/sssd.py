@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from specviz.datastore import DEFAULT_PATH
+from specviz.errors import SpecvizError
 
 Proposer = Callable[[list[int], int, int], tuple[list[int], list[int]]]  # (ids, size, depth) -> (tokens, parents)
 
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-new-tokens", type=int, default=64)
     ap.add_argument("--hardware", default="This machine (2-core CPU)", help="roofline preset for S per batch size")
     ap.add_argument("--stages", default="fig4,speed,fig6", help="any of fig4, speed, fig6, grid")
-    ap.add_argument("--validation", type=Path, default=Path("/work/shared/data/sharegpt_prompts.jsonl"))
+    ap.add_argument("--validation", type=Path, help="JSONL of validation prompts for the grid stage (e.g. sharegpt_prompts.jsonl)")
     ap.add_argument("--validation-lines", default="5500:6000")
     ap.add_argument("--out", type=Path, default=Path("results/sssd"))
     ap.add_argument("--reference-tree", type=int, default=16, help="tree nodes per step when decoding the references (0: batched AR)")
@@ -370,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [int(b) for b in args.batch_sizes.split(",")]
         results["fig6"] = fig6(pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options)
     if "grid" in stages:
+        if args.validation is None:
+            raise SpecvizError("the grid stage needs --validation PROMPTS.jsonl (prompts never used for the datastore)")
         lo, hi = (int(x) for x in args.validation_lines.split(":"))
         val = references(pair, validation_prompts(args.validation, (lo, hi), args.limit), args.max_new_tokens, progress,
                          tree_size=args.reference_tree)
