@@ -53,6 +53,19 @@ def run(
     return spec.generate(dec, opts)
 
 
+def without_autograd(records: Iterator[IterationRecord]) -> Iterator[IterationRecord]:
+    """Step a run with autograd off (`torch.inference_mode` around each step, in the thread that steps
+    it): for callers such as the app, which drain runs from worker threads of their own."""
+    import torch
+
+    while True:
+        with torch.inference_mode():
+            record = next(records, None)
+        if record is None:
+            return
+        yield record
+
+
 @dataclass(frozen=True)
 class RunResult:
     method: str

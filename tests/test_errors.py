@@ -75,3 +75,15 @@ def test_experiment_subcommand_reports_a_user_error_in_one_line(capsys):
     code = bench.main(["sssd", "--pair", "tiny-random", "--stages", "grid", "--limit", "1", "--max-new-tokens", "4"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and "Traceback" not in err
+
+
+def test_without_autograd_steps_a_run_unchanged_and_outside_autograd(random_pair):
+    import torch
+
+    from specviz.runner import without_autograd
+
+    seen = []
+    plain = [r.emitted for r in specviz.run("vanilla", random_pair, "abc", max_new_tokens=12)]
+    for r in without_autograd(specviz.run("vanilla", random_pair, "abc", max_new_tokens=12)):
+        seen.append(r.emitted)
+    assert seen == plain and not torch.is_inference_mode_enabled()

@@ -3,7 +3,7 @@
 Each method's clock (`Decoding.now`) runs only while its own generator runs, and the generator is
 drained by a worker thread, so drawing the page never pauses a run (a paused generator would count
 the drawing as decoding time). The page thread wakes a few times a second to draw what has
-arrived. Nothing here imports torch at module level.
+arrived. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -70,14 +70,13 @@ def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float =
     q: queue.Queue = queue.Queue()
 
     def pump() -> None:
-        import torch
+        from specviz.runner import without_autograd
 
         try:
-            with torch.inference_mode():
-                for record in gen:
-                    q.put(record)
-                    if stop.is_set():
-                        break
+            for record in without_autograd(gen):
+                q.put(record)
+                if stop.is_set():
+                    break
         except BaseException as e:  # handed to the page thread
             q.put(e)
         finally:
