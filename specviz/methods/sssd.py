@@ -104,13 +104,9 @@ def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int])
     }
 
 
-def sssd_step(dec: Decoding, target: CachedLM, drafter: NgramTreeDrafter, size: int) -> IterationRecord:
-    """Draft a tree, verify it in one target forward, keep the accepted path in the cache."""
-    t_start = dec.now()
-    tree = drafter.propose(dec.ids, size, dec.remaining - 1)
-    t_drafted = dec.now()
-    position = len(dec.ids)
-    logits = target.forward_tree(dec.ids[len(target) :], tree.tokens, tree.parents)  # [n+1, V]
+def commit_tree(dec: Decoding, tree: TokenTree, logits, t_start: float, t_drafted: float):
+    """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
+    commit the accepted path; returns the record and the tree verdict (its `path` says which nodes to keep)."""
     tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
     drafted, verdict = tv.linear(tree.tokens, tree.parents)
     record = dec.commit(
@@ -122,6 +118,17 @@ def sssd_step(dec: Decoding, target: CachedLM, drafter: NgramTreeDrafter, size: 
         draft_forwards=0,
         extra=tree_extra(tree, tv.path, tv.main_path(tree.parents)),
     )
+    return record, tv
+
+
+def sssd_step(dec: Decoding, target: CachedLM, drafter: NgramTreeDrafter, size: int) -> IterationRecord:
+    """Draft a tree, verify it in one target forward, keep the accepted path in the cache."""
+    t_start = dec.now()
+    tree = drafter.propose(dec.ids, size, dec.remaining - 1)
+    t_drafted = dec.now()
+    position = len(dec.ids)
+    logits = target.forward_tree(dec.ids[len(target) :], tree.tokens, tree.parents)  # [n+1, V]
+    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted)
     target.keep_path(position, list(tv.path[: record.accepted]))
     return record
 

@@ -27,12 +27,11 @@ from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.methods import check_positive_int, register
 from specviz.methods.ngram_tree import TokenTree
-from specviz.methods.sssd import tree_extra
+from specviz.methods.sssd import commit_tree
 from specviz.models import streaming as msa
 from specviz.models.kv import CachedLM
 from specviz.paths import ASSETS
 from specviz.records import IterationRecord
-from specviz.verify import verify_tree
 
 ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target's fingerprint
 
@@ -110,17 +109,7 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
         # verify: one forward of the main stream over the target's token + the tree
         position = len(dec.ids)
         logits, hidden = main.forward_tree_hidden(dec.ids[len(main) :], tree.tokens, tree.parents, lm.first_stream_layer)
-        tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
-        drafted, verdict = tv.linear(tree.tokens, tree.parents)
-        record = dec.commit(
-            drafted=drafted,
-            verdict=verdict,
-            speculation_length=len(tree),
-            t_start=t_start,
-            t_drafted=t_drafted,
-            draft_forwards=0,
-            extra=tree_extra(tree, tv.path, tv.main_path(tree.parents)),
-        )
+        record, tv = commit_tree(dec, tree, logits, t_start, t_drafted)
         path = list(tv.path[: record.accepted])
         main.keep_path(position, path)  # the accepted node is the last token kept
         node = hidden[1 + path[-1]] if path else hidden[0]
