@@ -2,6 +2,10 @@
 
 - acceptance rate      = accepted / drafted
                          (share of proposed draft tokens the target kept; undefined without drafts)
+- token acceptance α   = accepted / tested, tested = accepted + one per iteration whose draft was
+                         turned down (the drafts the target actually judged: after the first refusal
+                         the rest of a draft is never tested). Each tested draft is a Bernoulli(α)
+                         trial, so this estimates Leviathan et al.'s α (OSD's y-axis) whatever γ is.
 - mean accepted length = emitted tokens / target forward passes
                          (tokens gained per target call, the bonus/correction token included, as in
                          vLLM's "mean acceptance length"; autoregressive decoding scores exactly 1)
@@ -21,6 +25,13 @@ from specviz.records import IterationRecord, RunSummary
 
 def acceptance_rate(accepted: int, drafted: int) -> float | None:
     return accepted / drafted if drafted else None
+
+
+def tested(record: IterationRecord) -> int:
+    """Draft tokens the target judged in one iteration: the accepted ones and the first refused one
+    (none refused when the whole draft was kept, or when the budget ended the step first)."""
+    refused = record.accepted < len(record.drafted) and record.accepted < len(record.emitted)
+    return record.accepted + refused
 
 
 def mean_accepted_length(new_tokens: int, target_forwards: int) -> float | None:

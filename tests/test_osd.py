@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import specviz
+from specviz import metrics
 from specviz.methods import get_method, new_session
 from specviz.osd.buffers import ReplayBuffer, RequestBuffer, Sample, TargetDistributions
 from specviz.osd.learner import OnlineLearner, OsdConfig, load_adapted_draft
@@ -105,8 +106,8 @@ def test_the_simulator_shows_alpha_rising_on_a_repetitive_stream(repetitive_stre
     rows, learner = repetitive_stream_rows
     assert learner.version == 8  # one update after each request (synchronous: between requests)
     assert [r["draft_version"] for r in rows] == list(range(8))
-    osd = [r["osd_accepted"] / r["osd_drafted"] for r in rows]
-    static = [r["static_accepted"] / r["static_drafted"] for r in rows]
+    osd = [r["osd_accepted"] / r["osd_tested"] for r in rows]
+    static = [r["static_accepted"] / r["static_tested"] for r in rows]
     assert len(set(static)) == 1  # the static draft never changes
     assert osd[0] == static[0]  # both start from the same draft
     assert max(osd[-3:]) >= static[-1] + 0.1, osd
@@ -120,7 +121,8 @@ def test_the_static_replay_equals_vanilla_decoding(perturbed_pair):
         result = specviz.generate("vanilla", perturbed_pair, prompt, max_new_tokens=max_new, speculation_length=gamma)
         out = result.summary.output_ids
         hits = draft_predictions(perturbed_pair.draft, list(result.prompt_ids) + list(out), len(result.prompt_ids)) == np.asarray(out)
-        assert replay_greedy(hits, gamma, max_new) == (result.summary.drafted, result.summary.accepted)
+        tested = sum(metrics.tested(r) for r in result.records)
+        assert replay_greedy(hits, gamma, max_new) == (result.summary.drafted, result.summary.accepted, tested)
 
 
 def test_request_streams_shift_between_suites_or_mix_them():
@@ -215,7 +217,7 @@ def test_the_experiment_reports_alpha_at_the_start_and_end_of_each_suite_stretch
     from specviz.experiments.osd import segments
 
     def row(i, suite, osd):
-        return {"request": i, "suite": suite, "osd_accepted": osd, "osd_drafted": 4, "static_accepted": 1, "static_drafted": 4}
+        return {"request": i, "suite": suite, "osd_accepted": osd, "osd_tested": 4, "static_accepted": 1, "static_tested": 4}
 
     rows = [row(i, "gsm8k", 1 + (i >= 2)) for i in range(4)] + [row(i, "mbpp", 0 + 2 * (i >= 6)) for i in range(4, 8)]
     segs = segments(rows, window=2)

@@ -67,7 +67,7 @@ def summarize_stream(rows: list[dict], window: int, gamma: int) -> dict[str, Any
     from specviz.osd.analysis import alpha
 
     def a(part, who):
-        return alpha([r[f"{who}_accepted"] for r in part], [r[f"{who}_drafted"] for r in part])
+        return alpha([r[f"{who}_accepted"] for r in part], [r[f"{who}_tested"] for r in part])
 
     first, last = rows[:window], rows[-window:]
     out = {f"{who}_alpha_{name}": a(part, who) for who in ("static", "osd") for name, part in (("first", first), ("last", last))}
@@ -98,7 +98,7 @@ def segments(rows: list[dict], window: int) -> list[dict[str, Any]]:
         row = {"suite": part[0]["suite"], "requests": [lo, hi - 1]}
         for who in ("static", "osd"):
             for name, sub in (("start", part[:n]), ("end", part[-n:])):
-                row[f"{who}_alpha_{name}"] = alpha([r[f"{who}_accepted"] for r in sub], [r[f"{who}_drafted"] for r in sub])
+                row[f"{who}_alpha_{name}"] = alpha([r[f"{who}_accepted"] for r in sub], [r[f"{who}_tested"] for r in sub])
         out.append(row)
     return out
 
@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         write_csv(args.out / "rows.csv", rows)  # so far: a long run stopped early still leaves its requests
         recent = rows[-args.window :]
-        bar.set_postfix_str(f"alpha osd {sum(r['osd_accepted'] for r in recent) / max(1, sum(r['osd_drafted'] for r in recent)):.3f} "
-                            f"static {sum(r['static_accepted'] for r in recent) / max(1, sum(r['static_drafted'] for r in recent)):.3f}")
+        bar.set_postfix_str(f"alpha osd {sum(r['osd_accepted'] for r in recent) / max(1, sum(r['osd_tested'] for r in recent)):.3f} "
+                            f"static {sum(r['static_accepted'] for r in recent) / max(1, sum(r['static_tested'] for r in recent)):.3f}")
         bar.update()
     bar.close()
     learner.wait()

@@ -59,14 +59,14 @@ def request_stream(cfg: StreamConfig) -> list[Prompt]:
     return stream
 
 
-def replay_greedy(hits: Sequence[bool], gamma: int, max_new_tokens: int) -> tuple[int, int]:
-    """(drafted, accepted) of greedy SD with a static speculation length on a known greedy output:
+def replay_greedy(hits: Sequence[bool], gamma: int, max_new_tokens: int) -> tuple[int, int, int]:
+    """(drafted, accepted, tested) of greedy SD with a static speculation length on a known greedy output:
     hits[j] says whether the draft's greedy guess for output token j (given the true prefix) is right.
     Mirrors `speculative_decoding` and `Decoding.commit` (budget cut included)."""
     from specviz.oracle import agreement_runs
 
     runs = agreement_runs(np.asarray(hits, dtype=bool))
-    drafted = accepted = j = 0
+    drafted = accepted = tested = j = 0
     while j < len(hits):
         k = min(gamma, max_new_tokens - j - 1)  # drafts this iteration
         n = min(int(runs[j]), k)  # leading drafts equal to the target's tokens
@@ -74,8 +74,9 @@ def replay_greedy(hits: Sequence[bool], gamma: int, max_new_tokens: int) -> tupl
         kept = min(n, emitted)
         drafted += k if kept == n else kept
         accepted += kept
+        tested += kept + (kept < k and emitted > kept)  # the refused draft, when the target got to judge it
         j += emitted
-    return drafted, accepted
+    return drafted, accepted, tested
 
 
 def simulate(
@@ -93,7 +94,7 @@ def simulate(
     the static draft's replayed drafted/accepted, and the update that finished after this request.
     From request `measure_static_from` on, the static draft also serves each request for real
     (vanilla SD, right after OSD) so that wall times can be compared side by side."""
-    from specviz.metrics import summarize
+    from specviz.metrics import summarize, tested
     from specviz.models.pair import encode_prompt
     from specviz.oracle import draft_predictions
     from specviz.runner import run
@@ -113,6 +114,7 @@ def simulate(
             "new_tokens": s.new_tokens,
             "osd_drafted": s.drafted,
             "osd_accepted": s.accepted,
+            "osd_tested": sum(tested(r) for r in records),
             "osd_wall_s": s.wall_s,
             "draft_ms": sum(r.draft_ms for r in records),
             "verify_ms": sum(r.verify_ms for r in records),
@@ -122,7 +124,7 @@ def simulate(
         }
         sequence = list(prompt_ids) + list(s.output_ids)
         hits = draft_predictions(initial, sequence, len(prompt_ids)) == np.asarray(s.output_ids)
-        row["static_drafted"], row["static_accepted"] = replay_greedy(hits, speculation_length, max_new_tokens)
+        row["static_drafted"], row["static_accepted"], row["static_tested"] = replay_greedy(hits, speculation_length, max_new_tokens)
         if measure_static_from is not None and i >= measure_static_from:
             static = summarize(list(run("vanilla", pair, prompt_ids, max_new_tokens=max_new_tokens, speculation_length=speculation_length)))
             row["static_wall_s"] = static.wall_s

@@ -1,7 +1,8 @@
 """Online Speculative Decoding's figures: acceptance over a request stream, and what the draft learned.
 
 Pure functions of plain data: `rows` are the serving simulator's per-request dicts (request, suite,
-osd_drafted, osd_accepted, static_drafted, static_accepted), `updates` the learner's per-update
+osd_accepted, osd_tested, static_accepted, static_tested; alpha = accepted / tested, see
+`specviz.metrics`), `updates` the learner's per-update
 dicts (request, loss_first, loss_last, ms), `tokens` the rows of `specviz.osd.analysis.token_table`.
 """
 
@@ -29,7 +30,7 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06)
     x = [r["request"] + 1 for r in rows]
     for who, name, colour in (("static", "static draft", STATIC_COLOUR), ("osd", "online draft (OSD)", ONLINE_COLOUR)):
-        acc, dra = [r[f"{who}_accepted"] for r in rows], [r[f"{who}_drafted"] for r in rows]
+        acc, dra = [r[f"{who}_accepted"] for r in rows], [r[f"{who}_tested"] for r in rows]
         per_request = [a / d if d else None for a, d in zip(acc, dra)]
         fig.add_scatter(x=x, y=per_request, mode="markers", marker={"color": colour, "size": 4, "opacity": 0.3},
                         name=f"{name}, per request", legendgroup=who, row=1, col=1)
@@ -45,10 +46,10 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
                         name="loss at the update's first step", row=2, col=1)
         fig.add_scatter(x=ux, y=[u["loss_last"] for u in updates], mode="lines+markers", line={"color": LOSS_COLOUR},
                         name="loss at its last step", row=2, col=1)
-    fig.update_yaxes(title_text="acceptance rate α", range=[0, 1], row=1, col=1)
+    fig.update_yaxes(title_text="token acceptance α (accepted / tested)", range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="distillation loss (nats)", row=2, col=1)
     fig.update_xaxes(title_text="requests served", row=2, col=1)
-    fig.update_layout(title="Acceptance rate over the request stream: online vs static draft", height=620,
+    fig.update_layout(title="Token acceptance α over the request stream: online vs static draft", height=620,
                       legend={"orientation": "h", "y": -0.15})
     return fig
 
@@ -62,11 +63,11 @@ def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
         x = [r["request"] + 1 for r in mine]
         colour = SUITE_COLOURS[n % len(SUITE_COLOURS)]
         for who, dash in (("osd", "solid"), ("static", "dot")):
-            y = moving_alpha([r[f"{who}_accepted"] for r in mine], [r[f"{who}_drafted"] for r in mine], window)
+            y = moving_alpha([r[f"{who}_accepted"] for r in mine], [r[f"{who}_tested"] for r in mine], window)
             fig.add_scatter(x=x, y=y, mode="lines", line={"color": colour, "dash": dash},
                             name=f"{suite}, {'online' if who == 'osd' else 'static'}")
     fig.update_layout(title=f"Acceptance per domain (last {window} requests of each suite)",
-                      xaxis_title="requests served", yaxis_title="acceptance rate α", yaxis_range=[0, 1])
+                      xaxis_title="requests served", yaxis_title="token acceptance α (accepted / tested)", yaxis_range=[0, 1])
     return fig
 
 

@@ -60,7 +60,7 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
     recent = rows[-window:]
 
     def a(who):
-        value = alpha([r[f"{who}_accepted"] for r in recent], [r[f"{who}_drafted"] for r in recent])
+        value = alpha([r[f"{who}_accepted"] for r in recent], [r[f"{who}_tested"] for r in recent])
         return "–" if value is None else f"{value:.3f}"
 
     updates = learner.updates
