@@ -75,6 +75,15 @@ def pair_names() -> list[str]:
 
 @lru_cache(maxsize=4)
 def _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
+    from specviz.models.cpu import prepack_linears
+
+    pair = _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
+    prepack_linears(pair.target)  # float32 on CPU only: few-token forwards get much cheaper
+    prepack_linears(pair.draft)
+    return pair
+
+
+def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
     dev = hub.resolve_device(device)
     dt = hub.resolve_dtype(dtype, dev)
     if name == "tiny-random":
