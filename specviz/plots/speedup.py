@@ -36,7 +36,9 @@ def improvement_curves_figure(
                         hovertemplate=f"α={a:.2f}: best γ={g}, speedup %{{y:.2f}}×")
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive")
     cost = "T(γ+1)/T(1) from the roofline" if verify_ratio is not None else "verification as cheap as one step"
-    fig.update_layout(title=f"Expected speedup vs speculation length (c = {c:g}; {cost}); ★ = optimal γ",
+    fig.update_layout(title={"text": "Expected speedup vs speculation length",
+                             "subtitle": {"text": f"c = {c:g}; {cost}; ★ = optimal γ"}},
+                      margin={"t": 80},
                       xaxis_title="speculation length γ", yaxis_title="improvement factor (× autoregressive)",
                       legend_title="acceptance rate")
     return fig
