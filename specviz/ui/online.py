@@ -66,7 +66,7 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
     updates = learner.updates
     cost = (f"{len(updates)} updates, {sum(u['ms'] for u in updates) / len(updates):.0f} ms each on average "
             f"({'in a background thread' if learner.config.background else 'between requests'})") if updates else "no update yet"
-    return (f"**{len(rows)} / {state['requests']} requests served.** Acceptance rate over the last {len(recent)} requests: "
+    return (f"**{len(rows)} / {state['requests']} requests served.** Token acceptance α (accepted / tested drafts) over the last {len(recent)} requests: "
             f"online draft **{a('osd')}**, static draft {a('static')}. Draft version {learner.version}; {cost}; "
             f"replay buffer holds {learner.replay.positions} positions ({learner.replay.nbytes / 2**20:.1f} MB).")
 
