@@ -106,7 +106,7 @@ def build_tab(ctx: Any) -> None:
             max_new = gr.Slider(8, 256, value=48, step=8, label="max new tokens per request")
             gamma = gr.Slider(1, 12, value=4, step=1, label="speculation length γ")
             interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
-            lr = gr.Number(1e-4, label="learning rate")
+            lr = gr.Number(3e-4, label="learning rate")
             loss = gr.Radio(["fkl", "rkl", "jsd"], value="fkl", label="distillation loss (p: target, q: draft)")
             background = gr.Checkbox(False, label="train in a background thread")
             window = gr.Slider(5, 100, value=20, step=5, label="moving window (requests)")
