@@ -7,6 +7,7 @@ import random
 import tempfile
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
@@ -120,59 +121,82 @@ def write_downloads(race: Race, df: Any) -> list[str]:
 
 def build_tab(ctx: Any) -> None:
     specs = all_methods()
-    defaults = [s.name for s in specs if s.name in DEFAULT_METHODS] or [s.name for s in specs if not s.is_oracle]
+    ui = SimpleNamespace(specs=specs)
+    _settings(ui)
+    _board(ui)
+    _plots(ui)
+    _wire_race(ctx, ui)
+    _wire_helpers(ctx, ui)
+
+
+def _settings(ui: SimpleNamespace) -> None:
+    """Prompt, examples, methods and decoding settings."""
+    defaults = [s.name for s in ui.specs if s.name in DEFAULT_METHODS] or [s.name for s in ui.specs if not s.is_oracle]
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=5, max_lines=12, elem_id="sv-prompt")
+            ui.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=5, max_lines=12, elem_id="sv-prompt")
             with gr.Row():
-                suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=140)
-                example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
-                shuffle = gr.Button("Shuffle", scale=0, min_width=90)
+                ui.suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=140)
+                ui.example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
+                ui.shuffle = gr.Button("Shuffle", scale=0, min_width=90)
         with gr.Column(scale=2):
-            methods = gr.CheckboxGroup(
-                [(s.label, s.name) for s in specs], value=defaults, label="Methods", elem_id="sv-methods",
+            ui.methods = gr.CheckboxGroup(
+                [(s.label, s.name) for s in ui.specs], value=defaults, label="Methods", elem_id="sv-methods",
                 info="Every registered method. Each runs alone, one after another.",
             )  # fmt: skip
             with gr.Row():
-                all_btn = gr.Button("All", size="sm", min_width=60)
-                none_btn = gr.Button("None", size="sm", min_width=60)
-            speculation_length = gr.Slider(1, 16, value=4, step=1, label="Speculation length (draft tokens per iteration)")
-            max_new = gr.Slider(1, MAX_NEW_TOKENS_CAP, value=128, step=1, label="Max new tokens", elem_id="sv-max-new")
+                ui.all_btn = gr.Button("All", size="sm", min_width=60)
+                ui.none_btn = gr.Button("None", size="sm", min_width=60)
+            ui.speculation_length = gr.Slider(1, 16, value=4, step=1, label="Speculation length (draft tokens per iteration)")
+            ui.max_new = gr.Slider(1, MAX_NEW_TOKENS_CAP, value=128, step=1, label="Max new tokens", elem_id="sv-max-new")
             with gr.Accordion("Sampling", open=False):
-                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
-                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                seed = gr.Number(0, precision=0, label="Seed")
+                ui.temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                ui.seed = gr.Number(0, precision=0, label="Seed")
+
+
+def _board(ui: SimpleNamespace) -> None:
+    """Run / Stop / Replay, the legend, and one panel per method with the summary table below."""
     with gr.Row(equal_height=True):
-        run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=2)
-        stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1)
-        replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
-        speed = gr.Radio([("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2)
+        ui.run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=2)
+        ui.stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1)
+        ui.replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
+        ui.speed = gr.Radio([("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2)
     gr.Markdown(TIMING_NOTE, elem_classes="sv-note")
     with gr.Row(equal_height=True):
         gr.HTML(legend_html())
-        show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected", scale=0, min_width=260)
-    status = gr.Markdown(elem_id="sv-race-status")
-    track = gr.HTML("", elem_id="sv-replay-track")
+        ui.show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected", scale=0, min_width=260)
+    ui.status = gr.Markdown(elem_id="sv-race-status")
+    ui.track = gr.HTML("", elem_id="sv-replay-track")
     with gr.Row(elem_id="sv-board"):
-        placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
-        panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in specs}
-    table = gr.Dataframe(label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary", wrap=True)
-    # Titled placeholder figures until the first race: they say what will appear, and the page
-    # fetches plotly.js now instead of leaving the plots blank for seconds after the race.
+        ui.placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
+        ui.panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in ui.specs}
+    ui.table = gr.Dataframe(label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary", wrap=True)
+
+
+def _plots(ui: SimpleNamespace) -> None:
+    """The race's plots, with titled placeholder figures until the first race: they say what will
+    appear, and the page fetches plotly.js now instead of leaving the plots blank after the race."""
+
     def blank(title: str) -> Any:
         return empty(title, "Run a race to see this plot.")
 
     with gr.Row():
-        plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time")
-        plot_acceptance = gr.Plot(blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance")
+        ui.plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time")
+        ui.plot_acceptance = gr.Plot(blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance")
     with gr.Row():
-        plot_hist = gr.Plot(blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram")
+        ui.plot_hist = gr.Plot(blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram")
         with gr.Column():
-            sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
-            plot_sl = gr.Plot(blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl")
-    files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False)
+            ui.sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
+            ui.plot_sl = gr.Plot(blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl")
+    ui.files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False)
+
+
+def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
+    """Run race streams panel updates while the methods run, then the table, plots and downloads."""
     stop_state = gr.State(StopSignal())
     sessions = gr.State({})  # stateful methods' learners, per visitor and pair
+    panels = ui.panels
 
     def panel_updates(race: Race, drawn: dict[str, tuple]) -> dict:
         """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
@@ -200,11 +224,11 @@ def build_tab(ctx: Any) -> None:
             for race in run_race(pair, settings, sessions, stop.event):
                 running = [r.label for r in race.runs if r.status == "running"]
                 line = f"Running **{running[0]}** alone…" if running else "Preparing (untimed warm-up)…"
-                update = {status: f"{head}{line}", ctx.race: race, **panel_updates(race, drawn)}
+                update = {ui.status: f"{head}{line}", ctx.race: race, **panel_updates(race, drawn)}
                 if first:  # show this race's panels, hide the others
                     first = False
                     chosen = {r.name for r in race.runs}
-                    update.update({placeholder: gr.update(visible=False), track: ""})
+                    update.update({ui.placeholder: gr.update(visible=False), ui.track: ""})
                     for name, panel in panels.items():
                         update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
                 yield update
@@ -214,25 +238,30 @@ def build_tab(ctx: Any) -> None:
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
         baseline = race.baseline_tokens_per_s()
         yield {
-            status: f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
+            ui.status: f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
             **{panels[r.name]: panel_html(r, baseline, race.max_new_tokens) for r in race.runs},
-            table: out["table"], ctx.race: race, plot_time: out["time"], plot_acceptance: out["acceptance"],
-            plot_hist: out["histogram"], sl_method: out["sl_choices"], plot_sl: out["sl"],
-            files: write_downloads(race, out["frame"]) if race.finished() else None,
+            ui.table: out["table"], ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
+            ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
+            ui.files: write_downloads(race, out["frame"]) if race.finished() else None,
         }  # fmt: skip
 
-    race_inputs = [ctx.pair, prompt, methods, speculation_length, max_new, temperature, top_p, seed, stop_state, sessions]
-    race_outputs_ = [status, track, placeholder, *panels.values(), table, ctx.race, plot_time, plot_acceptance, plot_hist, sl_method, plot_sl, files]
-    run_btn.click(
-        ctx.gpu(race), race_inputs, race_outputs_, api_name="race", concurrency_id="models", concurrency_limit=1,
-        show_progress_on=[status],
+    inputs = [ctx.pair, ui.prompt, ui.methods, ui.speculation_length, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions]
+    outputs = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ctx.race, ui.plot_time, ui.plot_acceptance,
+               ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files]  # fmt: skip
+    ui.run_btn.click(
+        ctx.gpu(race), inputs, outputs, api_name="race", concurrency_id="models", concurrency_limit=1,
+        show_progress_on=[ui.status],
     )  # fmt: skip
 
     def stop_race(stop: StopSignal) -> None:
         stop.event.set()
 
-    stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
-    replay_btn.click(None, speed, None, js=REPLAY_JS)
+    ui.stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
+
+
+def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
+    """Replay, the speculation-length plot's method, method shortcuts, examples, the rejected-token toggle."""
+    ui.replay_btn.click(None, ui.speed, None, js=REPLAY_JS)
 
     def sl_plot(race: Race | None, method: str | None):
         if race is None:
@@ -241,14 +270,15 @@ def build_tab(ctx: Any) -> None:
         df = records_frame([rec for r in race.finished() for rec in r.records], labels)
         return speculation_length_vs_oracle(df, method or "")
 
-    sl_method.input(sl_plot, [ctx.race, sl_method], plot_sl, api_visibility="private")
+    ui.sl_method.input(sl_plot, [ctx.race, ui.sl_method], ui.plot_sl, api_visibility="private")
 
-    all_btn.click(lambda: [s.name for s in specs if not s.is_oracle], None, methods, api_visibility="private")
-    none_btn.click(lambda: [], None, methods, api_visibility="private")
-    suite.change(lambda s: gr.update(choices=example_choices(s), value=None), suite, example, api_visibility="private")
-    example.input(lambda s, i: load_suite(s)[int(i)].text if i is not None else gr.skip(), [suite, example], prompt, api_visibility="private")
-    shuffle.click(lambda s: shuffled(s, random.randrange(1 << 30)).text, suite, prompt, api_visibility="private")
-    show_rejected.change(
-        None, show_rejected, None,
+    ui.all_btn.click(lambda: [s.name for s in ui.specs if not s.is_oracle], None, ui.methods, api_visibility="private")
+    ui.none_btn.click(lambda: [], None, ui.methods, api_visibility="private")
+    ui.suite.change(lambda s: gr.update(choices=example_choices(s), value=None), ui.suite, ui.example, api_visibility="private")
+    ui.example.input(lambda s, i: load_suite(s)[int(i)].text if i is not None else gr.skip(), [ui.suite, ui.example], ui.prompt,
+                     api_visibility="private")
+    ui.shuffle.click(lambda s: shuffled(s, random.randrange(1 << 30)).text, ui.suite, ui.prompt, api_visibility="private")
+    ui.show_rejected.change(
+        None, ui.show_rejected, None,
         js="(show) => { document.body.classList.toggle('sv-hide-rejected', !show); return []; }",
     )  # fmt: skip
