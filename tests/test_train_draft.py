@@ -55,6 +55,18 @@ def test_teacher_text_keeps_the_targets_logits(trained):
     assert torch.allclose(p, stored, atol=2e-2)
 
 
+def test_teacher_text_alone_for_a_datastore_keeps_no_logits(tmp_path):
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    args = cli(tmp_path, steps=1)
+    assert train_draft.main([*args, "--teacher-only", "--no-logits"]) == 0
+    records = read_records(tmp_path / "work" / "teacher_text.jsonl")
+    assert len(records) == 8 and all(r["output_ids"] and r["logits_row"] is None for r in records)
+    assert (tmp_path / "work" / "teacher_logits.f16").stat().st_size == 0
+    assert not (tmp_path / "draft").exists()  # stage 1 only
+    with pytest.raises(specviz.SpecvizError, match="--teacher-only"):
+        train_draft.main([*args, "--no-logits"])
+
+
 def test_training_resumes_and_logs_every_step(trained):
     tmp_path, first_log = trained
     rows = list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))

@@ -398,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--gen-batch-size", type=int, default=16)
     parser.add_argument("--teacher-only", action="store_true", help="stop after stage 1 (teacher text for other uses)")
+    parser.add_argument("--no-logits", action="store_true",
+                        help="with --teacher-only: keep the answers only, not the logits (V float16 per token), e.g. for a datastore")
     for f, default in asdict(DraftShape()).items():
         parser.add_argument(f"--{f.replace('_', '-')}", type=type(default), default=default)
     for f, default in asdict(TrainConfig()).items():
@@ -410,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--more-steps", type=int, default=0,
                         help="continue from the checkpoint for this many steps with a new schedule (--lr, cosine, no warm-up)")
     args = parser.parse_args(argv)
+    if args.no_logits and not args.teacher_only:
+        raise SpecvizError("--no-logits needs --teacher-only: distillation trains on the stored logits")
     if args.threads:
         torch.set_num_threads(args.threads)
     shape = DraftShape(**{f: getattr(args, f) for f in asdict(DraftShape())})
@@ -441,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             temperature=args.temperature,
             batch_size=args.gen_batch_size,
             max_prompts=args.teacher_prompts,
+            store_logits=not args.no_logits,
             seed=cfg.seed,
         )
         print("[specviz] stage 1/3: sampling teacher text from the target", file=sys.stderr)
