@@ -1,9 +1,9 @@
 """Faster CPU inference: the weights of every `nn.Linear` packed once for oneDNN.
 
-PyTorch's default CPU path for a float32 linear layer (MKL sgemm) re-reads the weight in a layout
-it has to rearrange on every call. That costs little for one token (a matrix-vector product) but
-makes a forward of a few tokens much dearer than a forward of one: on this project's 2-core
-machine, SmolLM2-135M takes 31 ms for 1 token, 49 ms for 2 and 56 ms for 8. Speculative decoding
+PyTorch's default CPU path for a float32 linear layer (MKL sgemm on the weight as stored) makes a
+forward of a few tokens much dearer than a forward of one: on this project's 2-core machine,
+SmolLM2-135M takes 31 ms for 1 token, 49 ms for 2 and 56 ms for 8 (most likely the weight is
+re-laid-out for the matrix-matrix kernel on every call; oneDNN keeps a packed copy instead). Speculative decoding
 lives on exactly those few-token forwards (the target verifies γ+1 tokens, SSSD and Speculative
 Streaming verify trees). With the weights packed once for oneDNN (`mkldnn_linear`) the same
 forwards take 27.5, 35.5 and 40 ms: verifying 8 tokens costs 1.47x one token instead of 1.8x.
