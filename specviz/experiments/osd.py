@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from specviz.osd.analysis import window_alpha
+
 
 def parse_args(argv: list[str] | None):
     from specviz.osd.learner import OsdConfig
@@ -64,13 +66,9 @@ def parse_args(argv: list[str] | None):
 def summarize_stream(rows: list[dict], window: int, gamma: int) -> dict[str, Any]:
     """alpha of both drafts over the first and the last `window` requests; the speedups."""
     from specviz.cost.formulas import osd_speedup
-    from specviz.osd.analysis import alpha
-
-    def a(part, who):
-        return alpha([r[f"{who}_accepted"] for r in part], [r[f"{who}_tested"] for r in part])
 
     first, last = rows[:window], rows[-window:]
-    out = {f"{who}_alpha_{name}": a(part, who) for who in ("static", "osd") for name, part in (("first", first), ("last", last))}
+    out = {f"{who}_alpha_{name}": window_alpha(part, who) for who in ("static", "osd") for name, part in (("first", first), ("last", last))}
     out["alpha_gain_last"] = out["osd_alpha_last"] - out["static_alpha_last"]
     draft_ms = sum(r["draft_ms"] for r in rows) / max(1, sum(r["draft_forwards"] for r in rows))
     verify_ms = sum(r["verify_ms"] for r in rows) / max(1, sum(r["target_forwards"] for r in rows))
@@ -88,7 +86,6 @@ def summarize_stream(rows: list[dict], window: int, gamma: int) -> dict[str, Any
 
 def segments(rows: list[dict], window: int) -> list[dict[str, Any]]:
     """alpha at the start and the end of each stretch of one suite (does alpha dip at a shift and recover?)."""
-    from specviz.osd.analysis import alpha
     from specviz.plots.online import shift_points
 
     bounds = [0, *shift_points(rows, max_shifts=50), len(rows)] if len({r["suite"] for r in rows}) > 1 else [0, len(rows)]
@@ -98,7 +95,7 @@ def segments(rows: list[dict], window: int) -> list[dict[str, Any]]:
         row = {"suite": part[0]["suite"], "requests": [lo, hi - 1]}
         for who in ("static", "osd"):
             for name, sub in (("start", part[:n]), ("end", part[-n:])):
-                row[f"{who}_alpha_{name}"] = alpha([r[f"{who}_accepted"] for r in sub], [r[f"{who}_tested"] for r in sub])
+                row[f"{who}_alpha_{name}"] = window_alpha(sub, who)
         out.append(row)
     return out
 
@@ -130,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         write_csv(args.out / "rows.csv", rows)  # so far: a long run stopped early still leaves its requests
         recent = rows[-args.window :]
-        bar.set_postfix_str(f"alpha osd {sum(r['osd_accepted'] for r in recent) / max(1, sum(r['osd_tested'] for r in recent)):.3f} "
-                            f"static {sum(r['static_accepted'] for r in recent) / max(1, sum(r['static_tested'] for r in recent)):.3f}")
+        bar.set_postfix_str(" ".join(f"alpha {who} {window_alpha(recent, who) or 0:.3f}" for who in ("osd", "static")))
         bar.update()
     bar.close()
     learner.wait()

@@ -32,6 +32,11 @@ def alpha(accepted: Sequence[int], drafted: Sequence[int]) -> float | None:
     return sum(accepted) / total if total else None
 
 
+def window_alpha(rows: Sequence[dict[str, Any]], who: str) -> float | None:
+    """Token acceptance (accepted / tested) of the `who` draft, "osd" or "static", over simulator rows."""
+    return alpha([r[f"{who}_accepted"] for r in rows], [r[f"{who}_tested"] for r in rows])
+
+
 def precision_recall(predicted: np.ndarray, actual: np.ndarray, tokens: Sequence[int]) -> dict[int, tuple[float, float]]:
     """{token: (precision, recall)} of the guesses `predicted` against `actual` (same-length arrays)."""
     out = {}

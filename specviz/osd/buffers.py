@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specviz.metrics import tested
 from specviz.records import IterationRecord
 
 POSITIONS = ("wrong", "all")
@@ -98,8 +99,7 @@ class RequestBuffer:
         if self.which == "all":
             rows = list(range(committed))
         else:
-            rejected = record.accepted < len(record.drafted) and record.accepted < committed
-            rows = [record.accepted] if rejected else []
+            rows = [record.accepted] if tested(record) > record.accepted else []  # the refused draft's position
         if rows:
             self.positions += [record.position + i for i in rows]
             self.parts.append(TargetDistributions.from_logits(target_logits[rows].detach().cpu(), self.top_k))

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from specviz.osd.analysis import alpha
+from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 
 TAB_TITLE = "Online learning"
@@ -60,7 +60,7 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
     recent = rows[-window:]
 
     def a(who):
-        value = alpha([r[f"{who}_accepted"] for r in recent], [r[f"{who}_tested"] for r in recent])
+        value = window_alpha(recent, who)
         return "–" if value is None else f"{value:.3f}"
 
     updates = learner.updates
