@@ -44,7 +44,7 @@ from specviz.methods import register
 from specviz.methods.drafting import Draft, ModelDrafter, StaticLength
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
-from specviz.verify import verify
+from specviz.verify import Verdict, verify
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,15 @@ class Round:
             self.deficit += min(busy(draft), busy(target)) - overlap(draft, target)
 
 
+def pre_verify_first(dec: Decoding, draft: Draft, rows: torch.Tensor) -> tuple[list[int], Verdict, bool]:
+    """Pre-verify's check: p(. | prefix) (`rows`, [1, V]) can judge only the first draft token.
+    Returns that token (none if nothing was drafted), the verdict, and whether it was accepted."""
+    first = draft.tokens[:1]
+    q_first = draft.q[:1].to(rows.device) if first else None
+    verdict = verify(first, rows.expand(len(first) + 1, -1), q_first, dec.sampling, dec.generator)
+    return first, verdict, bool(first) and verdict.accepted == 1
+
+
 def pearl_decoding(dec: Decoding, opts: PearlOptions, pre_verify: bool = True, post_verify: bool = True) -> Iterator[IterationRecord]:
     """PEARL's loop; with pre_verify=False or post_verify=False, the ablations of its Table 3."""
     gamma = opts.window or optimal_window(dec.pair)  # measured before the run's clock starts
@@ -233,10 +242,7 @@ def pearl_decoding(dec: Decoding, opts: PearlOptions, pre_verify: bool = True, p
                 # pre-verify: the draft proposes x_1..x_k while the target reads the prefix
                 draft, rows = round_("pre-verify", draft_after(dec.ids, k), target_reads(dec.ids, 1))
                 draft = draft or Draft([], None, 0)
-                first = draft.tokens[:1]  # the only draft p(. | prefix) can check
-                q_first = draft.q[:1].to(rows.device) if first else None
-                verdict = verify(first, rows.expand(len(first) + 1, -1), q_first, dec.sampling, dec.generator)
-                accepted = bool(first) and verdict.accepted == 1
+                first, verdict, accepted = pre_verify_first(dec, draft, rows)
                 # accepted: x_1 is emitted alone (the bonus row would be the wrong one); x_2.. go on
                 yield record(first, verdict, not accepted, "pre-verify", {"dropped": [] if accepted else draft.tokens[1:]})
                 if accepted:

@@ -20,6 +20,7 @@ import math
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -346,9 +347,7 @@ def schedule_lines(result: dict, cfg: TrainConfig) -> list[str]:
 
 def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, result: dict, cost: dict, params: int) -> str:
     records = len(data.train) + len(data.val)
-    by_t: dict[float, int] = {}
-    for r in data.train + data.val:
-        by_t[r.get("temperature", args.temperature)] = by_t.get(r.get("temperature", args.temperature), 0) + 1
+    by_t = Counter(r.get("temperature", args.temperature) for r in data.train + data.val)
     kinds = ", ".join(f"{n} {'greedy' if t == 0 else f'at temperature {t}'}" for t, n in sorted(by_t.items(), reverse=True))
     lines = [
         f"# Draft for {args.target}",
@@ -384,6 +383,24 @@ def model_card(args, shape: DraftShape, cfg: TrainConfig, data: TeacherData, res
         "",
     ]
     return "\n".join(lines)
+
+
+def teacher_config(args, seed: int) -> TeacherConfig:
+    """Stage 1's settings from the command line."""
+    if args.prompts is None:
+        raise SpecvizError("--prompts is needed to generate teacher text (or pass --teacher-prompts 0)")
+    start, end = (int(x) for x in args.lines.split(":"))
+    return TeacherConfig(
+        prompts=args.prompts,
+        out=args.work,
+        train_lines=(start, end),
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        batch_size=args.gen_batch_size,
+        max_prompts=args.teacher_prompts,
+        store_logits=not args.no_logits,
+        seed=seed,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,22 +451,8 @@ def main(argv: list[str] | None = None) -> int:
 
     target, tokenizer, eos = load_target_for_training(args.target, args.device)
     if args.teacher_prompts > 0:
-        if args.prompts is None:
-            raise SpecvizError("--prompts is needed to generate teacher text (or pass --teacher-prompts 0)")
-        start, end = (int(x) for x in args.lines.split(":"))
-        teacher = TeacherConfig(
-            prompts=args.prompts,
-            out=args.work,
-            train_lines=(start, end),
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            batch_size=args.gen_batch_size,
-            max_prompts=args.teacher_prompts,
-            store_logits=not args.no_logits,
-            seed=cfg.seed,
-        )
         print("[specviz] stage 1/3: sampling teacher text from the target", file=sys.stderr)
-        generate_teacher_text(teacher, target, tokenizer, eos, progress=progress)
+        generate_teacher_text(teacher_config(args, cfg.seed), target, tokenizer, eos, progress=progress)
     if args.teacher_only:
         return 0
     data = TeacherData(args.work, target.config.vocab_size, cfg.max_len)

@@ -39,7 +39,7 @@ HELD_OUT = 20  # records with prompt_index % HELD_OUT == 0 are for evaluation on
 @dataclass
 class TrainConfig:
     target: str = "default"  # default | tiny-random | a hub id or local directory
-    data: Path = Path("runs/draft/teacher_text.jsonl")  # teacher text written by `python -m specviz.train.draft` (--work runs/draft) (JSONL with prompt_ids, output_ids)
+    data: Path = Path("runs/draft/teacher_text.jsonl")  # JSONL with prompt_ids, output_ids, as `python -m specviz.train.draft` writes it
     out: Path = Path("runs/streaming")  # checkpoint.pt + log.csv (+ adapter.safetensors)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
     steps: int = 1000  # optimizer steps in total (a resumed run continues up to this)
