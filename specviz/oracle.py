@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from specviz.models.kv import CachedLM
 from specviz.models.pair import ModelPair
 from specviz.records import IterationRecord
 
@@ -22,9 +23,8 @@ from specviz.records import IterationRecord
 @torch.inference_mode()
 def draft_predictions(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:
     """The draft's greedy guess for sequence[j] given sequence[:j] (teacher-forced), for j in [start, len)."""
-    device = draft.get_input_embeddings().weight.device
-    ids = torch.tensor([list(sequence)], dtype=torch.long, device=device)  # [1, L]
-    logits = draft(input_ids=ids, logits_to_keep=len(sequence) - start + 1).logits[0]  # rows for j-1 in [start-1, L)
+    # one teacher-forced pass through the path that drafts (a lean draft's own, int8 on a CPU)
+    logits = CachedLM(draft).forward(list(sequence), n_logits=len(sequence) - start + 1)  # rows for j-1 in [start-1, L)
     return logits[:-1].argmax(dim=-1).cpu().numpy()
 
 

@@ -33,5 +33,12 @@ def perturbed_pair():
 
 
 @pytest.fixture(scope="session")
-def tiny_pairs(random_pair, self_pair, perturbed_pair):
-    return {"random": random_pair, "self": self_pair, "perturbed": perturbed_pair}
+def reduced_pair():
+    """A noisy copy of the target whose head leaves out a quarter of the vocabulary (q = 0 there),
+    drafting through its lean decoding pass, as the default draft does."""
+    return tiny_pair(draft="reduced")
+
+
+@pytest.fixture(scope="session")
+def tiny_pairs(random_pair, self_pair, perturbed_pair, reduced_pair):
+    return {"random": random_pair, "self": self_pair, "perturbed": perturbed_pair, "reduced": reduced_pair}

@@ -166,8 +166,8 @@ def test_the_online_figures_build_from_simulator_rows(repetitive_stream_rows):
     assert list(token_precision(tokens).data[1].y) == [0.6]
 
 
-def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random_pair):
-    for pair in (perturbed_pair, random_pair):
+def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random_pair, reduced_pair):
+    for pair in (perturbed_pair, random_pair, reduced_pair):
         learner = OnlineLearner(pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1))
         for prompt in (PROMPT, "Janet's ducks lay 16 eggs per day.", PROMPT):
             ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=24).summary.output_ids
@@ -175,6 +175,7 @@ def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random
             assert got.summary.output_ids == ref
             assert {r.extra["draft_version"] for r in got.records} == {learner.version - 1}  # one draft per request
         assert learner.version == 3
+        assert all(np.isfinite(u["loss_first"]) for u in learner.updates), "a reduced head's loss stays finite"
         changed = [not torch.equal(a, b) for a, b in zip(learner.serving.parameters(), pair.draft.parameters())]
         assert any(changed), "the draft learned something"
         assert all(torch.equal(a, b) for a, b in zip(learner.serving.parameters(), learner.trainee.parameters()))

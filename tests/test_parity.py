@@ -1,8 +1,9 @@
 """Greedy parity: every registered method emits exactly the target's autoregressive tokens.
 
-Registry-driven: a method added later is covered without touching this file. Three tiny pairs
+Registry-driven: a method added later is covered without touching this file. Four tiny pairs
 exercise every path: a random draft (nearly everything rejected), the target drafting for itself
-(everything accepted) and a perturbed copy (some of each).
+(everything accepted), a perturbed copy (some of each) and a perturbed copy whose head leaves out
+a quarter of the vocabulary (q = 0 there; drafted through its lean decoding pass).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def outputs(method, pair, prompt, **kw):
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("kind", ["random", "self", "perturbed"])
+@pytest.mark.parametrize("kind", ["random", "self", "perturbed", "reduced"])
 def test_greedy_output_equals_autoregressive(method, kind, tiny_pairs):
     pair = tiny_pairs[kind]
     for prompt in PROMPTS:

@@ -14,7 +14,7 @@ from specviz.runner import generate
 PROMPT = [5, 17, 300, 42, 5, 17, 300, 9]
 
 
-@pytest.mark.parametrize("pair_name", ["perturbed", "self"])
+@pytest.mark.parametrize("pair_name", ["perturbed", "self", "reduced"])
 @pytest.mark.parametrize("peer", sorted(PEERS))
 def test_every_peer_emits_the_same_greedy_tokens_as_our_autoregressive(tiny_pairs, pair_name, peer):
     pair = tiny_pairs[pair_name]

@@ -36,13 +36,22 @@ def exact_two_token_distribution(pair) -> dict[tuple[int, int], float]:
     return out
 
 
+def test_the_reduced_draft_cannot_propose_tokens_the_target_samples(reduced_pair):
+    """The reduced pair tests what it should: some outcomes need a token with q = 0."""
+    head = set(reduced_pair.draft.lm_head.vocab_ids.tolist())
+    outside = [k for k in exact_two_token_distribution(reduced_pair) if not set(k) <= head]
+    assert outside, "every sampled outcome lies inside the draft's head: pick other dropped ids"
+
+
+@pytest.mark.parametrize("kind", ["perturbed", "reduced"])
 @pytest.mark.parametrize("method", [s.name for s in all_methods() if s.supports_sampling])
-def test_sampled_tokens_follow_the_target_distribution(method, perturbed_pair):
-    exact = exact_two_token_distribution(perturbed_pair)
+def test_sampled_tokens_follow_the_target_distribution(method, kind, tiny_pairs):
+    pair = tiny_pairs[kind]
+    exact = exact_two_token_distribution(pair)
     options = get_method(method).select({"speculation_length": 2})
     counts = dict.fromkeys(exact, 0)
     for seed in range(RUNS):
-        records = specviz.run(method, perturbed_pair, PROMPT, max_new_tokens=2, temperature=1.0, top_k=4, seed=seed, **options)
+        records = specviz.run(method, pair, PROMPT, max_new_tokens=2, temperature=1.0, top_k=4, seed=seed, **options)
         key = tuple(t for r in records for t in r.emitted)
         assert key in counts, f"{method} emitted {key}, which the target's top-4 sampling cannot produce"
         counts[key] += 1

@@ -37,7 +37,7 @@ class _Packed:
         return _Packed()
 
 
-def _stamp(t: torch.Tensor) -> tuple[int, int]:
+def version_stamp(t: torch.Tensor) -> tuple[int, int]:
     try:
         return id(t), t._version
     except RuntimeError:  # an inference tensor keeps no version counter (it cannot be changed in place either)
@@ -49,10 +49,10 @@ def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() or x.dtype != torch.float32 or w.dtype != torch.float32 or x.device.type != "cpu":
         return torch.nn.functional.linear(x, w, self.bias)
     cache = self._specviz_packed
-    if cache.source != _stamp(w):
+    if cache.source != version_stamp(w):
         cache.weight = w.detach().to_mkldnn()
         cache.bias = None if self.bias is None else self.bias.detach().to_mkldnn()
-        cache.source = _stamp(w)
+        cache.source = version_stamp(w)
     flat = x.reshape(-1, self.in_features).to_mkldnn()
     out = torch._C._nn.mkldnn_linear(flat, cache.weight, cache.bias).to_dense()
     return out.view(*x.shape[:-1], self.out_features)

@@ -19,9 +19,14 @@ from transformers import DynamicCache
 
 
 class CachedLM:
+    """A model with a lean decoding pass of its own (`step` over a `StaticKV` from `new_cache`, as
+    specviz's drafts have) decodes through it; any other model through Hugging Face's forward with
+    a `DynamicCache`. Trees need the latter."""
+
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        self.lean = callable(getattr(model, "new_cache", None))
+        self.cache = model.new_cache() if self.lean else DynamicCache(config=model.config)
         self.tokens: list[int] = []  # ids whose keys/values are in the cache, in order
         self.device = model.get_input_embeddings().weight.device
 
@@ -31,6 +36,10 @@ class CachedLM:
     @torch.inference_mode()
     def forward(self, new_tokens: list[int], n_logits: int = 1) -> torch.Tensor:
         """Append `new_tokens` to the cache; return the logits of the last `n_logits` of them: [n, V]."""
+        if self.lean:
+            logits = self.model.step(new_tokens, self.cache, n_logits)  # [n_logits, V]
+            self.tokens.extend(new_tokens)
+            return logits
         ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)  # [1, T]
         out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits)
         self.tokens.extend(new_tokens)
@@ -54,6 +63,8 @@ class CachedLM:
 
     @torch.inference_mode()
     def _tree_pass(self, new_tokens, tree_tokens, parents, layer: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.lean:
+            raise ValueError("tree passes run through Hugging Face's forward: not on a lean-decoding model")
         if not new_tokens:
             raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
         past, m, n = len(self.tokens), len(new_tokens), len(tree_tokens)
@@ -145,6 +156,44 @@ def tree_attention_mask(past: int, m: int, parents: list[int], dtype: torch.dtyp
     block = tree_visibility(m, parents)
     allowed = torch.cat([torch.ones(len(block), past, dtype=torch.bool), block], dim=1)
     return additive(allowed, dtype, device)[None, None]
+
+
+class StaticKV:
+    """Keys and values of every layer in tensors allocated once (gpt-fast's static cache): appending
+    writes in place, rolling back only moves `length`. Grows by doubling when full."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, capacity: int = 512):
+        self.keys = torch.zeros(layers, kv_heads, capacity, head_dim, dtype=dtype, device=device)  # [L, Hkv, C, hd]
+        self.values = torch.zeros_like(self.keys)
+        self.length = 0  # positions held
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [Hkv, T, hd] of `layer` after the held positions; its keys and values so far:
+        [Hkv, length + T, hd] each. Call `advance(T)` once every layer has appended."""
+        end = self.length + k.shape[1]
+        if end > self.keys.shape[2]:
+            self._grow(end)
+        self.keys[layer, :, self.length : end] = k
+        self.values[layer, :, self.length : end] = v
+        return self.keys[layer, :, :end], self.values[layer, :, :end]
+
+    def advance(self, n: int) -> None:
+        self.length += n
+
+    def crop(self, n: int) -> None:
+        """As `DynamicCache.crop`: n < 0 drops the last -n positions, n >= 0 keeps the first n."""
+        self.length = max(0, self.length + n) if n < 0 else min(self.length, n)
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def _grow(self, end: int) -> None:
+        size = max(end, 2 * self.keys.shape[2])
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_zeros(*old.shape[:2], size, old.shape[3])
+            new[:, :, : old.shape[2]] = old
+            setattr(self, name, new)
 
 
 class BatchCachedLM:

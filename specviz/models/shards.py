@@ -21,7 +21,7 @@ def save_shards(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype = 
 
     pieces: list[tuple[str, torch.Tensor]] = []
     for name, tensor in state.items():
-        t = tensor.detach().to("cpu", dtype).contiguous()
+        t = tensor.detach().to("cpu", dtype if tensor.is_floating_point() else tensor.dtype).contiguous()  # ids stay ids
         if t.dim() == 0 or t.numel() * t.element_size() <= max_bytes:
             pieces.append((f"{name}@0", t))
             continue
@@ -64,14 +64,20 @@ def has_shards(folder: Path) -> bool:
 
 
 def load_llama_dir(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """A Llama causal LM from config.json + `save_shards` weights, in eval mode."""
+    """A Llama causal LM (or a `ReducedVocabDraft`) from config.json + `save_shards` weights, in eval mode."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from specviz.models.draft import ReducedVocabDraft, is_reduced
+
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    model = AutoModelForCausalLM.from_config(config)
-    missing, unexpected = model.load_state_dict(load_shards(folder), strict=False)
+    state = load_shards(folder)
+    if is_reduced(config):
+        model = ReducedVocabDraft(config, state["lm_head.vocab_ids"])
+    else:
+        model = AutoModelForCausalLM.from_config(config)
+    missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
         raise ValueError(f"weights in {folder} do not fit its config: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.tie_weights()
-    return model.to(device, dtype).eval()
+    return model.to(device, dtype).eval()  # floating tensors only: the head's token ids stay integers

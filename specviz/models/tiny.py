@@ -63,6 +63,33 @@ def perturbed_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaFor
     return copy
 
 
+def reduced_copy(model: LlamaForCausalLM, noise: float, seed: int, drop_every: int = 4):
+    """The target's own weights in a `ReducedVocabDraft` whose head leaves out every `drop_every`-th
+    token id (q = 0 there), plus Gaussian noise of std `noise`: a draft that agrees with the target
+    except where the target's choice is outside its head."""
+    from specviz.models.draft import ReducedVocabDraft, reduced_config
+
+    c = model.config
+    vocab_ids = torch.tensor([i for i in range(c.vocab_size) if i % drop_every != drop_every - 1])
+    config = reduced_config(c, hidden=c.hidden_size, layers=c.num_hidden_layers, heads=c.num_attention_heads,
+                            kv_heads=c.num_key_value_heads, intermediate=c.intermediate_size,
+                            head_vocab=len(vocab_ids), embed_rank=c.hidden_size)
+    draft = ReducedVocabDraft(config, vocab_ids).eval()
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith(("lm_head", "model.embed_tokens"))}
+    state |= {
+        "model.embed_tokens.table.weight": model.model.embed_tokens.weight,
+        "model.embed_tokens.up.weight": torch.eye(c.hidden_size),
+        "lm_head.proj.weight": model.lm_head.weight[vocab_ids],
+        "lm_head.vocab_ids": vocab_ids,
+    }
+    draft.load_state_dict(state)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * noise)
+    return draft
+
+
 @lru_cache(maxsize=1)
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     """Byte-level BPE with TINY_VOCAB tokens, trained in a few ms on the shipped prompt files."""
@@ -93,8 +120,9 @@ def tiny_pair(
     noise: float = 0.003,
 ):
     """The tiny-random pair. draft: "random" (an independent smaller model: the offline demo),
-    "self" (the target drafts for itself: every token accepted) or "perturbed" (a noisy copy of
-    the target: some tokens accepted, some rejected). Tests use all three."""
+    "self" (the target drafts for itself: every token accepted), "perturbed" (a noisy copy of
+    the target: some tokens accepted, some rejected) or "reduced" (a noisy copy whose head leaves
+    out a quarter of the vocabulary, as the default draft's does). Tests use all four."""
     from specviz.models.pair import ModelPair, describe
 
     target = tiny_model(seed=1, **TARGET_CONFIG)
@@ -102,6 +130,7 @@ def tiny_pair(
         "random": lambda: tiny_model(seed=2, **DRAFT_CONFIG),
         "self": lambda: target,
         "perturbed": lambda: perturbed_copy(target, noise=noise, seed=3),
+        "reduced": lambda: reduced_copy(target, noise=noise, seed=4),
     }
     draft_model = drafts[draft]()
     target, draft_model = target.to(device, dtype), draft_model.to(device, dtype)

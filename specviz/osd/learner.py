@@ -156,8 +156,12 @@ class OnlineLearner:
         logits = model(input_ids=ids, logits_to_keep=keep).logits[0]  # [N, V_draft]
         log_p = s.target.full().to(device)  # [N, V]
         width = min(log_p.shape[-1], logits.shape[-1])  # tokens both vocabularies hold
+        log_p, logits = log_p[:, :width], logits[:, :width]
+        support = getattr(model.get_output_embeddings(), "vocab_ids", None)  # a reduced head scores only these
+        if support is not None:  # p renormalised on them: KL to a q that is 0 elsewhere would be infinite
+            log_p, logits = log_p[:, support], logits[:, support]
         cfg = self.config
-        return distillation_loss(log_p[:, :width], logits[:, :width], cfg.loss, cfg.temperature, cfg.beta)
+        return distillation_loss(log_p, logits, cfg.loss, cfg.temperature, cfg.beta)
 
     def _swap(self) -> None:
         self._worker = None

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from specviz.methods.drafting import fit_vocab
+from specviz.models.kv import CachedLM
 from specviz.models.disco import ASSET_DIR, DiscoClassifier, DiscoModel, asset_name, draft_features
 
 POSITION_CAP = 16  # the oracle position i restarts after this many hits in a row (and SL_max <= this)
@@ -149,7 +150,8 @@ def extract(pair, sequences: list[Sequence], max_len: int = 1024, logits: np.nda
         else:
             target_logits = pair.target(input_ids=x, logits_to_keep=keep).logits[0, :-1]
         p = torch.softmax(target_logits.float(), -1)  # [n, V]
-        q = fit_vocab(torch.softmax(pair.draft(input_ids=x, logits_to_keep=keep).logits[0, :-1].float(), -1), p.shape[-1])
+        draft_logits = CachedLM(pair.draft).forward(ids, n_logits=keep)[:-1]  # [n, V], as the draft drafts
+        q = fit_vocab(torch.softmax(draft_logits.float(), -1), p.shape[-1])
         base = draft_features(q, 0)[:, :-1]  # [n, 11]
         match = (q.argmax(-1) == p.argmax(-1)).cpu().numpy()
         tv = (0.5 * (p - q).abs().sum(-1)).cpu().numpy()
@@ -270,8 +272,6 @@ def hits_ahead(pos: Positions) -> np.ndarray:
 
 def measure_costs(pair, context: int = 128, repeats: int = 5) -> Costs:
     """Median wall ms of a one-token draft pass and of 1- and 9-token target passes over `context` tokens."""
-    from specviz.models.kv import CachedLM
-
     vocab = min(pair.vocab_size, 1000)
     prefix = [int(t) for t in torch.randint(10, vocab, (context,), generator=torch.Generator().manual_seed(0))]
 

@@ -1,0 +1,232 @@
+"""The default pair's draft: a small Llama whose head covers only the K tokens its target uses most.
+
+Why this shape (measured on the project's 2-core CPU, `assets/drafts/*/MODEL_CARD.md`): a draft pays
+only if one of its tokens costs a few hundredths of a target token (c), and a full 49k-row head is
+most of a small draft's weights and time. The target's answers use few distinct tokens (8k cover
+~97 % of them), so the head scores only those `vocab_ids`; every other token gets logit -inf, so
+q = 0 there and the draft never proposes it. Verification needs no change for that: a token with
+q(x) = 0 is never drafted, and where the target's x was refused the residual max(0, p - q) equals p.
+
+- input: a factorised embedding over the whole vocabulary, E [V, r] then a linear r -> d (ALBERT),
+  so prompts with rare tokens still read well while the shipped table stays small
+- body: `num_hidden_layers` Llama decoder layers of width d (Hugging Face's LlamaDecoderLayer)
+- head: [K, d] onto `vocab_ids`; logits over the full vocabulary, -inf outside it
+
+Two forward paths compute the same function:
+- `forward` is LlamaForCausalLM's (training, Hugging Face's assisted generation, teacher-forced scoring);
+- `step` is a lean decoding pass in the style of gpt-fast (int8 weights on a CPU) over a preallocated cache
+  (`specviz.models.kv.StaticKV`): tens of microseconds of dispatch per layer where the generic path
+  spends about a millisecond, which on a CPU is most of a small draft's time. `CachedLM` uses it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specviz.models.cpu import version_stamp
+from specviz.models.kv import StaticKV
+
+
+class FactorisedEmbedding(nn.Module):
+    """ids -> E[ids] @ up: [.., d]. E [V, r] holds every token; `up` lifts it to the model width."""
+
+    def __init__(self, vocab: int, rank: int, hidden: int):
+        super().__init__()
+        self.table = nn.Embedding(vocab, rank)  # E: [V, r]
+        self.up = nn.Linear(rank, hidden, bias=False)  # [r] -> [d]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The table (callers read its device and dtype, as of an nn.Embedding)."""
+        return self.table.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.up(self.table(ids))
+
+
+class ReducedHead(nn.Module):
+    """[.., d] -> logits [.., V]: a linear map onto the K token ids in `vocab_ids`, -inf elsewhere."""
+
+    def __init__(self, hidden: int, vocab_ids: torch.Tensor, vocab: int):
+        super().__init__()
+        self.proj = nn.Linear(hidden, len(vocab_ids), bias=False)  # [d] -> [K]
+        self.register_buffer("vocab_ids", vocab_ids.long())  # [K] target ids, in head order
+        self.vocab = vocab
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.proj.weight  # [K, d]
+
+    def reduced(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the K head tokens only: [.., K] (what training fits)."""
+        return self.proj(hidden)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        small = self.proj(hidden)  # [.., K]
+        out = small.new_full((*small.shape[:-1], self.vocab), float("-inf"))  # [.., V]
+        return out.index_copy_(-1, self.vocab_ids, small)
+
+    def index_of(self) -> torch.Tensor:
+        """[V] position of each target id in the head (-1: not in it)."""
+        index = torch.full((self.vocab,), -1, dtype=torch.long, device=self.vocab_ids.device)
+        index[self.vocab_ids] = torch.arange(len(self.vocab_ids), device=self.vocab_ids.device)
+        return index
+
+
+def reduced_config(target_config, *, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
+                   head_vocab: int, embed_rank: int) -> LlamaConfig:
+    """A draft config on the target's tokenizer, special tokens and RoPE; the shape given."""
+    t = target_config
+    rope = getattr(t, "rope_parameters", None) or {"rope_type": "default", "rope_theta": getattr(t, "rope_theta", 10000.0)}
+    return LlamaConfig(
+        vocab_size=t.vocab_size,  # the target's: logits and input ids live in its vocabulary
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=getattr(t, "max_position_embeddings", 2048),
+        rope_parameters=dict(rope),
+        rms_norm_eps=getattr(t, "rms_norm_eps", 1e-5),
+        tie_word_embeddings=False,
+        bos_token_id=getattr(t, "bos_token_id", None),
+        eos_token_id=getattr(t, "eos_token_id", None),
+        pad_token_id=getattr(t, "pad_token_id", None),
+        initializer_range=0.02,
+        head_vocab=head_vocab,  # K: tokens the head scores
+        embed_rank=embed_rank,  # r: width of the factorised input table
+    )
+
+
+def is_reduced(config) -> bool:
+    return getattr(config, "head_vocab", None) is not None
+
+
+class ReducedVocabDraft(LlamaForCausalLM):
+    """LlamaForCausalLM with a factorised input embedding and a head over K tokens (see the module doc)."""
+
+    _tied_weights_keys = {}
+
+    def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor | None = None):
+        super().__init__(config)
+        ids = vocab_ids if vocab_ids is not None else torch.arange(config.head_vocab)
+        if len(ids) != config.head_vocab:
+            raise ValueError(f"vocab_ids has {len(ids)} ids, the config says head_vocab = {config.head_vocab}")
+        self.model.embed_tokens = FactorisedEmbedding(config.vocab_size, config.embed_rank, config.hidden_size)
+        self.lm_head = ReducedHead(config.hidden_size, ids, config.vocab_size)
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin [positions, head_dim] for `step`
+
+    def reduced_logits(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits over the head's K tokens, [B, T, K], or [N, K] at flat indices `positions` of [B, T]."""
+        hidden = self.model(input_ids=input_ids, use_cache=False).last_hidden_state  # [B, T, d]
+        if positions is not None:
+            hidden = hidden.reshape(-1, hidden.shape[-1])[positions]  # [N, d]
+        return self.lm_head.reduced(hidden)
+
+    # -- the lean decoding path ---------------------------------------------------------------------
+    def new_cache(self, capacity: int = 512) -> StaticKV:
+        c = self.config
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        w = self.model.embed_tokens.weight
+        return StaticKV(c.num_hidden_layers, c.num_key_value_heads, head_dim, w.dtype, w.device, capacity)
+
+    def _rotary(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [end, head_dim] of positions 0..end-1 (Hugging Face's rotary embedding, cached)."""
+        w = self.model.embed_tokens.weight
+        if self._rope is None or self._rope[0].shape[0] < end or self._rope[0].dtype != w.dtype:
+            size = max(end, 2 * (self._rope[0].shape[0] if self._rope else 256))
+            positions = torch.arange(size, device=w.device)[None]  # [1, P]
+            cos, sin = self.model.rotary_emb(w.new_zeros(1), positions)  # [1, P, head_dim]
+            self._rope = (cos[0], sin[0])
+        return self._rope
+
+    def _packed(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """int8 copies of the decoder's and head's weights for `step`, made again when a weight
+        changes (an optimiser step or `load_state_dict` bumps its version): id(weight) -> (int8, scales)."""
+        stamp = tuple(version_stamp(p) for p in self.parameters())
+        if getattr(self, "_packed_stamp", None) != stamp:
+            self._int8 = {id(m.weight): quantize_int8(m.weight) for m in self.modules() if type(m) is nn.Linear}
+            self._packed_stamp = stamp
+        return self._int8
+
+    @torch.inference_mode()
+    def step(self, ids: list[int], cache: StaticKV, n_logits: int = 1) -> torch.Tensor:
+        """Append `ids` to `cache`; logits [n_logits, V] (float32) of the last `n_logits` of them.
+
+        `forward`'s arithmetic written out without the generic machinery (masks, cache objects,
+        output classes): embedding, then per layer RMSNorm -> attention with RoPE over the cache ->
+        RMSNorm -> SwiGLU MLP, each with its residual; final norm and the reduced head. On a CPU
+        the weights are int8 (per-row scales) and the activations bfloat16 (`lean_linear`): a small
+        draft's time there is the bytes of its weights, and this reads a quarter of them."""
+        c, T, start = self.config, len(ids), cache.length
+        dev = self.model.embed_tokens.weight.device
+        linear = lean_linear(self._packed() if dev.type == "cpu" else None)
+        x = self.model.embed_tokens(torch.tensor(ids, device=dev)).to(self.lean_dtype())  # [T, d]
+        cos, sin = (t[start : start + T].to(x.dtype) for t in self._rotary(start + T))  # [T, hd]
+        eps, d = c.rms_norm_eps, (c.hidden_size,)
+        for i, layer in enumerate(self.model.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            h = F.rms_norm(x, d, layer.input_layernorm.weight.to(x.dtype), eps)  # [T, d]
+            q = linear(h, attn.q_proj).view(T, -1, attn.head_dim).transpose(0, 1)  # [H, T, hd]
+            k = linear(h, attn.k_proj).view(T, -1, attn.head_dim).transpose(0, 1)  # [Hkv, T, hd]
+            v = linear(h, attn.v_proj).view(T, -1, attn.head_dim).transpose(0, 1)  # [Hkv, T, hd]
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            keys, values = cache.append(i, k.float(), v.float())  # [Hkv, start+T, hd]
+            o = grouped_attention(q.float(), keys, values, attn.scaling, start)  # [T, H*hd]
+            x = x + linear(o.to(x.dtype), attn.o_proj)
+            h = F.rms_norm(x, d, layer.post_attention_layernorm.weight.to(x.dtype), eps)
+            x = x + linear(F.silu(linear(h, mlp.gate_proj)) * linear(h, mlp.up_proj), mlp.down_proj)
+        cache.advance(T)
+        x = F.rms_norm(x[-n_logits:], d, self.model.norm.weight.to(x.dtype), eps)  # [n, d]
+        small = linear(x, self.lm_head.proj).float()  # [n, K]
+        out = small.new_full((n_logits, c.vocab_size), float("-inf"))  # [n, V]
+        return out.index_copy_(-1, self.lm_head.vocab_ids, small)
+
+    def lean_dtype(self) -> torch.dtype:
+        """The dtype of the matrix products' inputs in `step`: bfloat16 on a CPU, else the model's
+        (attention and its cache stay in the model's dtype: tiny, and slow in bfloat16 on a CPU)."""
+        w = self.model.embed_tokens.weight
+        return torch.bfloat16 if w.device.type == "cpu" else w.dtype
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8: w ~ q * scales[:, None]; q [out, in] int8, scales [out] bfloat16."""
+    w = w.detach().float()
+    scales = w.abs().amax(dim=1).clamp_min(1e-8) / 127
+    q = (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8).contiguous()
+    return q, scales.to(torch.bfloat16)
+
+
+def lean_linear(packed: dict | None):
+    """x @ W^T for `step`: int8 weights with bfloat16 activations on a CPU (6x faster than float32
+    there for a draft's matrices, measured), the module's own weight elsewhere."""
+    if packed is None:
+        return lambda x, m: F.linear(x, m.weight.to(x.dtype))
+
+    def linear(x: torch.Tensor, m: nn.Linear) -> torch.Tensor:
+        q, scales = packed[id(m.weight)]
+        return torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), q, scales).view(*x.shape[:-1], -1)
+
+    return linear
+
+
+def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float, start: int) -> torch.Tensor:
+    """Causal attention of T new queries [H, T, hd] over [Hkv, S, hd] cached keys/values (S = start + T),
+    query head h reading key/value head h // (H / Hkv) as Hugging Face's repeat_kv does: [T, H*hd]."""
+    H, T, hd = q.shape
+    Hkv, S = keys.shape[0], keys.shape[1]
+    g = q.reshape(Hkv, H // Hkv * T, hd)  # [Hkv, G*T, hd]: the G query heads of a key/value head together
+    scores = (g @ keys.transpose(1, 2)) * scale  # [Hkv, G*T, S]
+    if T > 1:
+        visible = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(start)  # [T, S]
+        scores = scores.view(Hkv, -1, T, S).masked_fill(~visible, float("-inf")).view(Hkv, -1, S)
+    out = torch.softmax(scores, dim=-1) @ values  # [Hkv, G*T, hd]
+    return out.view(H, T, hd).transpose(0, 1).reshape(T, H * hd)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
