@@ -1,5 +1,6 @@
-"""The draft-distillation CLI end to end on the tiny-random target: teacher text, a few steps of
-forward KL, a resumed run, and a draft folder that loads and drafts losslessly."""
+"""The teacher corpus and the draft distilled from it, end to end on the tiny-random target:
+batched generation that keeps the target's top-k, the shipped shard format, a few resumed training
+steps, and a reduced-vocabulary draft folder that loads and drafts losslessly."""
 
 from __future__ import annotations
 
@@ -7,117 +8,169 @@ import csv
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
 import specviz
 from specviz.models.default import load_draft
+from specviz.models.draft import ReducedVocabDraft
 from specviz.models.shards import load_shards, save_shards
 from specviz.models.tiny import TINY_VOCAB, tiny_pair
+from specviz.train import corpus
 from specviz.train import draft as train_draft
-from specviz.train.teacher import logits_rows, read_records
 
-PROMPTS = ["def add(a, b):", "Janet has 3 apples and buys 2 more.", "Write a haiku about rain.", "x = [1, 2, 3]",
-           "Explain what a list is.", "How many legs has a spider?", "print('hi')", "Sort these numbers: 3 1 2"]
+PROMPTS = {
+    "sharegpt_prompts.jsonl": ("prompt", ["Write a haiku about rain.", "Explain what a list is.", "x = [1, 2, 3]"]),
+    "gsm8k_train.jsonl": ("question", ["Janet has 3 apples and buys 2 more.", "How many legs has a spider?", "2 + 2 = ?"]),
+    "codealpaca_prompts.jsonl": ("prompt", ["def add(a, b):", "print('hi')", "Sort these numbers: 3 1 2"]),
+}
 
 
-def cli(tmp_path, steps: int) -> list[str]:
+def write_sources(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (field, texts) in PROMPTS.items():
+        (folder / name).write_text("".join(json.dumps({field: t}) + "\n" for t in texts))
+
+
+def generate_cli(tmp_path, *extra) -> list[str]:
+    return ["generate", "--target", "tiny-random", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "work"),
+            "--corpus", "", "--dtype", "float32", "--max-new-tokens", "12", "--batch-size", "4", "--no-progress", *extra]
+
+
+def train_cli(tmp_path, steps: int, *extra) -> list[str]:
     return [
-        "--target", "tiny-random", "--prompts", str(tmp_path / "prompts.jsonl"), "--lines", "0:8",
+        "--target", "tiny-random", "--data", str(tmp_path / "data"), "--corpus", str(tmp_path / "shipped"),
         "--work", str(tmp_path / "work"), "--out", str(tmp_path / "draft"),
-        "--teacher-prompts", "8", "--max-new-tokens", "12", "--gen-batch-size", "4",
         "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--intermediate", "64",
-        "--steps", str(steps), "--batch-size", "4", "--warmup", "2", "--val-every", "2", "--no-progress",
+        "--head-vocab", "384", "--embed-rank", "16", "--steps", str(steps), "--batch-tokens", "256",
+        "--warmup", "2", "--val-every", "2", "--no-progress", *extra,
     ]
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("train")
-    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
-    assert train_draft.main(cli(tmp_path, steps=4)) == 0
+def built(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("corpus")
+    write_sources(tmp_path / "data")
+    assert corpus.main(generate_cli(tmp_path, "--limit", "10")) == 0
+    assert corpus.main(generate_cli(tmp_path)) == 0  # resumes: the other 8 jobs
+    assert corpus.main(["pack", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "shipped")]) == 0
+    assert train_draft.main(train_cli(tmp_path, steps=4)) == 0
     first_log = (tmp_path / "work" / "train-draft.csv").read_text()
-    assert train_draft.main(cli(tmp_path, steps=6)) == 0  # resumes at step 4 from the checkpoint
+    assert train_draft.main(train_cli(tmp_path, steps=6)) == 0  # resumes at step 4 from the checkpoint
     return tmp_path, first_log
 
 
-def test_teacher_text_keeps_the_targets_logits(trained):
-    tmp_path, _ = trained
-    records = read_records(tmp_path / "work" / "teacher_text.jsonl")
-    assert len(records) == 8 and len({r["prompt_index"] for r in records}) == 8
-    logits = logits_rows(tmp_path / "work" / "teacher_logits.f16", TINY_VOCAB)
-    target = tiny_pair().target
-    r = records[3]
-    ids = torch.tensor([r["prompt_ids"] + r["output_ids"]])
-    with torch.no_grad():
-        p = target(input_ids=ids).logits[0, len(r["prompt_ids"]) - 1 : -1]  # [n, V]: what drew each answer token
-    stored = torch.from_numpy(logits[r["logits_row"] : r["logits_row"] + len(r["output_ids"])].copy()).float()
-    assert torch.allclose(p, stored, atol=2e-2)
+def test_every_prompt_is_answered_greedily_and_sampled_in_a_mixed_order():
+    prompts = {s.name: {i: "p" for i in range(30)} for s in corpus.SOURCES}
+    order = corpus.job_order(prompts)
+    assert len(order) == len({j.key for j in order}) == 2 * 90
+    first = order[:40]
+    assert {j.source for j in first} == {s.name for s in corpus.SOURCES}
+    assert sum(j.temperature == 0 for j in first) == 30  # three greedy jobs, then one sampled
+    assert corpus.held_out("gsm8k", 7) == corpus.held_out("gsm8k", 7)
 
 
-def test_teacher_text_alone_for_a_datastore_keeps_no_logits(tmp_path):
-    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
-    args = cli(tmp_path, steps=1)
-    assert train_draft.main([*args, "--teacher-only", "--no-logits"]) == 0
-    records = read_records(tmp_path / "work" / "teacher_text.jsonl")
-    assert len(records) == 8 and all(r["output_ids"] and r["logits_row"] is None for r in records)
-    assert (tmp_path / "work" / "teacher_logits.f16").stat().st_size == 0
-    assert not (tmp_path / "draft").exists()  # stage 1 only
-    with pytest.raises(specviz.SpecvizError, match="--teacher-only"):
-        train_draft.main([*args, "--no-logits"])
+def test_batched_generation_keeps_the_targets_answers_and_top_k(built):
+    tmp_path, _ = built
+    work = corpus.WorkFolder(tmp_path / "work", corpus.GenerationConfig.top_k)
+    assert len(work.records) == 18 and len({(r["source"], r["line"], r["temperature"]) for r in work.records}) == 18
+    pair = tiny_pair()
+    tok = pair.tokenizer
+    ids, logp = work.topk()
+    for r in work.records:
+        text = PROMPTS[next(s.file for s in corpus.SOURCES if s.name == r["source"])][1][r["line"]]
+        prompt = corpus.encode_chat(tok, text)
+        if r["temperature"] == 0:  # batched, padded and shrinking: still the target's greedy answer
+            ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=12).summary.output_ids
+            assert r["output_ids"] == list(ref)
+        with torch.no_grad():
+            full = torch.log_softmax(pair.target(input_ids=torch.tensor([prompt + r["output_ids"]])).logits[0], -1)
+        p = full[len(prompt) - 1 : -1]  # [n, V]: the distribution each answer token was drawn from
+        n = len(r["output_ids"])
+        top = torch.from_numpy(ids[r["row"] : r["row"] + n].astype(np.int64))
+        assert torch.allclose(p.gather(1, top), torch.from_numpy(logp[r["row"] : r["row"] + n].astype(np.float32)), atol=2e-2)
+        assert torch.equal(top[:, 0], p.argmax(-1))
 
 
-def test_training_resumes_and_logs_every_step(trained):
-    tmp_path, first_log = trained
+def test_the_shipped_shards_hold_the_same_answers(built):
+    tmp_path, _ = built
+    local = {(r["source"], r["line"], r["temperature"]): r["output_ids"] for r in corpus.WorkFolder(tmp_path / "work", 32).records}
+    shipped = corpus.load_shipped(tmp_path / "shipped")
+    assert {(r["source"], r["line"], r["temperature"]): list(r["output_ids"]) for r in shipped} == local
+    assert "18 answers" in (tmp_path / "shipped" / "README.md").read_text()
+    assert corpus.main(["pack", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "shipped")]) == 0
+    assert len(corpus.shard_paths(tmp_path / "shipped")) == 1  # nothing new: no second shard
+
+
+def test_training_resumes_and_logs_every_step(built):
+    tmp_path, first_log = built
     rows = list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
     assert (tmp_path / "work" / "train-draft.csv").read_text().startswith(first_log)
-    assert all(float(r["kl"]) > 0 for r in rows)
+    assert all(float(r["loss"]) > 0 for r in rows) and 0 <= float(rows[-1]["val_agree"]) <= 1
 
 
-def test_written_draft_loads_and_drafts_losslessly(trained):
-    tmp_path, _ = trained
+def test_written_draft_loads_and_drafts_losslessly(built):
+    tmp_path, _ = built
     out = tmp_path / "draft"
     assert (out / "config.json").is_file() and (out / "MODEL_CARD.md").is_file()
-    assert all(p.stat().st_size <= 20_000_000 for p in out.iterdir())
     draft = load_draft(out, torch.device("cpu"), torch.float32)
-    assert draft.config.vocab_size == TINY_VOCAB and draft.config.num_hidden_layers == 1
+    assert isinstance(draft, ReducedVocabDraft) and draft.config.head_vocab == 384
+    assert draft.lm_head.vocab_ids.dtype == torch.long and 0 in draft.lm_head.vocab_ids.tolist()  # EOS always drafted
     assert json.loads((out / "training.json").read_text())["result"]["step"] == 6
     pair = tiny_pair().with_draft(draft, name="tiny-distilled")
-    ref = specviz.generate("autoregressive", pair, PROMPTS[0], max_new_tokens=20).summary
-    got = specviz.generate("vanilla", pair, PROMPTS[0], max_new_tokens=20, speculation_length=3).summary
+    prompt = PROMPTS["codealpaca_prompts.jsonl"][1][0]
+    ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=20).summary
+    got = specviz.generate("vanilla", pair, prompt, max_new_tokens=20, speculation_length=3).summary
     assert got.output_ids == ref.output_ids and got.drafted > 0
 
 
-def test_more_steps_start_a_new_schedule_and_export_only_writes_the_checkpoint(trained, tmp_path):
-    src, _ = trained
-    shutil.copytree(src / "work", tmp_path / "work")
-    args = cli(tmp_path, steps=6)
+def test_training_on_shipped_answers_alone_and_continuing_from_a_draft(built, tmp_path):
+    src, _ = built
+    shutil.copytree(src / "data", tmp_path / "data")
+    shutil.copytree(src / "shipped", tmp_path / "shipped")
+    args = train_cli(tmp_path, 2, "--init", str(src / "draft"))  # no work folder: answer tokens only
+    assert train_draft.main(args) == 0
+    card = (tmp_path / "draft" / "MODEL_CARD.md").read_text()
+    assert "0 training answers with the target's top-k" in card
+
+
+def test_more_steps_start_a_new_schedule_and_export_only_writes_the_checkpoint(built, tmp_path):
+    src, _ = built
+    for name in ("data", "work", "shipped"):
+        shutil.copytree(src / name, tmp_path / name)
+    args = train_cli(tmp_path, steps=6)
     assert train_draft.main(args + ["--more-steps", "2", "--lr", "1e-3"]) == 0
     rows = list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))
     assert [int(r["step"]) for r in rows] == list(range(1, 9))
     assert [float(r["lr"]) for r in rows[6:]] == [1e-3, 5.5e-4]  # cosine from 1e-3 over steps 6..8, no warm-up
-    result = json.loads((tmp_path / "draft" / "training.json").read_text())["result"]
-    assert result["step"] == 8 and result["phases"][-1]["phase_start"] == 6 and result["phases"][-1]["lr"] == 1e-3
     assert "steps 6-8" in (tmp_path / "draft" / "MODEL_CARD.md").read_text()
     shutil.rmtree(tmp_path / "draft")
     assert train_draft.main(args + ["--export-only"]) == 0
     assert len(list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))) == 8  # no training
     assert json.loads((tmp_path / "draft" / "training.json").read_text())["result"]["step"] == 8
-    assert load_draft(tmp_path / "draft", torch.device("cpu"), torch.float32).config.num_hidden_layers == 1
 
 
-def test_forward_kl_is_zero_only_for_the_same_distribution():
-    p = torch.randn(5, 11)
-    kl, top1 = train_draft.kl_terms(p.clone(), p)
-    assert torch.allclose(kl, torch.zeros(5), atol=1e-5) and top1.all()
-    kl, _ = train_draft.kl_terms(torch.randn(5, 11), p)
-    assert (kl > 0).all()
+def test_the_loss_is_cross_entropy_to_the_sparse_target():
+    logits = torch.randn(3, 10)
+    targets = torch.tensor([[4, 0], [2, 7], [9, 0]])
+    weights = torch.tensor([[1.0, 0.0], [0.25, 0.75], [1.0, 0.0]])
+    log_q = torch.log_softmax(logits, -1)
+    expected = torch.stack([-log_q[0, 4], -(0.25 * log_q[1, 2] + 0.75 * log_q[1, 7]), -log_q[2, 9]])
+    assert torch.allclose(train_draft.distillation_loss(logits, targets, weights), expected)
+    q_best = torch.full((1, 10), -30.0)
+    q_best[0, 2], q_best[0, 7] = np.log(0.25), np.log(0.75)  # q = p: the loss is p's entropy, its minimum
+    near = train_draft.distillation_loss(q_best, targets[1:2], weights[1:2])
+    assert near.item() == pytest.approx(-(0.25 * np.log(0.25) + 0.75 * np.log(0.75)), abs=1e-4)
 
 
 def test_shards_split_tensors_larger_than_a_file_and_put_them_back(tmp_path):
-    state = {"embed.weight": torch.randn(100, 8), "norm.weight": torch.randn(8), "scalar": torch.tensor(3.0)}
-    paths = save_shards(state, tmp_path, dtype=torch.float32, max_bytes=1000)  # 100 x 8 x 4 B = 3200 B
-    assert len(paths) >= 4 and all(p.stat().st_size < 1000 + 600 for p in paths)  # + safetensors header
+    state = {"embed.weight": torch.randn(100, 8), "norm.weight": torch.randn(8), "scalar": torch.tensor(3.0),
+             "head.vocab_ids": torch.arange(40000, 40100)}
+    paths = save_shards(state, tmp_path, dtype=torch.float16, max_bytes=1000)  # 100 x 8 x 2 B = 1600 B
+    assert len(paths) >= 3
     back = load_shards(tmp_path)
-    assert back.keys() == state.keys() and all(torch.equal(back[k], state[k]) for k in state)
+    assert back.keys() == state.keys()
+    assert torch.equal(back["head.vocab_ids"], state["head.vocab_ids"])  # integers are not cast to float16
+    assert torch.allclose(back["embed.weight"].float(), state["embed.weight"], atol=1e-2)

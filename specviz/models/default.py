@@ -123,9 +123,8 @@ def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.
     """A draft written by `python -m specviz.train.draft` (config.json + safetensors shards)."""
     if not (folder / "config.json").is_file():
         raise SpecvizError(
-            f"the default pair's draft is missing: no {folder}/config.json. Train one with "
-            "`python -m specviz.train.draft --target default --prompts PATH/sharegpt_prompts.jsonl "
-            f"--out {folder}` (see `python -m specviz.train.draft --help`)."
+            f"the default pair's draft is missing: no {folder}/config.json. Train one from the shipped corpus with "
+            f"`python -m specviz.train.draft --data PATH/TO/PROMPT/FILES --out {folder}` (see `python -m specviz.train.draft --help`)."
         )
     from specviz.models.shards import has_shards, load_llama_dir
 
