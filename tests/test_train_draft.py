@@ -174,3 +174,27 @@ def test_shards_split_tensors_larger_than_a_file_and_put_them_back(tmp_path):
     assert back.keys() == state.keys()
     assert torch.equal(back["head.vocab_ids"], state["head.vocab_ids"])  # integers are not cast to float16
     assert torch.allclose(back["embed.weight"].float(), state["embed.weight"], atol=1e-2)
+
+
+def test_a_draft_subcloned_from_every_layer_at_full_rank_is_the_target():
+    target = tiny_pair().target
+    draft = train_draft.subclone_draft(target, [0, 1, 2, 3], torch.arange(TINY_VOCAB), embed_rank=64).eval()
+    ids = torch.tensor([[5, 17, 300, 42, 5, 17, 99]])
+    with torch.no_grad():
+        assert torch.allclose(draft(input_ids=ids).logits, target(input_ids=ids).logits, atol=1e-4)
+    fewer = train_draft.subclone_draft(target, [0, 3], torch.arange(400), embed_rank=16)
+    assert fewer.config.num_hidden_layers == 2 and fewer.config.hidden_size == target.config.hidden_size
+
+
+def test_int8_shards_hold_matrices_to_a_quarter_of_a_step(tmp_path):
+    torch.manual_seed(0)
+    state = {"w": torch.randn(300, 64), "norm": torch.randn(64), "ids": torch.arange(10)}
+    save_shards(state, tmp_path, int8=True)
+    back = load_shards(tmp_path)
+    assert back.keys() == state.keys() and torch.equal(back["ids"], state["ids"])
+    step = state["w"].abs().amax(1, keepdim=True) / 127
+    assert ((back["w"] - state["w"]).abs() <= 0.51 * step + 1e-3).all()  # rounding to the nearest level
+    again = tmp_path / "again"
+    again.mkdir()
+    save_shards(back, again, int8=True)  # what the lean pass quantises again: the same levels
+    assert torch.equal(load_shards(again)["w"], back["w"])

@@ -3,6 +3,8 @@
 Hugging Face's `save_pretrained(max_shard_size=...)` cannot split one tensor, and a draft's tied
 embedding ([49152, 256] float16 = 25 MB) is larger than a shard. So tensors are cut by rows into
 pieces named `NAME@ROW`, spread over `weights-XXXXX.safetensors`, and put together again on load.
+Matrices may be stored as int8 with one scale per row (`NAME#q8` and `NAME#scale`, w = q * scale),
+a quarter of float32's bytes; they load back as floating point.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ MAX_SHARD_BYTES = 19_000_000  # under the repository's 20 MB per file, with room
 SHARD_GLOB = "weights-*.safetensors"
 
 
-def save_shards(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype = torch.float16, max_bytes: int = MAX_SHARD_BYTES) -> list[Path]:
-    """Write `state` (tied weights once) as pieces of at most `max_bytes` each, in as few files as fit."""
+def save_shards(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype = torch.float16, max_bytes: int = MAX_SHARD_BYTES,
+                int8: bool = False) -> list[Path]:
+    """Write `state` (tied weights once) as pieces of at most `max_bytes` each, in as few files as fit;
+    with `int8`, every floating matrix as int8 rows and their scales."""
     from safetensors.torch import save_file
 
+    if int8:
+        state = quantize_matrices(state)
     pieces: list[tuple[str, torch.Tensor]] = []
     for name, tensor in state.items():
         t = tensor.detach().to("cpu", dtype if tensor.is_floating_point() else tensor.dtype).contiguous()  # ids stay ids
@@ -55,8 +61,35 @@ def load_shards(folder: Path) -> dict[str, torch.Tensor]:
         for key, t in load_file(str(path)).items():
             name, row = key.rsplit("@", 1)
             pieces.setdefault(name, []).append((int(row), t))
-    return {name: parts[0][1] if len(parts) == 1 else torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
-            for name, parts in pieces.items()}
+    state = {name: parts[0][1] if len(parts) == 1 else torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
+             for name, parts in pieces.items()}
+    return dequantize_matrices(state)
+
+
+def quantize_matrices(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each floating 2-D tensor as symmetric per-row int8 (`NAME#q8`) and float16 scales (`NAME#scale`)."""
+    out = {}
+    for name, t in state.items():
+        if t.is_floating_point() and t.dim() == 2:
+            w = t.detach().float()
+            scale = (w.abs().amax(dim=1).clamp_min(1e-8) / 127).half()  # [rows]
+            out[f"{name}#q8"] = (w / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8)
+            out[f"{name}#scale"] = scale
+        else:
+            out[name] = t
+    return out
+
+
+def dequantize_matrices(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of `quantize_matrices` (float32 w = q * scale); other tensors as they are."""
+    out = {}
+    for name, t in state.items():
+        if name.endswith("#q8"):
+            base = name.removesuffix("#q8")
+            out[base] = t.float() * state[f"{base}#scale"].float()[:, None]
+        elif not name.endswith("#scale"):
+            out[name] = t
+    return out
 
 
 def has_shards(folder: Path) -> bool:

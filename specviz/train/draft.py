@@ -218,6 +218,34 @@ def new_draft(target, shape: DraftShape, vocab_ids: torch.Tensor, seed: int):
     return draft
 
 
+def subclone_draft(target, layers: list[int], vocab_ids: torch.Tensor, embed_rank: int):
+    """A draft cut from the target itself (weight subcloning): the target's width, heads and MLP,
+    its decoder layers `layers` and final norm copied, its head's rows for the K tokens, and its
+    input embedding as the best rank-r factorisation (truncated SVD)."""
+    from specviz.models.draft import ReducedVocabDraft, reduced_config
+
+    t = target.config
+    config = reduced_config(t, hidden=t.hidden_size, layers=len(layers), heads=t.num_attention_heads,
+                            kv_heads=t.num_key_value_heads, intermediate=t.intermediate_size,
+                            head_vocab=len(vocab_ids), embed_rank=embed_rank)
+    draft = ReducedVocabDraft(config, vocab_ids).float()
+    state = target.state_dict()
+    copied = {f"model.layers.{i}.{k.split('.', 3)[3]}": v for i, src in enumerate(layers)
+              for k, v in state.items() if k.startswith(f"model.layers.{src}.")}
+    e = target.get_input_embeddings().weight.detach().float().cpu()  # [V, d]
+    u, s, vh = torch.linalg.svd(e, full_matrices=False)
+    copied |= {
+        "model.norm.weight": state["model.norm.weight"],
+        "lm_head.proj.weight": target.get_output_embeddings().weight.detach()[vocab_ids],
+        "model.embed_tokens.table.weight": u[:, :embed_rank] * s[:embed_rank],  # [V, r]
+        "model.embed_tokens.up.weight": vh[:embed_rank].T,  # [d, r]
+    }
+    missing, unexpected = draft.load_state_dict(copied, strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.vocab_ids"]:
+        raise SpecvizError(f"the target's weights do not fit a subcloned draft: {missing[:3]} {unexpected[:3]}")
+    return draft
+
+
 def choose_vocab(data: CorpusData, vocab: int, k: int, eos: tuple[int, ...]) -> torch.Tensor:
     """The K most frequent answer tokens of the training split (EOS always among them), sorted."""
     counts = data.token_counts(vocab)
@@ -379,14 +407,15 @@ def measure_c(target, draft, context: int = 128, repeats: int = 30) -> dict[str,
 
 
 def export_draft(draft, tokenizer, out: Path, card: str, save_tokenizer: bool = True) -> None:
-    """config.json + float16 safetensors files of at most 20 MB (`specviz.models.shards`) + MODEL_CARD.md
-    (+ the tokenizer, so that the folder also pairs with its target by path)."""
+    """config.json + safetensors files of at most 20 MB (`specviz.models.shards`: matrices as int8 rows with
+    scales, which CPU decoding uses anyway; the rest float16) + MODEL_CARD.md (+ the tokenizer, so
+    that the folder also pairs with its target by path)."""
     from specviz.models.shards import save_shards
 
     out.mkdir(parents=True, exist_ok=True)
     config = draft.config.to_dict() | {"dtype": "float16"}
     type(draft.config).from_dict(config).save_pretrained(out)
-    save_shards(draft.state_dict(), out)
+    save_shards(draft.state_dict(), out, int8=True)
     if save_tokenizer:
         tokenizer.save_pretrained(out)
     (out / "MODEL_CARD.md").write_text(card)
@@ -419,7 +448,7 @@ def model_card(args, shape: DraftShape, cfg: TrainConfig, data: CorpusData, resu
         "",
         "## Shape",
         f"- Llama, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads ({shape.kv_heads} key/value), "
-        f"MLP {shape.intermediate}, {params / 1e6:.1f}M parameters, stored float16",
+        f"MLP {shape.intermediate}, {params / 1e6:.1f}M parameters, matrices stored as int8 with a scale per row",
         f"- head over the {shape.head_vocab} most frequent answer tokens of the training split (q = 0 for every other "
         f"token; they cover {cover:.1%} of the held-out answer tokens); input table [V, {shape.embed_rank}] lifted to "
         f"width {shape.hidden}",
@@ -458,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=corpus_mod.GenerationConfig.top_k, help="top-k width of the work folder's files")
     parser.add_argument("--out", type=Path, required=True, help="folder for the trained draft")
     parser.add_argument("--init", type=Path, help="start from this draft folder's weights (same shape) instead of the target")
+    parser.add_argument("--init-layers", default="",
+                        help="cut the draft from the target: copy these of its layers (e.g. 0,1,28,29); its width, heads and MLP")
     for f, default in [*asdict(DraftShape()).items(), *asdict(TrainConfig()).items()]:
         kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(default, bool) else type(default)
         parser.add_argument(f"--{f.replace('_', '-')}", type=kind, default=default)
@@ -495,6 +526,12 @@ def main(argv: list[str] | None = None) -> int:
 
         draft = load_draft(args.init, torch.device(args.device), torch.float32).train()
         shape = replace(shape, head_vocab=draft.config.head_vocab)
+    elif args.init_layers:
+        layers = [int(x) for x in args.init_layers.split(",")]
+        draft = subclone_draft(target, layers, choose_vocab(data, vocab, shape.head_vocab, eos), shape.embed_rank).to(args.device)
+        t = target.config
+        shape = replace(shape, hidden=t.hidden_size, layers=len(layers), heads=t.num_attention_heads,
+                        kv_heads=t.num_key_value_heads, intermediate=t.intermediate_size)
     else:
         draft = new_draft(target, shape, choose_vocab(data, vocab, shape.head_vocab, eos), cfg.seed).to(args.device)
     cover = coverage(data, draft.lm_head.vocab_ids.cpu(), vocab)
