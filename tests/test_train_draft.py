@@ -198,3 +198,25 @@ def test_int8_shards_hold_matrices_to_a_quarter_of_a_step(tmp_path):
     again.mkdir()
     save_shards(back, again, int8=True)  # what the lean pass quantises again: the same levels
     assert torch.equal(load_shards(again)["w"], back["w"])
+
+
+def test_the_speed_command_measures_each_batch_size(tmp_path, capsys):
+    write_sources(tmp_path / "data")
+    args = ["speed", "--target", "tiny-random", "--data", str(tmp_path / "data"), "--dtype", "float32",
+            "--batch-sizes", "2,4", "--prompts", "6", "--max-new-tokens", "5"]
+    assert corpus.main(args) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["batch_size"] for r in rows] == [2, 4] and all(r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_teacher_text_puts_prompts_back_in_front_of_the_answers(built, tmp_path):
+    src, _ = built
+    to = tmp_path / "teacher_text.jsonl"
+    args = ["teacher-text", "--target", "tiny-random", "--data", str(src / "data"), "--work", str(src / "work"),
+            "--out", str(src / "shipped"), "--to", str(to), "--split", "all"]
+    assert corpus.main(args) == 0
+    rows = [json.loads(line) for line in to.open()]
+    assert len(rows) == 18 and len({r["prompt_index"] for r in rows}) == 9  # two answers per prompt
+    tok = tiny_pair().tokenizer
+    r = next(r for r in rows if r["source"] == "gsm8k" and r["line"] == 1)
+    assert r["prompt_ids"] == corpus.encode_chat(tok, PROMPTS["gsm8k_train.jsonl"][1][1]) and r["output_ids"]

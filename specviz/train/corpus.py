@@ -32,7 +32,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -241,10 +241,44 @@ def answer_batch(model, prompts: list[list[int]], temperature: float, eos_ids: t
     return outputs, topk
 
 
+def load_generator(args):
+    """(model, tokenizer, eos ids) of the target in the dtype generation runs it in."""
+    from specviz.train.draft import load_target_for_training
+
+    model, tokenizer, eos = load_target_for_training(args.target, args.device)
+    if args.dtype == "bfloat16":  # 1.5x faster generation on a CPU with AVX-512 bf16 (benchmarks/corpus/)
+        return model.to(torch.bfloat16), tokenizer, eos
+    from specviz.models.cpu import prepack_linears
+
+    prepack_linears(model)
+    return model, tokenizer, eos
+
+
+def speed(args) -> int:
+    """Tokens/s of greedy generation at each batch size, on the same first greedy jobs (so that a
+    batch size can be picked on this machine)."""
+    model, tokenizer, eos = load_generator(args)
+    prompts = {s.name: read_source(args.data, s) for s in SOURCES}
+    jobs = [j for j in job_order(prompts) if j.temperature == 0]
+    ids = [p for p in (encode_chat(tokenizer, prompts[j.source][j.line]) for j in jobs) if len(p) <= args.max_prompt_tokens]
+    ids = sorted(ids[: args.prompts], key=len)
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens)
+    answer_batch(model, ids[:2], 0.0, eos, replace(cfg, max_new_tokens=4), torch.Generator())  # warm-up
+    rows = []
+    for size in (int(b) for b in args.batch_sizes.split(",")):
+        t0, tokens = time.perf_counter(), 0
+        for b in range(0, len(ids), size):
+            outputs, _ = answer_batch(model, ids[b : b + size], 0.0, eos, cfg, torch.Generator())
+            tokens += sum(len(o) for o in outputs)
+        seconds = time.perf_counter() - t0
+        rows.append({"batch_size": size, "dtype": args.dtype, "threads": torch.get_num_threads(), "prompts": len(ids),
+                     "tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    return 0
+
+
 def generate(args) -> int:
     from tqdm.auto import tqdm
-
-    from specviz.train.draft import load_target_for_training
 
     cfg = GenerationConfig(args.batch_size, args.max_new_tokens, args.max_prompt_tokens, args.top_k)
     prompts = {s.name: read_source(args.data, s) for s in SOURCES}
@@ -257,13 +291,7 @@ def generate(args) -> int:
     if not todo:
         print("[specviz] every job of the corpus is done", file=sys.stderr)
         return 0
-    model, tokenizer, eos = load_target_for_training(args.target, args.device)
-    if args.dtype == "bfloat16":  # 1.5x faster generation on a CPU with AVX-512 bf16 (measured: card)
-        model = model.to(torch.bfloat16)
-    else:
-        from specviz.models.cpu import prepack_linears
-
-        prepack_linears(model)
+    model, tokenizer, eos = load_generator(args)
 
     def prompt_ids(job: Job) -> list[int]:
         return encode_chat(tokenizer, prompts[job.source][job.line])
@@ -432,13 +460,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the teacher corpus: the target's answers to training prompts.")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="answer the training prompts (resumable)")
-    g.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the training prompt files")
-    g.add_argument("--target", default="default")
+    sp = sub.add_parser("speed", help="measure generation tokens/s at several batch sizes")
+    sp.add_argument("--batch-sizes", default="16,32,64")
+    sp.add_argument("--prompts", type=int, default=64, help="greedy jobs to answer at every batch size")
+    sp.add_argument("--max-new-tokens", type=int, default=96)
+    sp.add_argument("--max-prompt-tokens", type=int, default=GenerationConfig.max_prompt_tokens)
+    for p in (g, sp):
+        p.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the training prompt files")
+        p.add_argument("--target", default="default")
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--threads", type=int, default=None)
+        p.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16", help="the target's weights and arithmetic")
     g.add_argument("--corpus", type=Path, default=None,
                    help="shipped answers to skip (default: assets/corpus for the default target, none for others)")
-    g.add_argument("--device", default="cpu")
-    g.add_argument("--threads", type=int, default=None)
-    g.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16", help="the target's weights and arithmetic")
     g.add_argument("--limit", type=int, default=None, help="answer at most this many more jobs")
     g.add_argument("--hours", type=float, default=None, help="stop after the batch running at this many hours")
     g.add_argument("--no-progress", action="store_true")
@@ -454,13 +488,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--split", choices=("train", "val", "all"), default="train", help="the draft's training or held-out prompts")
     t.add_argument("--data", type=Path, default=Path("../shared/data"))
     t.add_argument("--target", default="default")
-    for p in (g, *sub.choices.values()):
-        if not any(a.dest == "work" for a in p._actions):
+    for name, p in sub.choices.items():
+        if name != "speed":
             p.add_argument("--work", type=Path, default=Path("runs/corpus"), help="the generation work folder")
     args = parser.parse_args(argv)
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
-    return {"generate": generate, "pack": pack, "status": status, "teacher-text": teacher_text}[args.command](args)
+    return {"generate": generate, "speed": speed, "pack": pack, "status": status, "teacher-text": teacher_text}[args.command](args)
 
 
 if __name__ == "__main__":
