@@ -143,14 +143,25 @@ class ReducedVocabDraft(LlamaForCausalLM):
             self._rope = (cos[0], sin[0])
         return self._rope
 
-    def _packed(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        """int8 copies of the decoder's and head's weights for `step`, made again when a weight
-        changes (an optimiser step or `load_state_dict` bumps its version): id(weight) -> (int8, scales)."""
+    def _lean_weights(self) -> tuple[list[tuple], object]:
+        """The matrices `step` multiplies by, per decoder layer (q|k|v, o, gate|up, down: fused where
+        they read the same input) and the head's: int8 rows with scales on a CPU, the weights
+        themselves elsewhere. Made again when a weight changes (an optimiser step or `load_state_dict`
+        bumps its version)."""
         stamp = tuple(version_stamp(p) for p in self.parameters())
-        if getattr(self, "_packed_stamp", None) != stamp:
-            self._int8 = {id(m.weight): quantize_int8(m.weight) for m in self.modules() if type(m) is nn.Linear}
-            self._packed_stamp = stamp
-        return self._int8
+        if getattr(self, "_lean_stamp", None) != stamp:
+            cpu = self.model.embed_tokens.weight.device.type == "cpu"
+
+            def pack(*weights: torch.Tensor):
+                w = torch.cat([w.detach() for w in weights])  # rows of fused matrices, one above the other
+                return quantize_int8(w) if cpu else w
+
+            layers = [(pack(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight), pack(a.o_proj.weight),
+                       pack(m.gate_proj.weight, m.up_proj.weight), pack(m.down_proj.weight))
+                      for a, m in ((layer.self_attn, layer.mlp) for layer in self.model.layers)]
+            self._lean = (layers, pack(self.lm_head.proj.weight))
+            self._lean_stamp = stamp
+        return self._lean
 
     @torch.inference_mode()
     def step(self, ids: list[int], cache: StaticKV, n_logits: int = 1) -> torch.Tensor:
@@ -159,35 +170,35 @@ class ReducedVocabDraft(LlamaForCausalLM):
         `forward`'s arithmetic written out without the generic machinery (masks, cache objects,
         output classes): embedding, then per layer RMSNorm -> attention with RoPE over the cache ->
         RMSNorm -> SwiGLU MLP, each with its residual; final norm and the reduced head. On a CPU
-        the weights are int8 (per-row scales) and the activations bfloat16 (`lean_linear`): a small
+        the matrices are int8 (per-row scales) and their inputs bfloat16 (`lean_matmul`): a small
         draft's time there is the bytes of its weights, and this reads a quarter of them."""
         c, T, start = self.config, len(ids), cache.length
-        dev = self.model.embed_tokens.weight.device
-        linear = lean_linear(self._packed() if dev.type == "cpu" else None)
-        x = self.model.embed_tokens(torch.tensor(ids, device=dev)).to(self.lean_dtype())  # [T, d]
-        cos, sin = (t[start : start + T].to(x.dtype) for t in self._rotary(start + T))  # [T, hd]
-        eps, d = c.rms_norm_eps, (c.hidden_size,)
-        for i, layer in enumerate(self.model.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            h = F.rms_norm(x, d, layer.input_layernorm.weight.to(x.dtype), eps)  # [T, d]
-            q = linear(h, attn.q_proj).view(T, -1, attn.head_dim).transpose(0, 1)  # [H, T, hd]
-            k = linear(h, attn.k_proj).view(T, -1, attn.head_dim).transpose(0, 1)  # [Hkv, T, hd]
-            v = linear(h, attn.v_proj).view(T, -1, attn.head_dim).transpose(0, 1)  # [Hkv, T, hd]
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-            keys, values = cache.append(i, k.float(), v.float())  # [Hkv, start+T, hd]
-            o = grouped_attention(q.float(), keys, values, attn.scaling, start)  # [T, H*hd]
-            x = x + linear(o.to(x.dtype), attn.o_proj)
-            h = F.rms_norm(x, d, layer.post_attention_layernorm.weight.to(x.dtype), eps)
-            x = x + linear(F.silu(linear(h, mlp.gate_proj)) * linear(h, mlp.up_proj), mlp.down_proj)
+        layers, head = self._lean_weights()
+        dt, eps, d = self.lean_dtype(), c.rms_norm_eps, (c.hidden_size,)
+        x = self.model.embed_tokens(torch.tensor(ids, device=cache.keys.device))  # [T, d] residual stream
+        cos, sin = (t[start : start + T] for t in self._rotary(start + T))  # [T, hd]
+        for i, (layer, (qkv_w, o_w, gate_up_w, down_w)) in enumerate(zip(self.model.layers, layers)):
+            attn, hd = layer.self_attn, layer.self_attn.head_dim
+            h = F.rms_norm(x, d, layer.input_layernorm.weight, eps).to(dt)
+            qkv = lean_matmul(h, qkv_w).to(x.dtype)  # [T, (H + 2 Hkv) hd]
+            kv_width = c.num_key_value_heads * hd
+            q, k, v = (t.reshape(T, -1, hd).transpose(0, 1) for t in qkv.split([qkv.shape[1] - 2 * kv_width, kv_width, kv_width], -1))
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin  # [H, T, hd], [Hkv, T, hd]
+            keys, values = cache.append(i, k, v)  # [Hkv, start+T, hd]
+            o = grouped_attention(q, keys, values, attn.scaling, start)  # [T, H*hd]
+            x = x + lean_matmul(o.to(dt), o_w).to(x.dtype)
+            h = F.rms_norm(x, d, layer.post_attention_layernorm.weight, eps).to(dt)
+            gate, up = lean_matmul(h, gate_up_w).chunk(2, dim=-1)  # [T, ffn] each
+            x = x + lean_matmul(F.silu(gate) * up, down_w).to(x.dtype)
         cache.advance(T)
-        x = F.rms_norm(x[-n_logits:], d, self.model.norm.weight.to(x.dtype), eps)  # [n, d]
-        small = linear(x, self.lm_head.proj).float()  # [n, K]
+        h = F.rms_norm(x[-n_logits:], d, self.model.norm.weight, eps).to(dt)  # [n, d]
+        small = lean_matmul(h, head).float()  # [n, K]
         out = small.new_full((n_logits, c.vocab_size), float("-inf"))  # [n, V]
         return out.index_copy_(-1, self.lm_head.vocab_ids, small)
 
     def lean_dtype(self) -> torch.dtype:
         """The dtype of the matrix products' inputs in `step`: bfloat16 on a CPU, else the model's
-        (attention and its cache stay in the model's dtype: tiny, and slow in bfloat16 on a CPU)."""
+        (the residual stream, norms and attention stay in the model's dtype)."""
         w = self.model.embed_tokens.weight
         return torch.bfloat16 if w.device.type == "cpu" else w.dtype
 
@@ -200,17 +211,12 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales.to(torch.bfloat16)
 
 
-def lean_linear(packed: dict | None):
-    """x @ W^T for `step`: int8 weights with bfloat16 activations on a CPU (6x faster than float32
-    there for a draft's matrices, measured), the module's own weight elsewhere."""
-    if packed is None:
-        return lambda x, m: F.linear(x, m.weight.to(x.dtype))
-
-    def linear(x: torch.Tensor, m: nn.Linear) -> torch.Tensor:
-        q, scales = packed[id(m.weight)]
-        return torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), q, scales).view(*x.shape[:-1], -1)
-
-    return linear
+def lean_matmul(x: torch.Tensor, w) -> torch.Tensor:
+    """x [T, in] @ W^T for `step`: W as (int8 rows, scales) with bfloat16 inputs on a CPU (6x faster
+    there than float32 for a draft's matrices, measured), or a plain weight elsewhere."""
+    if isinstance(w, tuple):
+        return torch._weight_int8pack_mm(x, *w)
+    return F.linear(x, w.to(x.dtype))
 
 
 def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float, start: int) -> torch.Tensor:
