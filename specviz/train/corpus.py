@@ -5,8 +5,8 @@
     python -m specviz.train.corpus status --work runs/corpus
 
 Every training prompt of three sources (`SOURCES`) is answered greedily and at temperature 0.7
-(two jobs per prompt). The jobs are shuffled once with a fixed seed and greedy and sampled jobs are
-interleaved, so any prefix of the job list is a balanced sample of sources and temperatures: a run
+(two jobs per prompt). The jobs are shuffled once with a fixed seed and interleaved three greedy to
+one sampled, so any prefix of the job list is a balanced sample of sources and temperatures: a run
 stopped after N answers has a corpus of N answers.
 
 Generation batches many prompts (one forward pass steps every row; finished rows leave the
