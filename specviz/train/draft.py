@@ -116,7 +116,7 @@ class CorpusData:
             keep = min(len(r["output_ids"]), max_len - len(prompt))
             if keep <= 0:
                 continue
-            row = r.get("row")  # only a work folder's answers have top-k rows
+            row = None if args.answers_only else r.get("row")  # only a work folder's answers have top-k rows
             topk = (ids[row : row + keep], logp[row : row + keep]) if row is not None else None
             ex = Example(prompt + [int(x) for x in r["output_ids"][:keep]], len(prompt), r["temperature"] == 0, topk)
             (self.val if corpus_mod.held_out(r["source"], r["line"]) else self.train).append(ex)
@@ -485,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=corpus_mod.CORPUS, help="shipped corpus folder ('' for none)")
     parser.add_argument("--work", type=Path, default=Path("runs/corpus"), help="generation work folder (answers with top-k), checkpoint and log")
     parser.add_argument("--top-k", type=int, default=corpus_mod.GenerationConfig.top_k, help="top-k width of the work folder's files")
+    parser.add_argument("--answers-only", action="store_true", help="train on the answer tokens alone, even where top-k is kept")
     parser.add_argument("--out", type=Path, required=True, help="folder for the trained draft")
     parser.add_argument("--init", type=Path, help="start from this draft folder's weights (same shape) instead of the target")
     parser.add_argument("--init-layers", default="",
