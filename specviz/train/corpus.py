@@ -412,7 +412,10 @@ put a prompt back in front of its answer.
 Anything trained on this corpus learned from Code Alpaca answers, whose licence is non-commercial.
 
 Command: `python -m specviz.train.corpus generate --data DATA --work runs/corpus` (resumable; it skips
-every answer already shipped here), then `python -m specviz.train.corpus pack --work runs/corpus`.
+every answer already shipped here), then `python -m specviz.train.corpus pack --work runs/corpus`:
+each run adds a shard. The job list holds {2 * sum(s.lines[1] - s.lines[0] for s in SOURCES)} answers (every prompt
+greedy and sampled, in a fixed mixed order); generation speed and the choice of batch size and dtype
+are in `benchmarks/corpus/`.
 """
 
 
