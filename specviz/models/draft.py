@@ -12,11 +12,12 @@ q(x) = 0 is never drafted, and where the target's x was refused the residual max
 - body: `num_hidden_layers` Llama decoder layers of width d (Hugging Face's LlamaDecoderLayer)
 - head: [K, d] onto `vocab_ids`; logits over the full vocabulary, -inf outside it
 
-Two forward paths compute the same function:
-- `forward` is LlamaForCausalLM's (training, Hugging Face's assisted generation, teacher-forced scoring);
-- `step` is a lean decoding pass in the style of gpt-fast (int8 weights on a CPU) over a preallocated cache
-  (`specviz.models.kv.StaticKV`): tens of microseconds of dispatch per layer where the generic path
-  spends about a millisecond, which on a CPU is most of a small draft's time. `CachedLM` uses it.
+Two forward paths compute the same function (up to the rounding of int8 weights):
+- `forward` is LlamaForCausalLM's (training, Hugging Face's assisted generation);
+- `step` is a lean decoding pass in the style of gpt-fast over a preallocated cache
+  (`specviz.models.kv.StaticKV`), with int8 weights on a CPU: there a small draft's time is the bytes
+  of its matrices (measured: `benchmarks/default-pair/`), and int8 reads a quarter of float32's.
+  `CachedLM` uses it, so everything that drafts or scores as the draft goes through it.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ class ReducedHead(nn.Module):
         return self.proj(hidden)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        small = self.proj(hidden)  # [.., K]
+        return self.widen(self.proj(hidden))
+
+    def widen(self, small: torch.Tensor) -> torch.Tensor:
+        """Head logits [.., K] -> logits over the whole vocabulary [.., V], -inf outside the head."""
         out = small.new_full((*small.shape[:-1], self.vocab), float("-inf"))  # [.., V]
         return out.index_copy_(-1, self.vocab_ids, small)
 
@@ -192,9 +196,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
             x = x + lean_matmul(F.silu(gate) * up, down_w).to(x.dtype)
         cache.advance(T)
         h = F.rms_norm(x[-n_logits:], d, self.model.norm.weight, eps).to(dt)  # [n, d]
-        small = lean_matmul(h, head).float()  # [n, K]
-        out = small.new_full((n_logits, c.vocab_size), float("-inf"))  # [n, V]
-        return out.index_copy_(-1, self.lm_head.vocab_ids, small)
+        return self.lm_head.widen(lean_matmul(h, head).float())  # [n, V]
 
     def lean_dtype(self) -> torch.dtype:
         """The dtype of the matrix products' inputs in `step`: bfloat16 on a CPU, else the model's
