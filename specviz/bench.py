@@ -17,6 +17,7 @@ import argparse
 import json
 import platform
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -254,11 +255,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    from specviz.methods import method_names
+    from specviz.methods import get_method, method_names
     from specviz.peers import peers_for
     from specviz.prompts import Prompt
 
     methods = method_names() if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise SpecvizError(f"--methods names no method: give comma-separated names or 'all' ({', '.join(method_names())})")
+    for name in methods:
+        get_method(name)  # an unknown name fails now, before any model loads
+    repeated = sorted({m for m in methods if methods.count(m) > 1})
+    if repeated:
+        raise SpecvizError(f"--methods lists {', '.join(repeated)} more than once: list each method once")
+    for path in (args.json, args.report and args.report / "results.json"):
+        if path is not None:
+            check_writable(path)
     if args.prompt is not None:
         prompts = [Prompt("custom", "prompt/0", args.prompt)]
     else:
@@ -282,6 +293,20 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         dtype=args.dtype,
         peers=tuple(peers_for(methods)) if args.peers else (),
     )
+
+
+def check_writable(path: Path) -> None:
+    """Fail before a long run, not after it, when its output cannot be written."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # --report creates missing folders
+        folder = folder.parent
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a folder")
+        with tempfile.TemporaryFile(dir=folder):  # permissions alone say little (root, read-only mounts)
+            pass
+    except OSError as e:
+        raise SpecvizError(f"cannot write {path} ({e.strerror or e}): choose a file in a folder you can write to") from None
 
 
 def experiments() -> list[str]:
@@ -313,14 +338,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pair {result['pair']['name']} on {result['device']['device']}, {len(cfg.prompts)} prompts, "
           f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}")
     print(format_table(result["summary"]))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-        print(f"wrote {args.json}")
-    if args.report:
-        from specviz.reports import write_report
+    try:
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+            print(f"wrote {args.json}")
+        if args.report:
+            from specviz.reports import write_report
 
-        paths = write_report(result, args.report, command="python -m specviz.bench " + " ".join(argv))
-        print("wrote " + ", ".join(str(p) for p in paths))
+            paths = write_report(result, args.report, command="python -m specviz.bench " + " ".join(argv))
+            print("wrote " + ", ".join(str(p) for p in paths))
+    except OSError as e:
+        print(f"error: could not write the results: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from numbers import Integral
 from typing import Any
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
+from specviz.limits import MAX_SEED, MAX_TEMPERATURE, check_count, check_number
 from specviz.methods import get_method
 from specviz.metrics import summarize
 from specviz.models.pair import ModelPair, encode_prompt
@@ -40,16 +40,20 @@ def run(
     opts = spec.make_options(**options)
     if spec.needs_draft and pair.draft is None:
         raise SpecvizError(f"method '{method}' needs a draft model, and the pair '{pair.name}' has none")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
-        raise SpecvizError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    sampling = SamplingConfig(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+    max_new_tokens = check_count("max_new_tokens", max_new_tokens, most=pair.max_context)
+    sampling = SamplingConfig(
+        temperature=check_number("temperature", temperature, 0.0, MAX_TEMPERATURE),
+        top_k=check_count("top_k (0: off)", top_k, most=pair.vocab_size, least=0),
+        top_p=check_number("top_p", top_p, 0.0, 1.0),
+    )
+    seed = check_count("seed", seed, most=MAX_SEED, least=0)
     prompt_ids = encode_prompt(pair, prompt, chat)
     if len(prompt_ids) + max_new_tokens > pair.max_context:
         raise SpecvizError(
             f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
             f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
         )
-    dec = Decoding(pair, prompt_ids, spec.name, int(max_new_tokens), sampling, int(seed))
+    dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed)
     return spec.generate(dec, opts)
 
 

@@ -21,10 +21,24 @@ from specviz.errors import ModelNotAvailable, SpecvizError
         ([1, 2.5, 3], {}, "token ids must be integers"),
         ([1, "a"], {}, "token ids must be integers"),
         ([1, 10**9], {}, "token ids must be integers"),
-        ("hi", {"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
-        ("hi", {"max_new_tokens": 10**6}, "exceeds the model's context"),
+        ("hi", {"max_new_tokens": 0}, "max_new_tokens must be from 1 to"),
+        ("hi", {"max_new_tokens": 2.0}, "max_new_tokens must be an integer"),
+        ("hi", {"max_new_tokens": 10**6}, "max_new_tokens must be from 1 to"),
+        ("hi " * 1100, {"max_new_tokens": 1000}, "exceeds the model's context"),
         ("hi", {"temperature": -1}, "temperature"),
+        ("hi", {"temperature": float("inf")}, "temperature must be from 0 to 100"),
+        ("hi", {"temperature": float("nan")}, "temperature must be from 0 to 100"),
+        ("hi", {"temperature": "abc"}, "temperature must be a number"),
         ("hi", {"top_p": 0}, "top_p"),
+        ("hi", {"top_k": "x"}, "top_k .* must be an integer"),
+        ("hi", {"seed": 2**70}, "seed must be from 0 to"),
+        ("hi", {"seed": -1}, "seed must be from 0 to"),
+        ("hi", {"seed": "x"}, "seed must be an integer"),
+        ("hi", {"chat": "yes"}, "chat must be True, False or None"),
+        ("abc\ud800", {}, "not valid Unicode text"),
+        (None, {}, "must be text or a list of token ids, got NoneType"),
+        (7, {}, "must be text or a list of token ids, got int"),
+        (b"hi", {}, "must be text or a list of token ids, got bytes"),
     ],
 )
 def test_bad_prompt_or_settings(prompt, kwargs, message, random_pair):
@@ -32,10 +46,11 @@ def test_bad_prompt_or_settings(prompt, kwargs, message, random_pair):
         specviz.run("autoregressive", random_pair, prompt, **kwargs)
 
 
-@pytest.mark.parametrize("gamma", [0, -3, 2.5, True])
-def test_bad_speculation_length(gamma, random_pair):
-    with pytest.raises(SpecvizError, match="speculation_length must be a positive integer"):
-        specviz.run("vanilla", random_pair, "hi", speculation_length=gamma)
+@pytest.mark.parametrize("gamma", [0, -3, 2.5, True, "4", 10**6])
+@pytest.mark.parametrize("method", ["vanilla", "heuristic", "sssd", "prompt_lookup", "osd"])
+def test_bad_speculation_length(gamma, method, random_pair):
+    with pytest.raises(SpecvizError, match="speculation_length must be (an integer|from 1 to 64)"):
+        specviz.run(method, random_pair, "hi", speculation_length=gamma)
 
 
 def test_unknown_method_and_option(random_pair):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.limits import check_count
 
 
 @dataclass(frozen=True)
@@ -85,12 +86,12 @@ def method_names() -> list[str]:
 
 def get_method(name: str) -> MethodSpec:
     _load_all()
-    if name not in _REGISTRY:
-        raise SpecvizError(f"unknown method '{name}'. Known methods: {', '.join(method_names())}")
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise SpecvizError(f"unknown method {name!r}. Known methods: {', '.join(method_names())}")
     return _REGISTRY[name]
 
 
 def check_positive_int(name: str, value: Any) -> None:
-    """Option validation shared by the methods' option dataclasses."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecvizError(f"{name} must be a positive integer, got {value!r}")
+    """Option validation shared by the methods' option dataclasses: a count of draft tokens, tree
+    nodes or n-gram length, from 1 to the library's bound (specviz.limits)."""
+    check_count(name, value)

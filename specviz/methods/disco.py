@@ -17,7 +17,7 @@ import torch
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.methods import check_positive_int, register
-from specviz.methods.drafting import Draft, Drafter, ModelDrafter, SpeculationPolicy
+from specviz.methods.drafting import Draft, Drafter, ModelDrafter
 from specviz.methods.speculative import speculative_decoding
 from specviz.models.disco import DiscoModel, classifier_for, load_disco
 from specviz.records import IterationRecord

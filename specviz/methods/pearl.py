@@ -39,7 +39,7 @@ import torch
 
 from specviz.cost.formulas import pearl_window
 from specviz.decoding import Decoding
-from specviz.errors import SpecvizError
+from specviz.limits import check_count
 from specviz.methods import register
 from specviz.methods.drafting import Draft, ModelDrafter, StaticLength
 from specviz.models.kv import CachedLM
@@ -53,8 +53,7 @@ class PearlOptions:
     concurrent: bool = True  # draft and target at the same time (threads / CUDA streams); False: one after the other
 
     def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
-            raise SpecvizError(f"window must be 0 (automatic: round(c)) or a positive integer, got {self.window!r}")
+        check_count("window (0: automatic, round(c))", self.window, least=0)
 
 
 def synchronize(device: torch.device) -> None:

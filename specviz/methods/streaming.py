@@ -25,6 +25,7 @@ from torch import nn
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
+from specviz.limits import check_count
 from specviz.methods import check_positive_int, register
 from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.sssd import commit_tree
@@ -44,8 +45,7 @@ class StreamingOptions:
     adapter: str = "auto"  # "auto": the shipped adapter trained for this target, else "untrained"; or a .safetensors path
 
     def __post_init__(self) -> None:
-        if isinstance(self.speculation_length, bool) or not isinstance(self.speculation_length, int) or self.speculation_length < 0:
-            raise SpecvizError(f"speculation_length must be a non-negative integer, got {self.speculation_length!r}")
+        check_count("speculation_length (0: the tuned model alone)", self.speculation_length, least=0)
         check_positive_int("tree_width", self.tree_width)
         check_positive_int("tree_nodes", self.tree_nodes)
 

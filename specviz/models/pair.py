@@ -149,14 +149,21 @@ def describe(target_id: str, draft_id: str | None, target, draft, dev, dt) -> di
 
 def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | None = None) -> list[int]:
     """Token ids of a prompt: text (through the chat template when the pair uses one) or ids as given."""
+    if chat is not None and not isinstance(chat, bool):
+        raise SpecvizError(f"chat must be True, False or None (the pair's default), got {chat!r}")
     if isinstance(prompt, str):
         if not prompt.strip():
             raise SpecvizError("the prompt is empty: type some text")
+        bad = next((i for i, ch in enumerate(prompt) if 0xD800 <= ord(ch) <= 0xDFFF), None)
+        if bad is not None:
+            raise SpecvizError(f"the prompt is not valid Unicode text (a lone surrogate at character {bad})")
         tok = pair.tokenizer
         if (pair.chat if chat is None else chat) and tok.chat_template:
             prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
             return list(tok(prompt, add_special_tokens=False)["input_ids"])
         return list(tok(prompt)["input_ids"])
+    if isinstance(prompt, (bytes, bytearray)) or not (hasattr(prompt, "tolist") or isinstance(prompt, Sequence)):
+        raise SpecvizError(f"the prompt must be text or a list of token ids, got {type(prompt).__name__}")
     ids = list(prompt.tolist() if hasattr(prompt, "tolist") else prompt)
     if not ids:
         raise SpecvizError("the prompt is empty: give at least one token id")

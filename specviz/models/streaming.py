@@ -21,7 +21,6 @@ With zero LoRA, `tuned` computes exactly what the original model computes.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 from collections.abc import Callable

@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
 def summary_text(card: dict) -> str:
     v, t = card["validation"], card["test"]
     lines = [
-        f"accept rate (train/val/test): " + ", ".join(f"{card['accept_rate'][s]:.3f}" for s in SPLITS),
+        "accept rate (train/val/test): " + ", ".join(f"{card['accept_rate'][s]:.3f}" for s in SPLITS),
         f"tuned on validation: tau={v['disco_best']['threshold']}, SL_max={v['disco_best']['max_speculation_length']}, SL-opt={v['sl_opt']}",
         f"test F1 (accept class): DISCO {t['f1_accept_disco']:.3f} vs best static SL-{t['static_best_k_for_f1']} {t['f1_accept_static_best']:.3f}",
         f"test replay ms/token: DISCO {t['replay_at_tuned']['ms_per_token']:.2f}, SL-opt {t['replay_sl_opt']['ms_per_token']:.2f}, "
