@@ -33,5 +33,5 @@ def test_a_pair_without_a_draft_is_refused(random_pair):
 
 def test_the_tab_builds():
     with gr.Blocks():
-        ctx = SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), race=gr.State(None))
+        ctx = SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), race=gr.State(None), state=gr.State)
         online.build_tab(ctx)

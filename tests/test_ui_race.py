@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from specviz.errors import SpecvizError
+from specviz.limits import AppLimits
 from specviz.ui.blocks import discover_tabs
 from specviz.ui.panels import live_metrics, race_html
 from specviz.ui.racing import RaceSettings, run_race
@@ -66,8 +67,10 @@ def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
     [
         (RaceSettings("hi", ()), "no method selected"),
         (RaceSettings("   ", ("vanilla",)), "the prompt is empty"),
-        (RaceSettings("hi", ("vanilla",), max_new_tokens=100000), "max new tokens must be between 1 and"),
-        (RaceSettings("hi " * 1500, ("vanilla",), max_new_tokens=500), "exceeds the model's context"),
+        (RaceSettings("hi", ("vanilla",), max_new_tokens=100000), "max new tokens must be from 1 to 512"),
+        (RaceSettings("hi", ("vanilla",), speculation_length=17), "speculation length must be from 1 to 16"),
+        (RaceSettings("hi", ("vanilla",) * 50), "vanilla is listed more than once"),
+        (RaceSettings("hi " * 1100, ("vanilla",), max_new_tokens=8), "tokens long; a race here takes at most 1024"),
         (RaceSettings("hi", ("warp_drive",)), "unknown method 'warp_drive'"),
         (RaceSettings("hi", ("vanilla",), temperature=-1.0), "temperature"),
     ],
@@ -75,6 +78,15 @@ def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
 def test_bad_input_is_one_clear_error_before_anything_runs(perturbed_pair, settings, message):
     with pytest.raises(SpecvizError, match=message):
         next(run_race(perturbed_pair, settings, {}, threading.Event()))
+
+
+def test_the_limits_are_the_apps_own(perturbed_pair):
+    """A private deployment raises the limits; the model's context still bounds the prompt."""
+    roomy = AppLimits(prompt_tokens=4096, max_new_tokens=1024, methods_per_race=1)
+    with pytest.raises(SpecvizError, match="exceeds the model's context"):
+        next(run_race(perturbed_pair, RaceSettings("hi " * 1500, ("vanilla",), max_new_tokens=1000), {}, threading.Event(), roomy))
+    with pytest.raises(SpecvizError, match="2 methods asked for; a race here takes at most 1"):
+        next(run_race(perturbed_pair, RaceSettings("hi", ("autoregressive", "vanilla")), {}, threading.Event(), roomy))
 
 
 def test_tabs_are_discovered_race_first_and_all_import():

@@ -31,4 +31,4 @@ def test_stream_colours():
 
 def test_the_tab_builds():
     with gr.Blocks():
-        tab.build_tab(SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random")))
+        tab.build_tab(SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), state=gr.State))

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def build_app(pair: str = "default", gpu: Any = None) -> Any:
+def build_app(pair: str = "default", gpu: Any = None, limits: Any = None) -> Any:
     """The Blocks of the whole app (see specviz.ui.blocks)."""
     from specviz.ui.blocks import build_app as build
 
-    return build(pair=pair, gpu=gpu)
+    return build(pair=pair, gpu=gpu, limits=limits)
 
 
 def launch(demo: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,8 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
+from specviz.limits import AppLimits, app_limits
+from specviz.ui.feedback import user_error
 from specviz.ui.pairs import describe_pair, pair_choices, resolve_pair
 from specviz.ui.style import CSS
 
@@ -29,11 +31,16 @@ class TabContext:
     pair_status: gr.Markdown  # the header line that says which models are loaded
     race: gr.State  # the visitor's last race (specviz.ui.panels.Race) or None
     gpu: Callable[[Callable], Callable]  # wrap functions that run models (ZeroGPU's spaces.GPU on Spaces)
+    limits: AppLimits = AppLimits()  # what one visitor may ask for (specviz.limits; environment overrides)
 
-    @staticmethod
-    def load_pair(name: str) -> Any:
+    def state(self, value: Any = None) -> gr.State:
+        """Per-visitor state that is dropped `limits.session_ttl_s` after its last change (a handler
+        must return it as an output for a change to count)."""
+        return gr.State(value, time_to_live=self.limits.session_ttl_s)
+
+    def load_pair(self, name: str) -> Any:
         """The ModelPair called `name` (cached; 'default' falls back to tiny-random offline)."""
-        return resolve_pair(name)[0]
+        return resolve_pair(name, self.limits.presets_only)[0]
 
 
 def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
@@ -55,20 +62,23 @@ def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
     return tabs, failures
 
 
-def _load_status(name: str) -> str:
+def _load_status(name: str, presets_only: bool) -> str:
     try:
-        pair, notice = resolve_pair(name)
+        pair, notice = resolve_pair(name, presets_only)
     except SpecvizError as e:
-        raise gr.Error(str(e)) from None
+        raise user_error(e) from None
     if notice:
         gr.Warning(notice)
     return describe_pair(pair, notice)
 
 
-def build_app(pair: str = "default", gpu: Callable | None = None) -> gr.Blocks:
-    """The whole app. `pair`: the pair selected when the page opens (loaded on first visit)."""
+def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLimits | None = None) -> gr.Blocks:
+    """The whole app. `pair`: the pair selected when the page opens (loaded on first visit).
+    `limits`: what one visitor may ask for (default: specviz.limits.app_limits(), from the environment)."""
+    limits = limits or app_limits()
     tabs, failures = discover_tabs()
-    with gr.Blocks(title="specviz: speculative decoding, raced") as demo:
+    # Files handed to visitors (downloads) leave gradio's cache once they are an hour old.
+    with gr.Blocks(title="specviz: speculative decoding, raced", delete_cache=(600, 3600)) as demo:
         with gr.Row(elem_classes="sv-header", equal_height=True):
             with gr.Column(scale=3):
                 gr.HTML(
@@ -77,11 +87,12 @@ def build_app(pair: str = "default", gpu: Callable | None = None) -> gr.Blocks:
                 )
             with gr.Column(scale=2):
                 pair_box = gr.Dropdown(
-                    pair_choices(pair), value=pair, allow_custom_value=True, elem_id="sv-pair",
-                    label="Model pair (a preset, or 'TARGET_ID,DRAFT_ID' when online)",
+                    pair_choices(pair), value=pair, allow_custom_value=not limits.presets_only, elem_id="sv-pair",
+                    label="Model pair" if limits.presets_only else "Model pair (a preset, or 'TARGET_ID,DRAFT_ID' when online)",
                 )  # fmt: skip
                 pair_status = gr.Markdown("Loading the model pair…", elem_id="sv-pair-status")
-        ctx = TabContext(pair=pair_box, pair_status=pair_status, race=gr.State(None), gpu=gpu or (lambda fn: fn))
+        ctx = TabContext(pair=pair_box, pair_status=pair_status, race=gr.State(None, time_to_live=limits.session_ttl_s),
+                         gpu=gpu or (lambda fn: fn), limits=limits)
         with gr.Tabs():
             for module in tabs:
                 with gr.Tab(module.TAB_TITLE):
@@ -95,8 +106,11 @@ def build_app(pair: str = "default", gpu: Callable | None = None) -> gr.Blocks:
                     gr.Markdown(f"The module `specviz.ui.{name}` failed to import:\n```\n{error}\n```")
         # Load the pair when the page opens and when it changes; the race waits behind it.
         for trigger in (demo.load, pair_box.change):
-            trigger(_load_status, pair_box, pair_status, concurrency_id="models", concurrency_limit=1, show_progress="minimal")
-    return demo
+            trigger(lambda name: _load_status(name, limits.presets_only), pair_box, pair_status, concurrency_id="models",
+                    concurrency_limit=1, show_progress="minimal")  # fmt: skip
+    # One model run at a time (timings stay honest); a full queue turns new visitors away politely.
+    demo.specviz_limits = limits  # read by launch
+    return demo.queue(default_concurrency_limit=4, max_size=limits.queue_size)
 
 
 def theme() -> gr.themes.Base:
@@ -104,10 +118,11 @@ def theme() -> gr.themes.Base:
 
 
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
-    """Queue (one model run at a time: timings stay honest) and serve with the app's look."""
+    """Serve with the app's look (build_app has set up the queue)."""
     kwargs.setdefault("ssr_mode", False)
+    kwargs.setdefault("state_session_capacity", getattr(demo, "specviz_limits", AppLimits()).sessions)
     # Gradio's start-up self-check (one HEAD request to the local URL with a 3 s timeout) fails on
     # a busy machine and aborts the launch although the server is up; skip it where gradio has it.
     if "_frontend" in inspect.signature(demo.launch).parameters:
         kwargs.setdefault("_frontend", False)
-    return demo.queue(default_concurrency_limit=4).launch(theme=theme(), css=CSS, **kwargs)
+    return demo.launch(theme=theme(), css=CSS, **kwargs)

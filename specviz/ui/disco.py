@@ -7,6 +7,8 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.ui.feedback import user_error
+
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
@@ -81,16 +83,14 @@ def build_tab(ctx: Any) -> None:
         plot_hist = gr.Plot(label="Oracle speculation length histogram")
 
     def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float):
-        from specviz.errors import SpecvizError
-
         loader = getattr(ctx, "load_pair", None)
         try:
             if loader is None:
                 from specviz import load_pair as loader
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
             out = disco_vs_oracle(loader(pair_name), text, threshold, length, int(n))
-        except SpecvizError as e:
-            raise gr.Error(str(e)) from None
+        except Exception as e:  # a user's mistake, or a fault: one message, logged once
+            raise user_error(e) from None
         df = pd.DataFrame(out["iterations"])
         oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
         return (card_markdown(out["classifier"]), pd.DataFrame(out["rows"]),

@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from specviz.limits import AppLimits, check_count
+from specviz.ui.feedback import problem_text
 from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 
@@ -95,10 +97,11 @@ def build_tab(ctx: Any) -> None:
         "is distilled on the target's distributions where it was wrong (off the request path); the same "
         "draft kept static is measured on the same requests. Your learner is yours alone."
     )
+    limits = getattr(ctx, "limits", AppLimits())
     with gr.Row():
         with gr.Column():
             suites = gr.CheckboxGroup(SUITES, value=["gsm8k"], label="prompt suites")
-            requests = gr.Slider(4, 400, value=40, step=4, label="requests in the stream")
+            requests = gr.Slider(4, max(4, limits.osd_requests), value=min(40, limits.osd_requests), step=4, label="requests in the stream")
             shift_every = gr.Slider(0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)")
             mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
             distinct = gr.Slider(0, 50, value=0, step=1, label="distinct prompts per suite (0: all; small: a repetitive stream)")
@@ -120,15 +123,16 @@ def build_tab(ctx: Any) -> None:
     tokens_plot = gr.Plot(label="precision per token")
     tokens_table = gr.Markdown()
     download = gr.File(label="adapted draft (safetensors)")
-    state = gr.State()
+    state = ctx.state()
 
     def on_serve(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, w):
         try:
+            check_count("requests in the stream", int(n), most=limits.osd_requests)
             for st in serve_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, getattr(ctx, "load_pair", None)):
                 yield (st, summary_markdown(st, int(w)), acceptance_over_stream(st["rows"], st["learner"].updates, int(w)),
                        gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)))
         except Exception as e:  # a user's input must not crash the tab
-            yield None, f"**Cannot serve:** {e}", None, gr.update(visible=False)
+            yield None, f"**Cannot serve:** {problem_text(e)}", None, gr.update(visible=False)
 
     def on_analyse(st, w):
         if not st or not st["rows"]:

@@ -7,6 +7,8 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.ui.feedback import user_error
+
 TAB_TITLE = "PEARL: parallel drafting"
 TAB_ORDER = 50
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
@@ -69,15 +71,13 @@ def build_tab(ctx: Any) -> None:
     steps = gr.Dataframe(label="PEARL step by step", interactive=False)
 
     def run(pair_name: str, text: str, w: float, conc: bool, n: float):
-        from specviz.errors import SpecvizError
-
         loader = getattr(ctx, "load_pair", None)
         try:
             if loader is None:
                 from specviz import load_pair as loader
             out = compare(loader(pair_name), text, int(w), bool(conc), int(n))
-        except SpecvizError as e:
-            raise gr.Error(str(e)) from None
+        except Exception as e:  # a user's mistake, or a fault: one message, logged once
+            raise user_error(e) from None
         return pd.DataFrame(out["rows"]), timeline(out["records"]), pd.DataFrame(out["steps"])
 
     gpu = getattr(ctx, "gpu", lambda f: f)

@@ -26,9 +26,10 @@ from specviz.plots.theme import empty
 from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
+from specviz.ui.feedback import user_error
 from specviz.ui.pairs import resolve_pair
 from specviz.ui.panels import Race, panel_html
-from specviz.ui.racing import MAX_NEW_TOKENS_CAP, RaceSettings, run_race
+from specviz.ui.racing import RaceSettings, run_race
 from specviz.ui.style import legend_html
 
 TAB_TITLE = "Race"
@@ -68,6 +69,10 @@ def example_choices(suite: str) -> list[tuple[str, int]]:
 
 def settings_from_widgets(prompt, methods, speculation_length, max_new_tokens, temperature, top_p, seed) -> RaceSettings:
     """The one place widget values become a config (sliders send floats; the API may send anything)."""
+    if prompt is not None and not isinstance(prompt, str):
+        raise SpecvizError(f"the prompt must be text, got {type(prompt).__name__}")
+    if not isinstance(methods, (list, tuple, type(None))) or not all(isinstance(m, str) for m in methods or ()):
+        raise SpecvizError("methods must be a list of method names")
     try:
         return RaceSettings(
             prompt=prompt or "",
@@ -78,7 +83,7 @@ def settings_from_widgets(prompt, methods, speculation_length, max_new_tokens, t
             top_p=float(top_p),
             seed=int(seed or 0),
         )
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise SpecvizError(f"an option is not a number: {e}") from None
 
 
@@ -100,9 +105,8 @@ def race_outputs(race: Race) -> dict[str, Any]:
     }
 
 
-def write_downloads(race: Race, df: Any) -> list[str]:
+def write_downloads(race: Race, df: Any, folder: Path) -> list[str]:
     """The race's records as CSV (one row per iteration) and JSON (full records, settings)."""
-    folder = Path(tempfile.mkdtemp(prefix="specviz-race-"))
     csv_path, json_path = folder / "race_records.csv", folder / "race_records.json"
     df.to_csv(csv_path, index=False)
     payload = {
@@ -121,7 +125,7 @@ def write_downloads(race: Race, df: Any) -> list[str]:
 
 def build_tab(ctx: Any) -> None:
     specs = all_methods()
-    ui = SimpleNamespace(specs=specs)
+    ui = SimpleNamespace(specs=specs, limits=ctx.limits)
     _settings(ui)
     _board(ui)
     _plots(ui)
@@ -132,6 +136,7 @@ def build_tab(ctx: Any) -> None:
 def _settings(ui: SimpleNamespace) -> None:
     """Prompt, examples, methods and decoding settings."""
     defaults = [s.name for s in ui.specs if s.name in DEFAULT_METHODS] or [s.name for s in ui.specs if not s.is_oracle]
+    limits = ui.limits
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             ui.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=5, max_lines=12, elem_id="sv-prompt")
@@ -147,8 +152,9 @@ def _settings(ui: SimpleNamespace) -> None:
             with gr.Row():
                 ui.all_btn = gr.Button("All", size="sm", min_width=60)
                 ui.none_btn = gr.Button("None", size="sm", min_width=60)
-            ui.speculation_length = gr.Slider(1, 16, value=4, step=1, label="Speculation length (draft tokens per iteration)")
-            ui.max_new = gr.Slider(1, MAX_NEW_TOKENS_CAP, value=128, step=1, label="Max new tokens", elem_id="sv-max-new")
+            ui.speculation_length = gr.Slider(1, limits.speculation_length, value=min(4, limits.speculation_length), step=1, label="Speculation length (draft tokens per iteration)")
+            ui.max_new = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1, label="Max new tokens",
+                                   elem_id="sv-max-new")
             with gr.Accordion("Sampling", open=False):
                 ui.temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                 ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
@@ -195,7 +201,7 @@ def _plots(ui: SimpleNamespace) -> None:
 def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
     """Run race streams panel updates while the methods run, then the table, plots and downloads."""
     stop_state = gr.State(StopSignal())
-    sessions = gr.State({})  # stateful methods' learners, per visitor and pair
+    sessions_state = ctx.state({})  # stateful methods' learners (OSD's draft copies), per visitor and pair
     panels = ui.panels
 
     def panel_updates(race: Race, drawn: dict[str, tuple]) -> dict:
@@ -211,17 +217,17 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
     def race(pair_name, prompt, methods, k, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict):
         try:
             settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
-            settings.check()
-            pair, notice = resolve_pair(pair_name)
-        except SpecvizError as e:
-            raise gr.Error(str(e)) from None
+            settings.check(ctx.limits)
+            pair, notice = resolve_pair(pair_name, ctx.limits.presets_only)
+        except Exception as e:  # a user's mistake, or a fault: one message, logged once
+            raise user_error(e) from None
         if notice:
             gr.Warning(notice)
         stop.event.clear()
         head = f"⚠️ {notice}\n\n" if notice else ""
         race, drawn, first = None, {}, True
         try:
-            for race in run_race(pair, settings, sessions, stop.event):
+            for race in run_race(pair, settings, sessions, stop.event, ctx.limits):
                 running = [r.label for r in race.runs if r.status == "running"]
                 line = f"Running **{running[0]}** alone…" if running else "Preparing (untimed warm-up)…"
                 update = {ui.status: f"{head}{line}", ctx.race: race, **panel_updates(race, drawn)}
@@ -232,22 +238,24 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
                     for name, panel in panels.items():
                         update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
                 yield update
-        except SpecvizError as e:
-            raise gr.Error(str(e)) from None
+        except Exception as e:
+            raise user_error(e) from None
         out = race_outputs(race)
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
         baseline = race.baseline_tokens_per_s()
-        yield {
-            ui.status: f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
-            **{panels[r.name]: panel_html(r, baseline, race.max_new_tokens) for r in race.runs},
-            ui.table: out["table"], ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
-            ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
-            ui.files: write_downloads(race, out["frame"]) if race.finished() else None,
-        }  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="specviz-race-") as folder:  # gradio copies the files to its cache
+            yield {
+                ui.status: f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
+                **{panels[r.name]: panel_html(r, baseline, race.max_new_tokens) for r in race.runs},
+                ui.table: out["table"], ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
+                ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
+                ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,
+                sessions_state: sessions,  # returned, so the state's time-to-live restarts
+            }  # fmt: skip
 
-    inputs = [ctx.pair, ui.prompt, ui.methods, ui.speculation_length, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions]
+    inputs = [ctx.pair, ui.prompt, ui.methods, ui.speculation_length, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
     outputs = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ctx.race, ui.plot_time, ui.plot_acceptance,
-               ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files]  # fmt: skip
+               ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, sessions_state]  # fmt: skip
     ui.run_btn.click(
         ctx.gpu(race), inputs, outputs, api_name="race", concurrency_id="models", concurrency_limit=1,
         show_progress_on=[ui.status],

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.limits import AppLimits, check_count
 from specviz.ui.panels import MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 
-MAX_NEW_TOKENS_CAP = 512  # the app's limit on tokens per method (the issue's cap; default 128)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
 _END = object()
@@ -37,16 +37,20 @@ class RaceSettings:
     top_p: float = 1.0
     seed: int = 0
 
-    def check(self) -> None:
-        """Problems a user can cause, as one clear SpecvizError each."""
+    def check(self, limits: AppLimits = AppLimits()) -> None:
+        """Problems a user can cause, as one clear SpecvizError each (the prompt's length is checked
+        once it is tokenised, in run_race)."""
         if not self.methods:
             raise SpecvizError("no method selected: tick at least one method to race")
+        repeated = sorted({m for m in self.methods if self.methods.count(m) > 1})
+        if repeated:
+            raise SpecvizError(f"{', '.join(repeated)} is listed more than once: list each method once")
+        if len(self.methods) > limits.methods_per_race:
+            raise SpecvizError(f"{len(self.methods)} methods asked for; a race here takes at most {limits.methods_per_race}")
         if not self.prompt or not self.prompt.strip():
             raise SpecvizError("the prompt is empty: type some text or pick an example")
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_CAP:
-            raise SpecvizError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS_CAP}, got {self.max_new_tokens}")
-        if self.speculation_length < 1:
-            raise SpecvizError(f"speculation length must be at least 1, got {self.speculation_length}")
+        check_count("max new tokens", self.max_new_tokens, most=limits.max_new_tokens)
+        check_count("speculation length", self.speculation_length, most=limits.speculation_length)
 
     def sampling(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed, "max_new_tokens": self.max_new_tokens}
@@ -114,7 +118,8 @@ def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float =
         worker.join(timeout=30)
 
 
-def run_race(pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event) -> Iterator[Race]:
+def run_race(pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event, limits: AppLimits = AppLimits()
+) -> Iterator[Race]:
     """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
 
     `sessions` keeps stateful methods' state across the races of one visitor (keyed by pair and
@@ -123,9 +128,11 @@ def run_race(pair: Any, settings: RaceSettings, sessions: dict, stop: threading.
     import specviz
     from specviz.methods import get_method, new_session
 
-    settings.check()
+    settings.check(limits)
     specs = sorted((get_method(m) for m in dict.fromkeys(settings.methods)), key=lambda s: (s.is_oracle, s.rank, s.name))
     prompt_ids = specviz.encode_prompt(pair, settings.prompt)
+    if len(prompt_ids) > limits.prompt_tokens:
+        raise SpecvizError(f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it")
     if len(prompt_ids) + settings.max_new_tokens > pair.max_context:
         raise SpecvizError(
             f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "

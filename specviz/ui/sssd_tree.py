@@ -10,6 +10,9 @@ import html
 from typing import Any
 
 from specviz.plots.tree import SOURCE_COLOURS, record_tree_figure
+from specviz.errors import SpecvizError
+from specviz.limits import AppLimits
+from specviz.ui.feedback import problem_text
 
 TAB_TITLE = "SSSD tree"
 TAB_ORDER = 60
@@ -53,7 +56,7 @@ def run_and_show(pair_name: str, prompt: str, max_new_tokens: int, speculation_l
     try:
         state = run_sssd(pair_name, prompt, max_new_tokens, speculation_length, sources, load_pair)
     except Exception as e:  # a user's input must not crash the tab
-        return None, f"<p><b>Cannot run:</b> {html.escape(str(e))}</p>", 0, None, "", 1
+        return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", 0, None, "", 1
     first = next((i for i, r in enumerate(state["records"]) if r["accepted"]), 0)
     fig, line = show_iteration(state, first)
     return state, coloured_output(state), first, fig, line, len(state["records"])
@@ -73,23 +76,29 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
 def build_tab(ctx: Any) -> None:
     import gradio as gr
 
+    limits = getattr(ctx, "limits", AppLimits())
     gr.Markdown("### SSSD: a token tree from the prompt, its own output and a datastore, verified in one pass")
     with gr.Row():
         prompt = gr.Textbox("Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2)
         with gr.Column():
             max_new = gr.Slider(8, 256, value=64, step=8, label="max new tokens")
-            size = gr.Slider(1, 64, value=16, step=1, label="speculation length S (tree nodes)")
+            size = gr.Slider(1, limits.tree_nodes, value=min(16, limits.tree_nodes), step=1, label="speculation length S (tree nodes)")
             sources = gr.Radio(["both", "input", "datastore"], value="both", label="draft sources")
     go = gr.Button("Run SSSD", variant="primary")
     output = gr.HTML()
     iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
     summary = gr.Markdown()
     plot = gr.Plot(label="candidate tree")
-    state = gr.State()
+    state = ctx.state()
 
     def on_run(pair_name, text, n, s, src):
+        if int(s) > limits.tree_nodes:  # only the API can send more than the slider allows
+            refusal = problem_text(SpecvizError(f"S must be at most {limits.tree_nodes} tree nodes here, got {int(s)}"))
+            return None, f"<p><b>Cannot run:</b> {html.escape(refusal)}</p>", gr.update(), None, ""
         st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, getattr(ctx, "load_pair", None))
         return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
 
-    go.click(on_run, [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary])
+    gpu = getattr(ctx, "gpu", lambda fn: fn)  # ZeroGPU on Spaces
+    go.click(gpu(on_run), [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary],
+             concurrency_id="models", concurrency_limit=1)  # fmt: skip
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

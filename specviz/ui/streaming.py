@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from specviz.ui.feedback import problem_text
 from specviz.plots.tree import record_tree_figure
 
 TAB_TITLE = "Streaming tree"
@@ -87,16 +88,18 @@ def build_tab(ctx: Any) -> None:
     iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
     summary = gr.Markdown()
     plot = gr.Plot(label="stream tree")
-    state = gr.State()
+    state = ctx.state()
 
     def on_run(pair_name, text, n, k, w):
         try:
             st = run_streaming(pair_name, text, n, k, w, getattr(ctx, "load_pair", None))
         except Exception as e:  # a user's input must not crash the tab
-            return None, f"**Cannot run:** {e}", "", gr.update(), None, ""
+            return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, ""
         first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)
         fig, line = show_iteration(st, first)
         return st, coloured_output(st), summary_line(st), gr.update(maximum=max(1, len(st["records"]) - 1), value=first), fig, line
 
-    go.click(on_run, [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary])
+    gpu = getattr(ctx, "gpu", lambda fn: fn)  # ZeroGPU on Spaces
+    go.click(gpu(on_run), [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary],
+             concurrency_id="models", concurrency_limit=1)  # fmt: skip
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

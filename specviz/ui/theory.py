@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from specviz.ui.feedback import problem_text
 from specviz.cost import HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
 from specviz.cost.calibrate import hardware_from_result
 from specviz.cost.formulas import expected_tokens, improvement_factor, optimal_gamma
@@ -156,7 +157,7 @@ def build_tab(ctx: Any) -> None:
             shape = resolve_shape(m, pair_name, getattr(ctx, "load_pair", None))
             return roofline_view(hw, m, b, ctx_len, ov, shape=shape)
         except Exception as e:  # a user's choice (e.g. a pair that cannot load) must not crash the tab
-            return None, f"**Cannot draw this:** {e}"
+            return None, f"**Cannot draw this:** {problem_text(e)}"
 
     roof_inputs = [hardware, model, batch, context, overhead, ctx.pair]
     for w in (hardware, model, batch, context, overhead):

@@ -1,0 +1,149 @@
+"""What a stranger may send: limits in one place, one SpecvizError (or one CLI line) for every bad
+input of the library, the app's race handler and the bench CLI, and quiet logs for user errors."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import specviz
+from specviz.errors import SpecvizError
+from specviz.limits import AppLimits, app_limits, check_count, check_number
+from specviz.ui.racing import run_race
+
+
+def test_app_limits_come_from_the_environment():
+    assert app_limits({}) == AppLimits()
+    limits = app_limits({"SPECVIZ_LIMIT_MAX_NEW_TOKENS": "1024", "SPECVIZ_LIMIT_SESSION_TTL_S": " 60 "})
+    assert limits.max_new_tokens == 1024 and limits.session_ttl_s == 60 and limits.prompt_tokens == AppLimits().prompt_tokens
+    with pytest.raises(SpecvizError, match="SPECVIZ_LIMIT_QUEUE_SIZE='many' is not a whole number"):
+        app_limits({"SPECVIZ_LIMIT_QUEUE_SIZE": "many"})
+    with pytest.raises(SpecvizError, match="SPECVIZ_LIMIT_SESSIONS must be positive"):
+        app_limits({"SPECVIZ_LIMIT_SESSIONS": "0"})
+    names = [name for name, _, _ in AppLimits().describe()]
+    assert "SPECVIZ_LIMIT_OSD_REQUESTS" in names and "SPECVIZ_PRESETS_ONLY" in names
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in names), "the README's hosting section names every limit"
+
+
+def test_a_space_takes_only_presets_unless_its_operator_allows_more():
+    assert not app_limits({}).presets_only
+    assert app_limits({"SPACE_ID": "someone/specviz"}).presets_only
+    assert not app_limits({"SPACE_ID": "someone/specviz", "SPECVIZ_PRESETS_ONLY": "0"}).presets_only
+    assert app_limits({"SPECVIZ_PRESETS_ONLY": "1"}).presets_only
+    with pytest.raises(SpecvizError, match="SPECVIZ_PRESETS_ONLY must be 1 or 0"):
+        app_limits({"SPECVIZ_PRESETS_ONLY": "yes"})
+
+
+def test_presets_only_refuses_hub_ids_and_paths_before_loading_anything():
+    from specviz.ui.pairs import resolve_pair
+
+    for name in ("someone/model,someone/draft", "/etc", "../assets/drafts"):
+        with pytest.raises(SpecvizError, match="races only its preset pairs"):
+            resolve_pair(name, presets_only=True)
+    pair, _ = resolve_pair("tiny-random", presets_only=True)
+    assert pair.name == "tiny-random"
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [(True, "an integer"), (2.0, "an integer"), ("3", "an integer"), (None, "an integer"), (0, "from 1 to 64"), (65, "from 1 to 64")],
+)
+def test_check_count(value, message):
+    with pytest.raises(SpecvizError, match=f"n must be {message}"):
+        check_count("n", value)
+    assert check_count("n", 64) == 64
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, -0.5, 3.5, "1", None, True])
+def test_check_number(value):
+    with pytest.raises(SpecvizError, match="x must be"):
+        check_number("x", value, 0.0, 3.0)
+    assert check_number("x", 3, 0.0, 3.0) == 3.0
+
+
+def test_a_user_error_is_one_info_line_and_a_fault_is_one_traceback(caplog):
+    from specviz.ui.feedback import problem_text, user_error
+
+    with caplog.at_level(logging.INFO, logger="specviz.app"):
+        err = user_error(SpecvizError("the prompt is empty"))
+        text = problem_text(ZeroDivisionError("boom"))
+    assert err.message == "the prompt is empty" and err.print_exception is False
+    assert "This is a bug" in text
+    (info, error) = caplog.records
+    assert info.levelno == logging.INFO and info.getMessage() == "refused: the prompt is empty" and info.exc_info is None
+    assert error.levelno == logging.ERROR and error.exc_info is not None
+
+
+# -- fuzzing ------------------------------------------------------------------------------------
+
+ANY = st.one_of(st.none(), st.booleans(), st.text(max_size=5), st.floats(allow_nan=True, allow_infinity=True),
+                st.integers(-(2**70), 2**70), st.lists(st.integers(-3, 3), max_size=2))  # fmt: skip
+PROMPTS = st.one_of(st.text(max_size=30), st.sampled_from(["abc\ud800", "", "  ", "def f(x):"]),
+                    st.lists(st.integers(-2, 600), max_size=12), ANY)  # fmt: skip
+SMALL_COUNT = st.one_of(st.integers(-2, 10), ANY)  # valid values stay small, so every run is short
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    method=st.one_of(st.sampled_from(["autoregressive", "vanilla", "heuristic", "sssd", "prompt_lookup", "pearl", "disco"]), ANY),
+    prompt=PROMPTS, max_new_tokens=SMALL_COUNT, temperature=st.one_of(st.floats(0, 2), ANY), top_p=st.one_of(st.floats(0, 1), ANY),
+    top_k=st.one_of(st.integers(-1, 5), ANY), seed=st.one_of(st.integers(0, 10), ANY), gamma=st.one_of(st.none(), SMALL_COUNT),
+)  # fmt: skip
+def test_the_library_runs_or_says_why(random_pair, method, prompt, max_new_tokens, temperature, top_p, top_k, seed, gamma):
+    options = {} if gamma is None else {"speculation_length": gamma}
+    try:
+        records = list(specviz.run(method, random_pair, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
+                                   top_p=top_p, top_k=top_k, seed=seed, **options))  # fmt: skip
+    except SpecvizError as e:
+        assert str(e).strip()
+        return
+    assert 1 <= sum(len(r.emitted) for r in records) <= max_new_tokens
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    prompt=PROMPTS, methods=st.one_of(st.lists(st.sampled_from(["autoregressive", "vanilla", "pearl", "nope"]), max_size=4), ANY),
+    k=SMALL_COUNT, max_new=SMALL_COUNT, temperature=st.one_of(st.floats(0, 2), ANY), top_p=st.one_of(st.floats(0, 1), ANY),
+    seed=st.one_of(st.integers(0, 10), ANY),
+)  # fmt: skip
+def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, k, max_new, temperature, top_p, seed):
+    """What the app's race API does with its inputs (the handler's own steps, without a server)."""
+    from specviz.ui.race import settings_from_widgets
+
+    try:
+        race_settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
+        for race in run_race(perturbed_pair, race_settings, {}, threading.Event(), AppLimits()):
+            pass
+    except SpecvizError as e:
+        assert str(e).strip()
+        return
+    assert all(r.status in ("done", "skipped") for r in race.runs), [(r.status, r.message) for r in race.runs]
+
+
+# -- the bench CLI ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--methods", ""], "--methods names no method"),
+        (["--methods", "vanilla,vanilla"], "--methods lists vanilla more than once"),
+        (["--json", "/proc/specviz.json"], "cannot write /proc/specviz.json"),
+        (["--report", "/proc/specviz-report"], "cannot write /proc/specviz-report/results.json"),
+        (["--json", "."], "cannot write"),
+        (["--max-new-tokens", "0", "--no-warmup"], "max_new_tokens must be from 1 to"),
+    ],
+)
+def test_the_bench_cli_refuses_in_one_line(args, message, capsys):
+    from specviz import bench
+
+    code = bench.main(["--pair", "tiny-random", "--prompt", "hi", "--quiet", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
