@@ -42,12 +42,13 @@ def test_a_space_takes_only_presets_unless_its_operator_allows_more():
 
 
 def test_presets_only_refuses_hub_ids_and_paths_before_loading_anything():
-    from specviz.ui.pairs import resolve_pair
+    from specviz.ui.pairs import pair_choices, resolve_pair
 
+    allowed = tuple(pair_choices("default"))
     for name in ("someone/model,someone/draft", "/etc", "../assets/drafts"):
-        with pytest.raises(SpecvizError, match="races only its preset pairs"):
-            resolve_pair(name, presets_only=True)
-    pair, _ = resolve_pair("tiny-random", presets_only=True)
+        with pytest.raises(SpecvizError, match="races only its listed pairs"):
+            resolve_pair(name, allowed)
+    pair, _ = resolve_pair("tiny-random", allowed)
     assert pair.name == "tiny-random"
 
 

@@ -32,6 +32,7 @@ class TabContext:
     race: gr.State  # the visitor's last race (specviz.ui.panels.Race) or None
     gpu: Callable[[Callable], Callable]  # wrap functions that run models (ZeroGPU's spaces.GPU on Spaces)
     limits: AppLimits = AppLimits()  # what one visitor may ask for (specviz.limits; environment overrides)
+    allowed_pairs: tuple[str, ...] | None = None  # None: any pair name; else only these (limits.presets_only)
 
     def state(self, value: Any = None) -> gr.State:
         """Per-visitor state that is dropped `limits.session_ttl_s` after its last change (a handler
@@ -40,7 +41,7 @@ class TabContext:
 
     def load_pair(self, name: str) -> Any:
         """The ModelPair called `name` (cached; 'default' falls back to tiny-random offline)."""
-        return resolve_pair(name, self.limits.presets_only)[0]
+        return resolve_pair(name, self.allowed_pairs)[0]
 
 
 def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
@@ -62,9 +63,9 @@ def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
     return tabs, failures
 
 
-def _load_status(name: str, presets_only: bool) -> str:
+def _load_status(name: str, allowed: tuple[str, ...] | None) -> str:
     try:
-        pair, notice = resolve_pair(name, presets_only)
+        pair, notice = resolve_pair(name, allowed)
     except SpecvizError as e:
         raise user_error(e) from None
     if notice:
@@ -76,9 +77,10 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
     """The whole app. `pair`: the pair selected when the page opens (loaded on first visit).
     `limits`: what one visitor may ask for (default: specviz.limits.app_limits(), from the environment)."""
     limits = limits or app_limits()
+    allowed = tuple(pair_choices(pair)) if limits.presets_only else None
     tabs, failures = discover_tabs()
-    # Files handed to visitors (downloads) leave gradio's cache once they are an hour old.
-    with gr.Blocks(title="specviz: speculative decoding, raced", delete_cache=(600, 3600)) as demo:
+    # Files handed to visitors (downloads) leave gradio's cache as their state does.
+    with gr.Blocks(title="specviz: speculative decoding, raced", delete_cache=(600, limits.session_ttl_s)) as demo:
         with gr.Row(elem_classes="sv-header", equal_height=True):
             with gr.Column(scale=3):
                 gr.HTML(
@@ -92,7 +94,7 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                 )  # fmt: skip
                 pair_status = gr.Markdown("Loading the model pair…", elem_id="sv-pair-status")
         ctx = TabContext(pair=pair_box, pair_status=pair_status, race=gr.State(None, time_to_live=limits.session_ttl_s),
-                         gpu=gpu or (lambda fn: fn), limits=limits)
+                         gpu=gpu or (lambda fn: fn), limits=limits, allowed_pairs=allowed)
         with gr.Tabs():
             for module in tabs:
                 with gr.Tab(module.TAB_TITLE):
@@ -106,7 +108,7 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                     gr.Markdown(f"The module `specviz.ui.{name}` failed to import:\n```\n{error}\n```")
         # Load the pair when the page opens and when it changes; the race waits behind it.
         for trigger in (demo.load, pair_box.change):
-            trigger(lambda name: _load_status(name, limits.presets_only), pair_box, pair_status, concurrency_id="models",
+            trigger(lambda name: _load_status(name, allowed), pair_box, pair_status, concurrency_id="models",
                     concurrency_limit=1, show_progress="minimal")  # fmt: skip
     # One model run at a time (timings stay honest); a full queue turns new visitors away politely.
     demo.specviz_limits = limits  # read by launch

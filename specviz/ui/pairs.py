@@ -27,17 +27,16 @@ def _tiny_variant(draft: str) -> Any:
     return tiny_pair(draft=draft)
 
 
-def resolve_pair(name: str, presets_only: bool = False) -> tuple[Any, str | None]:
+def resolve_pair(name: str, allowed: tuple[str, ...] | None = None) -> tuple[Any, str | None]:
     """(pair, notice): the pair called `name`; if the default pair cannot load here, the tiny-random
     pair and a notice saying so (the app keeps working offline, and says what it is showing).
-    `presets_only`: refuse anything but the listed pairs (a public page: no hub ids, no paths)."""
+    `allowed`: the only names accepted (a public page: its listed pairs, no hub ids, no paths)."""
     import specviz
 
     name = (name or "default").strip() if isinstance(name, str) else "default"
-    if presets_only and name not in pair_choices("default"):
+    if allowed is not None and name not in allowed:
         raise SpecvizError(
-            f"this app races only its preset pairs ({', '.join(pair_choices('default'))}); "
-            "to race other models, run specviz on your own machine"
+            f"this app races only its listed pairs ({', '.join(allowed)}); to race other models, run specviz on your own machine"
         )
     if name in TINY_VARIANTS:
         return _tiny_variant(TINY_VARIANTS[name]), None

@@ -218,7 +218,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         try:
             settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
-            pair, notice = resolve_pair(pair_name, ctx.limits.presets_only)
+            pair, notice = resolve_pair(pair_name, ctx.allowed_pairs)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         if notice:
