@@ -226,7 +226,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m specviz.bench",
         description=__doc__.split("\n\n")[0],
-        epilog="paper experiments: python -m specviz.bench EXPERIMENT --help, with EXPERIMENT one of: "
+        epilog="paper experiments and tools (agreement, load): python -m specviz.bench EXPERIMENT --help, with EXPERIMENT one of: "
         + (", ".join(experiments()) or "none yet"),
     )
     p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")

@@ -220,3 +220,42 @@ def test_teacher_text_puts_prompts_back_in_front_of_the_answers(built, tmp_path)
     tok = tiny_pair().tokenizer
     r = next(r for r in rows if r["source"] == "gsm8k" and r["line"] == 1)
     assert r["prompt_ids"] == corpus.encode_chat(tok, PROMPTS["gsm8k_train.jsonl"][1][1]) and r["output_ids"]
+
+
+def test_agreement_breaks_down_the_drafts_top1_hits(built):
+    """The breakdown tool's overall figure is the draft's argmax agreement with the target's argmax,
+    recomputed here with the draft's ordinary forward pass; every breakdown covers every token."""
+    from argparse import Namespace
+
+    from specviz.experiments import agreement
+
+    tmp_path, _ = built
+    out = tmp_path / "agreement"
+    args = ["--draft", str(tmp_path / "draft"), "--target", "tiny-random", "--data", str(tmp_path / "data"),
+            "--corpus", str(tmp_path / "shipped"), "--work", str(tmp_path / "work"), "--out", str(out)]  # fmt: skip
+    assert agreement.main(args) == 0
+    result = json.loads((out / "agreement.json").read_text())
+    ns = Namespace(corpus=tmp_path / "shipped", work=tmp_path / "work", data=tmp_path / "data", top_k=32, answers_only=False)
+    data = train_draft.CorpusData(ns, tiny_pair().tokenizer, 448)
+    draft = load_draft(tmp_path / "draft", torch.device("cpu"), torch.float32).eval()
+    hits = total = 0
+    for e in data.val:
+        with torch.no_grad():
+            guess = draft(input_ids=torch.tensor([e.ids[:-1]])).logits[0, e.answer_start - 1 :].argmax(-1)  # [a]
+        hits += int((guess == torch.from_numpy(e.topk[0][:, 0].astype(np.int64))).sum())
+        total += len(guess)
+    assert result["all"]["all"]["tokens"] == total and result["all"]["all"]["agreement"] == pytest.approx(hits / total)
+    for group, rows in result.items():
+        assert sum(r["tokens"] for r in rows.values()) == total, group
+    assert "| position | 0–4 |" in (out / "agreement.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "piece, kind",
+    [("Ġthe", "word start"), ("ing", "word piece"), ("Ċ", "space/newline"), ("ĠĠ", "space/newline"), ("123", "digit"),
+     (".", "punctuation"), ("Ġ(", "punctuation"), ("x2", "mixed")],
+)  # fmt: skip
+def test_token_classes(piece, kind):
+    from specviz.experiments.agreement import token_class
+
+    assert token_class(piece) == kind

@@ -98,6 +98,7 @@ class Example:
     answer_start: int  # index of the first answer token in `ids`
     greedy: bool
     topk: tuple[np.ndarray, np.ndarray] | None  # ([a, k] ids, [a, k] log-probabilities) of the target, if kept
+    source: str = ""  # the prompt file it answers (corpus.SOURCES)
 
 
 class CorpusData:
@@ -118,7 +119,7 @@ class CorpusData:
                 continue
             row = None if args.answers_only else r.get("row")  # only a work folder's answers have top-k rows
             topk = (ids[row : row + keep], logp[row : row + keep]) if row is not None else None
-            ex = Example(prompt + [int(x) for x in r["output_ids"][:keep]], len(prompt), r["temperature"] == 0, topk)
+            ex = Example(prompt + [int(x) for x in r["output_ids"][:keep]], len(prompt), r["temperature"] == 0, topk, r["source"])
             (self.val if corpus_mod.held_out(r["source"], r["line"]) else self.train).append(ex)
         if not self.val and len(self.train) > 1:  # too few prompts to hit the held-out hash: hold out a tenth
             greedy = [e for e in self.train if e.greedy]
