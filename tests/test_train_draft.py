@@ -99,6 +99,7 @@ def test_the_shipped_shards_hold_the_same_answers(built):
     shipped = corpus.load_shipped(tmp_path / "shipped")
     assert {(r["source"], r["line"], r["temperature"]): list(r["output_ids"]) for r in shipped} == local
     assert "18 answers" in (tmp_path / "shipped" / "README.md").read_text()
+    assert len({id(r["output_ids"].base) for r in shipped}) == 1  # views of one array per shard, not a copy each
     assert corpus.main(["pack", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "shipped")]) == 0
     assert len(corpus.shard_paths(tmp_path / "shipped")) == 1  # nothing new: no second shard
 

@@ -332,10 +332,11 @@ def load_shipped(folder: Path = CORPUS) -> list[dict]:
     """Every shipped answer: {"source", "line", "temperature", "output_ids"} (ids as a uint16 array)."""
     out = []
     for path in shard_paths(folder):
-        z = np.load(path)
-        names = [str(s) for s in z["source_names"]]
-        for s, line, t, a, b in zip(z["source"], z["line"], z["temperature"], z["offsets"][:-1], z["offsets"][1:]):
-            out.append({"source": names[s], "line": int(line), "temperature": float(t) / 100, "output_ids": z["tokens"][a:b]})
+        with np.load(path) as z:  # z[name] decompresses anew on every access: read each array once
+            shard = {name: z[name] for name in z.files}
+        names, tokens, offsets = [str(s) for s in shard["source_names"]], shard["tokens"], shard["offsets"]
+        for s, line, t, a, b in zip(shard["source"], shard["line"], shard["temperature"], offsets[:-1], offsets[1:]):
+            out.append({"source": names[s], "line": int(line), "temperature": float(t) / 100, "output_ids": tokens[a:b]})
     return out
 
 
