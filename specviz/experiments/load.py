@@ -1,0 +1,193 @@
+"""The app under load, on loopback: concurrent gradio_client sessions racing, the server's memory,
+and how fast Stop stops.
+
+    python -m specviz.bench load --pair tiny-random --sessions 8 --races 25 --out benchmarks/reliability/8x25
+    python -m specviz.bench load --pair tiny-random --sessions 1 --races 200 --fresh --out benchmarks/reliability/200
+
+`app.py` runs in a child process (its memory is its own, read from /proc), with its log in the
+output folder. After one untimed warm-up race (models load, caches fill), every session runs its
+races one after another, the sessions at once, each a new gradio_client (--fresh: a new client,
+so a new visitor, for every race). Then Stop: a long race is submitted, Stop is pressed once the
+first method streams, and the time until the race's last update is measured. Reported: races done
+and failed, latency p50/p95 (queueing included), server RSS after the warm-up and at the end, the
+Stop latency, and the tracebacks in the server log (user errors must not leave any).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from specviz.errors import SpecvizError
+from specviz.paths import ASSETS
+
+APP = ASSETS.parent / "app.py"  # the repository's app (this tool runs from a clone)
+
+DEFAULT_METHODS = "autoregressive,vanilla,prompt_lookup,pearl,sssd,disco,osd"  # the Race tab's defaults
+PROMPTS = ["def add(a, b):", "Write a haiku about the sea.", "What is 12 * 7? Explain.", "List three prime numbers."]
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise SpecvizError(f"no VmRSS for process {pid}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(pair: str, log: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """app.py in a child process on a free loopback port; returns once it answers."""
+    import urllib.request
+
+    if not APP.is_file():
+        raise SpecvizError(f"{APP} is missing: run the load test from a clone of the repository")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), "--pair", pair, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **env},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SpecvizError(f"the app exited with status {proc.returncode}; its log: {log}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SpecvizError(f"the app did not answer within 300 s; its log: {log}")
+
+
+def race_args(pair: str, methods: list[str], max_new_tokens: int, i: int) -> tuple:
+    """The /race API's inputs: pair, prompt, methods, speculation length, max new tokens, T, top-p, seed."""
+    return pair, PROMPTS[i % len(PROMPTS)], methods, 4, max_new_tokens, 0.0, 1.0, 0
+
+
+def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
+    """(finished, seconds, problem) of one race through the API."""
+    start = time.perf_counter()
+    try:
+        status = client.predict(*args, api_name="/race")[0]
+    except Exception as e:  # a failed request is a figure here, not a crash
+        return False, time.perf_counter() - start, f"{type(e).__name__}: {e}"[:200]
+    seconds = time.perf_counter() - start
+    return "Race finished" in status, seconds, "" if "Race finished" in status else status[:200]
+
+
+def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str]) -> list[dict[str, Any]]:
+    """cfg.sessions threads, each racing cfg.races times; one row per race."""
+    from gradio_client import Client
+
+    rows: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def session(s: int) -> None:
+        client = None
+        for r in range(cfg.races):
+            if client is None or cfg.fresh:
+                client = Client(url, verbose=False)
+            ok, seconds, problem = one_race(client, race_args(cfg.pair, methods, cfg.max_new_tokens, s + r))
+            with lock:
+                rows.append({"session": s, "race": r, "ok": ok, "seconds": round(seconds, 3), "problem": problem})
+
+    threads = [threading.Thread(target=session, args=(s,)) for s in range(cfg.sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return rows
+
+
+def stop_latency(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
+    """Seconds from pressing Stop (once a long race streams) to the race's last update."""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    job = client.submit(cfg.pair, "Write a long story about a lighthouse keeper.", methods, 4, cfg.stop_tokens, 0.0, 1.0, 0,
+                        api_name="/race")  # fmt: skip
+    deadline = time.monotonic() + 300
+    while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:  # warm-up, then a method streams
+        time.sleep(0.05)
+    if job.done():
+        return {"stop_s": None, "note": "the race finished before Stop could be pressed: raise --stop-tokens"}
+    pressed = time.perf_counter()
+    client.predict(api_name="/stop")
+    status = job.result(timeout=300)[0]
+    return {"stop_s": round(time.perf_counter() - pressed, 3), "stopped": "Stopped by the Stop button" in status}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specviz.bench load", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="tiny-random")
+    p.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated registry names")
+    p.add_argument("--sessions", type=int, default=8, help="concurrent clients")
+    p.add_argument("--races", type=int, default=25, help="races per client")
+    p.add_argument("--fresh", action="store_true", help="a new client (a new visitor) for every race")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--stop-tokens", type=int, default=512, help="max new tokens of the race that Stop interrupts")
+    p.add_argument("--out", type=Path, required=True, help="folder for results.json, summary.md and the server log")
+    cfg = p.parse_args(argv)
+    if not (1 <= cfg.sessions <= 64 and 1 <= cfg.races <= 1000):
+        raise SpecvizError("--sessions must be from 1 to 64 and --races from 1 to 1000 (loopback only, bounded)")
+    methods = [m.strip() for m in cfg.methods.split(",") if m.strip()]
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    log = cfg.out / "server.log"
+    proc, url = start_app(cfg.pair, log, {})
+    try:
+        from gradio_client import Client
+
+        warm = one_race(Client(url, verbose=False), race_args(cfg.pair, methods, cfg.max_new_tokens, 0))
+        if not warm[0]:
+            raise SpecvizError(f"the warm-up race failed: {warm[2]}")
+        rss_before = rss_mb(proc.pid)
+        started = time.perf_counter()
+        rows = run_sessions(url, cfg, methods)
+        wall = time.perf_counter() - started
+        rss_after = rss_mb(proc.pid)
+        stop = stop_latency(url, cfg, methods)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    seconds = [r["seconds"] for r in rows if r["ok"]]
+    text = log.read_text(errors="replace")
+    result = {
+        "command": "python -m specviz.bench load " + " ".join(sys.argv[2:] if argv is None else argv),
+        "pair": cfg.pair, "methods": methods, "sessions": cfg.sessions, "races_per_session": cfg.races, "fresh": cfg.fresh,
+        "max_new_tokens": cfg.max_new_tokens, "races": len(rows), "done": sum(r["ok"] for r in rows),
+        "failed": sum(not r["ok"] for r in rows), "wall_s": round(wall, 1),
+        "latency_p50_s": round(percentile(seconds, 0.5), 2), "latency_p95_s": round(percentile(seconds, 0.95), 2),
+        "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
+        "rss_growth_mb": round(rss_after - rss_before, 1), "rss_growth_pct": round(100 * (rss_after / rss_before - 1), 2),
+        **stop, "tracebacks_in_log": text.count("Traceback (most recent call last)"),
+        "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10], "rows": rows,
+    }  # fmt: skip
+    (cfg.out / "results.json").write_text(json.dumps(result, indent=1))
+    summary = {k: v for k, v in result.items() if k not in ("rows", "methods", "problems")}
+    (cfg.out / "summary.md").write_text("| figure | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in summary.items()))
+    print(json.dumps(summary, indent=1))
+    return 0 if result["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
