@@ -89,5 +89,5 @@ def test_stream_tree():
 def test_bad_adapter_is_a_clear_error(random_pair, tmp_path):
     with pytest.raises(SpecvizError, match="no streaming adapter"):
         output(random_pair, "x", max_new_tokens=2, adapter=str(tmp_path / "missing.safetensors"))
-    with pytest.raises(SpecvizError, match="non-negative"):
+    with pytest.raises(SpecvizError, match="must be from 0 to 64"):
         output(random_pair, "x", max_new_tokens=2, speculation_length=-1)
