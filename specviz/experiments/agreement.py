@@ -78,7 +78,9 @@ def analyse(draft: Any, examples: list, tokenizer: Any, batch: int = 16) -> dict
                 for group, key in keys:
                     counts[group][key][0] += hit
                     counts[group][key][1] += 1
-    return {g: {k: {"agreement": h / n, "tokens": n} for k, (h, n) in sorted(rows.items())} for g, rows in counts.items()}
+    order = {bucket(lo, edges): i for edges in (POSITIONS, CONFIDENCE) for i, (lo, _) in enumerate(edges)}  # buckets in range order
+    return {g: {k: {"agreement": h / n, "tokens": n} for k, (h, n) in sorted(rows.items(), key=lambda kv: (order.get(kv[0], 0), kv[0]))}
+            for g, rows in counts.items()}  # fmt: skip
 
 
 def markdown(result: dict[str, Any], title: str) -> str:
