@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.limits import check_unique
 from specviz.prompts import SUITES, Prompt, take
 
 
@@ -264,9 +265,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise SpecvizError(f"--methods names no method: give comma-separated names or 'all' ({', '.join(method_names())})")
     for name in methods:
         get_method(name)  # an unknown name fails now, before any model loads
-    repeated = sorted({m for m in methods if methods.count(m) > 1})
-    if repeated:
-        raise SpecvizError(f"--methods lists {', '.join(repeated)} more than once: list each method once")
+    check_unique("--methods", methods)
     for path in (args.json, args.report and args.report / "results.json"):
         if path is not None:
             check_writable(path)

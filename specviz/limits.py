@@ -46,23 +46,10 @@ class AppLimits:
     # (1 or 0); on by default on a Hugging Face Space (SPACE_ID set), off elsewhere.
     presets_only: bool = False
 
-    def describe(self) -> list[tuple[str, str, Any]]:
-        """(environment variable, meaning, value) for every limit: the README's and the page's table."""
-        return [(_env_name(f.name), _COMMENTS.get(f.name, ""), getattr(self, f.name)) for f in dataclasses.fields(self)]
-
-
-_COMMENTS = {
-    "prompt_tokens": "tokens of one prompt after the chat template",
-    "max_new_tokens": "tokens one method generates for one prompt",
-    "speculation_length": "draft tokens per iteration",
-    "tree_nodes": "nodes of one verification tree (SSSD's S)",
-    "methods_per_race": "methods in one race, each listed once",
-    "osd_requests": "requests in one Online-learning stream",
-    "queue_size": "visitors waiting for the models at once",
-    "sessions": "visitors whose state is kept in memory",
-    "session_ttl_s": "seconds a visitor's state is kept after its last change",
-    "presets_only": "1: only the preset pairs; 0: also hub ids and local paths (default 1 on a Space)",
-}
+    @staticmethod
+    def env_names() -> list[str]:
+        """The environment variable of every limit (the README's hosting table lists them all)."""
+        return [_env_name(f.name) for f in dataclasses.fields(AppLimits)]
 
 
 def app_limits(env: dict[str, str] | None = None) -> AppLimits:
@@ -99,6 +86,13 @@ def check_count(name: str, value: Any, most: int = MAX_SPECULATION_LENGTH, least
     if not least <= value <= most:
         raise SpecvizError(f"{name} must be from {least} to {most}, got {value}")
     return int(value)
+
+
+def check_unique(what: str, names: Any) -> None:
+    """Refuse a list that names something twice (a method listed 50 times is a mistake, not a request)."""
+    repeated = sorted({n for n in names if list(names).count(n) > 1})
+    if repeated:
+        raise SpecvizError(f"{what} lists {', '.join(repeated)} more than once: list each once")
 
 
 def check_number(name: str, value: Any, least: float, most: float) -> float:

@@ -26,7 +26,7 @@ def test_app_limits_come_from_the_environment():
         app_limits({"SPECVIZ_LIMIT_QUEUE_SIZE": "many"})
     with pytest.raises(SpecvizError, match="SPECVIZ_LIMIT_SESSIONS must be positive"):
         app_limits({"SPECVIZ_LIMIT_SESSIONS": "0"})
-    names = [name for name, _, _ in AppLimits().describe()]
+    names = AppLimits.env_names()
     assert "SPECVIZ_LIMIT_OSD_REQUESTS" in names and "SPECVIZ_PRESETS_ONLY" in names
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in names), "the README's hosting section names every limit"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits, check_count
+from specviz.limits import AppLimits, check_count, check_unique
 from specviz.ui.panels import MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 
@@ -42,9 +42,7 @@ class RaceSettings:
         once it is tokenised, in run_race)."""
         if not self.methods:
             raise SpecvizError("no method selected: tick at least one method to race")
-        repeated = sorted({m for m in self.methods if self.methods.count(m) > 1})
-        if repeated:
-            raise SpecvizError(f"{', '.join(repeated)} is listed more than once: list each method once")
+        check_unique("the race", self.methods)
         if len(self.methods) > limits.methods_per_race:
             raise SpecvizError(f"{len(self.methods)} methods asked for; a race here takes at most {limits.methods_per_race}")
         if not self.prompt or not self.prompt.strip():
@@ -129,7 +127,7 @@ def run_race(pair: Any, settings: RaceSettings, sessions: dict, stop: threading.
     from specviz.methods import get_method, new_session
 
     settings.check(limits)
-    specs = sorted((get_method(m) for m in dict.fromkeys(settings.methods)), key=lambda s: (s.is_oracle, s.rank, s.name))
+    specs = sorted((get_method(m) for m in settings.methods), key=lambda s: (s.is_oracle, s.rank, s.name))
     prompt_ids = specviz.encode_prompt(pair, settings.prompt)
     if len(prompt_ids) > limits.prompt_tokens:
         raise SpecvizError(f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it")

@@ -11,7 +11,7 @@ from typing import Any
 
 from specviz.plots.tree import SOURCE_COLOURS, record_tree_figure
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits
+from specviz.limits import AppLimits, check_count
 from specviz.ui.feedback import problem_text
 
 TAB_TITLE = "SSSD tree"
@@ -92,9 +92,10 @@ def build_tab(ctx: Any) -> None:
     state = ctx.state()
 
     def on_run(pair_name, text, n, s, src):
-        if int(s) > limits.tree_nodes:  # only the API can send more than the slider allows
-            refusal = problem_text(SpecvizError(f"S must be at most {limits.tree_nodes} tree nodes here, got {int(s)}"))
-            return None, f"<p><b>Cannot run:</b> {html.escape(refusal)}</p>", gr.update(), None, ""
+        try:  # only the API can send more than the slider allows
+            check_count("S (tree nodes)", int(s), most=limits.tree_nodes)
+        except SpecvizError as e:
+            return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", gr.update(), None, ""
         st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, getattr(ctx, "load_pair", None))
         return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
 
