@@ -40,6 +40,7 @@ class AppLimits:
     methods_per_race: int = 13  # methods in one race, each listed once
     osd_requests: int = 100  # requests in one Online-learning stream
     queue_size: int = 32  # visitors waiting for the models; more are asked to come back later
+    admitted_runs: int = 8  # runs in the models' line at once (they take turns); later ones wait in gradio's queue
     sessions: int = 200  # visitors whose state is kept; beyond this the least recently active are dropped
     session_ttl_s: int = 3600  # a visitor's state (races, learners) is dropped this long after its last change
     # Only the preset pairs in the pair field (no hub ids, no local paths). Set by SPECVIZ_PRESETS_ONLY

@@ -42,3 +42,15 @@ def reduced_pair():
 @pytest.fixture(scope="session")
 def tiny_pairs(random_pair, self_pair, perturbed_pair, reduced_pair):
     return {"random": random_pair, "self": self_pair, "perturbed": perturbed_pair, "reduced": reduced_pair}
+
+
+def tab_context(pair_name: str = "tiny-random", **overrides):
+    """The TabContext a tab is built with, inside `with gr.Blocks():` (overrides: e.g. load_pair)."""
+    import gradio as gr
+
+    from specviz.ui.blocks import TabContext
+
+    ctx = TabContext(pair=gr.Dropdown([pair_name], value=pair_name), pair_status=gr.Markdown(), race=gr.State(None), gpu=lambda fn: fn)
+    for name, value in overrides.items():
+        setattr(ctx, name, value)
+    return ctx

@@ -14,6 +14,7 @@ from specviz.errors import SpecvizError
 from specviz.methods import get_method
 from specviz.models.disco import DiscoClassifier, DiscoModel, classifier_for, draft_features, load_disco
 from specviz.train import disco as train
+from tests.conftest import tab_context
 
 PROMPT = "def fibonacci(n):"
 
@@ -166,15 +167,12 @@ def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
 
 
 def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed_pair):
-    from types import SimpleNamespace
-
     import gradio as gr
 
     from specviz.ui import disco as tab
 
     with gr.Blocks():
-        pair = gr.Dropdown(["tiny-perturbed"], value="tiny-perturbed")
-        tab.build_tab(SimpleNamespace(pair=pair, gpu=lambda fn: fn, load_pair=lambda name: perturbed_pair))
+        tab.build_tab(tab_context("tiny-perturbed", load_pair=lambda name: perturbed_pair))
     out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20)
     rows = {r["method"]: r for r in out["rows"]}
     assert rows["DISCO"]["mean SL"] <= 3 and rows["Oracle (upper bound)"]["acceptance"] in (None, 1.0)

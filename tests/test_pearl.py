@@ -12,6 +12,7 @@ import torch
 
 import specviz
 from specviz.errors import SpecvizError
+from tests.conftest import tab_context
 
 VARIANTS = ["pearl", "pearl-no-pre", "pearl-no-post"]
 
@@ -154,8 +155,7 @@ def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pa
     from specviz.ui import pearl as tab
 
     with gr.Blocks():
-        pair = gr.Dropdown(["tiny-perturbed"], value="tiny-perturbed")
-        tab.build_tab(SimpleNamespace(pair=pair, gpu=lambda fn: fn, load_pair=lambda name: perturbed_pair))
+        tab.build_tab(tab_context("tiny-perturbed", load_pair=lambda name: perturbed_pair))
     out = tab.compare(perturbed_pair, "def f(x):", window=3, concurrent=True, max_new_tokens=16)
     assert [r["tokens"] for r in out["rows"]] == [16, 16]
     assert set(out["records"]) == {"vanilla (γ=3)", "PEARL (γ=3)"}

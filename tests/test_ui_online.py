@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import gradio as gr
 import pytest
 
 from specviz.errors import SpecvizError
 from specviz.ui import online
+from tests.conftest import tab_context
 
 
 def test_serving_a_stream_updates_the_visitors_own_learner(random_pair, tmp_path):
@@ -33,5 +32,4 @@ def test_a_pair_without_a_draft_is_refused(random_pair):
 
 def test_the_tab_builds():
     with gr.Blocks():
-        ctx = SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), race=gr.State(None), state=gr.State)
-        online.build_tab(ctx)
+        online.build_tab(tab_context())

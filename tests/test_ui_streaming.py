@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import gradio as gr
 
 from specviz.ui import streaming as tab
+from tests.conftest import tab_context
 
 
 def test_run_and_inspect_a_tree(random_pair):
@@ -31,4 +30,4 @@ def test_stream_colours():
 
 def test_the_tab_builds():
     with gr.Blocks():
-        tab.build_tab(SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), state=gr.State))
+        tab.build_tab(tab_context())

@@ -8,9 +8,12 @@ and how fast Stop stops.
 output folder. After one untimed warm-up race (models load, caches fill), every session runs its
 races one after another, the sessions at once, each a new gradio_client (--fresh: a new client,
 so a new visitor, for every race). Then Stop: a long race is submitted, Stop is pressed once the
-first method streams, and the time until the race's last update is measured. Reported: races done
-and failed, latency p50/p95 (queueing included), server RSS after the warm-up and at the end, the
-Stop latency, and the tracebacks in the server log (user errors must not leave any).
+first method streams, and the time until the race's last update is measured; a new visitor's short
+race is sent while a long race runs (it should go between the long race's methods, and its page
+should show where it waits); and a visitor closes the page during a long race (the time until a
+new visitor's short race is done says whether the abandoned race was stopped). Reported: races
+done and failed, latency p50/p95 (queueing included), server RSS after the warm-up and at the end,
+those three timings, and the tracebacks in the server log (user errors must not leave any).
 """
 
 from __future__ import annotations
@@ -114,22 +117,70 @@ def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str]) -> list[
     return rows
 
 
-def stop_latency(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
-    """Seconds from pressing Stop (once a long race streams) to the race's last update."""
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
+def long_race(client: Any, cfg: argparse.Namespace, methods: list[str]) -> Any:
+    """Submit a long race; return its job once a method streams (None: it finished first)."""
     job = client.submit(cfg.pair, "Write a long story about a lighthouse keeper.", methods, 4, cfg.stop_tokens, 0.0, 1.0, 0,
                         api_name="/race")  # fmt: skip
     deadline = time.monotonic() + 300
     while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:  # warm-up, then a method streams
         time.sleep(0.05)
-    if job.done():
-        return {"stop_s": None, "note": "the race finished before Stop could be pressed: raise --stop-tokens"}
+    return None if job.done() else job
+
+
+TOO_SHORT = "the long race finished before the test could interrupt it: raise --stop-tokens"
+
+
+def stop_latency(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
+    """Seconds from pressing Stop (once a long race streams) to the race's last update."""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    if (job := long_race(client, cfg, methods)) is None:
+        return {"stop_s": None, "stop_note": TOO_SHORT}
     pressed = time.perf_counter()
     client.predict(api_name="/stop")
     status = job.result(timeout=300)[0]
     return {"stop_s": round(time.perf_counter() - pressed, 3), "stopped": "Stopped by the Stop button" in status}
+
+
+def short_race(url: str, cfg: argparse.Namespace) -> tuple[float, list[str]]:
+    """A new visitor's one-method, 8-token race: (seconds to finish, the status lines it showed)."""
+    from gradio_client import Client
+
+    start = time.perf_counter()
+    job = Client(url, verbose=False).submit(*race_args(cfg.pair, ["autoregressive"], 8, 0), api_name="/race")
+    final = job.result(timeout=600)[0]
+    return time.perf_counter() - start, [o[0] for o in job.outputs()] + [final]
+
+
+def fair_share(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
+    """While one visitor's long race runs, another's short race: does it go between the long race's
+    methods (finishing first), and does its page say where it waits?"""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    if (job := long_race(client, cfg, methods)) is None:
+        return {"short_race_s": None, "fair_note": TOO_SHORT}
+    seconds, lines = short_race(url, cfg)
+    long_done = job.done()
+    client.predict(api_name="/stop")
+    job.result(timeout=300)
+    return {"short_race_s": round(seconds, 2), "short_race_first": not long_done,
+            "queue_position_shown": any("ahead of you" in line for line in lines)}  # fmt: skip
+
+
+def leave_latency(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
+    """A visitor closes the page (the client's heartbeat ends) during a long race: seconds until
+    another visitor's short race is done (the long race must be stopped for it to be quick)."""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    if long_race(client, cfg, methods) is None:
+        return {"leave_s": None, "leave_note": TOO_SHORT}
+    left = time.perf_counter()
+    client.close()
+    seconds, _ = short_race(url, cfg)
+    return {"leave_s": round(time.perf_counter() - left, 2), "leave_short_race_s": round(seconds, 2)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -165,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_sessions(url, cfg, methods)
         wall = time.perf_counter() - started
         rss_after = rss_mb(proc.pid)
-        stop = stop_latency(url, cfg, methods)
+        stop = {**stop_latency(url, cfg, methods), **fair_share(url, cfg, methods), **leave_latency(url, cfg, methods)}
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -19,6 +19,7 @@ from specviz.limits import AppLimits, app_limits
 from specviz.ui.feedback import user_error
 from specviz.ui.pairs import describe_pair, pair_choices, resolve_pair
 from specviz.ui.style import CSS
+from specviz.ui.turns import one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,15 @@ class TabContext:
         """Per-visitor state that is dropped `limits.session_ttl_s` after its last change (a handler
         must return it as an output for a change to count)."""
         return gr.State(value, time_to_live=self.limits.session_ttl_s)
+
+    def run_models(self, fn: Callable) -> Callable:
+        """Wrap a handler that runs models: it waits for its turn on them (specviz.ui.turns), then
+        runs (on a ZeroGPU Space, with a GPU). The Race takes turns per method instead."""
+        return one_at_a_time(self.gpu(fn))
+
+    def models_queue(self) -> dict[str, Any]:
+        """The event options of every handler that runs models: one gradio queue, `admitted_runs` at once."""
+        return {"concurrency_id": "models", "concurrency_limit": self.limits.admitted_runs}
 
     def load_pair(self, name: str) -> Any:
         """The ModelPair called `name` (cached; 'default' falls back to tiny-random offline)."""
@@ -108,11 +118,18 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                     gr.Markdown(f"The module `specviz.ui.{name}` failed to import:\n```\n{error}\n```")
         # Load the pair when the page opens and when it changes; the race waits behind it.
         for trigger in (demo.load, pair_box.change):
-            trigger(lambda name: _load_status(name, allowed), pair_box, pair_status, concurrency_id="models",
-                    concurrency_limit=1, show_progress="minimal")  # fmt: skip
-    # One model run at a time (timings stay honest); a full queue turns new visitors away politely.
+            trigger(ctx.run_models(lambda name: _load_status(name, allowed)), pair_box, pair_status, **ctx.models_queue(),
+                    show_progress="minimal")  # fmt: skip
+        demo.unload(_visitor_left)
+    # Model runs take turns (timings stay honest); a full queue turns new visitors away politely.
     demo.specviz_limits = limits  # read by launch
     return demo.queue(default_concurrency_limit=4, max_size=limits.queue_size)
+
+
+def _visitor_left(request: gr.Request) -> None:
+    """The page was closed: stop the visitor's running race (its turn on the models goes to the next)."""
+    if stopped := stop_visitor(request.session_hash):
+        log.info("a visitor left: stopped %d running race(s)", stopped)
 
 
 def theme() -> gr.themes.Base:

@@ -96,5 +96,5 @@ def build_tab(ctx: Any) -> None:
         return (card_markdown(out["classifier"]), pd.DataFrame(out["rows"]),
                 chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]), oracle_sl_histogram(oracle))
 
-    run_btn.click(ctx.gpu(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new], [card, table, plot_sl, plot_hist],
-                  api_name="disco", concurrency_id="models", concurrency_limit=1)
+    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new], [card, table, plot_sl, plot_hist],
+                  api_name="disco", **ctx.models_queue())

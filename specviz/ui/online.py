@@ -140,7 +140,6 @@ def build_tab(ctx: Any) -> None:
         return learned_tokens(st, int(w))
 
     inputs = [ctx.pair, suites, requests, shift_every, mixed, distinct, max_new, gamma, interval, lr, loss, background, window]
-    gpu = getattr(ctx, "gpu", lambda fn: fn)  # ZeroGPU on Spaces
-    go.click(gpu(on_serve), inputs, [state, summary, plot, domains], concurrency_id="models", concurrency_limit=1)
+    go.click(ctx.run_models(on_serve), inputs, [state, summary, plot, domains], **ctx.models_queue())
     analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table])
     save.click(save_draft, state, download)

@@ -23,7 +23,7 @@ class MethodRun:
     name: str  # registry name
     label: str
     paper: str
-    status: str = "queued"  # queued | running | done | stopped | skipped | error
+    status: str = "queued"  # queued | waiting (for its turn on the models) | running | done | stopped | skipped | error
     message: str = ""  # why it was skipped or failed
     records: list[IterationRecord] = field(default_factory=list)
     spans: list[TokenSpan] = field(default_factory=list)

@@ -80,6 +80,5 @@ def build_tab(ctx: Any) -> None:
             raise user_error(e) from None
         return pd.DataFrame(out["rows"]), timeline(out["records"]), pd.DataFrame(out["steps"])
 
-    gpu = getattr(ctx, "gpu", lambda f: f)
-    run_btn.click(gpu(run), [ctx.pair, prompt, window, concurrent, max_new], [table, plot, steps],
-                  api_name="pearl", concurrency_id="models", concurrency_limit=1)
+    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, window, concurrent, max_new], [table, plot, steps],
+                  api_name="pearl", **ctx.models_queue())

@@ -31,6 +31,7 @@ from specviz.ui.pairs import resolve_pair
 from specviz.ui.panels import Race, panel_html
 from specviz.ui.racing import RaceSettings, run_race
 from specviz.ui.style import legend_html
+from specviz.ui.turns import stopped_on_leave
 
 TAB_TITLE = "Race"
 TAB_ORDER = 0
@@ -85,6 +86,16 @@ def settings_from_widgets(prompt, methods, speculation_length, max_new_tokens, t
         )
     except (TypeError, ValueError, OverflowError) as e:
         raise SpecvizError(f"an option is not a number: {e}") from None
+
+
+def race_status_line(race: Race) -> str:
+    """The line above the panels while a race runs: which method runs, or where it waits."""
+    for run in race.runs:
+        if run.status == "running":
+            return f"Running **{run.label}** alone…"
+        if run.status == "waiting":  # its message: "waiting for the models: 2 runs ahead of you (about 30 s)"
+            return f"**{run.label}** is {run.message}. Other visitors' runs go between this race's methods; Stop leaves the line."
+    return "Preparing…"
 
 
 def race_outputs(race: Race) -> dict[str, Any]:
@@ -214,7 +225,8 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
                 out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)
         return out
 
-    def race(pair_name, prompt, methods, k, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict):
+    def race(pair_name, prompt, methods, k, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict,
+             request: gr.Request = None):  # fmt: skip
         try:
             settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
@@ -225,21 +237,24 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
             gr.Warning(notice)
         stop.event.clear()
         head = f"⚠️ {notice}\n\n" if notice else ""
-        race, drawn, first = None, {}, True
+        visitor = getattr(request, "session_hash", None)
         try:
-            for race in run_race(pair, settings, sessions, stop.event, ctx.limits):
-                running = [r.label for r in race.runs if r.status == "running"]
-                line = f"Running **{running[0]}** alone…" if running else "Preparing (untimed warm-up)…"
-                update = {ui.status: f"{head}{line}", ctx.race: race, **panel_updates(race, drawn)}
-                if first:  # show this race's panels, hide the others
-                    first = False
-                    chosen = {r.name for r in race.runs}
-                    update.update({ui.placeholder: gr.update(visible=False), ui.track: ""})
-                    for name, panel in panels.items():
-                        update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
-                yield update
+            with stopped_on_leave(visitor, stop.event):  # a closed tab stops the race
+                yield from stream_race(pair, settings, sessions, stop, head)
         except Exception as e:
             raise user_error(e) from None
+
+    def stream_race(pair, settings, sessions, stop, head):
+        race, drawn, first = None, {}, True
+        for race in run_race(pair, settings, sessions, stop.event, ctx.limits):
+            update = {ui.status: f"{head}{race_status_line(race)}", ctx.race: race, **panel_updates(race, drawn)}
+            if first:  # show this race's panels, hide the others
+                first = False
+                chosen = {r.name for r in race.runs}
+                update.update({ui.placeholder: gr.update(visible=False), ui.track: ""})
+                for name, panel in panels.items():
+                    update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
+            yield update
         out = race_outputs(race)
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
         baseline = race.baseline_tokens_per_s()
@@ -257,7 +272,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
     outputs = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ctx.race, ui.plot_time, ui.plot_acceptance,
                ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, sessions_state]  # fmt: skip
     ui.run_btn.click(
-        ctx.gpu(race), inputs, outputs, api_name="race", concurrency_id="models", concurrency_limit=1,
+        ctx.gpu(race), inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method
         show_progress_on=[ui.status],
     )  # fmt: skip
 

@@ -1,4 +1,5 @@
-"""Running a race honestly: the methods run one after another, each alone, in a worker thread.
+"""Running a race honestly: the methods run one after another, each alone on the models (taking
+turns with other visitors' runs, `specviz.ui.turns`), each in a worker thread.
 
 Each method's clock (`Decoding.now`) runs only while its own generator runs, and the generator is
 drained by a worker thread, so drawing the page never pauses a run (a paused generator would count
@@ -19,6 +20,7 @@ from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count, check_unique
 from specviz.ui.panels import MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
+from specviz.ui.turns import POLL_S, TURNS, Turns
 
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
@@ -116,12 +118,15 @@ def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float =
         worker.join(timeout=30)
 
 
-def run_race(pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event, limits: AppLimits = AppLimits()
+def run_race(
+    pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event, limits: AppLimits = AppLimits(), turns: Turns = TURNS
 ) -> Iterator[Race]:
     """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
 
-    `sessions` keeps stateful methods' state across the races of one visitor (keyed by pair and
-    method). Raises SpecvizError before anything runs when the input is bad.
+    Each method waits for its turn on the models (`turns`, shared by every visitor) and gives it
+    back when done, so other visitors' runs go between this race's methods. `sessions` keeps
+    stateful methods' state across the races of one visitor (keyed by pair and method). Raises
+    SpecvizError before anything runs when the input is bad.
     """
     import specviz
     from specviz.methods import get_method, new_session
@@ -152,33 +157,51 @@ def run_race(pair: Any, settings: RaceSettings, sessions: dict, stop: threading.
         options = {**spec.select(shared), **sessions[key]}
         generators[spec.name] = specviz.run(spec.name, pair, prompt_ids, **settings.sampling(), **options)  # validates now
     yield race
-    _warm_up(pair, prompt_ids, settings)
+    warm = False  # the untimed warm-up runs in the first method's turn
     for run in race.runs:
         if run.name not in generators:
             continue
-        if stop.is_set():
-            run.status, run.message = "skipped", "the race was stopped before this method started"
-            generators[run.name].close()
-            continue
-        run.status = "running"
-        yield race
-        builder = SpanBuilder(pair.tokenizer, prompt_ids)
-        run.spans = builder.spans  # the builder appends to the panel's spans
+        ticket = turns.join()
         try:
-            for batch in stream_records(generators[run.name], stop):
-                for record in batch:
-                    run.records.append(record)
-                    builder.add(record)
+            while not turns.wait(ticket, POLL_S) and not stop.is_set():
+                run.status, run.message = "waiting", f"waiting for the models: {turns.waiting_note(ticket)}"
                 yield race
-            run.status = "stopped" if stop.is_set() else "done"
-        except SpecvizError as e:
-            run.status, run.message = "error", str(e)
-        except Exception as e:  # a bug in one method must not end everyone's race
-            run.status, run.message = "error", f"{type(e).__name__}: {e}"
-        builder.finish()
-        if run.records:
-            run.records = specviz.fill_oracle_sl(pair, prompt_ids, run.records)
+            run.status, run.message = "queued", ""  # served (or stopped)
+            if stop.is_set():
+                run.status, run.message = "skipped", "the race was stopped before this method started"
+                generators[run.name].close()
+                continue
+            if not warm:
+                _warm_up(pair, prompt_ids, settings)
+                warm = True
+            yield from _run_method(pair, race, run, generators[run.name], stop)
+        finally:
+            turns.leave(ticket)
         yield race
+
+
+def _run_method(pair: Any, race: Race, run: MethodRun, gen: Iterator[Any], stop: threading.Event) -> Iterator[Race]:
+    """One method's run, alone on the models: its records stream into `run` as they arrive."""
+    import specviz
+
+    run.status = "running"
+    yield race
+    builder = SpanBuilder(pair.tokenizer, race.prompt_ids)
+    run.spans = builder.spans  # the builder appends to the panel's spans
+    try:
+        for batch in stream_records(gen, stop):
+            for record in batch:
+                run.records.append(record)
+                builder.add(record)
+            yield race
+        run.status = "stopped" if stop.is_set() else "done"
+    except SpecvizError as e:
+        run.status, run.message = "error", str(e)
+    except Exception as e:  # a bug in one method must not end everyone's race
+        run.status, run.message = "error", f"{type(e).__name__}: {e}"
+    builder.finish()
+    if run.records:
+        run.records = specviz.fill_oracle_sl(pair, race.prompt_ids, run.records)
 
 
 def _warm_up(pair: Any, prompt_ids: list[int], settings: RaceSettings) -> None:

@@ -99,7 +99,6 @@ def build_tab(ctx: Any) -> None:
         st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, getattr(ctx, "load_pair", None))
         return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
 
-    gpu = getattr(ctx, "gpu", lambda fn: fn)  # ZeroGPU on Spaces
-    go.click(gpu(on_run), [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary],
-             concurrency_id="models", concurrency_limit=1)  # fmt: skip
+    go.click(ctx.run_models(on_run), [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary],
+             **ctx.models_queue())  # fmt: skip
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

@@ -99,7 +99,6 @@ def build_tab(ctx: Any) -> None:
         fig, line = show_iteration(st, first)
         return st, coloured_output(st), summary_line(st), gr.update(maximum=max(1, len(st["records"]) - 1), value=first), fig, line
 
-    gpu = getattr(ctx, "gpu", lambda fn: fn)  # ZeroGPU on Spaces
-    go.click(gpu(on_run), [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary],
-             concurrency_id="models", concurrency_limit=1)  # fmt: skip
+    go.click(ctx.run_models(on_run), [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary],
+             **ctx.models_queue())  # fmt: skip
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

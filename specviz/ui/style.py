@@ -28,7 +28,7 @@ CSS = """
 .sv-panel-head h3 { margin: 0; font-size: 1.15rem; }
 .sv-status { font-size: .8rem; padding: 1px 8px; border-radius: 999px; border: 1px solid currentColor; white-space: nowrap; }
 .sv-status.sv-done { color: #009E73; } .sv-status.sv-running { color: #0072B2; }
-.sv-status.sv-queued { opacity: .6; } .sv-status.sv-error, .sv-status.sv-skipped, .sv-status.sv-stopped { color: #D55E00; }
+.sv-status.sv-queued, .sv-status.sv-waiting { opacity: .6; } .sv-status.sv-error, .sv-status.sv-skipped, .sv-status.sv-stopped { color: #D55E00; }
 .sv-paper { font-size: .78rem; opacity: .7; margin: 2px 0 6px 0; }
 .sv-metrics { display: grid; grid-template-columns: repeat(3, 1fr); gap: 4px 10px; margin: 4px 0 8px 0; }
 .sv-metric { display: flex; flex-direction: column; line-height: 1.15; }

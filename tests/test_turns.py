@@ -1,0 +1,118 @@
+"""Turns on the models: first come first served, a race's methods interleave with other visitors'
+runs, the page says where a run waits, Stop and a closed tab end a waiting or running race."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from specviz.ui.racing import RaceSettings, run_race
+from specviz.ui.turns import Turns, one_at_a_time, stop_visitor, stopped_on_leave
+
+
+def test_turns_are_served_in_arrival_order():
+    turns, served = Turns(), []
+    first = turns.join()
+    assert turns.wait(first, 0)
+
+    def visitor(i: int, ticket: object) -> None:
+        assert turns.wait(ticket, 10)
+        served.append(i)
+        turns.leave(ticket)
+
+    tickets = [turns.join() for _ in range(4)]
+    assert [turns.ahead(t) for t in tickets] == [1, 2, 3, 4]
+    threads = [threading.Thread(target=visitor, args=(i, t)) for i, t in reversed(list(enumerate(tickets)))]
+    for t in threads:
+        t.start()
+    assert not turns.wait(tickets[0], 0.05)  # the first still holds the models
+    turns.leave(first)
+    for t in threads:
+        t.join(10)
+    assert served == [0, 1, 2, 3]
+
+
+def test_the_waiting_note_counts_runs_ahead_and_estimates_from_past_turns():
+    turns = Turns()
+    holder, waiting = turns.join(), turns.join()
+    assert turns.waiting_note(waiting) == "1 run ahead of you"  # nothing served yet: no estimate
+    time.sleep(0.05)
+    turns.leave(holder)  # one turn of ~0.05 s on record
+    third, fourth = turns.join(), turns.join()
+    assert turns.waiting_note(fourth).startswith("2 runs ahead of you (about ")
+    for t in (waiting, third, fourth):
+        turns.leave(t)
+
+
+def test_a_waiting_run_that_is_stopped_leaves_the_line():
+    turns, stop = Turns(), threading.Event()
+    holder = turns.join()
+    stop.set()
+    with turns.turn(stop) as served:
+        assert not served
+    assert turns.ahead(holder) == 0 and turns.wait(holder, 0)
+
+
+def test_wrapped_handlers_hold_a_turn_for_their_whole_run():
+    turns = Turns()
+
+    def plain(x: int) -> int:
+        return len(turns._line) + x
+
+    def streamed(n: int):
+        for i in range(n):
+            yield len(turns._line) + i
+
+    assert one_at_a_time(plain, turns)(0) == 1
+    assert list(one_at_a_time(streamed, turns)(3)) == [1, 2, 3]
+    assert len(turns._line) == 0
+
+
+def test_a_closed_page_stops_its_visitors_runs_only():
+    mine, other = threading.Event(), threading.Event()
+    with stopped_on_leave("visitor-a", mine), stopped_on_leave("visitor-b", other):
+        assert stop_visitor("visitor-a") == 1
+    assert mine.is_set() and not other.is_set()
+    assert stop_visitor("visitor-a") == 0  # gone once the race ended
+
+
+def _race(pair, methods, turns, stop, log, name):
+    """Race `methods`; log (race name, method, status, message) each time a method starts waiting or running."""
+    settings, last = RaceSettings("def add(a, b):", tuple(methods), max_new_tokens=8), None
+    for race in run_race(pair, settings, {}, stop, turns=turns):
+        for run in race.runs:
+            if run.status in ("running", "waiting") and last != (run.name, run.status):
+                last = (run.name, run.status)
+                log.append((name, run.name, run.status, run.message))
+
+
+def test_a_short_race_goes_between_a_long_races_methods(random_pair):
+    turns, log, stop = Turns(), [], threading.Event()
+    holder = turns.join()  # the models are busy when both races arrive
+    long = threading.Thread(target=_race, args=(random_pair, ["autoregressive", "vanilla", "prompt_lookup"], turns, stop, log, "long"))
+    long.start()
+    while not any(name == "long" and status == "waiting" for name, _, status, _ in log):
+        time.sleep(0.01)
+    short = threading.Thread(target=_race, args=(random_pair, ["autoregressive"], turns, stop, log, "short"))
+    short.start()
+    while not any(name == "short" and status == "waiting" for name, _, status, _ in log):
+        time.sleep(0.01)
+    turns.leave(holder)
+    long.join(60)
+    short.join(60)
+    running = [(name, method) for name, method, status, _ in log if status == "running"]
+    assert running == [("long", "autoregressive"), ("short", "autoregressive"), ("long", "vanilla"), ("long", "prompt_lookup")]
+    notes = [message for name, _, status, message in log if name == "short" and status == "waiting"]
+    assert notes and notes[0].startswith("waiting for the models: 2 runs ahead of you")
+
+
+def test_stop_while_waiting_skips_the_methods_without_running_them(random_pair):
+    turns, stop = Turns(), threading.Event()
+    holder = turns.join()
+    settings = RaceSettings("def add(a, b):", ("autoregressive", "vanilla"), max_new_tokens=8)
+    race_iter = run_race(random_pair, settings, {}, stop, turns=turns)
+    for race in race_iter:
+        if race.runs[0].status == "waiting":
+            stop.set()
+    assert [r.status for r in race.runs] == ["skipped", "skipped"]
+    assert all(not r.records for r in race.runs) and turns.ahead(holder) == 0
