@@ -29,6 +29,7 @@ from specviz.cost import (
     speedup_with_verify_cost,
     verify_cost_ratio,
 )
+from specviz.cost.roofline import eager_costs
 from specviz.cost.shapes import ModelShape
 
 H100 = get_hardware("H100 SXM")
@@ -149,7 +150,7 @@ def test_batch_one_decoding_is_memory_bound_and_costs_the_weight_read():
     ideal = H100.ideal()
     t = forward_time(LLAMA7B, ideal, batch_size=1, n_tokens=1, context_len=0)
     read = LLAMA7B.n_params - LLAMA7B.vocab_size * LLAMA7B.hidden_size  # the embedding is looked up, not read
-    weights_s = read * LLAMA7B.bytes_per_param / H100.memory_bandwidth
+    weights_s = read * LLAMA7B.bytes_per_param / ideal.memory_bandwidth
     assert t == pytest.approx(weights_s, rel=0.01)
     assert all(o.bound(ideal, "bfloat16") == "memory" for o in operator_costs(LLAMA7B, 1, 1, 0))
     assert verify_cost_ratio(LLAMA7B, ideal, gamma=4) < 1.01  # five tokens for the price of one
@@ -166,9 +167,21 @@ def test_large_batches_are_compute_bound():
 
 
 def test_overhead_is_added_once_per_forward():
-    with_o = forward_time(LLAMA7B, H100, 1, 1, 128)
-    without = forward_time(LLAMA7B, H100, 1, 1, 128, overhead=False)
+    fused = replace(H100, eager_attention=False, growing_cache=False)
+    with_o = forward_time(LLAMA7B, fused, 1, 1, 128)
+    without = forward_time(LLAMA7B, fused, 1, 1, 128, overhead=False)
     assert with_o - without == pytest.approx(H100.overhead_s + 32 * H100.overhead_per_layer_s)
+
+
+def test_an_eager_engine_pays_for_scores_and_a_growing_cache():
+    """HF eager at batch 1: the materialised scores and the copied cache grow with the context; a
+    fused engine's step barely does."""
+    fused = replace(H100, eager_attention=False, growing_cache=False)
+    grow = forward_time(LLAMA7B, H100, 1, 1, 4096) / forward_time(LLAMA7B, H100, 1, 1, 0)
+    assert grow > forward_time(LLAMA7B, fused, 1, 1, 4096) / forward_time(LLAMA7B, fused, 1, 1, 0)
+    extra = sum(op.bytes for op in eager_costs(LLAMA7B, 1, 1, 4096))
+    cache = 2 * LLAMA7B.kv_bytes_per_token() * 4096  # read and rewritten once
+    assert extra == pytest.approx(cache + 32 * 32 * 4097 * (4 * 2 + 8))
 
 
 def test_knee_moves_with_batch_and_context():
@@ -193,7 +206,8 @@ def test_speculation_budget_shrinks_with_batch():
     b16 = budgets[2]
     assert verify_cost_ratio(LLAMA7B, ideal, b16, 16, 1024) <= 1.1 < verify_cost_ratio(LLAMA7B, ideal, b16 + 1, 16, 1024)
     # per-forward overhead makes extra tokens relatively cheaper: a larger budget
-    assert speculation_budget(LLAMA7B, H100, 16, 1024) >= b16
+    no_overhead = replace(H100, overhead_s=0.0, overhead_per_layer_s=0.0)
+    assert speculation_budget(LLAMA7B, H100, 16, 1024) > speculation_budget(LLAMA7B, no_overhead, 16, 1024)
 
 
 def test_batch_aware_speculation_length_shrinks_with_batch():

@@ -13,6 +13,7 @@ from specviz.cost import cost_curve_rows, forward_time, get_hardware, get_shape
 from specviz.cost.calibrate import fit_roofline, relative_errors, split_fit_holdout
 from specviz.cost.from_records import estimate_alpha, explain_run
 from specviz.records import IterationRecord
+from tests.conftest import tab_context
 
 SMOL = get_shape("SmolLM2-135M").with_dtype("float32")
 
@@ -120,21 +121,23 @@ def test_theory_handlers_and_tab():
 
     curves, heat, text = theory.explorer(0.6, 4, 0.05)
     assert "Best γ for this α and c: **4**" in text and curves.data and heat.data
-    fig, table = theory.roofline_view("H100 SXM", "Llama-2-7B", [1, 16], 1024, True)
+    fig, table = theory.roofline_view("H100 SXM", "Llama-2-7B", [1, 16], 1024, "HF eager")
     assert fig.data and table.count("\n| ") == 2  # header, separator, one row per batch size
-    fig, table = theory.roofline_view(theory.THIS_MACHINE, "SmolLM2-135M", [1], 256, True)
-    assert "float32" in fig.layout.title.text
+    assert "calibrated on published measurements" in table and "no GPU ran here" in table
+    fig, table = theory.roofline_view(theory.THIS_MACHINE, "SmolLM2-135M", [1], 256, "HF eager")
+    assert "float32" in fig.layout.title.text and "calibrated" not in table  # measured here, no engine
     cpu_loaded = get_shape("SmolLM2-135M").with_dtype("float32")  # e.g. the loaded pair on this CPU
-    fig, table = theory.roofline_view("A100 80GB", theory.LOADED_PAIR, [1], 256, True, shape=cpu_loaded)
-    assert "bfloat16" in fig.layout.title.text and "312 TFLOP/s" in table
+    fig, table = theory.roofline_view("A100 80GB", theory.LOADED_PAIR, [1], 256, theory.NO_ENGINE, shape=cpu_loaded)
+    assert "bfloat16" in fig.layout.title.text and "312 TFLOP/s" in table and "Datasheet roofline" in table
+    fig, text = theory.published_view()
+    assert fig.data and "| A100 80GB | Vicuna-7B | EAGLE | 3.61 | 2.29× |" in text
     assert theory.race_view(None)[0] is None
     base, spec = _race_records()
     race = SimpleNamespace(runs=[SimpleNamespace(name="autoregressive", records=base), SimpleNamespace(name="vanilla", records=spec)])
     fig, table = theory.race_view(race)
     assert fig.data and "| vanilla | 0.70 |" in table
     with gr.Blocks():
-        ctx = SimpleNamespace(pair=gr.Dropdown(["tiny-random"], value="tiny-random"), race=gr.State(None))
-        theory.build_tab(ctx)
+        theory.build_tab(tab_context())
 
 
 def test_roofline_experiment_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch):
@@ -177,8 +180,8 @@ def test_theory_tab_overlays_this_machines_measurements_with_their_fit(tmp_path,
     path = tmp_path / "roofline.json"
     path.write_text(json.dumps(result))
     monkeypatch.setattr(theory, "MEASURED", path)
-    fig, table = theory.roofline_view(theory.THIS_MACHINE, "SmolLM2-135M", [1, 4], 256, True)
+    fig, table = theory.roofline_view(theory.THIS_MACHINE, "SmolLM2-135M", [1, 4], 256, "HF eager")
     assert "B=4 measured" in [t.name for t in fig.data] and "fit to SmolLM2-135M (load 0.5)" in fig.layout.title.text
     assert "10 GFLOP/s" not in table and "0.01 TFLOP/s float32, 2 GB/s, overhead 3.0 ms" in table
-    fig, _ = theory.roofline_view(theory.THIS_MACHINE, "Llama-2-7B", [1], 256, True)  # another model: no overlay
+    fig, _ = theory.roofline_view(theory.THIS_MACHINE, "Llama-2-7B", [1], 256, "HF eager")  # another model: no overlay
     assert not [t for t in fig.data if "measured" in (t.name or "")]

@@ -77,6 +77,35 @@ def operator_costs(
     ]
 
 
+def eager_costs(shape: ModelShape, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0,
+                attention: bool = True, growing_cache: bool = True) -> list[OperatorCost]:
+    """Memory traffic of an eager (unfused) engine beyond the fused operators above.
+
+    - attention scores: QKᵀ writes B·n_q·S·(L+S) scores, the softmax reads them and writes them in
+      float32 (Hugging Face upcasts), a cast back and AV read them again: (4w + 8) bytes a score;
+    - the cache's growth: a cache grown by concatenation (DynamicCache's torch.cat) reads and
+      rewrites every layer's whole cache each forward: 2·B·(2·n_kv·d)·L·w bytes a layer.
+    A fused attention kernel (FlashAttention, SDPA) and a preallocated cache remove them.
+    """
+    B, S, L, N, w = batch_size, n_tokens, context_len, shape.n_layers, shape.bytes_per_param
+    ops = []
+    if attention:
+        ops.append(OperatorCost("attention_scores", 0.0, N * B * shape.n_heads * S * (L + S) * (4 * w + 8)))
+    if growing_cache:
+        ops.append(OperatorCost("cache_growth", 0.0, N * 2 * B * 2 * shape.n_kv_heads * shape.head_dim * L * w))
+    return ops
+
+
+def engine_operator_costs(
+    shape: ModelShape, hardware: Hardware, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0,
+    n_logits: int | None = None,
+) -> list[OperatorCost]:
+    """The operators of one forward pass as `hardware`'s engine runs them: the fused ones, plus an
+    eager engine's extra memory traffic."""
+    extra = eager_costs(shape, batch_size, n_tokens, context_len, hardware.eager_attention, hardware.growing_cache)
+    return operator_costs(shape, batch_size, n_tokens, context_len, n_logits) + extra
+
+
 def forward_time(
     shape: ModelShape,
     hardware: Hardware,
@@ -86,8 +115,13 @@ def forward_time(
     n_logits: int | None = None,
     overhead: bool = True,
 ) -> float:
-    """Seconds for one forward pass: sum over operators of max(compute, memory) + per-forward overhead."""
-    ops = operator_costs(shape, batch_size, n_tokens, context_len, n_logits)
+    """Seconds for one forward pass: sum over operators of max(compute, memory) + per-forward
+    overhead; on an eager engine (`hardware.eager_attention`, `hardware.growing_cache`) its extra
+    memory traffic too."""
+    if overhead:
+        ops = engine_operator_costs(shape, hardware, batch_size, n_tokens, context_len, n_logits)
+    else:
+        ops = operator_costs(shape, batch_size, n_tokens, context_len, n_logits)
     t = sum(op.time_s(hardware, shape.dtype) for op in ops)
     return t + (hardware.overhead(shape.n_layers) if overhead else 0.0)
 
@@ -97,7 +131,7 @@ def forward_breakdown(
 ) -> list[dict]:
     """Per operator: FLOPs, bytes, compute and memory seconds, which one binds; plain dicts for tables."""
     rows = []
-    for op in operator_costs(shape, batch_size, n_tokens, context_len):
+    for op in engine_operator_costs(shape, hardware, batch_size, n_tokens, context_len):
         rows.append({
             "operator": op.name, "flops": op.flops, "bytes": op.bytes,
             "compute_s": op.compute_s(hardware, shape.dtype), "memory_s": op.memory_s(hardware),

@@ -101,6 +101,20 @@ SHAPES: dict[str, ModelShape] = {
         _shape("Llama-2-7B", 32, 4096, 32, 32, 11008, 32000, False),
         _shape("Llama-3.1-8B", 32, 4096, 32, 8, 14336, 128256, False),
         _shape("Llama-2-70B", 80, 8192, 64, 8, 28672, 32000, False),
+        _shape("Llama-3.1-70B", 80, 8192, 64, 8, 28672, 128256, False),
+        _shape("Mistral-7B", 32, 4096, 32, 8, 14336, 32000, False),
+        # The models of the published GPU measurements (specviz.cost.published): Spec-Bench's
+        # Vicuna v1.3 family and its SpS draft, PEARL's CodeLlama and DeepSeek-Coder.
+        _shape("Vicuna-7B", 32, 4096, 32, 32, 11008, 32000, False),
+        _shape("Vicuna-13B", 40, 5120, 40, 40, 13824, 32000, False),
+        _shape("Vicuna-33B", 60, 6656, 52, 52, 17920, 32000, False),
+        _shape("Vicuna-68M", 2, 768, 12, 12, 3072, 32000, False),
+        _shape("CodeLlama-7B", 32, 4096, 32, 32, 11008, 32016, False),
+        _shape("CodeLlama-34B", 48, 8192, 64, 8, 22016, 32000, False),
+        _shape("CodeLlama-70B", 80, 8192, 64, 8, 28672, 32016, False),
+        _shape("DeepSeek-Coder-1.3B", 24, 2048, 16, 16, 5504, 32256, False),
+        _shape("DeepSeek-Coder-6.7B", 32, 4096, 32, 32, 11008, 32256, False),
+        _shape("DeepSeek-Coder-33B", 62, 7168, 56, 8, 19200, 32256, False),
         # A draft of the kind DATA.md timed for SmolLM2 (4 layers x 256 wide, its 49k vocabulary).
         _shape("draft-4x256", 4, 256, 4, 2, 1024, 49152, True),
     ]

@@ -6,6 +6,12 @@ overhead on a few points, and report the error on the others.
 
 Random weights: a forward pass costs the same whatever the weights, so no checkpoint is needed.
 Writes roofline.json (points, fit, errors, machine load) and HTML figures.
+
+    python -m specviz.bench roofline --published --out benchmarks/roofline
+
+fits the GPU engines (specviz.cost.hardware.ENGINES) to the published measurements instead
+(specviz/cost/published.csv) and writes published.md and published.json: every predicted row,
+published vs predicted, and the error on the rows not used to fit. No GPU is needed.
 """
 
 from __future__ import annotations
@@ -36,7 +42,27 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     p.add_argument("--out", type=Path, default=Path("results/roofline"))
     p.add_argument("--from-json", type=Path, help="redraw figures and tables from an earlier roofline.json")
+    p.add_argument("--published", action="store_true", help="fit the GPU engines to published measurements (no timing)")
     return p.parse_args(argv)
+
+
+def published(out: Path) -> int:
+    """Fit every engine to its published rows; write the comparison (published.md, published.json)."""
+    from dataclasses import asdict
+
+    from specviz.cost import published as pub
+
+    engines = {name: pub.round_engine(e) for name, e in pub.calibrate().items()}
+    rows = pub.comparison(engines)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python -m specviz.bench roofline --published --out " + str(out)
+    (out / "published.md").write_text(f"# Published GPU measurements vs the cost model\n\n`{command}`\n\n" + pub.report_markdown(engines, rows))
+    payload = {"command": command, "engines": {k: asdict(e) for k, e in engines.items()}, "summary": pub.summary(rows), "rows": rows}
+    (out / "published.json").write_text(json.dumps(payload, indent=1))
+    for line in [*map(pub.engine_line, engines.values()), *(f"{k}: {v}" for k, v in pub.summary(rows).items())]:
+        print(line)
+    print(f"wrote {out}/published.md and published.json")
+    return 0
 
 
 def load_average() -> list[float] | None:
@@ -48,6 +74,8 @@ def load_average() -> list[float] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.published:
+        return published(args.out)
     if args.from_json:  # refit and redraw an earlier measurement (fit and figures are cheap)
         result = json.loads(args.from_json.read_text())
         result["config"]["fit_tokens"] = args.fit_tokens
@@ -167,13 +195,13 @@ def report(result: dict) -> None:
 def theory_tables(shape_name: str, context: int, batch_sizes=(1, 4, 16, 64)) -> dict:
     """Per hardware preset: speculation budget (≤10% extra) and knee per batch size, for the
     measured shape and for Llama-2-7B (the SSSD-sized case), with and without per-forward overhead."""
-    from specviz.cost import HARDWARE, THIS_MACHINE, get_shape, knee_tokens, speculation_budget
+    from specviz.cost import HARDWARE, THIS_MACHINE, get_hardware, get_shape, knee_tokens, speculation_budget
 
     out = {}
     for name in dict.fromkeys([shape_name, "Llama-2-7B"]):
         for hw in HARDWARE.values():
             shape = get_shape(name).with_dtype("float32" if hw.name == THIS_MACHINE else "bfloat16")
-            for label, h in (("hf-eager", hw), ("ideal", hw.ideal())):
+            for label, h in (("hf-eager", get_hardware(hw.name)), ("ideal", hw.ideal())):
                 out.setdefault(name, {}).setdefault(label, {})[hw.name] = {
                     "budget": {b: speculation_budget(shape, h, b, context) for b in batch_sizes},
                     "knee": {b: knee_tokens(shape, h, b, context) for b in batch_sizes},

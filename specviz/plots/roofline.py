@@ -98,3 +98,33 @@ def budget_bars_figure(budgets: dict[str, dict[int, int]], tolerance: float) -> 
     fig.update_layout(title=f"Speculation budget: drafts per sequence that cost ≤ {tolerance:.0%} over one decoding step",
                       barmode="group", xaxis_title="batch size", yaxis_title="speculation length γ", legend_title="")
     return fig
+
+
+def published_speedups_figure(rows: Sequence[dict[str, Any]], band: float = 0.15) -> go.Figure:
+    """Per Spec-Bench row: the published speedup (x) and the cost model's prediction from its mean
+    accepted tokens (y); one colour per chip and model, filled markers fit the engine, open ones
+    were held out; y = x and ±`band` lines. Rows: specviz.cost.published.comparison's speedup rows."""
+    from specviz.plots.theme import finish
+
+    fig = go.Figure()
+    groups = sorted({(r["chip"], r["model"]) for r in rows})
+    for i, (chip, model) in enumerate(groups):
+        colour = PALETTE[i % len(PALETTE)]
+        for use, symbol, label in (("fit", "circle", "fit"), ("test", "circle-open", "held out")):
+            part = [r for r in rows if (r["chip"], r["model"]) == (chip, model) and r["role"] == use]
+            if part:
+                fig.add_scatter(
+                    x=[r["published"] for r in part], y=[r["predicted"] for r in part], mode="markers+text",
+                    text=[r["method"] for r in part], textposition="top center", textfont={"size": 11},
+                    marker=dict(color=colour, symbol=symbol, size=10, line=dict(width=2, color=colour)),
+                    name=f"{model}, {chip} ({label})",
+                    hovertemplate="%{text}: published %{x:.2f}×, predicted %{y:.2f}×<extra></extra>",
+                )
+    lo, hi = 0.8, max([r[k] for r in rows for k in ("published", "predicted")] + [2.0]) * 1.1
+    for factor, dash, name in ((1.0, "solid", "predicted = published"), (1 + band, "dot", f"±{band:.0%}"), (1 - band, "dot", None)):
+        fig.add_scatter(x=[lo, hi], y=[lo * factor, hi * factor], mode="lines", line=dict(color="grey", dash=dash),
+                        name=name, showlegend=name is not None, hoverinfo="skip")
+    finish(fig, "Spec-Bench speedups: published vs predicted", "published speedup (× autoregressive)",
+           "predicted speedup (× autoregressive)", legend="model, GPU", subtitle="predicted from each method's mean accepted tokens and the calibrated HF eager engine")  # fmt: skip
+    fig.update_layout(legend={"orientation": "h", "y": -0.25})
+    return fig

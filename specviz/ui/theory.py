@@ -1,10 +1,11 @@
 """The Theory tab: why speculation is (not) free. Three views of `specviz.cost`:
 
 1. explorer: α, γ, c sliders -> improvement-factor curves (OSD Fig. 2 family), optimal γ starred;
-2. roofline: hardware, model, batch sizes, context -> forward time vs tokens per sequence, the
-   memory- and compute-bound parts, the knee, the speculation budget; this machine's measured
-   points overlaid when it is selected;
-3. the last race: measured α, γ, c, verify cost per method -> predicted vs measured speedup.
+2. roofline: hardware, engine, model, batch sizes, context -> forward time vs tokens per sequence,
+   the memory- and compute-bound parts, the knee, the speculation budget; this machine's measured
+   points overlaid when it is selected; what the GPU engines were calibrated on and their error;
+3. published vs predicted: Spec-Bench's GPU speedups next to what the calibrated model predicts;
+4. the last race: measured α, γ, c, verify cost per method -> predicted vs measured speedup.
 
 Handlers are plain functions of widget values (tested without a server); no torch at import.
 """
@@ -15,12 +16,12 @@ import json
 from typing import Any
 
 from specviz.ui.feedback import problem_text
-from specviz.cost import HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
+from specviz.cost import ENGINES, HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
 from specviz.cost.calibrate import hardware_from_result
 from specviz.cost.formulas import expected_tokens, improvement_factor, optimal_gamma
 from specviz.cost.roofline import cost_curve_rows, knee_tokens, speculation_budget, verify_cost_ratio
 from specviz.paths import ASSETS
-from specviz.plots.roofline import cost_curves_figure
+from specviz.plots.roofline import cost_curves_figure, published_speedups_figure
 from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, speedup_heatmap_figure
 
 TAB_TITLE = "Theory"
@@ -28,6 +29,8 @@ TAB_ORDER = 50
 
 LOADED_PAIR = "the loaded pair's target"
 MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `python -m specviz.bench roofline`
+PUBLISHED = MEASURED.with_name("published.json")  # from `python -m specviz.bench roofline --published`
+NO_ENGINE = "none (datasheet roofline)"
 BATCH_CHOICES = [1, 4, 16, 64, 256]
 TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
 
@@ -71,9 +74,9 @@ def measured_result(shape_name: str) -> dict | None:
     return result if result.get("shape", {}).get("name") == shape_name else None
 
 
-def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, overhead: bool, shape=None):
+def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, engine: str, shape=None):
     """Forward time vs S per batch size, the knee per B, the budget and the verify cost ratio."""
-    hw = get_hardware(hardware)
+    hw = get_hardware(hardware, None if engine == NO_ENGINE else engine)
     shape = shape or get_shape(model)
     measured = None
     if hardware == THIS_MACHINE:
@@ -81,9 +84,9 @@ def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, ov
         measured = measured_result(shape.name)
         if measured:  # the roofline fitted to these very measurements
             hw = hardware_from_result(measured)
+        hw = hw.ideal() if engine == NO_ENGINE else hw
     elif shape.dtype == "float32":  # a pair loaded on this CPU: GPUs would serve it in bf16
         shape = shape.with_dtype("bfloat16")
-    hw = hw if overhead else hw.ideal()
     bs = sorted(int(b) for b in batch_sizes) or [1]
     rows = cost_curve_rows(shape, hw, bs, list(range(1, 65)), int(context))
     knees = {b: knee_tokens(shape, hw, b, int(context)) for b in bs}
@@ -99,10 +102,48 @@ def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, ov
     note = (f"\n\n{hw.name}: {hw.flops_per_s(shape.dtype) / 1e12:.3g} TFLOP/s {shape.dtype}, "
             f"{hw.memory_bandwidth / 1e9:.0f} GB/s, overhead {hw.overhead(shape.n_layers) * 1e3:.1f} ms per forward "
             f"({hw.source}). Solid: memory-bound, dashed: compute-bound, ○: knee.")
+    if hardware != THIS_MACHINE:
+        note += "\n\n" + calibration_note(engine)
     return fig, "\n".join(lines) + note
 
 
-# ----- 3. the last race -------------------------------------------------------------------------
+def calibration_note(engine: str) -> str:
+    """What a GPU curve rests on: datasheet figures, and the engine's calibration and its error."""
+    if engine == NO_ENGINE:
+        return "**Datasheet roofline**: peak compute and bandwidth, no framework time; real engines are slower (pick one above)."
+    text = f"**{engine}** is calibrated on published measurements ({ENGINES[engine].source}); no GPU ran here."
+    if PUBLISHED.exists():
+        s = json.loads(PUBLISHED.read_text())["summary"]
+        forward = s.get(f"forward {engine} test: median |error|")
+        if forward is not None:
+            text += f" Median error on held-out published forward times: **{forward:.0%}**"
+        if engine == "HF eager" and s.get("Spec-Bench test: median |error|") is not None:
+            text += f"; on held-out Spec-Bench speedups (Vicuna-7B): **{s['Spec-Bench test: median |error|']:.0%}**"
+        text += " (`benchmarks/roofline/published.md`)."
+    return text
+
+
+
+# ----- 3. published vs predicted ------------------------------------------------------------------
+
+def published_view():
+    """Spec-Bench's speedups next to the cost model's predictions, and the fit's summary."""
+    from specviz.cost import published
+
+    rows = published.comparison()
+    speedups = [r for r in rows if r["kind"] == "speedup"]
+    table = ["| GPU | model | method | τ | published | predicted | error | |", "|---|---|---|---|---|---|---|---|"]
+    table += [f"| {r['chip']} | {r['model']} | {r['method']} | {r['mean_accepted']} | {r['published']:.2f}× | "
+              f"{r['predicted']:.2f}× | {r['error']:+.0%} | {'fit' if r['role'] == 'fit' else 'held out'} |" for r in speedups]
+    summary = published.summary(rows)
+    lines = [f"- {k}: **{v}**" for k, v in summary.items() if k.startswith("Spec-Bench Vicuna-7B")]
+    text = ("τ is the published mean accepted tokens per step; the prediction is τ · T_AR / (the step's passes), "
+            "with each method's passes as Spec-Bench runs them (`specviz/cost/published.py`). Sources and every row: "
+            "`specviz/cost/published.csv`, `benchmarks/roofline/published.md`.\n\n" + "\n".join(lines) + "\n\n" + "\n".join(table))
+    return published_speedups_figure(speedups), text
+
+
+# ----- 4. the last race -------------------------------------------------------------------------
 
 def race_view(race: Any):
     """Predicted vs measured speedup for every finished method of the last race (ctx.race's value)."""
@@ -147,21 +188,27 @@ def build_tab(ctx: Any) -> None:
         model = gr.Dropdown([*SHAPES, LOADED_PAIR], value="Llama-2-7B", label="model")
         batch = gr.CheckboxGroup(BATCH_CHOICES, value=[1, 4, 16, 64], label="batch sizes B")
         context = gr.Slider(0, 8192, value=1024, step=64, label="context length L")
-        overhead = gr.Checkbox(value=True, label="per-forward overhead (HF eager)")
-    first = roofline_view(hardware.value, model.value, batch.value, context.value, overhead.value)
+        engine = gr.Dropdown([*ENGINES, NO_ENGINE], value="HF eager", label="engine (GPUs)")
+    first = roofline_view(hardware.value, model.value, batch.value, context.value, engine.value)
     roof_plot = gr.Plot(first[0], label="forward time vs tokens per sequence")
     roof_table = gr.Markdown(first[1])
 
-    def on_roofline(hw, m, b, ctx_len, ov, pair_name):
+    def on_roofline(hw, m, b, ctx_len, eng, pair_name):
         try:
             shape = resolve_shape(m, pair_name, getattr(ctx, "load_pair", None))
-            return roofline_view(hw, m, b, ctx_len, ov, shape=shape)
+            return roofline_view(hw, m, b, ctx_len, eng, shape=shape)
         except Exception as e:  # a user's choice (e.g. a pair that cannot load) must not crash the tab
             return None, f"**Cannot draw this:** {problem_text(e)}"
 
-    roof_inputs = [hardware, model, batch, context, overhead, ctx.pair]
-    for w in (hardware, model, batch, context, overhead):
+    roof_inputs = [hardware, model, batch, context, engine, ctx.pair]
+    for w in (hardware, model, batch, context, engine):
         w.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
+
+    gr.Markdown("### Published GPU speedups vs the cost model (Spec-Bench, Vicuna, fp16, batch 1)")
+    show = gr.Button("Compare with the published figures")
+    published_plot = gr.Plot(label="published vs predicted speedup")
+    published_text = gr.Markdown()
+    show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
     gr.Markdown("### The last race through the formula: measured α, γ, c and verify cost → predicted speedup")
     explain = gr.Button("Explain the last race")

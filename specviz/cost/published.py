@@ -1,0 +1,312 @@
+"""Published GPU measurements, what the cost model predicts for them, and the engine fit.
+
+`published.csv` (beside this file) holds numbers copied from their sources, one row each with the
+place it comes from: forward-pass speeds (tokens/s at batch 1) and speculative speedups with the
+mean accepted tokens per step (Spec-Bench's leaderboard; the PEARL, DISCO, SSSD and Speculative
+Streaming papers; gpt-fast). Its columns `chip`, `shape`, `precision` and `stack` name our
+hardware preset, model shape, dtype and engine for the rows the cost model can predict; rows
+where they are empty (tensor parallel, mixtures of experts, unclear units) are kept as reference.
+
+A forward row is predicted as one decoding step of its model on its chip under its engine, at the
+mean context its benchmark implies (`CONTEXT`). A Spec-Bench row is predicted from its mean
+accepted tokens per step τ and the forward passes its method runs per step with Spec-Bench's
+settings (`specbench_passes`):
+
+    speedup = τ · T_AR / Σ_passes count · T_pass
+
+An engine's parameters (achieved fractions of peak bandwidth and compute, per-forward and
+per-layer overhead) are fit on the rows `role` marks "fit" and tested on the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specviz.cost.hardware import ENGINES, PRESETS, Engine
+from specviz.cost.roofline import eager_costs, operator_costs
+from specviz.cost.shapes import ModelShape, get_shape
+
+DATA = Path(__file__).with_name("published.csv")
+SPEC_BENCH = "Spec-Bench"
+# Mean tokens in context while decoding, per benchmark (not published: our reading of each setup).
+CONTEXT = {
+    SPEC_BENCH: 512,  # prompts of ~100-600 tokens (MT-Bench, RAG, summarisation), answers up to 1024
+    "PEARL": 512,  # HumanEval prompts (~150 tokens), answers up to 1024 tokens
+    "gpt-fast": 100,  # a 5-token prompt, 200 new tokens
+    "PyTorch blog": 100,  # gpt-fast's own benchmark
+}
+SPEC_BENCH_METHODS = ("SpS", "PLD", "REST", "Lookahead", "Medusa", "EAGLE")  # the ones modelled
+
+
+@cache
+def load_rows(path: Path = DATA) -> tuple[dict[str, str], ...]:
+    """The published rows, each a dict of the CSV's columns plus `id` (its data line, from 1)."""
+    with open(path, newline="") as f:
+        return tuple({**row, "id": str(i)} for i, row in enumerate(csv.DictReader(f), 1))
+
+
+def context_of(row: dict[str, str]) -> int:
+    return next((n for key, n in CONTEXT.items() if row["source"].startswith(key)), CONTEXT[SPEC_BENCH])
+
+
+# ----- the passes a step runs -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pass:
+    """A forward pass of one decoding step, `count` times per step (an average may be fractional)."""
+
+    shape: ModelShape
+    tokens: int
+    count: float = 1.0
+    growing_cache: bool = True  # Hugging Face's DynamicCache; False: a preallocated cache (Medusa/EAGLE/REST code)
+    own_call: bool = True  # a forward call of its own (pays the per-forward overhead); False: runs inside another
+    overhead_layers: int | None = None  # layers whose launch overhead it pays (None: the shape's)
+
+
+def medusa_heads(target: ModelShape, heads: int = 4) -> ModelShape:
+    """Medusa's heads as a zero-layer 'model': per head a residual block (h x h) and an LM head (h x V),
+    i.e. an LM head of heads·(V + h) rows (the same weight reads and FLOPs)."""
+    return replace(target, name=f"Medusa heads ({target.name})", n_layers=0, vocab_size=heads * (target.vocab_size + target.hidden_size))
+
+
+def eagle_head(target: ModelShape) -> ModelShape:
+    """EAGLE's draft: one decoder layer of the target's width, an input projection (2h -> h) and the
+    target's LM head (as one head of V + 2h rows: the same weight reads)."""
+    return replace(target, name=f"EAGLE head ({target.name})", n_layers=1, vocab_size=target.vocab_size + 2 * target.hidden_size)
+
+
+def heuristic_schedule(alpha: float, start: int = 5, cap: int = 64) -> tuple[float, float]:
+    """(tokens per step, mean γ) of Hugging Face's assisted generation with its default "heuristic"
+    schedule (transformers 4.37, Spec-Bench's SpS): γ starts at 5, +2 after a fully accepted block,
+    else -1 (at least 1); i.i.d. acceptance α. From the schedule's stationary distribution."""
+    gammas = np.arange(1, cap + 1)
+    full = alpha**gammas  # P(all γ drafts accepted)
+    P = np.zeros((cap, cap))
+    P[np.arange(cap), np.minimum(gammas + 2, cap) - 1] += full
+    P[np.arange(cap), np.maximum(gammas - 1, 1) - 1] += 1 - full
+    pi = np.zeros(cap)
+    pi[start - 1] = 1.0
+    for _ in range(2000):
+        pi = pi @ P
+    tokens = (1 - alpha ** (gammas + 1)) / (1 - alpha)
+    return float(pi @ tokens), float(pi @ gammas)
+
+
+@cache
+def sps_gamma(tau: float) -> float:
+    """The mean γ of the heuristic schedule whose tokens per step equal τ (α found by bisection)."""
+    lo, hi = 1e-6, 0.999
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if heuristic_schedule(mid)[0] < tau else (lo, mid)
+    return heuristic_schedule((lo + hi) / 2)[1]
+
+
+def specbench_passes(method: str, target: ModelShape, tau: float) -> list[Pass]:
+    """The forward passes of one step of `method` as Spec-Bench runs it (eval.sh and its inference
+    scripts: fp16, batch 1, greedy)."""
+    if method == "SpS":  # HF assisted generation, drafter vicuna-68m (2 layers), heuristic γ
+        gamma = sps_gamma(tau)
+        return [Pass(target, round(gamma) + 1), Pass(get_shape("Vicuna-68M"), 1, count=gamma)]
+    if method == "PLD":  # prompt lookup: up to 10 copied tokens (window 3), no draft model
+        return [Pass(target, 11)]
+    if method == "Lookahead":  # level 5, window 7, guess set 7: 7·4 lookahead + 7·4 verify tokens + 1
+        return [Pass(target, 57)]
+    if method == "REST":  # datastore retrieval (host side, not modelled): a 64-token draft tree
+        return [Pass(target, 64, growing_cache=False)]
+    if method == "Medusa":  # 4 heads, tree mc_sim_7b_63 (63 nodes + root), Medusa's preallocated cache
+        heads = medusa_heads(target)
+        return [Pass(target, 64, growing_cache=False), Pass(heads, 64, growing_cache=False, own_call=False, overhead_layers=4)]
+    if method == "EAGLE":  # EAGLE-1, tree mc_sim_7b_63: ~6 draft passes of ~10 tree tokens each
+        return [Pass(target, 64, growing_cache=False), Pass(eagle_head(target), 10, count=6, growing_cache=False)]
+    raise ValueError(f"no recipe for {method}")
+
+
+def row_passes(row: dict[str, str]) -> tuple[Pass, list[Pass]] | None:
+    """(the autoregressive step, the passes of one of the row's steps) of a predictable row, else None."""
+    if not (row["chip"] and row["shape"] and row["stack"]):
+        return None
+    shape = get_shape(row["shape"]).with_dtype(row["precision"])
+    baseline = Pass(shape, 1)
+    if row["kind"] == "forward":
+        return baseline, [baseline]
+    if row["source"].startswith(SPEC_BENCH) and row["category"] == "Overall" and row["method"] in SPEC_BENCH_METHODS:
+        return baseline, specbench_passes(row["method"], shape, float(row["mean_accepted"]))
+    return None
+
+
+def published_value(row: dict[str, str]) -> float:
+    """Seconds per decoding step (forward rows, from tokens/s at batch 1) or the speedup."""
+    return 1.0 / float(row["value"]) if row["kind"] == "forward" else float(row["value"])
+
+
+# ----- predictions, for one engine or a grid of them -------------------------------------------
+
+FITTED = ("memory_efficiency", "compute_efficiency", "overhead_s", "overhead_per_layer_s", "step_overhead_per_layer_s")
+
+
+def _pass_seconds(p: Pass, row: dict[str, str], eager: Engine, grid: dict[str, np.ndarray]) -> np.ndarray:
+    """Seconds of one pass for every engine parameter set in `grid` (arrays of equal length)."""
+    chip, L = PRESETS[row["chip"]], context_of(row)
+    ops = operator_costs(p.shape, 1, p.tokens, L) + eager_costs(
+        p.shape, 1, p.tokens, L, eager.eager_attention, eager.growing_cache and p.growing_cache
+    )
+    peak, bandwidth = chip.flops_per_s(p.shape.dtype), chip.memory_bandwidth
+    t = sum(np.maximum(op.flops / (grid["compute_efficiency"] * peak), op.bytes / (grid["memory_efficiency"] * bandwidth)) for op in ops)
+    layers = p.shape.n_layers if p.overhead_layers is None else p.overhead_layers
+    return t + grid["overhead_per_layer_s"] * layers + (grid["overhead_s"] if p.own_call else 0.0)
+
+
+def _predict(row: dict[str, str], engine: Engine, grid: dict[str, np.ndarray]) -> np.ndarray:
+    baseline, passes = row_passes(row)
+    step = sum(p.count * _pass_seconds(p, row, engine, grid) for p in passes)
+    if row["kind"] == "forward":
+        return step
+    bookkeeping = grid["step_overhead_per_layer_s"] * baseline.shape.n_layers
+    return float(row["mean_accepted"]) * _pass_seconds(baseline, row, engine, grid) / (step + bookkeeping)
+
+
+def _as_grid(engine: Engine) -> dict[str, np.ndarray]:
+    return {k: np.array([getattr(engine, k)]) for k in FITTED}
+
+
+def predict(row: dict[str, str], engine: Engine | None = None) -> float:
+    """The cost model's figure for a predictable row (seconds per step, or the speedup)."""
+    engine = engine or ENGINES[row["stack"]]
+    return float(_predict(row, engine, _as_grid(engine))[0])
+
+
+# ----- which rows fit, which test ----------------------------------------------------------------
+
+FIT_FORWARD = {  # stack -> (chip, shape, precision) of the forward rows an engine is fit on
+    "HF eager": {("H800", "Llama-2-7B", "bfloat16"), ("H800", "DeepSeek-Coder-1.3B", "bfloat16"), ("H800", "Llama-2-70B", "bfloat16")},
+    "compiled": {("A100 80GB", "Llama-2-7B", "bfloat16"), ("A100 80GB", "Llama-2-7B", "int8"), ("A100 80GB", "Llama-2-70B", "int8")},
+}
+FIT_SPEC_BENCH = {("A100 80GB", "Vicuna-13B"), ("A100 80GB", "Vicuna-33B")}  # Vicuna-7B (A100, 3090) is held out
+
+
+def role(row: dict[str, str]) -> str:
+    """'fit', 'test', or why the row is not predicted."""
+    if row_passes(row) is None:
+        if row["kind"] == "speedup" and row["source"].startswith(SPEC_BENCH) and row["category"] == "Overall":
+            return "not modelled (no recipe for this method)"
+        return "not predicted (see its chip/shape/stack columns)"
+    if row["kind"] == "forward":
+        fit = (row["chip"], row["shape"], row["precision"]) in FIT_FORWARD.get(row["stack"], set())
+        fit = fit and row["source"].startswith(("PEARL", "gpt-fast README"))
+    else:
+        fit = (row["chip"], row["shape"]) in FIT_SPEC_BENCH
+    return "fit" if fit else "test"
+
+
+# ----- the fit ------------------------------------------------------------------------------------
+
+
+def fit_engine(base: Engine, rows: list[dict[str, str]], rounds: int = 3) -> Engine:
+    """The engine parameters with the least mean |log(predicted / published)| over `rows` (grid
+    search, zoomed in around the best cell `rounds` times). `base` gives the name and the flags."""
+    axes = {
+        "memory_efficiency": np.geomspace(0.3, 1.0, 13),
+        "compute_efficiency": np.geomspace(0.1, 1.0, 8),
+        "overhead_s": np.linspace(0.0, 4e-3, 9),
+        "overhead_per_layer_s": np.linspace(0.0, 0.6e-3, 13),
+        "step_overhead_per_layer_s": np.linspace(0.0, 0.3e-3, 13) if any(r["kind"] == "speedup" for r in rows) else np.zeros(1),
+    }
+    published = np.array([published_value(r) for r in rows])
+    for _ in range(rounds):
+        mesh = np.meshgrid(*axes.values(), indexing="ij")
+        grid = {k: m.ravel() for k, m in zip(axes, mesh)}
+        loss = np.mean([np.abs(np.log(_predict(r, base, grid) / v)) for r, v in zip(rows, published)], axis=0)
+        best = {k: float(g[np.argmin(loss)]) for k, g in grid.items()}
+        axes = {k: _zoom(a, best[k]) for k, a in axes.items()}
+    return replace(base, **best)
+
+
+def _zoom(axis: np.ndarray, best: float) -> np.ndarray:
+    """A finer axis around `best`, one old step either side (kept within the old range, >= 0)."""
+    step = (axis[-1] - axis[0]) / max(1, len(axis) - 1)
+    return np.linspace(max(axis[0], best - step), min(axis[-1], best + step), 9)
+
+
+def calibrate(rows: tuple[dict[str, str], ...] | None = None) -> dict[str, Engine]:
+    """Every engine fit on its 'fit' rows."""
+    rows = load_rows() if rows is None else rows
+    return {name: fit_engine(e, [r for r in rows if r["stack"] == name and role(r) == "fit"]) for name, e in ENGINES.items()}
+
+
+# ----- the report ---------------------------------------------------------------------------------
+
+
+def comparison(engines: dict[str, Engine] | None = None) -> list[dict[str, Any]]:
+    """Every predictable row: published vs predicted, relative error, fit or test."""
+    out = []
+    for row in load_rows():
+        if row_passes(row) is None:
+            continue
+        engine = (engines or ENGINES)[row["stack"]]
+        published, predicted = published_value(row), predict(row, engine)
+        out.append({
+            "id": int(row["id"]), "kind": row["kind"], "source": row["source"].split(" (")[0], "where": row["where"],
+            "chip": row["chip"], "model": row["shape"], "precision": row["precision"], "stack": row["stack"],
+            "method": row["method"] or "autoregressive", "mean_accepted": row["mean_accepted"],
+            "published": published, "predicted": predicted, "error": predicted / published - 1, "role": role(row),
+        })  # fmt: skip
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median |error| of forward rows per stack and role; Spec-Bench held-out rows within 15 %."""
+    out: dict[str, Any] = {}
+    held = [abs(r["error"]) for r in rows if r["kind"] == "forward" and r["role"] == "test"]
+    out["forward, every held-out GPU row: median |error|"] = float(np.median(held)) if held else None
+    for stack in ENGINES:
+        for use in ("fit", "test"):
+            errs = [abs(r["error"]) for r in rows if r["kind"] == "forward" and r["stack"] == stack and r["role"] == use]
+            out[f"forward {stack} {use}: median |error|"] = float(np.median(errs)) if errs else None
+            out[f"forward {stack} {use}: rows"] = len(errs)
+    spec = [r for r in rows if r["kind"] == "speedup"]
+    for use in ("fit", "test"):
+        errs = [abs(r["error"]) for r in spec if r["role"] == use]
+        out[f"Spec-Bench {use}: median |error|"] = float(np.median(errs)) if errs else None
+    held = [r for r in spec if r["role"] == "test"]
+    for chip in sorted({r["chip"] for r in held}):
+        within = sorted(r["method"] for r in held if r["chip"] == chip and abs(r["error"]) <= 0.15)
+        out[f"Spec-Bench Vicuna-7B {chip}: methods within 15 %"] = f"{len(within)} of {sum(r['chip'] == chip for r in held)} ({', '.join(within)})"
+    return out
+
+
+def engine_line(engine: Engine) -> str:
+    return (f"{engine.name}: {engine.memory_efficiency:.0%} of peak bandwidth, {engine.compute_efficiency:.0%} of peak compute, "
+            f"{engine.overhead_s * 1e3:.2f} ms per forward + {engine.overhead_per_layer_s * 1e3:.3f} ms per layer, "
+            f"{engine.step_overhead_per_layer_s * 1e3:.3f} ms per layer of a speculative step's bookkeeping")  # fmt: skip
+
+
+def report_markdown(engines: dict[str, Engine], rows: list[dict[str, Any]]) -> str:
+    """The published-vs-predicted tables (benchmarks/roofline/published.md)."""
+    lines = ["## Engines (fit)", "", *[f"- {engine_line(e)}" for e in engines.values()], "", "## Summary", ""]
+    lines += [f"- {k}: {v:.1%}" if isinstance(v, float) else f"- {k}: {v}" for k, v in summary(rows).items()]
+    for kind, unit in (("speedup", "×"), ("forward", "ms per step")):
+        lines += ["", f"## {'Speculative speedups' if kind == 'speedup' else 'Forward passes (batch 1)'}", "",
+                  "| row | source | chip | model | stack | method | τ | published | predicted | error | role |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        scale = 1e3 if kind == "forward" else 1.0
+        for r in rows:
+            if r["kind"] == kind:
+                lines.append(f"| {r['id']} | {r['source']} | {r['chip']} | {r['model']} ({r['precision']}) | {r['stack']} | "
+                             f"{r['method']} | {r['mean_accepted'] or '–'} | {r['published'] * scale:.2f} {unit} | "
+                             f"{r['predicted'] * scale:.2f} {unit} | {r['error']:+.0%} | {r['role']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def round_engine(engine: Engine) -> Engine:
+    """Fitted values at the precision ENGINES states them (what the test compares)."""
+    return replace(engine, memory_efficiency=round(engine.memory_efficiency, 3), compute_efficiency=round(engine.compute_efficiency, 3),
+                   overhead_s=round(engine.overhead_s, 6), overhead_per_layer_s=round(engine.overhead_per_layer_s, 7),
+                   step_overhead_per_layer_s=round(engine.step_overhead_per_layer_s, 6))  # fmt: skip
