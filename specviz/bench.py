@@ -6,6 +6,9 @@
     python -m specviz.bench --pair default --methods autoregressive,vanilla,heuristic,prompt_lookup \
         --peers --suite humaneval,gsm8k,mtbench --limit 20 --report benchmarks/cpu
 
+    python -m specviz.bench --suite specbench --limit 5 --report out    # 5 prompts per category, Spec-Bench's table
+    python -m specviz.bench --prompts my_prompts.jsonl --methods all     # your own prompts (JSONL or text lines)
+
 Methods (and, with --peers, Hugging Face generate() doing the same job) run interleaved prompt by
 prompt (their order rotates), after a warm-up, so that drift of the machine hits every one alike.
 Speed figures are ratios measured in the same run.
@@ -24,7 +27,7 @@ from typing import Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_unique
-from specviz.prompts import SUITES, Prompt, take
+from specviz.prompts import SUITES, Prompt, column_of, load_prompt_file, select, take
 
 
 @dataclass(frozen=True)
@@ -67,11 +70,12 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
             for entry in entries[rotation:] + entries[:rotation]:
                 bar.set_postfix_str(f"{entry.name} on {prompt.id}")
                 run = entry.run(pair, prompt, shared, cfg.seed + repeat)
-                runs.append(dict(run, suite=prompt.suite, prompt_id=prompt.id, repeat=repeat))
+                runs.append(dict(run, suite=prompt.suite, category=prompt.category, prompt_id=prompt.id, repeat=repeat))
                 bar.update()
     bar.close()
     _mark_parity(runs, greedy=cfg.temperature == 0)
     names = [e.name for e in entries]
+    columns = dict.fromkeys(column_of(r["category"]) for r in runs if r["category"])  # Spec-Bench's layout
     return {
         "pair": {"name": pair.name, **pair.info},
         "device": describe_machine(pair.info.get("device", "cpu")),
@@ -80,6 +84,8 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         "summary": summary_rows(runs, names),
         "by_suite": [dict(row, suite=suite) for suite in dict.fromkeys(r["suite"] for r in runs)
                      for row in summary_rows([r for r in runs if r["suite"] == suite], names)],
+        "by_category": [dict(row, category=col) for col in columns
+                        for row in summary_rows([r for r in runs if r["category"] and column_of(r["category"]) == col], names)],
     }
 
 
@@ -235,8 +241,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--suite", help=f"comma-separated suites: {', '.join(SUITES)}")
-    p.add_argument("--limit", type=int, default=5, help="prompts per suite (default 5)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many prompts of each suite first")
+    src.add_argument("--prompts", type=Path, metavar="FILE",
+                     help="a prompt file: JSON lines with a 'prompt' or 'turns' field (and optionally 'category', "
+                          "'id'), or plain text, one prompt per line")  # fmt: skip
+    p.add_argument("--category", default="", help="comma-separated categories to keep (Spec-Bench's: translation, qa, ...)")
+    p.add_argument("--limit", type=int, help="prompts per suite, or per category where prompts have one "
+                                             "(default: 5 of a suite, all of a file)")  # fmt: skip
+    p.add_argument("--offset", type=int, default=0, help="skip this many prompts of each suite (or category) first")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -258,7 +269,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     from specviz.methods import get_method, method_names
     from specviz.peers import peers_for
-    from specviz.prompts import Prompt
 
     methods = method_names() if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
@@ -269,12 +279,18 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     for path in (args.json, args.report and args.report / "results.json"):
         if path is not None:
             check_writable(path)
+    categories = tuple(c.strip() for c in args.category.split(",") if c.strip())
+    if args.limit is not None and args.limit < 1:
+        raise SpecvizError("--limit must be at least 1")
     if args.prompt is not None:
         prompts = [Prompt("custom", "prompt/0", args.prompt)]
+    elif args.prompts is not None:
+        prompts = select(load_prompt_file(args.prompts), args.limit, args.offset, categories)
     else:
-        prompts = [p for s in (args.suite or "humaneval").split(",") for p in take(s.strip(), args.limit, args.offset)]
+        suites = [s.strip() for s in (args.suite or "humaneval").split(",")]
+        prompts = [p for s in suites for p in take(s, 5 if args.limit is None else args.limit, args.offset, categories)]
     if not prompts:
-        raise SpecvizError("no prompts selected: check --suite, --limit and --offset")
+        raise SpecvizError("no prompts selected: check --suite/--prompts, --category, --limit and --offset")
     if args.repeats < 1:
         raise SpecvizError("--repeats must be at least 1")
     return BenchConfig(

@@ -42,6 +42,8 @@ def markdown(result: dict[str, Any], command: str | None = None) -> str:
         summary_frame(result["summary"]).to_markdown(index=False, floatfmt=".3f"),
         "",
     ]
+    if result.get("by_category"):
+        lines += ["## In Spec-Bench's layout", "", spec_bench_table(result), ""]
     if result.get("by_suite"):
         by = pd.DataFrame(result["by_suite"])
         pivot = by.pivot_table(index="method", columns="suite", values="speedup_vs_autoregressive", sort=False)
@@ -49,6 +51,23 @@ def markdown(result: dict[str, Any], command: str | None = None) -> str:
             return "\n".join(lines)
         lines += ["## Speedup vs autoregressive, per suite", "", pivot.to_markdown(floatfmt=".3f"), ""]
     return "\n".join(lines)
+
+
+def spec_bench_table(result: dict[str, Any]) -> str:
+    """Speedup per category column, the mean accepted tokens per step and the overall speedup, one
+    row per method: the layout of Spec-Bench's leaderboard (hemingkx/Spec-Bench Leaderboard.md)."""
+    by = pd.DataFrame(result["by_category"])
+    speedup = by.pivot_table(index="method", columns="category", values="speedup_vs_autoregressive", sort=False)
+    overall = pd.DataFrame(result["summary"]).set_index("method")
+    order = [m for m in overall.index if m in speedup.index]
+
+    def fmt(unit: str):
+        return lambda x: "–" if pd.isna(x) else f"{x:.2f}{unit}"
+
+    table = speedup.reindex(order).map(fmt("x"))
+    table["#Mean Accepted Tokens"] = overall["mean_accepted_length"].reindex(order).map(fmt(""))
+    table["Overall"] = overall["speedup_vs_autoregressive"].reindex(order).map(fmt("x"))
+    return table.to_markdown()
 
 
 def html_page(result: dict[str, Any], command: str | None = None) -> str:

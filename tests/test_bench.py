@@ -37,3 +37,47 @@ def test_bench_interleaves_methods_and_rotates_their_order(tmp_path):
     order = [r["method"] for r in json.loads(out.read_text())["runs"]]
     assert order[:3] == ["autoregressive", "vanilla", "prompt_lookup"]
     assert order[3:6] == ["vanilla", "prompt_lookup", "autoregressive"]
+
+
+def test_spec_bench_runs_per_category_and_reports_in_its_layout(tmp_path):
+    from specviz.prompts import SPEC_BENCH_COLUMNS, take
+
+    every = take("specbench", limit=1)
+    assert len(every) == 13 and len({p.category for p in every}) == 13  # one per category
+    assert {c for cats in SPEC_BENCH_COLUMNS.values() for c in cats} == {p.category for p in every}
+    code = bench.main(["--pair", "tiny-random", "--methods", "autoregressive,vanilla", "--suite", "specbench",
+                       "--category", "translation,writing,qa", "--limit", "2", "--max-new-tokens", "8",
+                       "--report", str(tmp_path), "--quiet"])  # fmt: skip
+    assert code == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert sorted({r["category"] for r in result["runs"]}) == ["qa", "translation", "writing"] and len(result["runs"]) == 12
+    assert {r["category"] for r in result["by_category"]} == {"Translation", "Multi-turn Conversation", "Question Answering"}
+    md = (tmp_path / "summary.md").read_text()
+    layout = md.split("## In Spec-Bench's layout")[1]
+    assert "| Translation" in layout and "#Mean Accepted Tokens" in layout and "| vanilla " in layout
+
+
+def test_a_prompt_file_of_json_lines_or_plain_text(tmp_path):
+    from specviz.errors import SpecvizError
+    from specviz.prompts import load_prompt_file
+
+    jsonl = tmp_path / "mine.jsonl"
+    jsonl.write_text('{"prompt": "Say hi.", "category": "greet"}\n\n{"turns": ["Count to 3.", "Now to 4."], "id": "c"}\n')
+    prompts = load_prompt_file(jsonl)
+    assert [(p.id, p.text, p.category) for p in prompts] == [("mine/1", "Say hi.", "greet"), ("mine/c", "Count to 3.", "")]
+    text = tmp_path / "lines.txt"
+    text.write_text("def add(a, b):\n\nWhat is 2 + 2?\n")
+    assert [p.text for p in load_prompt_file(text)] == ["def add(a, b):", "What is 2 + 2?"]
+    out = tmp_path / "r.json"
+    assert bench.main(["--pair", "tiny-random", "--prompts", str(text), "--max-new-tokens", "4", "--json", str(out), "--quiet"]) == 0
+    assert [r["prompt_id"] for r in json.loads(out.read_text())["runs"]][:1] == ["lines/1"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "no prompt field"}\n')
+    for path, message in ((bad, "line 1: expected a JSON object"), (tmp_path / "missing.txt", "cannot read")):
+        try:
+            load_prompt_file(path)
+        except SpecvizError as e:
+            assert message in str(e)
+        else:
+            raise AssertionError(f"{path} was accepted")
+    assert bench.main(["--pair", "tiny-random", "--suite", "specbench", "--category", "poetry", "--quiet"]) == 2
