@@ -1,0 +1,53 @@
+"""The app's command line: `python app.py` (a Space's entry) and the `specviz` console script.
+
+    specviz                            # http://127.0.0.1:7860, the default pair
+    specviz --pair tiny-random --port 7861 --share
+
+GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured (Hugging Face Spaces sets them). What one
+visitor may ask for is bounded (specviz/limits.py; SPECVIZ_LIMIT_* environment variables). On a ZeroGPU
+Space (the `spaces` package is importable) model runs are wrapped in `spaces.GPU`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from specviz.errors import SpecvizError
+from specviz.limits import app_limits
+from specviz.ui import build_app, launch
+
+
+def zerogpu():
+    """spaces.GPU when running on a Hugging Face ZeroGPU Space, else None."""
+    try:
+        import spaces
+    except ImportError:
+        return None
+    return spaces.GPU(duration=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", default=os.environ.get("SPECVIZ_PAIR", "default"), help="model pair shown first (default: %(default)s)")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument("--share", action="store_true", help="also serve on a public gradio.live link")
+    args = parser.parse_args(argv)
+    log_lines()
+    try:
+        limits = app_limits()
+    except SpecvizError as e:
+        parser.exit(2, f"error: {e}\n")
+    launch(build_app(pair=args.pair, gpu=zerogpu(), limits=limits), server_name=args.host, server_port=args.port, share=args.share)
+
+
+def log_lines() -> None:
+    """specviz's own log lines (a refused input: one INFO line; a fault: its traceback) on stderr."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("specviz")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
