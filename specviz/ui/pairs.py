@@ -64,4 +64,6 @@ def describe_pair(pair: Any, notice: str | None = None) -> str:
         f"Pair **{pair.name}**: target **{info.get('target')}** ({size(info.get('target_params', 0))}), {draft}, "
         f"on {info.get('device', '?')} / {info.get('dtype', '?')}."
     )
+    if "from the Hugging Face hub" in info.get("weights", ""):  # not the weights the shipped assets were trained on
+        notice = f"{notice} {info['weights']}." if notice else f"The {info['weights']}."
     return f"⚠️ {notice}\n\n{line}" if notice else line
