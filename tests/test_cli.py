@@ -26,3 +26,37 @@ def test_the_space_declares_the_python_its_pins_need():
     front = (ROOT / "README.md").read_text().split("---")[1]
     assert 'python_version: "3.11"' in front
     assert 'requires-python = ">=3.11"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_requirements_resolve_for_the_python_the_space_declares(tmp_path):
+    """What a Space installs: requirements.txt, for the README's python_version, wheels only."""
+    import re
+    import subprocess
+    import sys
+
+    front = (ROOT / "README.md").read_text().split("---")[1]
+    version = re.search(r'python_version: "([0-9.]+)"', front).group(1)
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report), "--python-version", version,
+         "--only-binary=:all:", "--target", str(tmp_path / "t"), "-r", str(ROOT / "requirements.txt")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    names = {i["metadata"]["name"] for i in json.loads(report.read_text())["install"]}
+    assert {"torch", "transformers", "gradio", "numpy", "pandas"} <= names
+
+
+def test_the_space_folder_holds_what_the_space_runs(tmp_path):
+    from specviz import space
+
+    out = tmp_path / "space"
+    assert space.main([str(out)]) == 0
+    assert (out / "app.py").is_file() and (out / "specviz" / "cli.py").is_file() and (out / "assets" / "prompts").is_dir()
+    assert not list(out.rglob("__pycache__"))
+    large = [p for p in out.rglob("*") if p.is_file() and p.stat().st_size > space.LFS_BYTES]
+    rules = (out / ".gitattributes").read_text() if large else ""
+    assert all(f"{p.relative_to(out)} filter=lfs" in rules for p in large)
+    assert space.main([str(out)]) == 2  # not empty: refused, nothing overwritten
