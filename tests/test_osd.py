@@ -202,9 +202,15 @@ def test_save_and_load_roundtrip(tmp_path, random_pair):
 
 
 def test_the_session_gives_each_series_its_own_learner(random_pair):
+    """Learners copy on write: they serve the pair's draft until their first update, then their own."""
     spec = get_method("osd")
     a, b = new_session(spec, random_pair)["learner"], new_session(spec, random_pair)["learner"]
-    assert a is not b and a.serving is not b.serving and a.serving is not random_pair.draft
+    assert a is not b and a.serving is random_pair.draft and a._trainee is None  # no copy held yet
+    before = [p.clone() for p in random_pair.draft.parameters()]
+    a.config = OsdConfig(update_interval=1, lr=1e-2, steps=1)
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=a)
+    assert a.version == 1 and a.serving is not random_pair.draft and b.serving is random_pair.draft
+    assert all(torch.equal(x, y) for x, y in zip(before, random_pair.draft.parameters()))  # the pair's draft untouched
 
 
 def test_bad_options_raise_a_clear_error():

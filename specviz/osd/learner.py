@@ -66,10 +66,14 @@ class OnlineLearner:
 
     def __init__(self, draft: torch.nn.Module, config: OsdConfig | None = None):
         self.config = config or OsdConfig()
-        self.serving = copy.deepcopy(draft).eval().requires_grad_(False)  # drafts; changes only between requests
-        self.trainee = copy.deepcopy(draft).float().eval().requires_grad_(True)  # learns (no dropout: eval mode)
+        # Copies on write: until its first update a learner serves the pair's own draft (read only)
+        # and holds no trainee, so a visitor who never learns costs no memory (a draft copy, its
+        # float32 trainee and Adam's two moments would be ~4x the draft's size).
+        self._draft = draft
+        self.serving = draft  # drafts; changes only between requests, and then it is this learner's own copy
+        self._trainee: torch.nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
         self.replay = ReplayBuffer(self.config.buffer_cap)
-        self.optimizer = _optimizer(self.config, self.trainee.parameters())
         self.rng = random.Random(self.config.seed)
         self.requests = 0  # requests served
         self.version = 0  # updates swapped into the serving copy
@@ -77,6 +81,26 @@ class OnlineLearner:
         self._last_update_at = 0  # self.requests when the last update started
         self._worker: threading.Thread | None = None
         self._pending: dict[str, Any] | None = None  # a finished update not yet swapped in
+
+    @property
+    def trainee(self) -> torch.nn.Module:
+        """The copy that learns (float32, no dropout: eval mode), made when first needed."""
+        if self._trainee is None:
+            self._trainee = copy.deepcopy(self._draft).float().eval().requires_grad_(True)
+            self._optimizer = _optimizer(self.config, self._trainee.parameters())
+        return self._trainee
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The trainee's optimiser (made with it)."""
+        _ = self.trainee
+        return self._optimizer
+
+    def _own_serving(self) -> torch.nn.Module:
+        """The serving draft, copied from the pair's before this learner first changes it."""
+        if self.serving is self._draft:
+            self.serving = copy.deepcopy(self._draft).eval().requires_grad_(False)
+        return self.serving
 
     # -- serving ---------------------------------------------------------------------------------
     def begin_request(self) -> torch.nn.Module:
@@ -168,7 +192,7 @@ class OnlineLearner:
         if self._pending is None:
             return
         with torch.no_grad():
-            self.serving.load_state_dict(self.trainee.state_dict())  # cast to the serving dtype
+            self._own_serving().load_state_dict(self.trainee.state_dict())  # cast to the serving dtype
         self.version += 1
         self.updates.append({**self._pending, "version": self.version, "swapped_at_request": self.requests})
         self._pending = None
@@ -190,10 +214,10 @@ class OnlineLearner:
         from safetensors.torch import load_model
 
         self.wait()
-        load_model(self.serving, str(path))
+        load_model(self._own_serving(), str(path))
         with torch.no_grad():
             self.trainee.load_state_dict(self.serving.state_dict())
-        self.optimizer = _optimizer(self.config, self.trainee.parameters())
+        self._optimizer = _optimizer(self.config, self.trainee.parameters())
 
 
 def load_adapted_draft(pair: Any, path: str | Path) -> Any:
