@@ -25,6 +25,7 @@ def test_a_missing_draft_says_how_to_train_one(tmp_path):
         default.load_draft(tmp_path / "no-draft", torch.device("cpu"), torch.float32)
 
 
+@pytest.mark.default_pair
 def test_target_loads_offline_and_answers_through_the_chat_template():
     model, tokenizer = default.load_target(torch.device("cpu"), torch.float32)
     assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
@@ -36,6 +37,7 @@ def test_target_loads_offline_and_answers_through_the_chat_template():
     assert "Paris" in tokenizer.decode(out[0, ids.shape[1]:])
 
 
+@pytest.mark.default_pair
 def test_default_pair_is_lossless_with_the_real_models():
     pair = specviz.load_pair("default", device="cpu")
     assert pair.draft.config.vocab_size == pair.vocab_size == 49152
