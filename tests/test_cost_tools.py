@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import plotly.graph_objects as go
 import pytest
@@ -132,10 +131,15 @@ def test_theory_handlers_and_tab():
     fig, text = theory.published_view()
     assert fig.data and "| A100 80GB | Vicuna-7B | EAGLE | 3.61 | 2.29× |" in text
     assert theory.race_view(None)[0] is None
+    from specviz.ui.panels import MethodRun, Race
+
     base, spec = _race_records()
-    race = SimpleNamespace(runs=[SimpleNamespace(name="autoregressive", records=base), SimpleNamespace(name="vanilla", records=spec)])
-    fig, table = theory.race_view(race)
-    assert fig.data and "| vanilla | 0.70 |" in table
+    runs = [MethodRun("autoregressive", "Autoregressive", "", status="done", records=base),
+            MethodRun("vanilla", "Vanilla SD", "", status="done", records=spec)]  # fmt: skip
+    fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs))
+    assert fig.data and "| Vanilla SD | 0.70 |" in table and ("pays" in table or "loses" in table)
+    fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs[1:]))  # no baseline: says what is missing
+    assert fig is None and "include *Autoregressive*" in table
     with gr.Blocks():
         theory.build_tab(tab_context())
 

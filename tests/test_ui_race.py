@@ -11,6 +11,7 @@ from specviz.limits import AppLimits
 from specviz.ui.blocks import discover_tabs
 from specviz.ui.panels import live_metrics, race_html
 from specviz.ui.racing import RaceSettings, run_race
+from specviz.ui.why import glossary_html, why_markdown
 from specviz.ui.tokens import plain_text
 
 THREE = ("prompt_lookup", "vanilla", "autoregressive")
@@ -39,6 +40,9 @@ def test_a_race_runs_every_method_alone_in_registry_order(perturbed_pair):
     assert live_metrics(race.runs[1].records, baseline)["speedup"] == pytest.approx(
         live_metrics(race.runs[1].records)["tokens_per_s"] / baseline
     )
+    why = why_markdown(race)  # under the board: the formula's reading of each drafting method, by its label
+    assert f"| {race.runs[1].label} |" in why and f"| {race.runs[2].label} |" in why and "tokens per iteration for the price of" in why
+    assert 'href="#sv-term-acceptance"' in html and 'id="sv-term-acceptance"' in glossary_html()
 
 
 def test_methods_that_cannot_run_are_skipped_with_a_reason(perturbed_pair):

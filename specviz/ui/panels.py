@@ -75,8 +75,10 @@ def _fmt(x: float | int | None, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
 
-def _metric(value: str, name: str) -> str:
-    return f'<div class="sv-metric"><b>{value}</b><span>{name}</span></div>'
+def _metric(value: str, name: str, term: str | None = None) -> str:
+    """A number and its label; `term` links the label to its glossary entry (specviz.ui.why)."""
+    label = f'<a href="#sv-term-{term}">{name}</a>' if term else name
+    return f'<div class="sv-metric"><b>{value}</b><span>{label}</span></div>'
 
 
 def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) -> str:
@@ -89,9 +91,9 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
         [
             _metric(str(m["tokens"]), "tokens"),
             _metric(_fmt(m["tokens_per_s"], ".1f"), "tokens / s"),
-            _metric(speed, "speedup vs AR"),
-            _metric(_fmt(m["acceptance_rate"], ".0%"), "acceptance"),
-            _metric(_fmt(m["mean_accepted_length"], ".2f"), "tokens / target fwd"),
+            _metric(speed, "speedup vs AR", "speedup"),
+            _metric(_fmt(m["acceptance_rate"], ".0%"), "acceptance", "acceptance"),
+            _metric(_fmt(m["mean_accepted_length"], ".2f"), "tokens / target fwd", "accepted-length"),
             _metric(f"{m['target_forwards']} / {m['draft_forwards']}", "target / draft fwd"),
         ]
         # methods with modes (PEARL: pre-verify / post-verify) show the latest step's

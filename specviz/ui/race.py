@@ -32,6 +32,7 @@ from specviz.ui.panels import Race, panel_html
 from specviz.ui.racing import RaceSettings, run_race
 from specviz.ui.style import legend_html
 from specviz.ui.turns import stopped_on_leave
+from specviz.ui.why import glossary_html, why_markdown
 
 TAB_TITLE = "Race"
 TAB_ORDER = 0
@@ -189,6 +190,9 @@ def _board(ui: SimpleNamespace) -> None:
         ui.placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
         ui.panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in ui.specs}
     ui.table = gr.Dataframe(label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary", wrap=True)
+    ui.why = gr.Markdown(elem_id="sv-why")
+    with gr.Accordion("What the numbers mean", open=False, elem_id="sv-glossary"):
+        gr.HTML(glossary_html())
 
 
 def _plots(ui: SimpleNamespace) -> None:
@@ -262,14 +266,14 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
             yield {
                 ui.status: f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
                 **{panels[r.name]: panel_html(r, baseline, race.max_new_tokens) for r in race.runs},
-                ui.table: out["table"], ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
+                ui.table: out["table"], ui.why: why_markdown(race), ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
                 ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
                 ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,
                 sessions_state: sessions,  # returned, so the state's time-to-live restarts
             }  # fmt: skip
 
     inputs = [ctx.pair, ui.prompt, ui.methods, ui.speculation_length, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
-    outputs = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ctx.race, ui.plot_time, ui.plot_acceptance,
+    outputs = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ui.why, ctx.race, ui.plot_time, ui.plot_acceptance,
                ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, sessions_state]  # fmt: skip
     ui.run_btn.click(
         ctx.gpu(race), inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method

@@ -34,6 +34,8 @@ CSS = """
 .sv-metric { display: flex; flex-direction: column; line-height: 1.15; }
 .sv-metric b { font-size: 1.15rem; font-variant-numeric: tabular-nums; }
 .sv-metric span { font-size: .72rem; opacity: .75; text-transform: uppercase; letter-spacing: .03em; }
+.sv-metric span a { color: inherit; text-decoration: underline dotted; }
+.sv-glossary dt { font-weight: 600; margin-top: .4em; } .sv-glossary dd { margin: 0 0 0 1em; }
 .sv-bar { height: 6px; background: var(--border-color-primary); border-radius: 3px; overflow: hidden; margin-bottom: 8px; }
 .sv-bar > div { height: 100%; background: #0072B2; }
 .sv-text { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 1rem; line-height: 1.75;

@@ -147,21 +147,14 @@ def published_view():
 
 def race_view(race: Any):
     """Predicted vs measured speedup for every finished method of the last race (ctx.race's value)."""
-    from specviz.cost.from_records import explain_run
+    from specviz.ui.why import explain_race, why_markdown
 
     if race is None:
         return None, "Run a race first (Race tab); then press the button again."
-    runs = {r.name: r for r in race.runs if r.records}
-    base = runs.get("autoregressive")
-    if base is None:
-        return None, "The last race has no autoregressive run: include it, it is the speedup's baseline."
-    rows = [row for name, r in runs.items() if name != "autoregressive" for row in [explain_run(r.records, base.records)] if row]
+    rows = explain_race(race)
     if not rows:
-        return None, "No method in the last race drafted anything."
-    table = ["| method | α | mean γ | c | T(γ+1)/T(1) | predicted | measured |", "|---|---|---|---|---|---|---|"]
-    table += [f"| {r['method']} | {r['alpha']:.2f} | {r['gamma']:.1f} | {r['c']:.3f} | {r['verify_ratio']:.2f} | "
-              f"{r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× |" for r in rows]
-    return predicted_vs_measured_speedup_figure(rows), "\n".join(table)
+        return None, why_markdown(race)
+    return predicted_vs_measured_speedup_figure(rows), why_markdown(race)
 
 
 # ----- the tab ----------------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""Why each method of a race was fast or slow, in the formula's terms, and what the numbers mean.
+
+One line per drafting method: α (how often a drafted token is accepted), mean γ, the draft cost c,
+the verify cost T(γ+1)/T(1), the speedup Leviathan's formula predicts from them next to the one
+measured, and a plain reading: an iteration emits E[tokens] = (1 − α^(γ+1)) / (1 − α) tokens for
+the price of γc + T(γ+1)/T(1) decoding steps, so the method pays when the first exceeds the second.
+Shared by the Race tab (under the board) and the Theory tab. No torch here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specviz.cost.from_records import explain_run
+from specviz.ui.panels import BASELINE, Race
+
+# Shown in the Race tab; every metric label of a panel links to its entry (#sv-term-<key>).
+GLOSSARY = {
+    "acceptance": ("acceptance rate", "accepted draft tokens ÷ drafted tokens. A fully accepted block counts every token; "
+                   "a rejection ends the block, and the tokens after it count as drafted but not accepted."),
+    "alpha": ("α", "the chance that one drafted token is accepted given the ones before it were (Leviathan et al.), "
+              "estimated from where each block stopped; higher than the acceptance rate, which counts the tokens after a rejection too."),
+    "accepted-length": ("tokens / target fwd (mean accepted length)", "new tokens per forward pass of the target: 1 for "
+                        "autoregressive decoding, up to γ + 1 for speculation."),
+    "c": ("c (draft cost)", "one draft token's time ÷ one target decoding step: what drafting costs per token."),
+    "verify": ("verify cost T(γ+1)/T(1)", "a verification pass over γ drafts and the bonus token ÷ one decoding step. "
+               "Memory-bound hardware keeps it near 1; this CPU pays more."),
+    "oracle-sl": ("oracle speculation length", "how many of the following tokens the draft would have guessed right at "
+                  "that iteration: the length a perfect policy would have drafted (DISCO's oracle)."),
+    "speedup": ("speedup vs AR", "this method's tokens/s ÷ the autoregressive run's tokens/s, on this prompt, each run alone."),
+}  # fmt: skip
+
+
+def glossary_html() -> str:
+    """The glossary, each term with an anchor the panels link to."""
+    items = "".join(f'<dt id="sv-term-{key}">{name}</dt><dd>{text}</dd>' for key, (name, text) in GLOSSARY.items())
+    return f'<dl class="sv-glossary">{items}</dl>'
+
+
+def explain_race(race: Race) -> list[dict[str, Any]]:
+    """The formula's inputs and predicted vs measured speedup for every finished drafting method,
+    labelled for display; [] without a finished autoregressive run."""
+    runs = {r.name: r for r in race.finished()}
+    base = runs.get(BASELINE)
+    if base is None or base.status != "done":
+        return []
+    rows = []
+    for name, run in runs.items():
+        row = explain_run(run.records, base.records) if name != BASELINE else None
+        if row:
+            rows.append({**row, "method": run.label})
+    return rows
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """One plain sentence: tokens per iteration against what an iteration costs."""
+    g = max(1, round(row["gamma"]))
+    cost = g * row["c"] + row["verify_ratio"]
+    pays = row["expected_tokens"] > cost
+    return (f"{row['expected_tokens']:.2f} tokens per iteration for the price of {cost:.2f} steps "
+            f"({g}×{row['c']:.3f} drafting + {row['verify_ratio']:.2f} verifying): "
+            + ("pays" if pays else "loses") + (", as measured" if pays == (row["measured_speedup"] > 1) else ", the measurement disagrees"))  # fmt: skip
+
+
+def why_markdown(race: Race | None) -> str:
+    """The Race tab's 'why' table, or what is missing for it."""
+    if race is None:
+        return ""
+    rows = explain_race(race)
+    if not rows:
+        return ("**Why fast or slow:** include *Autoregressive* in the race (it is the baseline every speedup "
+                "divides by) and at least one drafting method.")
+    lines = ["**Why each method was fast or slow** — Leviathan's formula from this race's own counts and timings "
+             "([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)):", "",
+             "| method | α | mean γ | c | T(γ+1)/T(1) | predicted | measured | reading |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['method']} | {r['alpha']:.2f} | {r['gamma']:.1f} | {r['c']:.3f} | {r['verify_ratio']:.2f} | "
+              f"{r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× | {verdict(r)} |" for r in rows]  # fmt: skip
+    return "\n".join(lines)
