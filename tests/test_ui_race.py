@@ -113,3 +113,10 @@ def test_a_missing_default_draft_falls_back_to_tiny_random_and_says_how_to_get_i
     assert pair.name == "tiny-random"
     assert "draft is missing" in notice and "python -m specviz.train.draft" in notice
     assert describe_pair(pair, notice).startswith("⚠️ The default pair could not be loaded here")
+
+
+def test_a_method_lossless_against_another_model_says_so_on_its_panel(random_pair):
+    race = race_to_end(random_pair, RaceSettings("def add(a, b):", ("autoregressive", "streaming"), max_new_tokens=8))
+    streaming = next(r for r in race.runs if r.name == "streaming")
+    assert "Lossless against its own fine-tuned target" in streaming.note
+    assert "Lossless against" in race_html(race) and not next(r for r in race.runs if r.name == "autoregressive").note

@@ -27,6 +27,7 @@ class MethodSpec:
     is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
     rank: int = 50  # display order in tables and the app (baseline first, oracles last)
     supports_sampling: bool = True  # False: greedy only (e.g. an oracle that peeks at greedy output)
+    lossless_against: str = ""  # "" : the target's own output (distribution); else the model it is lossless against
     # (pair) -> options shared by a series of runs, for methods that carry state from one request
     # to the next (OSD's online learner). The app and the benchmark call it once per series.
     session: Callable[[Any], dict[str, Any]] | None = None

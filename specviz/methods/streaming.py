@@ -91,6 +91,7 @@ def _load(target: nn.Module, adapter: str) -> msa.StreamingLM:
     options=StreamingOptions,
     needs_draft=False,
     rank=40,
+    lossless_against="its own fine-tuned target (the base model with its streaming adapter)",
 )
 def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord]:
     lm = streaming_model(dec.pair.target, opts.adapter)

@@ -25,6 +25,7 @@ class MethodRun:
     paper: str
     status: str = "queued"  # queued | waiting (for its turn on the models) | running | done | stopped | skipped | error
     message: str = ""  # why it was skipped or failed
+    note: str = ""  # a standing note on what the method is (e.g. what it is lossless against)
     records: list[IterationRecord] = field(default_factory=list)
     spans: list[TokenSpan] = field(default_factory=list)
 
@@ -100,7 +101,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
         + ([_metric(html.escape(str(records[-1].extra["mode"])), "mode")] if records and "mode" in records[-1].extra else [])
     )
     progress = min(100.0, 100.0 * m["tokens"] / max(1, max_new_tokens))
-    message = f'<div class="sv-message">{html.escape(run.message)}</div>' if run.message else ""
+    message = "".join(f'<div class="sv-message">{html.escape(m)}</div>' for m in (run.note, run.message) if m)
     text = tokens_html(run.spans, {r.iteration: r.t_end for r in records})
     finished = status in ("done", "stopped") and records
     replay = f' data-end="{records[-1].t_end:.4f}" data-tokens="{m["tokens"]}"' if finished else ""

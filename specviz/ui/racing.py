@@ -145,7 +145,8 @@ def run_race(
     race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, {**shared, **settings.sampling()}, [])
     generators = {}
     for spec in specs:
-        run = MethodRun(spec.name, spec.label, spec.paper)
+        note = f"Lossless against {spec.lossless_against}, not the target alone: its text may differ." if spec.lossless_against else ""
+        run = MethodRun(spec.name, spec.label, spec.paper, note=note)
         race.runs.append(run)
         reason = skip_reason(spec, pair, settings)
         if reason:
