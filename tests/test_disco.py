@@ -179,3 +179,5 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
     oracle = [it for it in out["iterations"] if it["method"].startswith("Oracle")]
     assert all(it["speculation_length"] == it["oracle_sl"] for it in oracle[:-1])  # the last one meets the budget
     assert "tiny-perturbed" in tab.card_markdown(out["classifier"])
+    shipped = classifier_for("default")  # the sliders show the tuned values the run uses
+    assert tab.tuned_values("default") == (shipped.threshold, shipped.max_speculation_length)

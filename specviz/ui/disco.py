@@ -7,6 +7,7 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.errors import SpecvizError
 from specviz.ui.feedback import user_error
 
 TAB_TITLE = "DISCO: dynamic speculation length"
@@ -59,6 +60,17 @@ def card_markdown(clf: Any) -> str:
     return " ".join(lines)
 
 
+def tuned_values(pair_name: str | None) -> tuple[float, int]:
+    """The τ and SL_max the pair's classifier was tuned to (the paper's defaults if none is shipped)."""
+    from specviz.models.disco import classifier_for
+
+    try:
+        clf = classifier_for(pair_name or "default")
+    except SpecvizError:
+        return 0.5, 8
+    return clf.threshold, clf.max_speculation_length
+
+
 def build_tab(ctx: Any) -> None:
     import pandas as pd
 
@@ -69,8 +81,10 @@ def build_tab(ctx: Any) -> None:
         prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, scale=3)
         with gr.Column(scale=2):
             tuned = gr.Checkbox(True, label="Use the classifier's tuned τ and SL_max (untick to set them below)")
-            tau = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="τ: keep drafting while C_i ≥ τ")
-            sl_max = gr.Slider(1, 16, value=8, step=1, label="SL_max: most draft tokens per iteration")
+            # the sliders show the values in use: the tuned ones (locked) until the box is unticked
+            tau_value, sl_value = tuned_values(ctx.pair.value)
+            tau = gr.Slider(0.0, 1.0, value=tau_value, step=0.05, label="τ: keep drafting while C_i ≥ τ", interactive=False)
+            sl_max = gr.Slider(1, 16, value=sl_value, step=1, label="SL_max: most draft tokens per iteration", interactive=False)
             max_new = gr.Slider(8, 256, value=96, step=8, label="Max new tokens")
     run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
     card = gr.Markdown()
@@ -93,8 +107,18 @@ def build_tab(ctx: Any) -> None:
             raise user_error(e) from None
         df = pd.DataFrame(out["iterations"])
         oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
-        return (card_markdown(out["classifier"]), pd.DataFrame(out["rows"]),
-                chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]), oracle_sl_histogram(oracle))
+        clf = out["classifier"]
+        used = (clf.threshold, clf.max_speculation_length) if use_tuned else (t, m)
+        return (card_markdown(clf), pd.DataFrame(out["rows"]),
+                chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]), oracle_sl_histogram(oracle), *used)
 
-    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new], [card, table, plot_sl, plot_hist],
+    def show_tuned(pair_name: str, use_tuned: bool):
+        """Lock the sliders on the classifier's tuned values, or free them."""
+        if not use_tuned:
+            return gr.update(interactive=True), gr.update(interactive=True)
+        tau_value, sl_value = tuned_values(pair_name)
+        return gr.update(value=tau_value, interactive=False), gr.update(value=sl_value, interactive=False)
+
+    tuned.change(show_tuned, [ctx.pair, tuned], [tau, sl_max], api_visibility="private")
+    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new], [card, table, plot_sl, plot_hist, tau, sl_max],
                   api_name="disco", **ctx.models_queue())
