@@ -33,3 +33,13 @@ def test_a_pair_without_a_draft_is_refused(random_pair):
 def test_the_tab_builds():
     with gr.Blocks():
         online.build_tab(tab_context())
+
+
+def test_learned_tokens_are_shown_as_text_not_tokenizer_pieces():
+    from specviz.models.pair import readable_token
+
+    class Pieces:  # decodes like a byte-level BPE tokenizer
+        def decode(self, ids):
+            return {1: " gran", 2: "\n", 3: ""}[ids[0]]
+
+    assert [readable_token(Pieces(), i) for i in (1, 2, 3)] == ["·gran", "⏎", "∅"]

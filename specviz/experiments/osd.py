@@ -168,8 +168,9 @@ def token_analysis(pair, learner, rows: list[dict], top: int = 100) -> list[dict
         after.append(draft_predictions(learner.serving, sequence, start))
         actual.append(np.asarray(r["output_ids"]))
     table = token_table(np.concatenate(before), np.concatenate(after), np.concatenate(actual), top)
-    names = pair.tokenizer.convert_ids_to_tokens([t["token"] for t in table])
-    return [dict(t, text=name) for t, name in zip(table, names)]
+    from specviz.models.pair import readable_token
+
+    return [dict(t, text=readable_token(pair.tokenizer, t["token"])) for t in table]
 
 
 def tokens_markdown(tokens: list[dict], show: int = 15) -> str:

@@ -147,6 +147,13 @@ def describe(target_id: str, draft_id: str | None, target, draft, dev, dt) -> di
     }
 
 
+def readable_token(tokenizer: Any, token_id: int) -> str:
+    """A token as a reader sees it: its decoded text with spaces shown as '·' and line breaks as '⏎'
+    (not the tokenizer's internal piece, e.g. 'Ġgran')."""
+    text = tokenizer.decode([int(token_id)])
+    return text.replace(" ", "·").replace("\n", "⏎").replace("\t", "⇥") or "∅"
+
+
 def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | None = None) -> list[int]:
     """Token ids of a prompt: text (through the chat template when the pair uses one) or ids as given."""
     if chat is not None and not isinstance(chat, bool):

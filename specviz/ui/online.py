@@ -101,12 +101,12 @@ def build_tab(ctx: Any) -> None:
     with gr.Row():
         with gr.Column():
             suites = gr.CheckboxGroup(SUITES, value=["gsm8k"], label="prompt suites")
-            requests = gr.Slider(4, max(4, limits.osd_requests), value=min(40, limits.osd_requests), step=4, label="requests in the stream")
+            requests = gr.Slider(4, max(4, limits.osd_requests), value=min(16, limits.osd_requests), step=4, label="requests in the stream")
             shift_every = gr.Slider(0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)")
             mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
             distinct = gr.Slider(0, 50, value=0, step=1, label="distinct prompts per suite (0: all; small: a repetitive stream)")
         with gr.Column():
-            max_new = gr.Slider(8, 256, value=48, step=8, label="max new tokens per request")
+            max_new = gr.Slider(8, 256, value=32, step=8, label="max new tokens per request")
             gamma = gr.Slider(1, 12, value=4, step=1, label="speculation length γ")
             interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
             lr = gr.Number(3e-4, label="learning rate")
