@@ -178,7 +178,9 @@ def build_tab(ctx: Any) -> None:
     gr.Markdown("### Roofline: what one forward pass costs, and how many drafted tokens ride along for free")
     with gr.Row():
         hardware = gr.Dropdown(list(HARDWARE), value="H100 SXM", label="hardware")
-        model = gr.Dropdown([*SHAPES, LOADED_PAIR], value="Llama-2-7B", label="model")
+        # the default pair's target is a preset shape: start there (no model load); other pairs: a 7B
+        start = "SmolLM2-135M" if getattr(ctx.pair, "value", None) in ("default", None) else "Llama-2-7B"
+        model = gr.Dropdown([*SHAPES, LOADED_PAIR], value=start, label="model")
         batch = gr.CheckboxGroup(BATCH_CHOICES, value=[1, 4, 16, 64], label="batch sizes B")
         context = gr.Slider(0, 8192, value=1024, step=64, label="context length L")
         engine = gr.Dropdown([*ENGINES, NO_ENGINE], value="HF eager", label="engine (GPUs)")
