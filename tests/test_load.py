@@ -1,0 +1,19 @@
+"""The app under load on loopback (specviz.bench load), small: every race done, Stop stops, a short
+race goes between a long race's methods with its queue position shown, a closed page stops its race."""
+
+from __future__ import annotations
+
+import json
+
+from specviz.experiments import load
+
+
+def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path):
+    code = load.main(["--pair", "tiny-random", "--sessions", "2", "--races", "2", "--max-new-tokens", "8",
+                      "--stop-tokens", "400", "--out", str(tmp_path)])  # fmt: skip
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert code == 0 and result["done"] == 4 and result["failed"] == 0, result["problems"]
+    assert result["stopped"] is True
+    assert result["short_race_first"] is True and result["queue_position_shown"] is True
+    assert result["visitor_left_logged"] is True
+    assert result["tracebacks_in_log"] == 0
