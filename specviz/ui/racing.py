@@ -20,7 +20,7 @@ from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count, check_unique
 from specviz.ui.panels import MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
-from specviz.ui.turns import POLL_S, TURNS, Turns
+from specviz.ui.turns import TURNS, Turns
 
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
@@ -164,8 +164,8 @@ def run_race(
             continue
         ticket = turns.join()
         try:
-            while not turns.wait(ticket, POLL_S) and not stop.is_set():
-                run.status, run.message = "waiting", f"waiting for the models: {turns.waiting_note(ticket)}"
+            for note in turns.waiting(ticket, stop):
+                run.status, run.message = "waiting", f"waiting for the models: {note}"
                 yield race
             run.status, run.message = "queued", ""  # served (or stopped)
             if stop.is_set():

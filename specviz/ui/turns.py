@@ -73,15 +73,19 @@ class Turns:
         left = max(typical - held, 0.1 * typical) + (ahead - 1) * typical
         return f"{runs} (about {max(1, round(left))} s)"
 
+    def waiting(self, ticket: object, stop: threading.Event | None = None) -> Iterator[str]:
+        """The waiting note every POLL_S until `ticket` holds the models or `stop` is set."""
+        while not self.wait(ticket, POLL_S) and not (stop is not None and stop.is_set()):
+            yield self.waiting_note(ticket)
+
     @contextmanager
     def turn(self, stop: threading.Event | None = None) -> Iterator[bool]:
         """Hold the models for a block: yields True once they are ours, False if `stop` was set first."""
         ticket = self.join()
         try:
-            served = False
-            while not served and not (stop is not None and stop.is_set()):
-                served = self.wait(ticket, POLL_S)
-            yield served
+            for _ in self.waiting(ticket, stop):
+                pass
+            yield self.ahead(ticket) == 0
         finally:
             self.leave(ticket)
 
