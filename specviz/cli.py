@@ -51,3 +51,7 @@ def log_lines() -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
 
+
+
+if __name__ == "__main__":
+    main()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+_PACKAGE = Path(__file__).resolve().parent
+# An installed wheel carries the assets inside the package (see setup.py); a checkout or an
+# editable install reads the repository's assets/ folder.
+ASSETS = _PACKAGE / "assets" if (_PACKAGE / "assets").is_dir() else _PACKAGE.parent / "assets"
 
 
 def cache_dir() -> Path:

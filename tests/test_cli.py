@@ -60,3 +60,39 @@ def test_the_space_folder_holds_what_the_space_runs(tmp_path):
     rules = (out / ".gitattributes").read_text() if large else ""
     assert all(f"{p.relative_to(out)} filter=lfs" in rules for p in large)
     assert space.main([str(out)]) == 2  # not empty: refused, nothing overwritten
+
+
+def test_a_built_wheel_carries_the_assets_and_runs_outside_the_checkout(tmp_path):
+    """`pip install .` builds a wheel; installed elsewhere, specviz finds its prompts and its draft."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"  # build from a copy: the checkout gets no build/ folder
+    src.mkdir()
+    for part in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / part, src / part)
+    for part in ("specviz", "assets"):
+        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    run = dict(capture_output=True, text=True, timeout=600)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                            "-w", str(tmp_path / "dist"), str(src)], **run)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("specviz-*.whl")
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), str(wheel)], **run)
+    assert done.returncode == 0, done.stderr[-2000:]
+    probe = (
+        "import torch; from specviz.paths import ASSETS; from specviz.prompts import take;"
+        "from specviz.models.default import draft_dir, load_draft;"
+        "draft = load_draft(draft_dir(), torch.device('cpu'), torch.float32);"
+        "print(ASSETS); print(len(take('humaneval', 3))); print(sum(p.numel() for p in draft.parameters()))"
+    )
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    out = subprocess.run([sys.executable, "-c", probe], cwd=away, env={**os.environ, "PYTHONPATH": str(site)}, **run)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assets, prompts, params = out.stdout.split()
+    assert Path(assets) == site / "specviz" / "assets"
+    assert prompts == "3" and int(params) > 1_000_000

@@ -17,3 +17,5 @@ def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path):
     assert result["short_race_first"] is True and result["queue_position_shown"] is True
     assert result["visitor_left_logged"] is True
     assert result["tracebacks_in_log"] == 0
+    progress = [json.loads(line) for line in (tmp_path / "races.jsonl").read_text().splitlines()]
+    assert [row["n"] for row in progress] == [1, 2, 3, 4] and all(row["rss_mb"] > 0 for row in progress)

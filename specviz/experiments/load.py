@@ -4,7 +4,7 @@ and how fast Stop stops.
     python -m specviz.bench load --pair tiny-random --sessions 8 --races 25 --out benchmarks/reliability/8x25
     python -m specviz.bench load --pair tiny-random --sessions 1 --races 200 --fresh --out benchmarks/reliability/200
 
-`app.py` runs in a child process (its memory is its own, read from /proc), with its log in the
+The app runs in a child process (its memory is its own, read from /proc), with its log in the
 output folder. After one untimed warm-up race (models load, caches fill), every session runs its
 races one after another, the sessions at once, each a new gradio_client (--fresh: a new client,
 so a new visitor, for every race). Then Stop: a long race is submitted, Stop is pressed once the
@@ -14,6 +14,7 @@ should show where it waits); and a visitor closes the page during a long race (t
 new visitor's short race is done says whether the abandoned race was stopped). Reported: races
 done and failed, latency p50/p95 (queueing included), server RSS after the warm-up and at the end,
 those three timings, and the tracebacks in the server log (user errors must not leave any).
+Each race's row (with the server's RSS when it ended) is written to races.jsonl as it finishes.
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.paths import ASSETS
-
-APP = ASSETS.parent / "app.py"  # the repository's app (this tool runs from a clone)
 
 DEFAULT_METHODS = "autoregressive,vanilla,prompt_lookup,pearl,sssd,disco,osd"  # the Race tab's defaults
 PROMPTS = ["def add(a, b):", "Write a haiku about the sea.", "What is 12 * 7? Explain.", "List three prime numbers."]
@@ -53,14 +51,12 @@ def free_port() -> int:
 
 
 def start_app(pair: str, log: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """app.py in a child process on a free loopback port; returns once it answers."""
+    """The app (as app.py runs it) in a child process on a free loopback port; returns once it answers."""
     import urllib.request
 
-    if not APP.is_file():
-        raise SpecvizError(f"{APP} is missing: run the load test from a clone of the repository")
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(APP), "--pair", pair, "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "specviz.cli", "--pair", pair, "--host", "127.0.0.1", "--port", str(port)],
         stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **env},
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
@@ -93,12 +89,16 @@ def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
     return "Race finished" in status, seconds, "" if "Race finished" in status else status[:200]
 
 
-def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str]) -> list[dict[str, Any]]:
-    """cfg.sessions threads, each racing cfg.races times; one row per race."""
+def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int) -> list[dict[str, Any]]:
+    """cfg.sessions threads, each racing cfg.races times; one row per race, with the server's RSS
+    when it ended. Each row is also appended to races.jsonl as it comes, so a run cut short still
+    leaves its figures (and the RSS curve says whether memory grows with races or levels off)."""
     from gradio_client import Client
 
     rows: list[dict[str, Any]] = []
     lock = threading.Lock()
+    progress = (cfg.out / "races.jsonl").open("w")
+    started = time.perf_counter()
 
     def session(s: int) -> None:
         client = None
@@ -107,13 +107,18 @@ def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str]) -> list[
                 client = Client(url, verbose=False)
             ok, seconds, problem = one_race(client, race_args(cfg.pair, methods, cfg.max_new_tokens, s + r))
             with lock:
-                rows.append({"session": s, "race": r, "ok": ok, "seconds": round(seconds, 3), "problem": problem})
+                row = {"n": len(rows) + 1, "session": s, "race": r, "ok": ok, "seconds": round(seconds, 3),
+                       "at_s": round(time.perf_counter() - started, 1), "rss_mb": round(rss_mb(pid), 1), "problem": problem}  # fmt: skip
+                rows.append(row)
+                progress.write(json.dumps(row) + "\n")
+                progress.flush()
 
     threads = [threading.Thread(target=session, args=(s,)) for s in range(cfg.sessions)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    progress.close()
     return rows
 
 
@@ -216,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecvizError(f"the warm-up race failed: {warm[2]}")
         rss_before = rss_mb(proc.pid)
         started = time.perf_counter()
-        rows = run_sessions(url, cfg, methods)
+        rows = run_sessions(url, cfg, methods, proc.pid)
         wall = time.perf_counter() - started
         rss_after = rss_mb(proc.pid)
         stop = {**stop_latency(url, cfg, methods), **fair_share(url, cfg, methods), **leave_latency(url, cfg, methods, log)}
@@ -233,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency_p50_s": round(percentile(seconds, 0.5), 2), "latency_p95_s": round(percentile(seconds, 0.95), 2),
         "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
         "rss_growth_mb": round(rss_after - rss_before, 1), "rss_growth_pct": round(100 * (rss_after / rss_before - 1), 2),
+        "rss_growth_second_half_mb": round(rss_after - rows[len(rows) // 2]["rss_mb"], 1),
         **stop, "visitor_left_logged": "a visitor left: stopped" in text,
         "tracebacks_in_log": text.count("Traceback (most recent call last)"),
         "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10], "rows": rows,
