@@ -74,8 +74,11 @@ SUITES = {
 
 @lru_cache(maxsize=None)
 def load_suite(name: str) -> tuple[Prompt, ...]:
+    """A shipped suite by name, or a prompt file of one's own by its path."""
     if name not in SUITES:
-        raise SpecvizError(f"unknown prompt suite '{name}'. Suites: {', '.join(SUITES)}")
+        if Path(name).is_file():
+            return load_prompt_file(Path(name))
+        raise SpecvizError(f"unknown prompt suite '{name}' (and no such file). Suites: {', '.join(SUITES)}")
     filename, make = SUITES[name]
     with (ASSETS / "prompts" / filename).open(encoding="utf-8") as f:
         return tuple(make(json.loads(line), i) for i, line in enumerate(f) if line.strip())
@@ -135,3 +138,19 @@ def load_prompt_file(path: Path) -> tuple[Prompt, ...]:
 def shuffled(name: str, seed: int) -> Prompt:
     """One prompt of the suite, picked by `seed` (the app's shuffle button)."""
     return random.Random(seed).choice(load_suite(name))
+
+
+def add_prompt_args(parser, suites: str) -> None:
+    """A paper experiment's --suites (shipped suites, or prompt files by path) and --prompts FILE."""
+    parser.add_argument("--suites", default=suites,
+                        help=f"comma-separated prompt suites ({', '.join(SUITES)}) or prompt files (default: %(default)s)")
+    parser.add_argument("--prompts", metavar="FILE",
+                        help="a prompt file of your own instead of --suites: JSON lines with a 'prompt' or 'turns' "
+                             "field, or plain text, one prompt per line")  # fmt: skip
+
+
+def prompt_sources(args) -> list[str]:
+    """The suites (or the prompt file) an experiment's --suites / --prompts name, in order."""
+    if args.prompts is not None:
+        return [args.prompts]
+    return [s.strip() for s in args.suites.split(",") if s.strip()]

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from specviz.prompts import add_prompt_args
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -134,7 +136,7 @@ def markdown(rows: list[dict], oracle: list[dict], header: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench disco", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default")
-    p.add_argument("--suites", default="humaneval,mbpp", help="comma-separated prompt suites")
+    add_prompt_args(p, "humaneval,mbpp")
     p.add_argument("--limit", type=int, default=5, help="prompts per suite")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -152,14 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.errors import SpecvizError
     from specviz.models.disco import classifier_for
     from specviz.plots.disco import chosen_vs_oracle_per_iteration, oracle_sl_histogram, sl_error_bars
-    from specviz.prompts import take
+    from specviz.prompts import prompt_sources, take
     from specviz.train.disco import load_named_pair
 
     try:
         pair = load_named_pair(args.pair)
         clf = classifier_for(pair.name)
         sl_opt = args.sl_opt or int(clf.card.get("static_sl_opt", 5))
-        prompts = [q for s in args.suites.split(",") for q in take(s.strip(), args.limit, args.offset)]
+        prompts = [q for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
         rows = variants([int(k) for k in args.static.split(",") if k.strip()], sl_opt, args.heuristic_start)
         runs, iterations = run_all(pair, prompts, rows, args.max_new_tokens, not args.no_warmup, not args.quiet)
     except SpecvizError as e:
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     summary = table(runs, iterations, [v.name for v in rows])
     oracle = oracle_stats(iterations)
-    header = (f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts ({args.suites}, offset {args.offset}), "
+    header = (f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), "
               f"greedy, max {args.max_new_tokens} new tokens, classifier '{clf.name}' (tau={clf.threshold}, "
               f"SL_max={clf.max_speculation_length}{', borrowed' if clf.card.get('borrowed') else ''}), SL-opt={sl_opt}")
     text = markdown(summary, oracle, header)

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specviz.prompts import add_prompt_args
+
 
 def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str, Any]:
     """Totals of one suite's records (lists of per-prompt record tuples) -> α, c, predictions, measurement."""
@@ -57,7 +59,7 @@ def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench draft_quality", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default")
-    p.add_argument("--suites", default="humaneval,gsm8k,mtbench")
+    add_prompt_args(p, "humaneval,gsm8k,mtbench")
     p.add_argument("--limit", type=int, default=20, help="prompts per suite")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -71,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.bench import describe_machine
     from specviz.errors import SpecvizError
     from specviz.models.pair import load_pair
-    from specviz.prompts import take
+    from specviz.prompts import prompt_sources, take
     from specviz.runner import generate
 
     try:
         pair = load_pair(args.pair)
-        suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-        prompts = [(s, q) for s in suites for q in take(s, args.limit, args.offset)]
+        prompts = [(q.suite, q) for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
+        suites = list(dict.fromkeys(s for s, _ in prompts))  # a prompt file's rows carry its name
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

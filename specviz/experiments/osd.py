@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from specviz.osd.analysis import window_alpha
+from specviz.prompts import add_prompt_args, prompt_sources
 
 
 def parse_args(argv: list[str] | None):
@@ -32,7 +33,7 @@ def parse_args(argv: list[str] | None):
     d = OsdConfig()
     p = argparse.ArgumentParser(prog="python -m specviz.bench osd", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default")
-    p.add_argument("--suites", default="gsm8k", help="comma-separated: humaneval, gsm8k, mtbench, mbpp")
+    add_prompt_args(p, "gsm8k")
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--shift-every", type=int, default=0, help="next suite every N requests (0: split evenly)")
     p.add_argument("--mixed", action="store_true", help="draw each request's suite at random")
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     try:
-        stream_cfg = StreamConfig(tuple(s.strip() for s in args.suites.split(",") if s.strip()), args.requests,
+        stream_cfg = StreamConfig(tuple(prompt_sources(args)), args.requests,
                                   args.shift_every, args.mixed, args.distinct, args.offset, args.seed)
         learner_cfg = OsdConfig(**{f.name: getattr(args, f.name) for f in fields(OsdConfig)})
         pair = load_pair(args.pair, device=args.device, dtype=args.dtype)

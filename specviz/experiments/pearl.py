@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specviz.prompts import add_prompt_args
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -183,7 +185,7 @@ def speedup_figure(rows: list[dict]):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench pearl", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default")
-    p.add_argument("--suites", default="humaneval,gsm8k", help="comma-separated prompt suites")
+    add_prompt_args(p, "humaneval,gsm8k")
     p.add_argument("--limit", type=int, default=5, help="prompts per suite")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -201,11 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.methods.pearl import forward_time_ratio
     from specviz.models.pair import load_pair
     from specviz.plots.timeline import timeline
-    from specviz.prompts import take
+    from specviz.prompts import prompt_sources, take
 
     try:
         pair = load_pair(args.pair)
-        prompts = [q for s in args.suites.split(",") for q in take(s.strip(), args.limit, args.offset)]
+        prompts = [q for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
         c = forward_time_ratio(pair)
         window = args.window or pearl_window(c)
         vanilla_gamma = args.vanilla_gamma or window
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = table(runs, [v.name for v in rows], window, vanilla_gamma, c)
     machine = describe_machine(pair.info.get("device", "cpu"))
     header = (f"PEARL comparison: pair {pair.name} on {machine['device']} ({machine.get('threads')} intra-op threads), "
-              f"{len(prompts)} prompts ({args.suites}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
+              f"{len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
               f"c = T_target/T_draft = {c:.2f}, PEARL window γ = {window}, vanilla γ = {vanilla_gamma}")
     text = markdown(summary, header)
     print(text)

@@ -34,6 +34,7 @@ import numpy as np
 
 from specviz.datastore import DEFAULT_PATH
 from specviz.errors import SpecvizError
+from specviz.prompts import add_prompt_args
 
 Proposer = Callable[[list[int], int, int], tuple[list[int], list[int]]]  # (ids, size, depth) -> (tokens, parents)
 
@@ -307,7 +308,7 @@ def _md(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specviz.bench sssd", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", default="default", help="pair name, or a model folder (the target alone is enough)")
-    ap.add_argument("--suites", default="mtbench,gsm8k,humaneval")
+    add_prompt_args(ap, "mtbench,gsm8k,humaneval")
     ap.add_argument("--limit", type=int, default=8, help="prompts per suite")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--speed-limit", type=int, default=3, help="prompts per suite for the B = 1 timed runs")
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from specviz.methods.sssd import resolve_datastore
-    from specviz.prompts import take
+    from specviz.prompts import prompt_sources, take
 
     stages = set(args.stages.split(","))
     pair = load_target_pair(args.pair)
@@ -338,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "datastore": None if datastore is None else {"path": args.datastore, **datastore.info},
     }
     progress = not args.quiet
-    prompts = [p for s in args.suites.split(",") for p in take(s, args.limit)]
+    prompts = [p for s in prompt_sources(args) for p in take(s, args.limit)]
     needs_refs = stages & {"fig4", "speed", "fig6"}
     if needs_refs and args.references:
         from specviz.models.pair import encode_prompt

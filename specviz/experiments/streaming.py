@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specviz.prompts import add_prompt_args
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -126,7 +128,7 @@ def markdown(rows: list[dict], agreement: dict, header: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench streaming", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default", help="default | tiny-random | a preset (the draft is optional)")
-    p.add_argument("--suites", default="humaneval,gsm8k")
+    add_prompt_args(p, "humaneval,gsm8k")
     p.add_argument("--limit", type=int, default=4, help="prompts per suite")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -143,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.errors import SpecvizError
     from specviz.experiments.sssd import load_target_pair
     from specviz.methods.streaming import streaming_model
-    from specviz.prompts import take
+    from specviz.prompts import prompt_sources, take
 
     try:
         pair = load_target_pair(args.pair)
-        prompts = [q for s in args.suites.split(",") for q in take(s.strip(), args.limit, args.offset)]
+        prompts = [q for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
         rows = variants(args.gamma, args.tree_width, args.tree_nodes, args.adapter, pair.draft is not None)
         lm = streaming_model(pair.target, args.adapter)
         extra = {"streaming": lm.extra_parameters(), "vanilla": pair.info.get("draft_params", 0)}
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = table(runs, [v.name for v in rows], extra)
     agreement = tuned_agreement(runs, rows[0].name, rows[1].name)
     header = (f"Speculative streaming: pair {pair.name}, adapter '{args.adapter}' (N_s={lm.cfg.stream_layers}, "
-              f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts ({args.suites}, offset "
+              f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset "
               f"{args.offset}), greedy, max {args.max_new_tokens} new tokens, on {str(pair.device)} ({describe_machine(str(pair.device))['threads']} threads)")
     text = markdown(summary, agreement, header)
     print(text)
