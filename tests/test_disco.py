@@ -173,8 +173,9 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
 
     with gr.Blocks():
         tab.build_tab(tab_context("tiny-perturbed", load_pair=lambda name: perturbed_pair))
-    out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20)
+    out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
     rows = {r["method"]: r for r in out["rows"]}
+    assert all(r["runs (median shown)"] == 1 for r in rows.values())
     assert rows["DISCO"]["mean SL"] <= 3 and rows["Oracle (upper bound)"]["acceptance"] in (None, 1.0)
     oracle = [it for it in out["iterations"] if it["method"].startswith("Oracle")]
     assert all(it["speculation_length"] == it["oracle_sl"] for it in oracle[:-1])  # the last one meets the budget

@@ -156,8 +156,8 @@ def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pa
 
     with gr.Blocks():
         tab.build_tab(tab_context("tiny-perturbed", load_pair=lambda name: perturbed_pair))
-    out = tab.compare(perturbed_pair, "def f(x):", window=3, concurrent=True, max_new_tokens=16)
-    assert [r["tokens"] for r in out["rows"]] == [16, 16]
+    out = tab.compare(perturbed_pair, "def f(x):", window=3, concurrent=True, max_new_tokens=16, repeats=2)
+    assert [r["tokens"] for r in out["rows"]] == [16, 16] and [r["runs (median shown)"] for r in out["rows"]] == [2, 2]
     assert set(out["records"]) == {"vanilla (γ=3)", "PEARL (γ=3)"}
     assert {s["mode"] for s in out["steps"]} <= {"pre-verify", "post-verify", "verify"}
     assert out["steps"][0]["mode"] == "pre-verify"
@@ -203,3 +203,15 @@ def test_sampling_through_post_verify_chains_follows_the_target(perturbed_pair):
     keys = list(exact)
     stat, pvalue = chi_square_pvalue(np.array([counts[k] for k in keys], float), np.array([exact[k] for k in keys]) * runs)
     assert pvalue > 1e-3, f"tokens 3-4 do not follow p (chi2={stat:.1f}, p-value={pvalue:.2g})"
+
+
+def test_a_median_run_is_warmed_up_and_emits_what_one_run_does(perturbed_pair):
+    from specviz.errors import SpecvizError
+    from specviz.runner import generate, generate_median
+
+    one = generate("pearl", perturbed_pair, "def f(x):", max_new_tokens=12, window=2)
+    median = generate_median("pearl", perturbed_pair, "def f(x):", repeats=3, max_new_tokens=12, window=2)
+    assert median.summary.output_ids == one.summary.output_ids
+    assert all(r.oracle_sl is not None for r in median.records)
+    with pytest.raises(SpecvizError, match="repeats"):
+        generate_median("pearl", perturbed_pair, "def f(x):", repeats=0)

@@ -22,10 +22,12 @@ INTRO = (
 )
 
 
-def disco_vs_oracle(pair: Any, prompt: str, threshold: float | None, sl_max: int | None, max_new_tokens: int) -> dict[str, Any]:
-    """Run DISCO, SL-opt and the oracle on one prompt; return the table rows, the iterations and the card."""
+def disco_vs_oracle(pair: Any, prompt: str, threshold: float | None, sl_max: int | None, max_new_tokens: int,
+                    repeats: int = 3) -> dict[str, Any]:  # fmt: skip
+    """Run DISCO, SL-opt and the oracle on one prompt, each warmed up and timed `repeats` times (the
+    median run is shown); return the table rows, the iterations and the card."""
     from specviz.models.disco import classifier_for
-    from specviz.runner import generate
+    from specviz.runner import generate_median
 
     clf = classifier_for(pair.name)
     sl_opt = int(clf.card.get("static_sl_opt", 4))
@@ -36,10 +38,10 @@ def disco_vs_oracle(pair: Any, prompt: str, threshold: float | None, sl_max: int
     }
     rows, iterations = [], []
     for label, (method, options) in runs.items():
-        result = generate(method, pair, prompt, max_new_tokens=int(max_new_tokens), **options)
+        result = generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
         s = result.summary
         sl = [r.speculation_length for r in result.records]
-        rows.append({"method": label, "tokens": s.new_tokens, "iterations": s.iterations,
+        rows.append({"method": label, "runs (median shown)": repeats, "tokens": s.new_tokens, "iterations": s.iterations,
                      "ms/token": round(1e3 * s.wall_s / max(1, s.new_tokens), 1),
                      "acceptance": round(s.accepted / s.drafted, 3) if s.drafted else None,
                      "mean SL": round(sum(sl) / len(sl), 2),
@@ -85,24 +87,25 @@ def build_tab(ctx: Any) -> None:
             tau_value, sl_value = tuned_values(ctx.pair.value)
             tau = gr.Slider(0.0, 1.0, value=tau_value, step=0.05, label="τ: keep drafting while C_i ≥ τ", interactive=False)
             sl_max = gr.Slider(1, 16, value=sl_value, step=1, label="SL_max: most draft tokens per iteration", interactive=False)
-            max_new = gr.Slider(8, 256, value=96, step=8, label="Max new tokens")
+            max_new = gr.Slider(8, 256, value=64, step=8, label="Max new tokens")
+            repeats = gr.Slider(1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)")
     run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
     card = gr.Markdown()
     table = gr.Dataframe(
         label="This prompt", interactive=False,
-        headers=["method", "tokens", "iterations", "ms/token", "acceptance", "mean SL", "mean |SL − oracle|"],
+        headers=["method", "runs (median shown)", "tokens", "iterations", "ms/token", "acceptance", "mean SL", "mean |SL − oracle|"],
     )
     with gr.Row():
-        plot_sl = gr.Plot(label="Chosen vs oracle speculation length")
-        plot_hist = gr.Plot(label="Oracle speculation length histogram")
+        plot_sl = gr.Plot(label="Chosen vs oracle speculation length", show_label=False)
+        plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
 
-    def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float):
+    def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float, k: float):
         loader = getattr(ctx, "load_pair", None)
         try:
             if loader is None:
                 from specviz import load_pair as loader
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
-            out = disco_vs_oracle(loader(pair_name), text, threshold, length, int(n))
+            out = disco_vs_oracle(loader(pair_name), text, threshold, length, int(n), int(k))
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         df = pd.DataFrame(out["iterations"])
@@ -120,5 +123,5 @@ def build_tab(ctx: Any) -> None:
         return gr.update(value=tau_value, interactive=False), gr.update(value=sl_value, interactive=False)
 
     tuned.change(show_tuned, [ctx.pair, tuned], [tau, sl_max], api_visibility="private")
-    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new], [card, table, plot_sl, plot_hist, tau, sl_max],
+    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats], [card, table, plot_sl, plot_hist, tau, sl_max],
                   api_name="disco", **ctx.models_queue())

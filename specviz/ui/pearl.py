@@ -24,22 +24,23 @@ INTRO = (
 )
 
 
-def compare(pair: Any, prompt: str, window: int, concurrent: bool, max_new_tokens: int) -> dict[str, Any]:
-    """Run vanilla (γ = PEARL's window) and PEARL on one prompt; rows, per-step modes and the records."""
+def compare(pair: Any, prompt: str, window: int, concurrent: bool, max_new_tokens: int, repeats: int = 3) -> dict[str, Any]:
+    """Run vanilla (γ = PEARL's window) and PEARL on one prompt, each warmed up and timed `repeats`
+    times (the median run is shown); rows, per-step modes and the records."""
     from specviz.methods.pearl import optimal_window
     from specviz.plots.timeline import idle_fractions
-    from specviz.runner import generate
+    from specviz.runner import generate_median
 
     gamma = int(window) or optimal_window(pair)
     runs = {f"vanilla (γ={gamma})": ("vanilla", {"speculation_length": gamma}),
             f"PEARL (γ={gamma})": ("pearl", {"window": gamma, "concurrent": bool(concurrent)})}  # fmt: skip
     rows, records, steps = [], {}, []
     for label, (method, options) in runs.items():
-        result = generate(method, pair, prompt, max_new_tokens=int(max_new_tokens), **options)
+        result = generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
         recs = [r.to_dict() for r in result.records]
         s, idle = result.summary, idle_fractions(recs)
         ideal = sum(r["extra"].get("ideal_s", r["t_end"] - r["t_start"]) for r in recs)
-        rows.append({"method": label, "tokens": s.new_tokens, "steps": s.iterations,
+        rows.append({"method": label, "runs (median shown)": repeats, "tokens": s.new_tokens, "steps": s.iterations,
                      "measured ms/token": round(1e3 * s.wall_s / max(1, s.new_tokens), 1),
                      "parallel-ideal ms/token": round(1e3 * ideal / max(1, s.new_tokens), 1),
                      "draft idle": f"{idle['draft']:.0%}", "target idle": f"{idle['target']:.0%}"})  # fmt: skip
@@ -65,20 +66,21 @@ def build_tab(ctx: Any) -> None:
             window = gr.Slider(0, 12, value=0, step=1, label="Window γ (0: round(c), measured)")
             concurrent = gr.Checkbox(True, label="Threads: draft and target truly at the same time")
             max_new = gr.Slider(8, 256, value=64, step=8, label="Max new tokens")
+            repeats = gr.Slider(1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)")
     run_btn = gr.Button("Run vanilla vs PEARL", variant="primary")
     table = gr.Dataframe(label="This prompt", interactive=False)
-    plot = gr.Plot(label="Timeline: which model runs when")
+    plot = gr.Plot(label="Timeline: which model runs when", show_label=False)
     steps = gr.Dataframe(label="PEARL step by step", interactive=False)
 
-    def run(pair_name: str, text: str, w: float, conc: bool, n: float):
+    def run(pair_name: str, text: str, w: float, conc: bool, n: float, k: float):
         loader = getattr(ctx, "load_pair", None)
         try:
             if loader is None:
                 from specviz import load_pair as loader
-            out = compare(loader(pair_name), text, int(w), bool(conc), int(n))
+            out = compare(loader(pair_name), text, int(w), bool(conc), int(n), int(k))
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         return pd.DataFrame(out["rows"]), timeline(out["records"]), pd.DataFrame(out["steps"])
 
-    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, window, concurrent, max_new], [table, plot, steps],
+    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, window, concurrent, max_new, repeats], [table, plot, steps],
                   api_name="pearl", **ctx.models_queue())
