@@ -101,7 +101,8 @@ class Decoding:
             t_end=t_end,
             draft_ms=(t_drafted - t_start) * 1e3,
             verify_ms=(t_end - t_drafted) * 1e3,
-            extra={**(extra or {}), **({"stop": stop} if stop else {})},
+            extra={**(extra or {}), **({"u": list(verdict.uniforms[:kept])} if verdict.uniforms and drafted else {}),
+                   **({"stop": stop} if stop else {})},
         )
         self.iteration += 1
         return record

@@ -32,6 +32,7 @@ class Verdict:
     next_token: int  # the target's own token: correction after a rejection, or bonus after all accepted
     p_drafted: tuple[float, ...]  # p(x_i) for each drafted x_i
     q_drafted: tuple[float, ...] | None  # q(x_i) for each drafted x_i; None for a one-hot drafter
+    uniforms: tuple[float, ...] | None = None  # sampling: the u_i each x_i was tested with (u_i < p/q accepts)
 
 
 def verify(
@@ -49,6 +50,7 @@ def verify(
     rows = torch.arange(k, device=p.device)
     px = p[rows, x]  # [k]
     qx = q[rows, x] if q is not None else None  # [k]
+    r = None
     if cfg.greedy:
         choice = target_logits.argmax(dim=-1)  # [k+1]
         n = _leading_true(choice[:k] == x)
@@ -63,6 +65,7 @@ def verify(
         next_token=next_token,
         p_drafted=tuple(px.tolist()),
         q_drafted=tuple(qx.tolist()) if qx is not None else None,
+        uniforms=None if r is None else tuple(r.tolist()),
     )
 
 
