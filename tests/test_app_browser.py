@@ -81,7 +81,9 @@ def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     assert accepted.evaluate("e => getComputedStyle(e).borderBottomStyle") == "solid"
     rejected = page.locator("#sv-board .sv-tok.sv-rejected").first
     assert "line-through" in rejected.evaluate("e => getComputedStyle(e).textDecorationLine")
-    assert "p(target)" in rejected.get_attribute("title") and "min(1, p/q)" in rejected.get_attribute("title")
+    assert "p(target)" in rejected.get_attribute("data-tip") and "rule (greedy)" in rejected.get_attribute("data-tip")
+    rejected.hover()  # the page's tooltip (also on focus and on a tap): the rule that decided, as applied
+    page.wait_for_selector(".sv-tip:not([hidden]):has-text('rule (greedy)')")
     legend = page.locator(".sv-legend")
     assert legend.locator(".sv-accepted").count() == legend.locator(".sv-target").count() == legend.locator(".sv-rejected").count() == 1
     # metrics: in each panel and in the summary table
@@ -151,3 +153,92 @@ def test_gradio_client_calls_race(server):
     table = next(x for x in rest if isinstance(x, dict) and "headers" in x)
     assert [row[0] for row in table["data"]] == ["Autoregressive", "Vanilla SD"]
     assert [row[1] for row in table["data"]] == [12, 12]
+
+
+def test_a_saved_race_loads_and_replays_without_its_model(page, perturbed_pair, tmp_path):
+    """A race recorded elsewhere (here: a pair this page does not have) is shown from its file."""
+    import json
+    import threading
+
+    from specviz.ui.racing import RaceSettings, run_race
+    from specviz.ui.saved import race_to_dict
+
+    for race in run_race(perturbed_pair, RaceSettings("def add(a, b):", ("autoregressive", "vanilla"), max_new_tokens=20), {}, threading.Event()):
+        pass
+    data = race_to_dict(race) | {"pair": "Vicuna-7B / EAGLE on an A100 (recorded elsewhere)"}
+    path = tmp_path / "race_records.json"
+    path.write_text(json.dumps(data))
+    page.set_input_files("#sv-load-race input[type=file]", str(path))
+    page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
+    assert "recorded elsewhere" in page.locator("#sv-race-status").inner_text()
+    page.wait_for_function("() => document.querySelectorAll('#sv-board .sv-panel').length === 2")
+    panels = page.locator("#sv-board .sv-panel")
+    assert [panels.nth(i).get_attribute("data-method") for i in range(2)] == ["autoregressive", "vanilla"]
+    assert [int(panels.nth(i).get_attribute("data-tokens")) for i in range(2)] == [20, 20]
+    assert page.locator("#sv-board .sv-tok.sv-accepted").count() == sum(r.accepted for r in race.runs[1].records)
+    assert "Vanilla SD" in page.locator("#sv-why").inner_text()
+    page.click("#sv-replay")
+    page.wait_for_function("() => document.querySelectorAll('#sv-replay-track .sv-finish').length === 2")
+
+
+def test_step_through_shows_each_drafts_test_with_the_runs_values(page, perturbed_pair, tmp_path):
+    import json
+    import threading
+
+    from specviz.ui.racing import RaceSettings, run_race
+    from specviz.ui.saved import race_to_dict
+
+    settings = RaceSettings("def fibonacci(n):", ("autoregressive", "vanilla"), max_new_tokens=24)
+    for race in run_race(perturbed_pair, settings, {}, threading.Event()):
+        pass
+    path = tmp_path / "race_records.json"
+    path.write_text(json.dumps(race_to_dict(race)))  # the page's own pair: the step-through reruns the models
+    page.set_input_files("#sv-load-race input[type=file]", str(path))
+    page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
+    page.click("#sv-step button:has-text('Step through one iteration')")
+    page.locator("#sv-step-method input").click()
+    page.get_by_role("option", name="Vanilla SD").click()
+    records = race.runs[1].records
+    for i in (0, 1):
+        page.wait_for_selector(f"#sv-step-view:has-text('iteration {i} of {len(records) - 1}')")
+        rows = page.locator("#sv-step-view .sv-step-table tbody tr")
+        assert rows.count() == len(records[i].drafted)
+        shown = [rows.nth(j).locator("td").nth(2).inner_text() for j in range(rows.count())]
+        assert shown == [f"{p:.3f}" for p in records[i].p_target]
+        assert f"Accepted {records[i].accepted} of" in page.locator("#sv-step-view").inner_text()
+        assert "recomputed p(x) within" in page.locator("#sv-step-view").inner_text()
+        page.wait_for_function("() => { const e = document.querySelector('#sv-step-plot .js-plotly-plot'); return e && e.data && e.data.length > 1; }")
+        if i == 0:
+            page.click("#sv-step-next")
+    page.focus("#sv-step-next")
+    page.keyboard.press("ArrowLeft")  # the keys step too
+    page.wait_for_selector(f"#sv-step-view:has-text('iteration 0 of {len(records) - 1}')")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#sv-step").screenshot(path=str(ARTIFACTS / "step_through.png"))
+
+
+def _overlap(a: dict | None, b: dict | None) -> bool:
+    if not a or not b:
+        return False
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_plot_titles_are_not_covered_at_desktop_and_phone_widths(page, width):
+    """No label chip or legend over a plot's title (the race's plots hold data from the tests above)."""
+    page.set_viewport_size({"width": width, "height": 900})
+    try:
+        tabs = page.get_by_role("tab")
+        assert tabs.count() >= 7 and all(tabs.nth(i).is_visible() for i in range(tabs.count()))  # none behind a "…" menu
+        for plot in ("time", "acceptance", "histogram", "sl"):
+            block = page.locator(f"#sv-plot-{plot}")
+            block.scroll_into_view_if_needed()
+            title = block.locator(".gtitle").first.bounding_box()
+            assert title, plot
+            covers = [block.locator("[data-testid='block-label']"), block.locator(".legend")]
+            for loc in covers:
+                for i in range(loc.count()):
+                    assert not _overlap(title, loc.nth(i).bounding_box()), (plot, width)
+        page.screenshot(path=str(ARTIFACTS / f"race_plots_{width}.png"), full_page=True)
+    finally:
+        page.set_viewport_size({"width": 1500, "height": 1100})

@@ -73,7 +73,10 @@ def test_span_kinds_follow_the_record():
     assert (rejected.p, rejected.q, rejected.ratio) == (0.2, 0.5, pytest.approx(0.4))
     assert spans[5].ratio == pytest.approx(0.6)  # one-hot q: min(1, p / 1)
     title = rejected.title()
-    assert "iteration 0" in title and "p(target) = 0.200" in title and "q(draft) = 0.500" in title and "min(1, p/q) = 0.400" in title
+    assert "iteration 0" in title and "p(target) = 0.200" in title and "q(draft) = 0.500" in title
+    assert "rule (greedy): kept only if it is the target's most likely token: it is not" in title  # the rule that decided
+    sampled = SpanBuilder(tok, [], greedy=False).extend(records)
+    assert "rule (sampling): kept with probability min(1, p/q) = 0.400" in sampled[1].title()
 
 
 def test_a_real_run_becomes_spans_that_spell_its_output(perturbed_pair):
@@ -101,6 +104,6 @@ def test_html_is_escaped_and_grouped():
     assert 'class="sv-tok sv-accepted"' in out and 'class="sv-tok sv-target"' in out
     assert "&#8203;" in out  # an empty token stays hoverable
     assert "p(target) = 0.500" in out
-    assert "data-t" not in out
+    assert 'data-t="' not in out
     timed = tokens_html(spans, {0: 0.25, 1: 0.5})
     assert timed.count('data-t="0.2500"') == 4 and timed.count('data-t="0.5000"') == 1  # the replay's clock

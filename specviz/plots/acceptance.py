@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.plots.frame import method_order
-from specviz.plots.theme import empty, finish, method_style
+from specviz.plots.theme import empty, finish, method_marker, method_style
 
 TITLE = "Running acceptance rate"
 
@@ -23,8 +23,8 @@ def running_acceptance(df: pd.DataFrame) -> go.Figure:
         d = df[df["method"] == method]
         fig.add_trace(
             go.Scatter(
-                x=d["iteration"], y=d["running_acceptance"], mode="lines", name=d["label"].iloc[0],
-                line={"width": 2.5, **method_style(i)},
+                x=d["iteration"], y=d["running_acceptance"], mode="lines+markers", name=d["label"].iloc[0],
+                line={"width": 2.5, **method_style(i)}, marker=method_marker(i),
                 hovertemplate="iteration %{x}: %{y:.1%}<extra>%{fullData.name}</extra>",
             )
         )  # fmt: skip

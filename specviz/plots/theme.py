@@ -23,9 +23,18 @@ METHOD_COLOURS = [OKABE_ITO[k] for k in ("black", "blue", "orange", "bluish_gree
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]  # a second cue beside colour
 
 
+MARKERS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down", "hexagon", "pentagon",
+           "bowtie", "hourglass", "asterisk-open"]  # a third cue: thirteen methods, thirteen shapes
+
+
 def method_style(i: int) -> dict:
     """Line colour and dash of the i-th method (dashes repeat less often than colours)."""
     return {"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "dash": DASHES[(i // len(METHOD_COLOURS) + i) % len(DASHES)]}
+
+
+def method_marker(i: int) -> dict:
+    """The i-th method's marker: its colour and its own shape, a dozen of them along a line at most."""
+    return {"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "symbol": MARKERS[i % len(MARKERS)], "size": 8, "maxdisplayed": 12}
 
 
 def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "method", subtitle: str | None = None) -> go.Figure:
@@ -42,7 +51,18 @@ def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "met
         height=420,
         showlegend=legend is not None,
     )
+    if legend is not None:  # below the plot, across its width (a side legend takes half a narrow plot)
+        rows = -(-legend_entries(fig) // 3)
+        fig.update_layout(
+            legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left"},
+            margin={"b": 80 + 26 * rows}, height=420 + 26 * rows,
+        )  # fmt: skip
     return fig
+
+
+def legend_entries(fig: go.Figure) -> int:
+    """How many entries the figure's legend lists (one per legend group)."""
+    return len({t.legendgroup or t.name for t in fig.data if t.showlegend is not False and t.name})
 
 
 def empty(title: str, message: str) -> go.Figure:

@@ -9,6 +9,7 @@ import pkgutil
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -22,6 +23,7 @@ from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
+PAGE_JS = (Path(__file__).with_name("page.js")).read_text()  # tooltips, the step-through's keys, the running panel in view
 
 
 @dataclass
@@ -105,7 +107,7 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                 pair_status = gr.Markdown("Loading the model pair…", elem_id="sv-pair-status")
         ctx = TabContext(pair=pair_box, pair_status=pair_status, race=gr.State(None, time_to_live=limits.session_ttl_s),
                          gpu=gpu or (lambda fn: fn), limits=limits, allowed_pairs=allowed)
-        with gr.Tabs():
+        with gr.Tabs(overflow_behavior="wrap"):  # on a phone the tabs wrap instead of hiding behind "…"
             for module in tabs:
                 with gr.Tab(module.TAB_TITLE):
                     try:
@@ -144,4 +146,4 @@ def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     # a busy machine and aborts the launch although the server is up; skip it where gradio has it.
     if "_frontend" in inspect.signature(demo.launch).parameters:
         kwargs.setdefault("_frontend", False)
-    return demo.launch(theme=theme(), css=CSS, **kwargs)
+    return demo.launch(theme=theme(), css=CSS, js=PAGE_JS, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import random
 import tempfile
@@ -26,10 +27,12 @@ from specviz.plots.theme import empty
 from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
+from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.pairs import resolve_pair
 from specviz.ui.panels import Race, panel_html
 from specviz.ui.racing import RaceSettings, run_race
+from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
 from specviz.ui.turns import stopped_on_leave
 from specviz.ui.why import glossary_html, why_markdown
@@ -118,20 +121,11 @@ def race_outputs(race: Race) -> dict[str, Any]:
 
 
 def write_downloads(race: Race, df: Any, folder: Path) -> list[str]:
-    """The race's records as CSV (one row per iteration) and JSON (full records, settings)."""
+    """The race's records as CSV (one row per iteration) and JSON (the saved race: records, token
+    texts and settings, which the Race tab loads back)."""
     csv_path, json_path = folder / "race_records.csv", folder / "race_records.json"
     df.to_csv(csv_path, index=False)
-    payload = {
-        "pair": race.pair,
-        "prompt": race.prompt,
-        "prompt_ids": race.prompt_ids,
-        "options": race.options,
-        "runs": [
-            {"method": r.name, "label": r.label, "status": r.status, "message": r.message, "records": [x.to_dict() for x in r.records]}
-            for r in race.runs
-        ],
-    }
-    json_path.write_text(json.dumps(payload, indent=1))
+    json_path.write_text(json.dumps(race_to_dict(race), indent=1))
     return [str(csv_path), str(json_path)]
 
 
@@ -140,6 +134,7 @@ def build_tab(ctx: Any) -> None:
     ui = SimpleNamespace(specs=specs, limits=ctx.limits)
     _settings(ui)
     _board(ui)
+    stepthrough.build_section(ctx, ui)
     _plots(ui)
     _wire_race(ctx, ui)
     _wire_helpers(ctx, ui)
@@ -189,7 +184,8 @@ def _board(ui: SimpleNamespace) -> None:
     with gr.Row(elem_id="sv-board"):
         ui.placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
         ui.panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in ui.specs}
-    ui.table = gr.Dataframe(label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary", wrap=True)
+    ui.table = gr.Dataframe(summary_table({}), label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary",
+                            wrap=True)  # fmt: skip
     ui.why = gr.Markdown(elem_id="sv-why")
     with gr.Accordion("What the numbers mean", open=False, elem_id="sv-glossary"):
         gr.HTML(glossary_html())
@@ -203,14 +199,17 @@ def _plots(ui: SimpleNamespace) -> None:
         return empty(title, "Run a race to see this plot.")
 
     with gr.Row():
-        ui.plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time")
-        ui.plot_acceptance = gr.Plot(blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance")
+        ui.plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time", show_label=False)
+        ui.plot_acceptance = gr.Plot(blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance", show_label=False)
     with gr.Row():
-        ui.plot_hist = gr.Plot(blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram")
+        ui.plot_hist = gr.Plot(blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram", show_label=False)
         with gr.Column():
             ui.sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
-            ui.plot_sl = gr.Plot(blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl")
-    ui.files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False)
+            ui.plot_sl = gr.Plot(blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl", show_label=False)
+    with gr.Row():
+        ui.files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False, scale=2)
+        ui.saved = gr.File(label="Load a saved race (race_records.json, recorded here or elsewhere)", file_types=[".json"],
+                           type="filepath", elem_id="sv-load-race", scale=1)  # fmt: skip
 
 
 def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
@@ -259,22 +258,45 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
                 for name, panel in panels.items():
                     update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
             yield update
-        out = race_outputs(race)
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
+        status = f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock."
+        yield from finished_board(race, status, {sessions_state: sessions})  # returned: the state's time-to-live restarts
+
+    def finished_board(race: Race, status: str, more: dict, reveal: bool = False) -> Any:
+        """The board, table, plots and downloads of a finished race; `reveal`: a loaded race, whose
+        panels are shown (and the others hidden) here rather than when it started."""
+        out = race_outputs(race)
         baseline = race.baseline_tokens_per_s()
+        html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
+        board = {panels[name]: value for name, value in html_of.items()}
+        if reveal:
+            board = {ui.placeholder: gr.update(visible=False), ui.track: "",
+                     **{panel: gr.update(value=html_of.get(name), visible=name in html_of) for name, panel in panels.items()}}  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="specviz-race-") as folder:  # gradio copies the files to its cache
             yield {
-                ui.status: f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock.",
-                **{panels[r.name]: panel_html(r, baseline, race.max_new_tokens) for r in race.runs},
+                ui.status: status, **board,
                 ui.table: out["table"], ui.why: why_markdown(race), ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
                 ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
                 ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,
-                sessions_state: sessions,  # returned, so the state's time-to-live restarts
+                ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None), ui.step_iteration: 0,
+                ui.step_view: "<p>Pick a method to step through its iterations.</p>" if race.finished() else "", **more,
             }  # fmt: skip
+
+    def load_saved(path: str | None):
+        """Show a race saved by the download below (here or on another machine), ready to replay."""
+        if not path:
+            return
+        try:
+            race = load_race(path, tuple(panels), ctx.limits.methods_per_race)
+        except Exception as e:
+            raise user_error(e) from None
+        status = (f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
+                  "Press **Replay race** to watch it on one clock.")  # fmt: skip
+        yield from finished_board(race, status, {ui.saved: None}, reveal=True)  # the box is ready for the next file
 
     inputs = [ctx.pair, ui.prompt, ui.methods, ui.speculation_length, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
     outputs = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ui.why, ctx.race, ui.plot_time, ui.plot_acceptance,
-               ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, sessions_state]  # fmt: skip
+               ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, ui.step_method, ui.step_iteration, ui.step_view, sessions_state]  # fmt: skip
     ui.run_btn.click(
         ctx.gpu(race), inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method
         show_progress_on=[ui.status],
@@ -284,6 +306,9 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         stop.event.set()
 
     ui.stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
+    board = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ui.why, ctx.race, ui.plot_time, ui.plot_acceptance,
+             ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, ui.step_method, ui.step_iteration, ui.step_view]  # fmt: skip
+    ui.saved.upload(load_saved, ui.saved, [*board, ui.saved], api_name="load_race")
 
 
 def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:

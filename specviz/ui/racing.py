@@ -187,7 +187,7 @@ def _run_method(pair: Any, race: Race, run: MethodRun, gen: Iterator[Any], stop:
 
     run.status = "running"
     yield race
-    builder = SpanBuilder(pair.tokenizer, race.prompt_ids)
+    builder = SpanBuilder(pair.tokenizer, race.prompt_ids, greedy=race.options.get("temperature", 0.0) == 0)
     run.spans = builder.spans  # the builder appends to the panel's spans
     try:
         for batch in stream_records(gen, stop):

@@ -88,7 +88,7 @@ def build_tab(ctx: Any) -> None:
     output = gr.HTML()
     iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
     summary = gr.Markdown()
-    plot = gr.Plot(label="candidate tree")
+    plot = gr.Plot(label="candidate tree", show_label=False)
     state = ctx.state()
 
     def on_run(pair_name, text, n, s, src):

@@ -87,7 +87,7 @@ def build_tab(ctx: Any) -> None:
     overall = gr.Markdown()
     iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
     summary = gr.Markdown()
-    plot = gr.Plot(label="stream tree")
+    plot = gr.Plot(label="stream tree", show_label=False)
     state = ctx.state()
 
     def on_run(pair_name, text, n, k, w):

@@ -12,6 +12,16 @@ from specviz.plots.theme import OKABE_ITO
 KIND_COLOURS = {"accepted": OKABE_ITO["blue"], "target": OKABE_ITO["orange"], "rejected": OKABE_ITO["reddish_purple"]}
 
 CSS = """
+.sv-tip { position: fixed; z-index: 1000; max-width: 22rem; white-space: pre-line; pointer-events: none;
+          background: #1f2937; color: #fff; padding: 6px 9px; border-radius: 6px; font-size: .85rem; line-height: 1.35; }
+.sv-tok:focus { outline: 2px solid #0072B2; }
+#sv-summary th, #sv-summary th * { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
+.sv-step-table { border-collapse: collapse; font-size: .95rem; margin: .4rem 0; }
+.sv-step-table td, .sv-step-table th { padding: 3px 8px; border-bottom: 1px solid var(--border-color-primary); text-align: left; }
+.sv-step-table tr.sv-step-ok td:nth-child(2) { border-bottom: 2px solid #0072B2; }
+.sv-step-table tr.sv-step-no td:nth-child(2) { color: #CC79A7; text-decoration: line-through; }
+.sv-step-table tr.sv-step-untested { opacity: .55; }
+.sv-step-context { white-space: pre-wrap; }
 .sv-header h1 { margin: 0 0 .2rem 0; font-size: 1.9rem; }
 .sv-header p { margin: 0; opacity: .8; font-size: 1.05rem; }
 .sv-note { font-size: .95rem; opacity: .85; }

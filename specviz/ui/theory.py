@@ -170,8 +170,8 @@ def build_tab(ctx: Any) -> None:
     first = explorer(alpha.value, gamma.value, c.value)  # drawn at build time: pure Python, a few ms
     numbers = gr.Markdown(first[2])
     with gr.Row():
-        curves = gr.Plot(first[0], label="speedup vs γ")
-        heat = gr.Plot(first[1], label="speedup over (α, γ)")
+        curves = gr.Plot(first[0], label="speedup vs γ", show_label=False)
+        heat = gr.Plot(first[1], label="speedup over (α, γ)", show_label=False)
     for w in (alpha, gamma, c):
         w.change(explorer, [alpha, gamma, c], [curves, heat, numbers], show_progress="hidden")
 
@@ -185,7 +185,7 @@ def build_tab(ctx: Any) -> None:
         context = gr.Slider(0, 8192, value=1024, step=64, label="context length L")
         engine = gr.Dropdown([*ENGINES, NO_ENGINE], value="HF eager", label="engine (GPUs)")
     first = roofline_view(hardware.value, model.value, batch.value, context.value, engine.value)
-    roof_plot = gr.Plot(first[0], label="forward time vs tokens per sequence")
+    roof_plot = gr.Plot(first[0], label="forward time vs tokens per sequence", show_label=False)
     roof_table = gr.Markdown(first[1])
 
     def on_roofline(hw, m, b, ctx_len, eng, pair_name):
@@ -201,12 +201,12 @@ def build_tab(ctx: Any) -> None:
 
     gr.Markdown("### Published GPU speedups vs the cost model (Spec-Bench, Vicuna, fp16, batch 1)")
     show = gr.Button("Compare with the published figures")
-    published_plot = gr.Plot(label="published vs predicted speedup")
+    published_plot = gr.Plot(label="published vs predicted speedup", show_label=False)
     published_text = gr.Markdown()
     show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
     gr.Markdown("### The last race through the formula: measured α, γ, c and verify cost → predicted speedup")
     explain = gr.Button("Explain the last race")
-    race_plot = gr.Plot(label="predicted vs measured speedup")
+    race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False)
     race_table = gr.Markdown()
     explain.click(race_view, [ctx.race], [race_plot, race_table])

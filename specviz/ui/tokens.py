@@ -75,6 +75,7 @@ class TokenSpan:
     p: float | None = None  # p(x): the target's probability of this drafted token
     q: float | None = None  # q(x): the draft's probability (None: a deterministic drafter, one-hot q)
     role: str = ""  # for target tokens: "correction" | "bonus" | "next token"; for drafts: "draft"
+    greedy: bool = True  # the run decoded greedily (the rule that decided is the argmax, not min(1, p/q))
 
     @property
     def ratio(self) -> float | None:
@@ -85,7 +86,7 @@ class TokenSpan:
         return 1.0 if q <= 0 else min(1.0, self.p / q)
 
     def title(self) -> str:
-        """Hover text: iteration, p(target), q(draft), min(1, p/q)."""
+        """The token's tooltip: what it is, p and q, and the rule that decided, as applied."""
         what = {
             "accepted": "draft token, accepted by the target",
             "rejected": "draft token, rejected by the target",
@@ -95,7 +96,11 @@ class TokenSpan:
         if self.p is not None:
             lines.append(f"p(target) = {self.p:.3f}")
             lines.append("q(draft) = one-hot (no draft distribution)" if self.q is None else f"q(draft) = {self.q:.3f}")
-            lines.append(f"min(1, p/q) = {self.ratio:.3f}")
+            if self.greedy:
+                lines.append("rule (greedy): kept only if it is the target's most likely token"
+                             + (": it is" if self.kind == "accepted" else ": it is not"))  # fmt: skip
+            else:
+                lines.append(f"rule (sampling): kept with probability min(1, p/q) = {self.ratio:.3f}")
         return "\n".join(lines)
 
 
@@ -106,8 +111,9 @@ def _at(values: Sequence[float] | None, i: int) -> float | None:
 class SpanBuilder:
     """Turns one run's records into spans as they arrive (keeps the detokenizer's state)."""
 
-    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int]):
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], greedy: bool = True):
         self.detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+        self.greedy = greedy
         self.spans: list[TokenSpan] = []
 
     def add(self, record: IterationRecord) -> list[TokenSpan]:
@@ -115,18 +121,20 @@ class SpanBuilder:
         r, new = record, []
         for i in range(min(r.accepted, len(r.emitted))):
             token = r.emitted[i]
-            new.append(TokenSpan(self.detok.push(token), "accepted", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft"))
+            new.append(TokenSpan(self.detok.push(token), "accepted", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft",
+                                 self.greedy))  # fmt: skip
         rejected = r.rejected
         if rejected:  # the first rejected token sits where the correction is about to go
             text = self.detok.peek(rejected)
             for j, token in enumerate(rejected):
                 i = r.accepted + j
                 new.append(
-                    TokenSpan(text if j == 0 else "", "rejected", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft")
-                )
+                    TokenSpan(text if j == 0 else "", "rejected", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft",
+                              self.greedy)
+                )  # fmt: skip
         role = "next token" if not r.drafted else "correction" if rejected else "bonus"
         for token in r.emitted[r.accepted :]:
-            new.append(TokenSpan(self.detok.push(token), "target", r.iteration, token, role=role))
+            new.append(TokenSpan(self.detok.push(token), "target", r.iteration, token, role=role, greedy=self.greedy))
         self.spans.extend(new)
         return new
 
@@ -158,10 +166,10 @@ def _rejected_groups(spans: Sequence[TokenSpan]) -> list[list[TokenSpan]]:
 
 def span_html(span: TokenSpan, t: float | None = None) -> str:
     """One token; `t` (seconds: when its iteration ended) lets the page's replay reveal it on time."""
-    title = html.escape(span.title(), quote=True)
+    tip = html.escape(span.title(), quote=True)  # shown by the page's tooltip (page.js): hover, focus or tap
     text = html.escape(span.text) if span.text else "&#8203;"  # zero-width: keeps an empty token hoverable
     when = "" if t is None else f' data-t="{t:.4f}"'
-    return f'<span class="sv-tok sv-{span.kind}"{when} title="{title}">{text}</span>'
+    return f'<span class="sv-tok sv-{span.kind}"{when} tabindex="0" data-tip="{tip}">{text}</span>'
 
 
 def tokens_html(spans: Sequence[TokenSpan], times: Mapping[int, float] | None = None) -> str:

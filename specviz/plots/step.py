@@ -1,0 +1,45 @@
+"""One iteration's distributions: at each tested draft position the top tokens of p (target) and q
+(draft), and the distribution the target's own token was drawn from. A pure function of an
+`IterationStep` (specviz.stepthrough)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz.plots.theme import OKABE_ITO, empty, finish
+
+TITLE = "The distributions behind one iteration"
+P_COLOUR, Q_COLOUR, OWN_COLOUR = OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["bluish_green"]
+
+
+def step_distributions(step) -> go.Figure:
+    """Top-k bars per tested draft (p and q side by side) and one panel for the target's token."""
+    tested = [c for c in step.checks if c.tested and (c.p_top or c.q_top)]
+    own = bool(step.target_top)
+    if not tested and not own:
+        return empty(TITLE, "No distributions to show: " + step.source + ".")
+    titles = [f"draft {c.index + 1}: '{c.text}' {'✓' if c.accepted else '✗'}" for c in tested]
+    titles += [f"target's {step.target_role}: '{step.target_token}'"] if own else []
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
+    legend = set()
+    for col, c in enumerate(tested, start=1):
+        for name, top, colour in (("p (target)", c.p_top, P_COLOUR), ("q (draft)", c.q_top, Q_COLOUR)):
+            if top:
+                fig.add_trace(_bars(top, name, colour, name not in legend), row=1, col=col)
+                legend.add(name)
+    if own:
+        fig.add_trace(_bars(step.target_top, "what the target's token was drawn from", OWN_COLOUR, True), row=1, col=len(titles))
+    fig.update_layout(barmode="group", bargap=0.25)
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_xaxes(rangemode="tozero", tickformat=".0%", nticks=4)
+    fig = finish(fig, f"{TITLE}: iteration {step.iteration} of {step.method}", "probability (top tokens of each)", "",
+                 legend="distribution")  # fmt: skip
+    return fig
+
+
+def _bars(top: tuple[tuple[int, str, float], ...], name: str, colour: str, show: bool) -> go.Bar:
+    return go.Bar(
+        y=[f"'{t}'" for _, t, _ in top], x=[v for _, _, v in top], orientation="h", name=name, marker_color=colour, showlegend=show,
+        legendgroup=name, hovertemplate="%{y}: %{x:.3f}<extra>" + name + "</extra>",
+    )  # fmt: skip

@@ -1,0 +1,253 @@
+"""One speculative iteration, step by step: what a teacher walks a class through.
+
+The record of an iteration says exactly what happened: the drafted tokens with p(x) and q(x), the
+uniforms u the sampling rule tested them with (`specviz.verify`), how many were accepted and what
+the target emitted. `explain_iteration` adds what the record does not keep, by running the same
+context once more through the models (deterministic: no sampling happens here): the top-k of p at
+each drafted position from one target pass, the top-k of q from one pass of the pair's draft (when
+the method drafted with it unchanged), and the distribution the target's own token came from: the
+residual norm(max(0, p − q)) after a rejection under sampling, p for a bonus token, p's argmax
+under greedy decoding. Without the models (a race recorded elsewhere) it explains from the record
+alone. The result is plain values; `specviz.ui.stepthrough` draws it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specviz.errors import SpecvizError
+from specviz.records import IterationRecord
+
+TOP_K = 5
+CONTEXT_TOKENS = 48  # context shown before the iteration
+
+
+@dataclass(frozen=True)
+class DraftCheck:
+    """One drafted token and the acceptance test it met."""
+
+    index: int  # i: its place among the iteration's drafts
+    token: int
+    text: str
+    p: float | None  # p(x_i) under the target (from the record)
+    q: float | None  # q(x_i) under the draft (from the record); None: a deterministic drafter (one-hot q)
+    u: float | None  # the uniform the sampling rule drew for it (None: greedy, or a tree walk)
+    tested: bool  # False: after the first rejection, never tested
+    accepted: bool
+    rule: str  # the test as it was applied, in words
+    p_top: tuple[tuple[int, str, float], ...] = ()  # top-k (id, text, probability) of p at its position (recomputed)
+    q_top: tuple[tuple[int, str, float], ...] = ()  # the same for q
+
+
+@dataclass(frozen=True)
+class IterationStep:
+    """Everything the step-through shows for one iteration of one run."""
+
+    method: str
+    iteration: int
+    iterations: int  # of the run
+    greedy: bool
+    context: str  # the text just before the iteration
+    position: int  # tokens in context before it
+    checks: tuple[DraftCheck, ...]
+    accepted: int
+    target_token: str  # the target's own token ("" when the iteration emitted none: cut, or PEARL's post-verify)
+    target_token_id: int | None
+    target_role: str  # "correction" | "bonus" | "next token" | ""
+    target_from: str  # where that token came from, in words
+    target_top: tuple[tuple[int, str, float], ...]  # top-k of the distribution it came from (recomputed)
+    cache: tuple[str, ...]  # the KV cache before, during and after, in words
+    source: str  # "recomputed" or why only the record is shown
+    p_check: float | None = None  # max |recomputed p(x) − recorded p(x)|: the recompute reproduces the run
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def explain_iteration(
+    records: Sequence[IterationRecord],
+    i: int,
+    prompt_ids: Sequence[int],
+    options: dict[str, Any],
+    *,
+    pair: Any = None,
+    recompute: str = "",
+    token_text: Any = None,
+) -> IterationStep:
+    """Iteration `i` of one run (its records, in order). `options`: the race's sampling options.
+    `pair`: the loaded pair to recompute with, or None; `recompute`: "target" (p only) or
+    "target+draft" (p and q) or "" (record only). `token_text`: id -> readable text (default:
+    the pair's tokenizer)."""
+    if not records:
+        raise SpecvizError("this run has no iterations to step through")
+    if not 0 <= i < len(records):
+        raise SpecvizError(f"iteration {i} does not exist: this run has iterations 0 to {len(records) - 1}")
+    r = records[i]
+    context = [*prompt_ids, *(t for rec in records[:i] for t in rec.emitted)]
+    if len(context) != r.position:
+        raise SpecvizError("the records do not follow each other (their positions disagree); the run cannot be stepped through")
+    if pair is not None and recompute:
+        ids = [*context, *r.drafted]
+        if max(ids) >= pair.vocab_size or min(ids) < 0 or len(ids) > pair.max_context:
+            raise SpecvizError(f"these records hold token ids the pair '{pair.name}' does not have: they were recorded with other models")
+    text = token_text or (lambda t: _readable(pair, t))
+    greedy = float(options.get("temperature", 0.0)) == 0.0
+    dists = _recompute(pair, context, r, options, recompute) if pair is not None and recompute else None
+    checks = _checks(r, greedy, text, dists)
+    role, source_words, top = _target_token(r, greedy, text, dists)
+    p_check = None
+    if dists is not None and r.p_target:
+        p_check = max(abs(float(dists["p"][j, t]) - p) for j, (t, p) in enumerate(zip(r.drafted, r.p_target)))
+    own = r.emitted[r.accepted :]
+    k = len(r.drafted)
+    return IterationStep(
+        method=r.method, iteration=i, iterations=len(records), greedy=greedy,
+        context=_context_text(context, text), position=r.position, checks=checks, accepted=r.accepted,
+        target_token=text(own[0]) if own else "", target_token_id=own[0] if own else None, target_role=role if own else "",
+        target_from=source_words, target_top=top,
+        cache=_cache_story(r, k), source="recomputed" if dists is not None else _why_record_only(pair, recompute),
+        p_check=p_check, notes=_notes(r),
+    )  # fmt: skip
+
+
+def _readable(pair: Any, token: int) -> str:
+    from specviz.models.pair import readable_token
+
+    return readable_token(pair.tokenizer, token) if pair is not None else f"#{token}"
+
+
+def _context_text(context: list[int], text: Any) -> str:
+    tail = context[-CONTEXT_TOKENS:]
+    return ("…" if len(context) > len(tail) else "") + "".join(text(t) for t in tail)
+
+
+def _recompute(pair: Any, context: list[int], r: IterationRecord, options: dict[str, Any], what: str) -> dict[str, Any]:
+    """p (and q) rows at the iteration's positions, from one fresh pass of each model."""
+    import torch
+
+    from specviz.methods.drafting import fit_vocab
+    from specviz.models.kv import CachedLM
+    from specviz.sampling import SamplingConfig, probabilities
+
+    cfg = SamplingConfig(temperature=float(options.get("temperature", 0.0)), top_p=float(options.get("top_p", 1.0)))
+    k = len(r.drafted)
+    with torch.inference_mode():
+        logits = CachedLM(pair.target).forward([*context, *r.drafted], n_logits=k + 1)  # [k+1, V]
+        out = {"p": probabilities(logits, cfg).float().cpu(), "argmax": logits.argmax(dim=-1).tolist()}
+        if what == "target+draft" and k and pair.draft is not None:
+            q_logits = CachedLM(pair.draft).forward([*context, *r.drafted[:-1]], n_logits=k)  # [k, V_draft]
+            out["q"] = fit_vocab(probabilities(q_logits, cfg), pair.vocab_size).float().cpu()
+    return out
+
+
+def _top(dist: Any, text: Any, k: int = TOP_K) -> tuple[tuple[int, str, float], ...]:
+    values, ids = dist.topk(k)
+    return tuple((int(t), text(int(t)), round(float(v), 4)) for v, t in zip(values, ids) if v > 0)
+
+
+def _checks(r: IterationRecord, greedy: bool, text: Any, dists: dict | None) -> tuple[DraftCheck, ...]:
+    uniforms = r.extra.get("u")
+    out = []
+    for j, token in enumerate(r.drafted):
+        p = r.p_target[j] if r.p_target and j < len(r.p_target) else None
+        q = r.q_draft[j] if r.q_draft and j < len(r.q_draft) else None
+        u = uniforms[j] if uniforms and j < len(uniforms) else None
+        tested, accepted = j <= r.accepted, j < r.accepted
+        out.append(DraftCheck(
+            index=j, token=token, text=text(token), p=p, q=q, u=u, tested=tested, accepted=accepted,
+            rule=_rule(r, j, greedy, p, q, u, text, dists) if tested else "not tested: an earlier draft was rejected",
+            p_top=_top(dists["p"][j], text) if dists else (), q_top=_top(dists["q"][j], text) if dists and "q" in dists else (),
+        ))  # fmt: skip
+    return tuple(out)
+
+
+def _rule(r: IterationRecord, j: int, greedy: bool, p: float | None, q: float | None, u: float | None, text: Any, dists: dict | None) -> str:
+    """The acceptance test as applied to draft j (specviz.verify)."""
+    accepted = j < r.accepted
+    if greedy:
+        if accepted:
+            return "greedy: the target's most likely token is this one → accepted"
+        best = dists["argmax"][j] if dists else (r.emitted[j] if j < len(r.emitted) else None)
+        return f"greedy: the target's most likely token is '{text(best)}', not this one → rejected" if best is not None else "greedy: not the target's most likely token → rejected"
+    if u is None or p is None:
+        return "tree walk: a token drawn from p chose which child to follow" + (" → accepted" if accepted else " → this one was not it")
+    ratio = 1.0 if q is not None and q <= 0 else min(1.0, p / (q if q is not None else 1.0))
+    bound = f"min(1, p/q) = min(1, {p:.3f}/{q:.3f})" if q is not None else f"p(x) = {p:.3f} (one-hot q)"
+    return f"u = {u:.3f} {'<' if accepted else '≥'} {bound} = {ratio:.3f} → {'accepted' if accepted else 'rejected'}"
+
+
+def _target_token(r: IterationRecord, greedy: bool, text: Any, dists: dict | None) -> tuple[str, str, tuple]:
+    """(role, where it came from in words, top-k of that distribution)."""
+    k, n = len(r.drafted), r.accepted
+    if not r.drafted:
+        role = "next token"
+    elif n < k:
+        role = "correction"
+    else:
+        role = "bonus"
+    if len(r.emitted) <= n:
+        why = "EOS or the token budget ended the run here" if r.extra.get("stop") else (
+            "none: every draft was accepted and the method already holds drafts for the next position (PEARL's post-verify)")
+        return "", why, ()
+    if greedy:
+        return role, f"the target's most likely token after {n} accepted draft{'s' if n != 1 else ''}", _top(dists["p"][n], text) if dists else ()
+    if role == "correction":
+        if dists is None:
+            return role, "drawn from norm(max(0, p − q)): what p has beyond q, at the rejected position", ()
+        residual = dists["p"][n].clone()
+        if "q" in dists:
+            residual = (residual - dists["q"][n]).clamp_min(0)
+        elif r.q_draft is None:
+            residual[r.drafted[n]] = 0.0  # one-hot q: p without the rejected token
+        else:  # q from a draft we cannot rerun (OSD's online copy): show p
+            return role, "drawn from norm(max(0, p − q)) at the rejected position (q of that moment is not kept; p shown)", _top(dists["p"][n], text)
+        return role, "drawn from norm(max(0, p − q)) at the rejected position", _top(residual / residual.sum(), text)
+    return role, f"drawn from p at position {n}" + (" (every draft accepted: a bonus token)" if role == "bonus" else ""), _top(dists["p"][n], text) if dists else ()
+
+
+def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
+    """The target's KV cache through the iteration (the draft's follows the same prefix)."""
+    held = r.position - 1 if r.iteration else 0
+    fed = "the prompt" if not r.iteration else "the last context token (the target's own token from the previous iteration)"
+    nodes = len(r.extra.get("tree_tokens", ())) or k
+    if not k and not nodes:
+        return (f"before: the target's cache holds {held} tokens",
+                f"pass: {fed} is fed; the cache grows to {r.position} and the target predicts the next token",
+                "no rollback: nothing was drafted")  # fmt: skip
+    kept, dropped = r.position + r.accepted, nodes - r.accepted
+    return (
+        f"before: the target's cache holds {held} tokens",
+        (f"verify: one pass feeds {fed} and the {nodes} drafted token{'s' if nodes != 1 else ''}; the cache grows to "
+         f"{r.position + nodes} entries, and every drafted position is scored at once"),
+        (f"rollback: cut back to {kept} entries (the context and {r.accepted} accepted); {dropped} "
+         f"entr{'y' if dropped == 1 else 'ies'} of rejected or unused drafts dropped; the draft's cache is cut to the same prefix"),
+        "after: the target's own token is fed with the next iteration's drafts" if len(r.emitted) > r.accepted
+        else "after: no token of the target's own this iteration",
+    )
+
+
+def _notes(r: IterationRecord) -> tuple[str, ...]:
+    notes = []
+    if "tree_tokens" in r.extra:
+        notes.append(f"a tree of {len(r.extra['tree_tokens'])} candidate tokens was verified in one pass; shown: the path "
+                     "the verification took (accepted) and the main branch after it")  # fmt: skip
+    if "mode" in r.extra:
+        notes.append(f"PEARL mode: {r.extra['mode']}")
+    if "draft_version" in r.extra:
+        notes.append(f"the online draft after {r.extra['draft_version']} update(s) drafted this iteration")
+    return tuple(notes)
+
+
+def recompute_for(spec: Any) -> str:
+    """What explain_iteration may rerun for a method (a MethodSpec): "target+draft" when it drafts
+    with the pair's draft unchanged, "target" when only its verifier is the pair's target, ""
+    when it verifies with another model (Speculative Streaming's tuned target)."""
+    if spec.lossless_against:
+        return ""
+    return "target+draft" if spec.needs_draft and spec.session is None else "target"
+
+
+def _why_record_only(pair: Any, recompute: str) -> str:
+    if pair is None:
+        return "from the record only: the race's models are not loaded here"
+    return "from the record only: this method verifies with another model than the pair's target"

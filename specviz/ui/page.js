@@ -1,0 +1,48 @@
+() => {
+  // Installed once per page (launch(js=...)); the server is never asked.
+  // 1. Token tooltips that work with a mouse, a keyboard (tab to a token) and a finger (tap it):
+  //    one floating box, fixed to the viewport, so no scrolling panel clips it.
+  const tip = document.createElement('div');
+  tip.className = 'sv-tip';
+  tip.hidden = true;
+  document.body.appendChild(tip);
+  let current = null;
+  const show = (el) => {
+    current = el;
+    tip.textContent = el.dataset.tip;
+    tip.hidden = false;
+    const r = el.getBoundingClientRect();
+    const w = tip.offsetWidth, h = tip.offsetHeight;
+    tip.style.left = Math.max(4, Math.min(r.left, window.innerWidth - w - 4)) + 'px';
+    tip.style.top = (r.bottom + h + 8 < window.innerHeight ? r.bottom + 6 : Math.max(4, r.top - h - 6)) + 'px';
+  };
+  const follow = (e) => {
+    const t = e.target.closest && e.target.closest('.sv-tok[data-tip]');
+    if (t) show(t); else { tip.hidden = true; current = null; }
+  };
+  document.addEventListener('pointerover', follow);
+  document.addEventListener('focusin', follow);
+  // a scroll moves the box with its token, and hides it once the token has left the window
+  document.addEventListener('scroll', () => {
+    if (!current) return;
+    const r = current.getBoundingClientRect();
+    if (!current.isConnected || r.bottom < 0 || r.top > window.innerHeight) { tip.hidden = true; current = null; }
+    else show(current);
+  }, true);
+  // 2. The step-through: ← and → step when focus is inside its section (not in a text field).
+  document.addEventListener('keydown', (e) => {
+    const box = document.getElementById('sv-step');
+    if (!box || !box.contains(document.activeElement)) return;
+    if (['INPUT', 'TEXTAREA', 'SELECT'].includes(document.activeElement.tagName)) return;
+    const id = e.key === 'ArrowLeft' ? 'sv-step-prev' : e.key === 'ArrowRight' ? 'sv-step-next' : null;
+    if (id) { e.preventDefault(); document.getElementById(id).click(); }
+  });
+  // 3. During a race, keep the running method's panel in view (the smallest scroll that shows it).
+  let last = null;
+  new MutationObserver(() => {
+    const running = document.querySelector('#sv-board .sv-panel.sv-running');
+    const name = running && running.dataset.method;
+    if (running && name !== last) running.scrollIntoView({ block: 'nearest' });
+    last = name;
+  }).observe(document.body, { subtree: true, childList: true });
+}

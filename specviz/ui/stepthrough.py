@@ -1,0 +1,112 @@
+"""The Race tab's step-through: one iteration of one method, token by token (specviz.stepthrough).
+
+Pick a method of the last race and an iteration; Previous / Next (or the ← → keys once the section
+has focus) move through the run. When the race's pair is loaded here, the target (and the draft)
+rerun the iteration's context once to show whole distributions; a race loaded from a file is
+explained from its records.
+"""
+
+from __future__ import annotations
+
+import html
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from specviz.plots.step import TITLE, step_distributions
+from specviz.plots.theme import empty
+from specviz.ui.feedback import user_error
+from specviz.ui.panels import Race
+
+INTRO = ("Pick a method and an iteration: the drafted tokens, the test each met (greedy: is it the target's most likely "
+         "token; sampling: u < min(1, p/q)), the target's own token and the KV cache's rollback. "
+         "Use **Previous** / **Next**, or ← → after clicking in this section.")  # fmt: skip
+
+
+def method_choices(race: Race | None) -> list[tuple[str, str]]:
+    """(label, name) of the race's runs that have iterations."""
+    return [(r.label, r.name) for r in race.runs if r.records] if race else []
+
+
+def span_texts(race: Race, method: str) -> dict[int, str]:
+    """token id -> its text as the board showed it (for races whose tokenizer is not loaded here)."""
+    run = next(r for r in race.runs if r.name == method)
+    return {s.token_id: s.text.replace(" ", "·").replace("\n", "⏎") or "∅" for s in run.spans if s.text}
+
+
+def step_html(step: Any) -> str:
+    """The iteration as a table of drafts and tests, the target's token and the cache's story."""
+    e = html.escape
+    head = (f"<p><b>{e(step.method)}</b>, iteration {step.iteration} of {step.iterations - 1} "
+            f"({'greedy' if step.greedy else 'sampling'}); {step.position} tokens of context, ending: "
+            f"<code class='sv-step-context'>{e(step.context)}</code></p>")  # fmt: skip
+    rows = "".join(
+        f"<tr class='{'sv-step-ok' if c.accepted else 'sv-step-no' if c.tested else 'sv-step-untested'}'>"
+        f"<td>{c.index + 1}</td><td><code>{e(c.text)}</code></td><td>{_num(c.p)}</td><td>{'one-hot' if c.q is None else _num(c.q)}</td>"
+        f"<td>{_num(c.u)}</td><td>{e(c.rule)}</td></tr>"
+        for c in step.checks
+    )
+    table = ("<table class='sv-step-table'><thead><tr><th>#</th><th>draft token</th><th>p(x) target</th><th>q(x) draft</th>"
+             f"<th>u</th><th>the test as applied</th></tr></thead><tbody>{rows}</tbody></table>") if step.checks else (
+             "<p>No drafts: the target decodes one token per pass.</p>")  # fmt: skip
+    own = (f"<p><b>The target's own token</b> ({e(step.target_role)}): <code>{e(step.target_token)}</code>, "
+           f"{e(step.target_from)}.</p>") if step.target_token else f"<p><b>The target's own token:</b> {e(step.target_from)}.</p>"  # fmt: skip
+    cache = "".join(f"<li>{e(line)}</li>" for line in step.cache)
+    check = "" if step.p_check is None else f"; recomputed p(x) within {step.p_check:.1e} of the run's"
+    notes = "".join(f"<li>{e(n)}</li>" for n in step.notes)
+    return (f"<div class='sv-step-view'>{head}<p><b>Accepted {step.accepted} of {len(step.checks)} drafts.</b></p>{table}{own}"
+            f"<p><b>KV cache</b></p><ul>{cache}</ul>{'<ul>' + notes + '</ul>' if notes else ''}"
+            f"<p class='sv-note'>Distributions: {e(step.source)}{check}.</p></div>")  # fmt: skip
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def build_section(ctx: Any, ui: SimpleNamespace) -> None:
+    """The step-through accordion, under the race's 'why' table."""
+    with gr.Accordion("Step through one iteration", open=False, elem_id="sv-step"):
+        gr.Markdown(INTRO)
+        with gr.Row(equal_height=True):
+            ui.step_method = gr.Dropdown([], label="Method", scale=2, elem_id="sv-step-method")
+            ui.step_iteration = gr.Number(0, precision=0, minimum=0, label="Iteration", scale=1, elem_id="sv-step-iteration")
+            prev = gr.Button("← Previous", scale=1, elem_id="sv-step-prev")
+            nxt = gr.Button("Next →", scale=1, elem_id="sv-step-next")
+        ui.step_view = gr.HTML(elem_id="sv-step-view")
+        ui.step_plot = gr.Plot(empty(TITLE, "Run a race, then pick a method and an iteration."), elem_id="sv-step-plot", show_label=False)
+
+    def show(race: Race | None, pair_name: str, method: str | None, iteration: Any, move: int = 0):
+        from specviz.methods import get_method
+        from specviz.stepthrough import explain_iteration, recompute_for
+
+        if race is None or not method:
+            return gr.skip(), gr.skip(), gr.skip()
+        try:
+            run = next((r for r in race.runs if r.name == method and r.records), None)
+            if run is None:
+                return 0, "<p>This method has no iterations in the last race.</p>", gr.skip()
+            i = min(max(0, int(iteration or 0) + move), len(run.records) - 1)
+            pair = ctx.load_pair(pair_name)
+            if pair.name == race.pair:  # the race's models are here: rerun for whole distributions
+                step = explain_iteration(run.records, i, race.prompt_ids, race.options, pair=pair, recompute=recompute_for(get_method(method)))
+            else:  # a race loaded from a file: its records, and the token texts its board showed
+                texts = span_texts(race, method)
+                step = explain_iteration(run.records, i, race.prompt_ids, race.options, token_text=lambda t: texts.get(t, f"#{t}"))
+        except Exception as e:
+            raise user_error(e) from None
+        return i, step_html(step), step_distributions(step)
+
+    def here(race, pair_name, method, iteration):
+        return show(race, pair_name, method, iteration)
+
+    def previous(race, pair_name, method, iteration):
+        return show(race, pair_name, method, iteration, -1)
+
+    def following(race, pair_name, method, iteration):
+        return show(race, pair_name, method, iteration, +1)
+
+    inputs = [ctx.race, ctx.pair, ui.step_method, ui.step_iteration]
+    outputs = [ui.step_iteration, ui.step_view, ui.step_plot]
+    for trigger, fn in ((ui.step_method.input, here), (ui.step_iteration.submit, here), (prev.click, previous), (nxt.click, following)):
+        trigger(ctx.run_models(fn), inputs, outputs, api_visibility="private", **ctx.models_queue())
