@@ -74,21 +74,29 @@ SUITES = {
 
 @lru_cache(maxsize=None)
 def load_suite(name: str) -> tuple[Prompt, ...]:
-    """A shipped suite by name, or a prompt file of one's own by its path."""
+    """A shipped suite by name (never a file: the app passes names a visitor sent)."""
     if name not in SUITES:
-        if Path(name).is_file():
-            return load_prompt_file(Path(name))
-        raise SpecvizError(f"unknown prompt suite '{name}' (and no such file). Suites: {', '.join(SUITES)}")
+        raise SpecvizError(f"unknown prompt suite '{name}'. Suites: {', '.join(SUITES)}")
     filename, make = SUITES[name]
     with (ASSETS / "prompts" / filename).open(encoding="utf-8") as f:
         return tuple(make(json.loads(line), i) for i, line in enumerate(f) if line.strip())
 
 
+def load_source(name: str) -> tuple[Prompt, ...]:
+    """For the command line: a shipped suite by name, or a prompt file of one's own by its path."""
+    if name not in SUITES and Path(name).is_file():
+        return load_prompt_file(Path(name))
+    try:
+        return load_suite(name)
+    except SpecvizError:
+        raise SpecvizError(f"unknown prompt suite '{name}', and no such file. Suites: {', '.join(SUITES)}") from None
+
+
 def take(name: str, limit: int | None = None, offset: int = 0, categories: tuple[str, ...] = ()) -> list[Prompt]:
-    """The first `limit` prompts of a suite from `offset` on (a fixed, documented slice); in a suite
-    with categories (Spec-Bench) `limit` and `offset` count within each category, and `categories`
-    keeps only those."""
-    return select(load_suite(name), limit, offset, categories)
+    """The first `limit` prompts of a suite (or a prompt file, by path) from `offset` on (a fixed,
+    documented slice); in a suite with categories (Spec-Bench) `limit` and `offset` count within
+    each category, and `categories` keeps only those. Command-line tools only (it reads files)."""
+    return select(load_source(name), limit, offset, categories)
 
 
 def select(prompts: tuple[Prompt, ...], limit: int | None = None, offset: int = 0, categories: tuple[str, ...] = ()) -> list[Prompt]:

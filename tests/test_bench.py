@@ -81,3 +81,21 @@ def test_a_prompt_file_of_json_lines_or_plain_text(tmp_path):
         else:
             raise AssertionError(f"{path} was accepted")
     assert bench.main(["--pair", "tiny-random", "--suite", "specbench", "--category", "poetry", "--quiet"]) == 2
+
+
+def test_the_command_line_reads_prompt_files_and_the_app_never_does(tmp_path):
+    import pytest
+
+    from specviz.errors import SpecvizError
+    from specviz.osd.stream import StreamConfig, request_stream
+    from specviz.prompts import load_suite, take
+
+    mine = tmp_path / "mine.txt"
+    mine.write_text("one\ntwo\n")
+    assert [p.text for p in take(str(mine))] == ["one", "two"]
+    assert {p.text for p in request_stream(StreamConfig((str(mine),), 3, files=True))} == {"one", "two"}
+    for sent in (str(mine), "/etc/passwd"):  # a name a visitor sends to the app is a suite name, never a path
+        with pytest.raises(SpecvizError, match="unknown prompt suite"):
+            load_suite(sent)
+        with pytest.raises(SpecvizError, match="unknown prompt suite"):
+            request_stream(StreamConfig((sent,), 3))

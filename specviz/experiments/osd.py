@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         stream_cfg = StreamConfig(tuple(prompt_sources(args)), args.requests,
-                                  args.shift_every, args.mixed, args.distinct, args.offset, args.seed)
+                                  args.shift_every, args.mixed, args.distinct, args.offset, args.seed, files=True)
         learner_cfg = OsdConfig(**{f.name: getattr(args, f.name) for f in fields(OsdConfig)})
         pair = load_pair(args.pair, device=args.device, dtype=args.dtype)
         prompts = request_stream(stream_cfg)

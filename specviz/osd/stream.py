@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from specviz.errors import SpecvizError
-from specviz.prompts import Prompt, load_suite
+from specviz.prompts import Prompt, load_source, load_suite
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class StreamConfig:
     distinct: int = 0  # cycle through only this many prompts per suite (a repetitive stream); 0: all
     offset: int = 0  # skip this many prompts of each suite first
     seed: int = 0  # prompt order within each suite, and the suite draws when mixed
+    files: bool = False  # suites may be prompt files (paths): the command line only, never the app
 
     def __post_init__(self) -> None:
         if not self.suites:
@@ -43,7 +44,7 @@ def request_stream(cfg: StreamConfig) -> list[Prompt]:
     rng = random.Random(cfg.seed)
     pools = {}
     for name in cfg.suites:
-        prompts = list(load_suite(name)[cfg.offset :])
+        prompts = list((load_source if cfg.files else load_suite)(name)[cfg.offset :])
         rng.shuffle(prompts)
         pools[name] = prompts[: cfg.distinct] if cfg.distinct else prompts
         if not pools[name]:
