@@ -9,7 +9,7 @@ import specviz
 from specviz.experiments.sssd import fig4, proposers, replay
 from specviz.models.pair import encode_prompt
 from specviz.plots.sssd_figures import accepted_length_figure, batch_figure
-from specviz.plots.tree import layout, record_tree_figure, tree_figure
+from specviz.plots.tree import layout, record_tree_figure, tree_figure, visible
 
 
 def test_layout_puts_children_right_of_parents_and_leaves_on_their_own_rows():
@@ -57,8 +57,8 @@ def test_tab_handlers_run_and_show_trees(perturbed_pair):
     fig, line = sssd_tree.show_iteration(state, 0)
     assert fig is not None and "candidate nodes" in line
     assert sssd_tree.show_iteration(None, 0)[0] is None
-    assert sssd_tree.visible("\n") == "↵" and sssd_tree.visible(" ") == "' '" and sssd_tree.visible(" the") == " the"
-    assert sssd_tree.visible("<|im_start|>") == "&lt;|im_start|&gt;"
+    assert visible("\n") == "⏎" and visible(" ") == "·" and visible(" the") == "·the" and visible("") == "∅"
+    assert visible("<|im_start|>") == "&lt;|im_start|&gt;"
 
 
 def test_tab_run_reports_bad_input_instead_of_raising(perturbed_pair):

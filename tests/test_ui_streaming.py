@@ -17,6 +17,9 @@ def test_run_and_inspect_a_tree(random_pair):
     assert later["tree_tokens"] and set(later["tree_sources"]) <= {"stream 1", "stream 2", "stream 3"}
     fig, line = tab.show_iteration(state, 1)
     assert fig.data and "tree nodes from the streams" in line
+    nodes = {t.name: t for t in fig.data if (t.name or "").startswith("from stream")}
+    assert nodes and all(t.marker.color == tab.stream_colour(name.removeprefix("from ")) for name, t in nodes.items())
+    assert all(t.text and all(t.text) for t in nodes.values())  # every node labelled with its token
     html = tab.coloured_output(state)
     assert "target" in html and html.count("<span") >= 12
     assert "12 tokens in" in tab.summary_line(state)

@@ -5,6 +5,7 @@ Pure: plain lists (as stored in a record's `extra`) -> plotly Figure. No torch.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,8 +46,10 @@ def tree_figure(
     scores: Sequence[float] | None = None,
     decode: Callable[[Any], str] | None = None,
     title: str = "Candidate tree",
+    colour_of: Callable[[str], str] | None = None,
 ) -> go.Figure:
-    """Nodes labelled with their token text; the accepted path bold and green-edged."""
+    """Nodes labelled with their token text (whitespace made visible); the accepted path bold and
+    green-edged; nodes coloured by source (`colour_of`: source -> colour, e.g. one per stream)."""
     fig = go.Figure()
     if not tokens:
         fig.add_annotation(text="No candidates in this iteration (no n-gram matched).", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
@@ -56,7 +59,8 @@ def tree_figure(
     rows = [r for _, r in where]
     root = (0, (min(rows) + max(rows)) / 2)
     accepted = set(accepted_path)
-    label = [decode(t) if decode else str(t) for t in tokens]
+    label = [visible(decode(t)) if decode else str(t) for t in tokens]
+    colour_of = colour_of or (lambda source: SOURCE_COLOURS.get(source, "#CC79A7"))
     for i, p in enumerate(parents):  # edges
         x0, y0 = root if p < 0 else where[p]
         x1, y1 = where[i]
@@ -73,21 +77,28 @@ def tree_figure(
         fig.add_trace(go.Scatter(
             x=[where[i][0] for i in idx], y=[where[i][1] for i in idx], mode="markers+text", name=f"from {source}",
             text=[label[i] for i in idx], textposition="middle right", hovertext=hover, hoverinfo="text",
-            marker={"size": [16 if i in accepted else 11 for i in idx], "color": SOURCE_COLOURS.get(source, "#CC79A7"),
+            marker={"size": [16 if i in accepted else 11 for i in idx], "color": colour_of(source),
                     "line": {"width": [3 if i in accepted else 0 for i in idx], "color": ACCEPTED}},
         ))
     fig.update_layout(
         title=f"{title}: {len(tokens)} nodes, {len(accepted)} accepted",
         xaxis={"title": "depth (tokens ahead of the context)", "dtick": 1, "zeroline": False},
         yaxis={"visible": False, "autorange": "reversed"}, legend_title="node source (bold: accepted path)",
-        height=max(300, 28 * (max(rows) + 2)),
+        height=max(320, 38 * (max(rows) + 2)),  # a row per leaf, tall enough for its label
     )
     return fig
 
 
-def record_tree_figure(record: dict[str, Any], decode: Callable[[Any], str] | None = None) -> go.Figure:
-    """The tree of one SSSD record (`IterationRecord.to_dict()` or a records-frame row's fields)."""
+def record_tree_figure(record: dict[str, Any], decode: Callable[[Any], str] | None = None,
+                       colour_of: Callable[[str], str] | None = None) -> go.Figure:  # fmt: skip
+    """The tree of one SSSD or Streaming record (`IterationRecord.to_dict()` or a records-frame row's fields)."""
     extra = record.get("extra", record)
     return tree_figure(extra.get("tree_tokens", []), extra.get("tree_parents", []), extra.get("accepted_path", []),
                        extra.get("tree_sources"), extra.get("tree_scores"), decode,
-                       title=f"Iteration {record.get('iteration', '?')} at position {record.get('position', '?')}")
+                       title=f"Iteration {record.get('iteration', '?')} at position {record.get('position', '?')}", colour_of=colour_of)
+
+
+def visible(text: str) -> str:
+    """A token's text as a tree label: spaces as '·', line breaks as '⏎', tabs as '⇥', nothing as
+    '∅', and markup such as `<|im_start|>` escaped (plotly would drop it as an unknown tag)."""
+    return html.escape(text.replace(" ", "·").replace("\n", "⏎").replace("\t", "⇥") or "∅", quote=False)

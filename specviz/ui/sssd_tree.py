@@ -43,13 +43,6 @@ def coloured_output(state: dict[str, Any]) -> str:
     return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
 
 
-def visible(text: str) -> str:
-    """A token's text as a tree label: whitespace-only and newline tokens stay visible, and markup
-    such as `<|im_start|>` is escaped (plotly would drop it as an unknown tag)."""
-    shown = text.replace("\n", "↵").replace("\t", "⇥")
-    return html.escape(shown if shown.strip() else repr(text), quote=False)
-
-
 def run_and_show(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None):
     """The Run button: (state, output HTML, first iteration with an accepted draft, its figure and
     summary, iteration count); a bad input gives an error message in the output instead."""
@@ -67,7 +60,7 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     if not state or not state["records"]:
         return None, "Run SSSD first."
     r = state["records"][min(int(iteration), len(state["records"]) - 1)]
-    fig = record_tree_figure(r, decode=lambda t: visible(state["text"].get(str(t), str(t))))
+    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
     tree = r["extra"].get("tree_tokens", [])
     return fig, (f"iteration {r['iteration']}: {len(tree)} candidate nodes, {r['accepted']} accepted, "
                  f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms")

@@ -57,7 +57,7 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     if not state or not state["records"]:
         return None, "Run streaming first."
     r = state["records"][min(int(iteration), len(state["records"]) - 1)]
-    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
+    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)), colour_of=stream_colour)
     tree = r["extra"].get("tree_tokens", [])
     return fig, (f"iteration {r['iteration']}: {len(tree)} tree nodes from the streams, {r['accepted']} accepted, "
                  f"{len(r['emitted'])} emitted in one target forward; streams took {r['draft_ms']:.2f} ms, "
