@@ -242,3 +242,14 @@ def test_plot_titles_are_not_covered_at_desktop_and_phone_widths(page, width):
         page.screenshot(path=str(ARTIFACTS / f"race_plots_{width}.png"), full_page=True)
     finally:
         page.set_viewport_size({"width": 1500, "height": 1100})
+
+
+def test_a_prompt_file_of_ones_own_becomes_the_examples(page, tmp_path):
+    mine = tmp_path / "lecture.txt"
+    mine.write_text("Explain a KV cache in one sentence.\nWrite a haiku about drafts.\n")
+    page.click("text=Your own prompts")
+    page.set_input_files("#sv-prompt-file input[type=file]", str(mine))
+    page.wait_for_function("() => document.querySelector('#sv-prompt textarea').value === 'Explain a KV cache in one sentence.'")
+    page.get_by_label("Example", exact=True).click()
+    page.get_by_role("option", name="2: Write a haiku about drafts.").click()
+    page.wait_for_function("() => document.querySelector('#sv-prompt textarea').value === 'Write a haiku about drafts.'")

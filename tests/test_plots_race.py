@@ -81,7 +81,7 @@ def test_accepted_histogram_shares_sum_to_one(frame, recorded):
 
 def test_speculation_length_vs_oracle(frame, recorded):
     fig = check_figure(speculation_length_vs_oracle(frame, "vanilla"), ["chosen (drafted)", "accepted", "oracle (draft guesses that would be accepted)"])
-    assert fig.layout.title.subtitle.text == "Vanilla SD, per iteration"  # the method, without cutting the title
+    assert fig.layout.title.subtitle.text.startswith("Vanilla SD · oracle:")  # the method and what the oracle is, without cutting the title
     assert list(fig.data[0].y) == [r.speculation_length for r in recorded["vanilla"]]
     assert list(fig.data[2].y) == [r.oracle_sl for r in recorded["vanilla"]]
     empty = speculation_length_vs_oracle(frame, "nope")

@@ -120,3 +120,21 @@ def test_a_method_lossless_against_another_model_says_so_on_its_panel(random_pai
     streaming = next(r for r in race.runs if r.name == "streaming")
     assert "Lossless against its own fine-tuned target" in streaming.note
     assert "Lossless against" in race_html(race) and not next(r for r in race.runs if r.name == "autoregressive").note
+
+
+def test_examples_come_from_shipped_suites_or_the_visitors_own_file(tmp_path):
+    from specviz.ui.race import OWN, example_choices, example_text, own_prompts
+
+    mine = tmp_path / "mine.txt"
+    mine.write_text("first prompt\nsecond prompt\n")
+    texts = own_prompts(str(mine))
+    assert texts == ("first prompt", "second prompt")
+    assert example_choices(OWN, texts) == [("1: first prompt", 0), ("2: second prompt", 1)]
+    assert example_text(OWN, 1, texts) == "second prompt"
+    assert example_text("humaneval", 0).startswith("Complete the following Python function")
+    with pytest.raises(SpecvizError, match="unknown prompt suite"):  # a path sent as a suite name is never read
+        example_text(str(mine), 0)
+    big = tmp_path / "big.txt"
+    big.write_text("x\n" * 600_000)
+    with pytest.raises(SpecvizError, match="at most 1 MB"):
+        own_prompts(str(big))

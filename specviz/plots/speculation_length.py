@@ -31,4 +31,5 @@ def speculation_length_vs_oracle(df: pd.DataFrame, method: str) -> go.Figure:
             )
         )  # fmt: skip
     fig.update_layout(barmode="group", bargap=0.25)
-    return finish(fig, TITLE, "iteration", "tokens", legend="per iteration", subtitle=f"{label}, per iteration")
+    return finish(fig, TITLE, "iteration", "tokens", legend="per iteration",
+                  subtitle=f"{label} · oracle: the drafts the target would accept (a perfect policy's length)")

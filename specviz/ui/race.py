@@ -44,7 +44,10 @@ TAB_ORDER = 0
 DEFAULT_METHODS = ("autoregressive", "vanilla", "prompt_lookup", "pearl", "sssd", "disco", "osd")
 
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
+DYNAMIC_FIRST = ("disco", "heuristic", "confidence", "pearl", "osd")  # methods whose speculation length varies
 EXAMPLES_SHOWN = 40  # examples listed per suite (Shuffle draws from the whole suite)
+OWN = "your prompts"  # the example suite that stands for the visitor's uploaded prompt file
+OWN_SHOWN, OWN_FILE_BYTES = 500, 2**20
 REPLAY_JS = (Path(__file__).with_name("replay.js")).read_text()  # runs in the page: no server work
 
 TIMING_NOTE = (
@@ -66,10 +69,31 @@ class StopSignal:
         return StopSignal()
 
 
-def example_choices(suite: str) -> list[tuple[str, int]]:
-    """(label, index) of the first examples of a prompt suite."""
+def example_choices(suite: str, own: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """(label, index) of the first examples of a prompt suite, or of the visitor's own prompts."""
+    if suite == OWN:
+        return [(f"{i + 1}: {' '.join(text.split())[:70]}", i) for i, text in enumerate(own[:OWN_SHOWN])]
     prompts = load_suite(suite)[:EXAMPLES_SHOWN]
     return [(f"{p.id}: {' '.join(p.text.split())[:70]}", i) for i, p in enumerate(prompts)]
+
+
+def example_text(suite: str, index: Any, own: tuple[str, ...] = ()) -> str:
+    """The prompt an example entry stands for (the visitor's own file only through their state)."""
+    i = int(index)
+    return own[i] if suite == OWN else load_suite(suite)[i].text
+
+
+def own_prompts(path: str | None) -> tuple[str, ...]:
+    """A visitor's prompt file (specviz.prompts.load_prompt_file's formats), bounded in size."""
+    import os
+
+    from specviz.prompts import load_prompt_file
+
+    if not path:
+        return ()
+    if os.path.getsize(path) > OWN_FILE_BYTES:
+        raise SpecvizError(f"the prompt file is {os.path.getsize(path) / 2**20:.1f} MB; here it may be at most {OWN_FILE_BYTES // 2**20} MB")
+    return tuple(p.text for p in load_prompt_file(Path(path)))[:OWN_SHOWN]
 
 
 def settings_from_widgets(prompt, methods, speculation_length, max_new_tokens, temperature, top_p, seed) -> RaceSettings:
@@ -108,7 +132,9 @@ def race_outputs(race: Race) -> dict[str, Any]:
     finished = race.finished()
     df = records_frame([rec for r in finished for rec in r.records], labels)
     drafting = [(r.label, r.name) for r in finished if any(rec.drafted for rec in r.records)]
-    chosen = drafting[0][1] if drafting else None
+    names = [name for _, name in drafting]
+    # the plot opens on a method that chooses its length (a flat line at γ teaches nothing)
+    chosen = next((m for m in DYNAMIC_FIRST if m in names), names[0] if names else None)
     return {
         "table": summary_table({r.name: r.records for r in finished}, labels),
         "time": tokens_vs_time(df),
@@ -151,6 +177,10 @@ def _settings(ui: SimpleNamespace) -> None:
                 ui.suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=140)
                 ui.example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
                 ui.shuffle = gr.Button("Shuffle", scale=0, min_width=90)
+            with gr.Accordion("Your own prompts", open=False):
+                ui.prompt_file = gr.File(label="A prompt file: JSON lines with a 'prompt' or 'turns' field, or plain text, one "
+                                         "prompt per line. Its prompts become the examples above.", file_types=[".jsonl", ".json", ".txt"],
+                                         type="filepath", elem_id="sv-prompt-file")  # fmt: skip
         with gr.Column(scale=2):
             ui.methods = gr.CheckboxGroup(
                 [(s.label, s.name) for s in ui.specs], value=defaults, label="Methods", elem_id="sv-methods",
@@ -326,10 +356,35 @@ def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
 
     ui.all_btn.click(lambda: [s.name for s in ui.specs if not s.is_oracle], None, ui.methods, api_visibility="private")
     ui.none_btn.click(lambda: [], None, ui.methods, api_visibility="private")
-    ui.suite.change(lambda s: gr.update(choices=example_choices(s), value=None), ui.suite, ui.example, api_visibility="private")
-    ui.example.input(lambda s, i: load_suite(s)[int(i)].text if i is not None else gr.skip(), [ui.suite, ui.example], ui.prompt,
-                     api_visibility="private")
-    ui.shuffle.click(lambda s: shuffled(s, random.randrange(1 << 30)).text, ui.suite, ui.prompt, api_visibility="private")
+    own = ctx.state(())  # the visitor's uploaded prompts (texts); a suite name never reaches the file system
+
+    def load_own(path: str | None):
+        try:
+            texts = own_prompts(path)
+        except Exception as e:
+            raise user_error(e) from None
+        if not texts:
+            return (), gr.update(choices=list(SUITES), value="humaneval"), gr.update(choices=example_choices("humaneval"), value=None)
+        return texts, gr.update(choices=[*SUITES, OWN], value=OWN), gr.update(choices=example_choices(OWN, texts), value=0)
+
+    def pick(suite: str, index: Any, texts: tuple[str, ...]):
+        try:
+            return example_text(suite, index, texts) if index is not None else gr.skip()
+        except Exception as e:
+            raise user_error(e) from None
+
+    def shuffle(suite: str, texts: tuple[str, ...]):
+        try:
+            return random.choice(texts) if suite == OWN and texts else shuffled(suite, random.randrange(1 << 30)).text
+        except Exception as e:
+            raise user_error(e) from None
+
+    ui.prompt_file.upload(load_own, ui.prompt_file, [own, ui.suite, ui.example], api_visibility="private").then(
+        pick, [ui.suite, ui.example, own], ui.prompt, api_visibility="private")  # fmt: skip
+    ui.suite.input(lambda s, texts: gr.update(choices=example_choices(s, texts), value=None), [ui.suite, own], ui.example,
+                   api_visibility="private")  # fmt: skip
+    ui.example.input(pick, [ui.suite, ui.example, own], ui.prompt, api_visibility="private")
+    ui.shuffle.click(shuffle, [ui.suite, own], ui.prompt, api_visibility="private")
     ui.show_rejected.change(
         None, ui.show_rejected, None,
         js="(show) => { document.body.classList.toggle('sv-hide-rejected', !show); return []; }",
