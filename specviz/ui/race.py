@@ -163,6 +163,7 @@ def build_tab(ctx: Any) -> None:
     stepthrough.build_section(ctx, ui)
     _plots(ui)
     _wire_race(ctx, ui)
+    _wire_saved(ctx, ui)
     _wire_helpers(ctx, ui)
 
 
@@ -290,43 +291,10 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
             yield update
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
         status = f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock."
-        yield from finished_board(race, status, {sessions_state: sessions})  # returned: the state's time-to-live restarts
-
-    def finished_board(race: Race, status: str, more: dict, reveal: bool = False) -> Any:
-        """The board, table, plots and downloads of a finished race; `reveal`: a loaded race, whose
-        panels are shown (and the others hidden) here rather than when it started."""
-        out = race_outputs(race)
-        baseline = race.baseline_tokens_per_s()
-        html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
-        board = {panels[name]: value for name, value in html_of.items()}
-        if reveal:
-            board = {ui.placeholder: gr.update(visible=False), ui.track: "",
-                     **{panel: gr.update(value=html_of.get(name), visible=name in html_of) for name, panel in panels.items()}}  # fmt: skip
-        with tempfile.TemporaryDirectory(prefix="specviz-race-") as folder:  # gradio copies the files to its cache
-            yield {
-                ui.status: status, **board,
-                ui.table: out["table"], ui.why: why_markdown(race), ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
-                ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
-                ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,
-                ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None), ui.step_iteration: 0,
-                ui.step_view: "<p>Pick a method to step through its iterations.</p>" if race.finished() else "", **more,
-            }  # fmt: skip
-
-    def load_saved(path: str | None):
-        """Show a race saved by the download below (here or on another machine), ready to replay."""
-        if not path:
-            return
-        try:
-            race = load_race(path, tuple(panels), ctx.limits.methods_per_race)
-        except Exception as e:
-            raise user_error(e) from None
-        status = (f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
-                  "Press **Replay race** to watch it on one clock.")  # fmt: skip
-        yield from finished_board(race, status, {ui.saved: None}, reveal=True)  # the box is ready for the next file
+        yield from finished_board(ctx, ui, race, status, {sessions_state: sessions})  # returned: the state's time-to-live restarts
 
     inputs = [ctx.pair, ui.prompt, ui.methods, ui.speculation_length, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
-    outputs = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ui.why, ctx.race, ui.plot_time, ui.plot_acceptance,
-               ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, ui.step_method, ui.step_iteration, ui.step_view, sessions_state]  # fmt: skip
+    outputs = [*board_outputs(ctx, ui), sessions_state]
     ui.run_btn.click(
         ctx.gpu(race), inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method
         show_progress_on=[ui.status],
@@ -336,9 +304,51 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         stop.event.set()
 
     ui.stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
-    board = [ui.status, ui.track, ui.placeholder, *panels.values(), ui.table, ui.why, ctx.race, ui.plot_time, ui.plot_acceptance,
-             ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, ui.step_method, ui.step_iteration, ui.step_view]  # fmt: skip
-    ui.saved.upload(load_saved, ui.saved, [*board, ui.saved], api_name="load_race")
+
+
+def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
+    """Everything a finished (or loaded) race redraws, in one order for every event that draws it."""
+    return [ui.status, ui.track, ui.placeholder, *ui.panels.values(), ui.table, ui.why, ctx.race, ui.plot_time, ui.plot_acceptance,
+            ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, ui.step_method, ui.step_iteration, ui.step_view]  # fmt: skip
+
+
+def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more: dict, reveal: bool = False) -> Any:
+    """The board, table, plots and downloads of a finished race; `reveal`: a loaded race, whose
+    panels are shown (and the others hidden) here rather than when it started."""
+    out = race_outputs(race)
+    baseline = race.baseline_tokens_per_s()
+    html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
+    board = {ui.panels[name]: value for name, value in html_of.items()}
+    if reveal:
+        board = {ui.placeholder: gr.update(visible=False), ui.track: "",
+                 **{panel: gr.update(value=html_of.get(name), visible=name in html_of) for name, panel in ui.panels.items()}}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="specviz-race-") as folder:  # gradio copies the files to its cache
+        yield {
+            ui.status: status, **board,
+            ui.table: out["table"], ui.why: why_markdown(race), ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
+            ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
+            ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,
+            ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None), ui.step_iteration: 0,
+            ui.step_view: "<p>Pick a method to step through its iterations.</p>" if race.finished() else "", **more,
+        }  # fmt: skip
+
+
+def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
+    """Load a saved race (the JSON download, from here or elsewhere) onto the board."""
+
+    def load_saved(path: str | None):
+        """Show a race saved by the download below (here or on another machine), ready to replay."""
+        if not path:
+            return
+        try:
+            race = load_race(path, tuple(ui.panels), ctx.limits.methods_per_race)
+        except Exception as e:
+            raise user_error(e) from None
+        status = (f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
+                  "Press **Replay race** to watch it on one clock.")  # fmt: skip
+        yield from finished_board(ctx, ui, race, status, {ui.saved: None}, reveal=True)  # the box is ready for the next file
+
+    ui.saved.upload(load_saved, ui.saved, [*board_outputs(ctx, ui), ui.saved], api_name="load_race")
 
 
 def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
