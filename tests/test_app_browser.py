@@ -7,10 +7,11 @@ installed (`make browser`): when it is missing these tests fail, they never skip
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
+
+from specviz.experiments.load import free_port
 
 pytestmark = pytest.mark.browser  # deselect locally with -m 'not browser'; CI runs every test
 
@@ -22,12 +23,6 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHOSEN = {"Autoregressive": "autoregressive", "Vanilla SD": "vanilla", "Prompt lookup": "prompt_lookup"}
 TIMEOUT_MS = 120_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

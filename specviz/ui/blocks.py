@@ -19,6 +19,7 @@ from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, app_limits
 from specviz.ui.feedback import user_error
 from specviz.ui.pairs import describe_pair, pair_choices, resolve_pair
+from specviz.ui.sessions import start_janitor
 from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
 
@@ -139,9 +140,11 @@ def theme() -> gr.themes.Base:
 
 
 def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
-    """Serve with the app's look (build_app has set up the queue)."""
+    """Serve with the app's look (build_app has set up the queue), visitors' sessions kept bounded."""
+    limits = getattr(demo, "specviz_limits", AppLimits())
     kwargs.setdefault("ssr_mode", False)
-    kwargs.setdefault("state_session_capacity", getattr(demo, "specviz_limits", AppLimits()).sessions)
+    kwargs.setdefault("state_session_capacity", limits.sessions)
+    start_janitor(demo, limits.session_ttl_s)
     # Gradio's start-up self-check (one HEAD request to the local URL with a 3 s timeout) fails on
     # a busy machine and aborts the launch although the server is up; skip it where gradio has it.
     if "_frontend" in inspect.signature(demo.launch).parameters:

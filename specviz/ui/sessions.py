@@ -1,0 +1,78 @@
+"""What gradio keeps for each visitor, kept bounded.
+
+Gradio holds one SessionState per visitor (a copy of every component's config, ~1-2 MB here, plus
+the visitor's gr.State values) and drops it only when `state_session_capacity` more recent visitors
+have come; a visitor's State values expire after their time-to-live, the rest of the session does
+not. Worse, every `gr.update(...)` a handler returns builds a new copy of the component for that
+visitor, and when the component next takes a plain value (or is an input), gradio 6 files the copy
+under the copy's own id, next to the original, and never drops it: a race adds ~28 such copies
+(~2 MB with their configs) that nothing reads again. Measured by `python -m specviz.bench load`:
+~2 MB more server memory per race, linear, before this module.
+
+A janitor thread (started by `specviz.ui.blocks.launch`) does every few seconds what gradio does
+not: it drops those orphaned copies (a block id this app never built; the app uses no gr.render,
+so every such id is a copy) and whole sessions that no event has touched for the time-to-live.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+JANITOR_EVERY_S = 10.0
+
+
+def drop_update_copies(demo: Any) -> int:
+    """Drop, from every visitor's session, the components gradio built for past updates; returns how many."""
+    built = demo.blocks  # the app's own components (the default config)
+    dropped = 0
+    for session in list(demo.state_holder.session_data.values()):
+        for key in list(session.blocks_config.blocks):  # list(): a snapshot; handlers may add copies meanwhile
+            if key not in built:
+                session.blocks_config.blocks.pop(key, None)
+                session.config_values.pop(key, None)
+                dropped += 1
+    return dropped
+
+
+def drop_idle_sessions(demo: Any, idle_s: float, now: datetime.datetime | None = None) -> int:
+    """Drop the sessions of visitors with no event for `idle_s` seconds (their State values first,
+    through gradio's delete callbacks); returns how many."""
+    holder = demo.state_holder
+    now = now or datetime.datetime.now()
+    idle = [sid for sid, last in list(holder.time_last_used.items()) if (now - last).total_seconds() > idle_s]
+    for sid in idle:
+        holder.delete_state(sid)
+        with holder.lock:
+            holder.session_data.pop(sid, None)
+            holder.time_last_used.pop(sid, None)
+    return len(idle)
+
+
+def tidy(demo: Any, idle_s: float) -> tuple[int, int]:
+    """One round of the janitor: (update copies dropped, idle sessions dropped)."""
+    if getattr(demo, "state_holder", None) is None:  # not serving yet
+        return 0, 0
+    return drop_update_copies(demo), drop_idle_sessions(demo, idle_s)
+
+
+def start_janitor(demo: Any, idle_s: float, every_s: float = JANITOR_EVERY_S) -> threading.Event:
+    """Run `tidy` every `every_s` seconds in a daemon thread; set the returned event to end it."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(every_s):
+            try:
+                copies, sessions = tidy(demo, idle_s)
+            except Exception:  # a janitor round must never take the server down; the next round retries
+                log.exception("tidying the visitors' sessions failed")
+                continue
+            if sessions:
+                log.info("dropped %d idle visitor session(s)", sessions)
+            log.debug("dropped %d component copies", copies)
+
+    threading.Thread(target=loop, name="specviz-sessions", daemon=True).start()
+    return done

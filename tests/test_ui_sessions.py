@@ -1,0 +1,69 @@
+"""What gradio keeps per visitor stays bounded: the copies every gr.update leaves in a session are
+dropped, and so are sessions no event has touched for the time-to-live."""
+
+from __future__ import annotations
+
+import datetime
+
+import gradio as gr
+import pytest
+
+from specviz.experiments.load import free_port
+from specviz.ui.sessions import drop_idle_sessions, drop_update_copies, tidy
+
+
+@pytest.fixture(scope="module")
+def served():
+    def show(n):  # streams as the race does: an update (it shows the box), then plain values
+        yield gr.update(value="…", visible=True), None
+        yield f"<b>{n}</b>", n
+
+    with gr.Blocks() as demo:
+        box = gr.HTML(visible=False)
+        kept = gr.State(None, time_to_live=3600)
+        gr.Button("show").click(show, gr.Number(1), [box, kept], api_name="show")
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False)
+    yield demo, f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def _session(demo, client):
+    return demo.state_holder.session_data[client.session_hash]
+
+
+def test_every_update_leaves_a_copy_and_the_janitor_drops_them(served):
+    from gradio_client import Client
+
+    demo, url = served
+    client = Client(url, verbose=False)
+    for n in range(5):
+        client.predict(n, api_name="/show")
+    session = _session(demo, client)
+    copies = [k for k in session.blocks_config.blocks if k not in demo.blocks]
+    assert len(copies) >= 5  # gradio's behaviour that makes this module necessary
+    assert drop_update_copies(demo) >= len(copies)
+    assert set(session.blocks_config.blocks) <= set(demo.blocks) and set(session.config_values) <= set(demo.blocks)
+    assert client.predict(7, api_name="/show") is not None  # the visitor's session still works
+    assert session.state_data  # and keeps its State
+
+
+def test_idle_sessions_are_dropped_and_recent_ones_kept(served):
+    from gradio_client import Client
+
+    demo, url = served
+    client = Client(url, verbose=False)
+    client.predict(1, api_name="/show")
+    holder = demo.state_holder
+    assert drop_idle_sessions(demo, idle_s=3600) == 0 and client.session_hash in holder.session_data
+    later = datetime.datetime.now() + datetime.timedelta(seconds=3601)
+    assert drop_idle_sessions(demo, idle_s=3600, now=later) >= 1
+    assert client.session_hash not in holder.session_data and client.session_hash not in holder.time_last_used
+    client.predict(2, api_name="/show")  # a returning visitor starts a fresh session
+    assert client.session_hash in holder.session_data
+
+
+def test_tidy_before_serving_does_nothing():
+    with gr.Blocks() as demo:
+        gr.HTML()
+    assert tidy(demo, 60) == (0, 0)
