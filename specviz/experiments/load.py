@@ -103,6 +103,8 @@ def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int
     def session(s: int) -> None:
         client = None
         for r in range(cfg.races):
+            if cfg.minutes and time.perf_counter() - started > 60 * cfg.minutes:
+                return  # the time budget is spent: no new race (the report says how many ran)
             if client is None or cfg.fresh:
                 client = Client(url, verbose=False)
             ok, seconds, problem = one_race(client, race_args(cfg.pair, methods, cfg.max_new_tokens, s + r))
@@ -205,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="a new client (a new visitor) for every race")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--stop-tokens", type=int, default=512, help="max new tokens of the race that Stop interrupts")
+    p.add_argument("--minutes", type=float, default=0.0, help="time budget for the races (0: none); no race starts after it")
     p.add_argument("--out", type=Path, required=True, help="folder for results.json, summary.md and the server log")
     cfg = p.parse_args(argv)
     if not (1 <= cfg.sessions <= 64 and 1 <= cfg.races <= 1000):
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": "python -m specviz.bench load " + " ".join(sys.argv[2:] if argv is None else argv),
         "pair": cfg.pair, "methods": methods, "sessions": cfg.sessions, "races_per_session": cfg.races, "fresh": cfg.fresh,
-        "max_new_tokens": cfg.max_new_tokens, "races": len(rows), "done": sum(r["ok"] for r in rows),
+        "max_new_tokens": cfg.max_new_tokens, "minutes": cfg.minutes, "races": len(rows), "done": sum(r["ok"] for r in rows),
         "failed": sum(not r["ok"] for r in rows), "wall_s": round(wall, 1),
         "latency_p50_s": round(percentile(seconds, 0.5), 2), "latency_p95_s": round(percentile(seconds, 0.95), 2),
         "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
