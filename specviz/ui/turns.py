@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import statistics
 import threading
 import time
@@ -20,7 +21,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-POLL_S = 0.15  # how often a waiting run checks its Stop signal (and the page is redrawn)
+POLL_S = 0.15  # how often a waiting run checks its Stop signal
+NOTE_S = 2.0  # a waiting run's page is redrawn when its note changes, at most this often: waiting
+# visitors' redraws take the CPU from the run being timed (8 waiting races redrawn every POLL_S made
+# each race ~5x slower in the load test)
 
 
 class Turns:
@@ -73,10 +77,15 @@ class Turns:
         left = max(typical - held, 0.1 * typical) + (ahead - 1) * typical
         return f"{runs} (about {max(1, round(left))} s)"
 
-    def waiting(self, ticket: object, stop: threading.Event | None = None) -> Iterator[str]:
-        """The waiting note every POLL_S until `ticket` holds the models or `stop` is set."""
+    def waiting(self, ticket: object, stop: threading.Event | None = None, every_s: float = NOTE_S) -> Iterator[str]:
+        """The waiting note, when it changes and at most every `every_s` seconds (the first at once),
+        until `ticket` holds the models or `stop` is set (checked every POLL_S)."""
+        shown, shown_at = None, -math.inf
         while not self.wait(ticket, POLL_S) and not (stop is not None and stop.is_set()):
-            yield self.waiting_note(ticket)
+            note = self.waiting_note(ticket)
+            if note != shown and time.monotonic() - shown_at >= every_s:
+                shown, shown_at = note, time.monotonic()
+                yield note
 
     @contextmanager
     def turn(self, stop: threading.Event | None = None) -> Iterator[bool]:
