@@ -47,12 +47,9 @@ def test_the_waiting_note_counts_runs_ahead_and_estimates_from_past_turns():
 def test_a_waiting_run_is_redrawn_when_its_note_changes_not_every_poll():
     turns = Turns()
     first, second, mine = turns.join(), turns.join(), turns.join()
-    notes: list[str] = []
-    timer = threading.Timer(0.8, turns.leave, args=(first,))  # one run ahead fewer after 0.8 s
-    timer.start()
+    threading.Timer(0.8, turns.leave, args=(first,)).start()  # one run ahead fewer after 0.8 s
     threading.Timer(1.6, turns.leave, args=(second,)).start()  # then the models are mine
-    for note in turns.waiting(mine, every_s=0.0):
-        notes.append(note)
+    notes = list(turns.waiting(mine, every_s=0.0))
     assert len(notes) == 2, notes  # ~10 polls, two different notes
     assert notes[0] == "2 runs ahead of you" and notes[1] == "1 run ahead of you (about 1 s)"
     turns.leave(mine)

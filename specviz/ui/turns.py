@@ -23,8 +23,9 @@ from typing import Any
 
 POLL_S = 0.15  # how often a waiting run checks its Stop signal
 NOTE_S = 2.0  # a waiting run's page is redrawn when its note changes, at most this often: waiting
-# visitors' redraws take the CPU from the run being timed (8 waiting races redrawn every POLL_S made
-# each race ~5x slower in the load test)
+# visitors' redraws take the CPU from the run being timed (with 8 visitors redrawn every POLL_S, the
+# load test spent ~22 s of wall time a race; with this, 5.3 s: two runs on different days,
+# `benchmarks/reliability/`)
 
 
 class Turns:
