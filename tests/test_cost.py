@@ -3,6 +3,7 @@ tiny shape, and the roofline's regimes (memory-bound at batch 1, compute-bound a
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
@@ -171,6 +172,22 @@ def test_overhead_is_added_once_per_forward():
     with_o = forward_time(LLAMA7B, fused, 1, 1, 128)
     without = forward_time(LLAMA7B, fused, 1, 1, 128, overhead=False)
     assert with_o - without == pytest.approx(H100.overhead_s + 32 * H100.overhead_per_layer_s)
+
+
+def test_partial_overlap_lies_between_the_roofline_max_and_the_sum():
+    from specviz.cost.roofline import overlap_time
+
+    assert overlap_time(1.0, 3.0) == pytest.approx(3.0)  # p = inf: the roofline's max
+    assert overlap_time(1.0, 3.0, 1.0) == pytest.approx(4.0)  # p = 1: no overlap at all
+    assert overlap_time(2.0, 2.0, 2.0) == pytest.approx(2.0 * 2**0.5)  # on the ridge: 2^(1/p) x max
+    assert overlap_time(1e-9, 1e-3, 2.5) == pytest.approx(1e-3)  # far from the ridge: the max
+    assert 3.0 < overlap_time(1.0, 3.0, 2.5) < 4.0
+    # an engine with a finite p pays for it only where compute and memory times are close
+    fused = replace(H100, eager_attention=False, growing_cache=False, overlap_exponent=math.inf)
+    partial = replace(fused, overlap_exponent=2.5)
+    assert forward_time(LLAMA7B, partial, 1, 1, 0) == pytest.approx(forward_time(LLAMA7B, fused, 1, 1, 0), rel=1e-3)
+    knee = knee_tokens(LLAMA7B, fused, 1, 0)
+    assert forward_time(LLAMA7B, partial, 1, knee, 0, overhead=False) > 1.2 * forward_time(LLAMA7B, fused, 1, knee, 0, overhead=False)
 
 
 def test_an_eager_engine_pays_for_scores_and_a_growing_cache():

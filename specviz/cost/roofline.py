@@ -6,7 +6,10 @@ memory-bound (bytes / bandwidth), and
     T_forward(B, S, L) = sum_ops max(FLOPs_op / peak, bytes_op / bandwidth) + t_overhead.
 
 (On hardware that does not overlap compute with memory traffic, `Hardware.overlap = False`, the
-max becomes a sum; the regimes and the knee are the same.)
+max becomes a sum; the regimes and the knee are the same. Between the two, a kernel near the ridge
+(compute time c close to memory time m) overlaps them only in part: with a finite
+`Hardware.overlap_exponent` p an operator takes (c^p + m^p)^(1/p), which is max(c, m) far from the
+ridge, 2^(1/p) max(c, m) on it, the sum at p = 1 and the max as p grows.)
 
 At B*S = 1 the weight reads dominate and extra tokens are almost free (memory-bound); once B*S
 passes the ridge point peak/bandwidth x bytes-per-param / 2 the matrix multiplies become
@@ -25,6 +28,7 @@ w = bytes per parameter (also per activation and KV element), d = head_dim, h = 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,10 +50,18 @@ class OperatorCost:
 
     def time_s(self, hw: Hardware, dtype: str) -> float:
         c, m = self.compute_s(hw, dtype), self.memory_s(hw)
-        return max(c, m) if hw.overlap else c + m
+        return overlap_time(c, m, hw.overlap_exponent) if hw.overlap else c + m
 
     def bound(self, hw: Hardware, dtype: str) -> str:
         return "compute" if self.compute_s(hw, dtype) >= self.memory_s(hw) else "memory"
+
+
+def overlap_time(c: float, m: float, p: float = math.inf) -> float:
+    """(c^p + m^p)^(1/p): an operator's time from its compute time c and memory time m, p = inf:
+    max(c, m). Written as hi · (1 + (lo/hi)^p)^(1/p) so no power underflows; plain arithmetic, so
+    c, m and p may be floats or numpy arrays alike (the published-rows fit evaluates grids)."""
+    hi, lo = (c + m + abs(c - m)) / 2, (c + m - abs(c - m)) / 2  # max(c, m), min(c, m)
+    return hi * (1.0 + (lo / (hi + 1e-300)) ** p) ** (1.0 / p)
 
 
 def operator_costs(

@@ -119,6 +119,9 @@ def calibration_note(engine: str) -> str:
             text += f" Median error on held-out published forward times: **{forward:.0%}**"
         if engine == "HF eager" and s.get("Spec-Bench test: median |error|") is not None:
             text += f"; on held-out Spec-Bench speedups (Vicuna-7B): **{s['Spec-Bench test: median |error|']:.0%}**"
+            prefix = "Spec-Bench Vicuna-7B "
+            within = [f"{k.removeprefix(prefix).split(':')[0]} {v.split(' (')[0]}" for k, v in s.items() if k.startswith(prefix)]
+            text += f" (methods within 15 %: {', '.join(within)})" if within else ""
         text += " (`benchmarks/roofline/published.md`)."
     return text
 
