@@ -238,11 +238,11 @@ def _notes(r: IterationRecord) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def recompute_for(spec: Any) -> str:
-    """What explain_iteration may rerun for a method (a MethodSpec): "target+draft" when it drafts
-    with the pair's draft unchanged, "target" when only its verifier is the pair's target, ""
-    when it verifies with another model (Speculative Streaming's tuned target)."""
-    if spec.lossless_against:
+def recompute_for(spec: Any, pair: Any, options: dict[str, Any]) -> str:
+    """What explain_iteration may rerun for a method (a MethodSpec) run on `pair` with `options`:
+    "target+draft" when it drafts with the pair's draft unchanged, "target" when only its verifier
+    is the pair's target, "" when it verifies with another model (Speculative Streaming's tuned target)."""
+    if spec.lossless_note(pair, options):
         return ""
     return "target+draft" if spec.needs_draft and spec.session is None else "target"
 

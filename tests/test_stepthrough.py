@@ -23,7 +23,7 @@ def run(pair, method, **kw):
 @pytest.mark.parametrize("method", method_names())
 def test_every_iteration_of_every_method_is_explained_as_it_ran(perturbed_pair, method):
     ids, records = run(perturbed_pair, method)
-    mode = recompute_for(get_method(method))
+    mode = recompute_for(get_method(method), perturbed_pair, {})
     for i, r in enumerate(records):
         step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute=mode)
         assert step.accepted == r.accepted and len(step.checks) == len(r.drafted)
@@ -38,7 +38,7 @@ def test_every_iteration_of_every_method_is_explained_as_it_ran(perturbed_pair, 
             assert step.target_top[0][0] == step.target_token_id
         if mode == "target+draft" and r.drafted:
             assert all(c.q_top for c in step.checks) and step.source == "recomputed"
-        if not mode:  # Speculative Streaming verifies with its tuned model: explained from the record
+        if not mode:  # a method verifying with another model than the target: explained from the record
             assert step.source.startswith("from the record only") and not any(c.p_top for c in step.checks)
         html = step_html(step)
         assert f"Accepted {r.accepted} of {len(r.drafted)}" in html

@@ -38,6 +38,17 @@ def test_tuned_greedy_output_equals_autoregressive_of_the_tuned_model(random_pai
             assert got == ar_tuned, (gamma, width)
 
 
+def test_streams_only_adapter_reproduces_the_original_target(random_pair, tmp_path):
+    """An adapter whose LoRA acts on the streams only: streaming's greedy output is the target's own."""
+    path = tmp_path / "streams-only.safetensors"
+    tuned_lm(lora_main=False).save_adapter(path)
+    for prompt in PROMPTS:
+        ar = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=30).summary.output_ids
+        for gamma, width in ((1, 1), (3, 3)):
+            got = output(random_pair, prompt, max_new_tokens=30, adapter=str(path), speculation_length=gamma, tree_width=width, tree_nodes=8)
+            assert got == ar, (gamma, width)
+
+
 def test_right_and_wrong_streams_keep_the_output(random_pair, monkeypatch):
     """Streams forced to predict the true continuation, except that at every other node stream 2
     ranks a wrong token first and the right one second: a single path is then cut there, a tree of

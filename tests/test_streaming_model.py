@@ -3,6 +3,8 @@ the main stream is the (LoRA-tuned) model itself; decoding's cached streams equa
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from specviz.models.kv import CachedLM
@@ -15,10 +17,14 @@ CFG = StreamingConfig(stream_layers=2, gamma=3, lora_rank=4, eta_rank=4)
 IDS = torch.tensor([[5, 17, 300, 42, 42, 7, 99, 12, 401, 3]])
 
 
-def tuned_lm(seed: int = 0) -> StreamingLM:
+def tuned_lm(seed: int = 0, lora_main: bool = True) -> StreamingLM:
     """A tiny MSA model whose LoRA and f_eta are not zero (as after training)."""
     torch.manual_seed(seed)
-    lm = StreamingLM(tiny_model(seed=1, **TARGET_CONFIG), CFG)
+    return perturbed(StreamingLM(tiny_model(seed=1, **TARGET_CONFIG), dataclasses.replace(CFG, lora_main=lora_main)))
+
+
+def perturbed(lm: StreamingLM) -> StreamingLM:
+    """`lm` with every adapter weight moved off its initial value (LoRA B off zero)."""
     with torch.no_grad():
         for p in lm.adapter_state().values():
             p.add_(torch.randn_like(p) * 0.05)
@@ -99,9 +105,28 @@ def test_stream_initialisation():
         torch.testing.assert_close(s[:, :, j], f + lm.stream_embed[j])
 
 
-def test_cached_streams_equal_training_streams():
+@torch.no_grad()
+def test_streams_only_lora_leaves_the_main_stream_the_original_model():
+    """lora_main=False: the same LoRA weights change the streams and nothing of the main stream."""
+    base = tiny_model(seed=1, **TARGET_CONFIG)
+    lm, both = tuned_lm(lora_main=False), tuned_lm(lora_main=True)  # same seed: same adapter values
+    want = base(input_ids=IDS).logits
+    torch.testing.assert_close(lm.tuned(input_ids=IDS).logits, want, rtol=1e-5, atol=1e-5)
+    main, s = lm(IDS)
+    torch.testing.assert_close(lm.logits(main), want, rtol=1e-5, atol=1e-5)
+    for name, p in lm.adapter_state().items():  # LoRA off: the streams change, so it acted on them
+        if name.endswith("lora_B"):
+            p.zero_()
+    _, s_no_lora = lm(IDS)
+    assert not torch.allclose(s, s_no_lora, atol=1e-4)
+    assert not torch.allclose(both.tuned(input_ids=IDS).logits, want, atol=1e-3)
+    assert both.changes_main_stream() and not lm.changes_main_stream() and not untrained(base, CFG).changes_main_stream()
+
+
+@pytest.mark.parametrize("lora_main", [True, False])
+def test_cached_streams_equal_training_streams(lora_main):
     """Decoding runs the streams of one node from the KV cache; they must equal the full pass."""
-    lm = tuned_lm()
+    lm = tuned_lm(lora_main=lora_main)
     with torch.no_grad():
         _, s = lm(IDS)
         want = lm.logits(s[0])  # [T, gamma, V]

@@ -82,3 +82,22 @@ def test_evaluate_held_out(tmp_path):
     assert [report[k]["positions"] for k in ("main", "stream1", "stream2")] == [20, 18, 16]  # 10 answer tokens: 10, 9, 8 per record
     assert report["main"]["top1"] == 1.0
     assert report["stream1"]["top1"] <= report["stream1"]["top3"] < 1.0
+
+
+def test_streams_only_training_keeps_the_main_stream(tmp_path):
+    """--streams-only: the trained LoRA moves the streams, the main stream stays the target, and
+    the log has no main-stream loss."""
+    data = write_teacher_text(tmp_path, records=2)
+    out = tmp_path / "run"
+    assert train.main(["--target", "tiny-random", "--data", str(data), "--out", str(out), "--stream-layers", "2", "--gamma", "2",
+                       "--lora-rank", "4", "--eta-rank", "4", "--steps", "6", "--lr", "1e-2", "--streams-only", "--quiet"]) == 0
+    cfg, _ = train.parse_args(["--target", "tiny-random", "--data", str(data), "--out", str(out)])
+    lm, ckpt = train.from_checkpoint(cfg)
+    assert ckpt["streaming"]["lora_main"] is False
+    lora_b = [p for n, p in lm.adapter_state().items() if n.endswith("lora_B")]
+    assert lora_b and any(float(p.detach().abs().max()) > 0 for p in lora_b)  # trained, not zero
+    ids = torch.tensor([[5, 17, 300, 42, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(lm.tuned(input_ids=ids).logits, train.load_target("tiny-random", "cpu")(input_ids=ids).logits)
+    rows = list(csv.DictReader((out / "log.csv").open()))
+    assert rows[-1]["loss0"] == "" and rows[-1]["loss1"] != ""

@@ -115,8 +115,17 @@ def test_a_missing_default_draft_falls_back_to_tiny_random_and_says_how_to_get_i
     assert describe_pair(pair, notice).startswith("⚠️ The default pair could not be loaded here")
 
 
-def test_a_method_lossless_against_another_model_says_so_on_its_panel(random_pair):
-    race = race_to_end(random_pair, RaceSettings("def add(a, b):", ("autoregressive", "streaming"), max_new_tokens=8))
+def test_a_method_lossless_against_another_model_says_so_on_its_panel(random_pair, monkeypatch):
+    """Streaming with an adapter whose LoRA moves the main stream says so; with one that leaves the
+    main stream the target's (here the untrained one), its panel has no such note."""
+    from specviz.methods import streaming as method
+    from tests.test_streaming_model import CFG, perturbed
+
+    settings = RaceSettings("def add(a, b):", ("autoregressive", "streaming"), max_new_tokens=8)
+    race = race_to_end(random_pair, settings)
+    assert not any(r.note for r in race.runs) and "Lossless against" not in race_html(race)
+    monkeypatch.setitem(method._LOADED, random_pair.target, {"auto": perturbed(method.msa.StreamingLM(random_pair.target, CFG))})
+    race = race_to_end(random_pair, settings)
     streaming = next(r for r in race.runs if r.name == "streaming")
     assert "Lossless against its own fine-tuned target" in streaming.note
     assert "Lossless against" in race_html(race) and not next(r for r in race.runs if r.name == "autoregressive").note

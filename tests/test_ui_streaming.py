@@ -23,6 +23,8 @@ def test_run_and_inspect_a_tree(random_pair):
     html = tab.coloured_output(state)
     assert "target" in html and html.count("<span") >= 12
     assert "12 tokens in" in tab.summary_line(state)
+    assert "Lossless against the target itself" in tab.summary_line(state)  # the untrained adapter tunes nothing
+    assert "Lossless against its own fine-tuned target" in tab.summary_line({**state, "against": "its own fine-tuned target"})
     assert tab.show_iteration(None, 0)[0] is None
 
 

@@ -27,7 +27,9 @@ class MethodSpec:
     is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
     rank: int = 50  # display order in tables and the app (baseline first, oracles last)
     supports_sampling: bool = True  # False: greedy only (e.g. an oracle that peeks at greedy output)
-    lossless_against: str = ""  # "" : the target's own output (distribution); else the model it is lossless against
+    # "" : lossless against the target's own output (distribution); else the model it is lossless
+    # against, or a function (pair, options) -> that text ("" when, for this pair and options, it is the target)
+    lossless_against: str | Callable[[Any, dict[str, Any]], str] = ""
     # (pair) -> options shared by a series of runs, for methods that carry state from one request
     # to the next (OSD's online learner). The app and the benchmark call it once per series.
     session: Callable[[Any], dict[str, Any]] | None = None
@@ -41,6 +43,11 @@ class MethodSpec:
             known = ", ".join(self.option_names()) or "none"
             raise SpecvizError(f"method '{self.name}' has no option {', '.join(unknown)} (its options: {known})")
         return self.options(**values)
+
+    def lossless_note(self, pair: Any, options: dict[str, Any]) -> str:
+        """The model a run with these options is lossless against, when it is not the pair's target ("" when it is)."""
+        f = self.lossless_against
+        return f(pair, self.select(options)) if callable(f) else f
 
     def select(self, values: dict[str, Any]) -> dict[str, Any]:
         """The subset of a shared option dict that this method understands (for the app and bench)."""

@@ -9,7 +9,8 @@ best by the product of stream probabilities), one target forward verifies the wh
 node. A deterministic draft is a one-hot q, so sampling stays exact.
 
 Lossless with respect to the *tuned* model (base + the adapter's LoRA): its output equals
-autoregressive decoding of that model, which is `speculation_length=0` here. With the untrained
+autoregressive decoding of that model, which is `speculation_length=0` here. When the adapter's
+LoRA acts on the streams only (`lora_main=False`), and with the untrained
 adapter used for targets that have no shipped adapter, the tuned model is the target itself.
 """
 
@@ -61,6 +62,14 @@ def streaming_model(target: nn.Module, adapter: str = "auto") -> msa.StreamingLM
     return per_target[adapter]
 
 
+def tuned_target(pair, adapter: str = "auto") -> str:
+    """What streaming with `adapter` is lossless against: "" (the target itself) when the adapter leaves
+    the main stream untouched (LoRA on the streams only, or none trained), else the tuned model."""
+    if not streaming_model(pair.target, adapter).changes_main_stream():
+        return ""
+    return "its own fine-tuned target (the base model with its streaming adapter)"
+
+
 def shipped_adapter(target: nn.Module) -> Path | None:
     """The shipped adapter trained for exactly this target, if there is one."""
     for path in sorted(ADAPTERS.glob("*.safetensors")):
@@ -91,7 +100,7 @@ def _load(target: nn.Module, adapter: str) -> msa.StreamingLM:
     options=StreamingOptions,
     needs_draft=False,
     rank=40,
-    lossless_against="its own fine-tuned target (the base model with its streaming adapter)",
+    lossless_against=lambda pair, options: tuned_target(pair, options.get("adapter", "auto")),
 )
 def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord]:
     lm = streaming_model(dec.pair.target, opts.adapter)

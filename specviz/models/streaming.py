@@ -10,7 +10,9 @@ Multi-stream attention (MSA) in the top N_s layers of a Hugging Face Llama, reus
   never attends to them.
 - The main stream's last layer predicts y_{t+1} (the next token); stream j predicts y_{t+1+j}.
 - LoRA adapters on the top layers' q/k/v/o (and MLP) projections are trained with the streams; the
-  *tuned* main stream (base model + LoRA) is the model whose output decoding reproduces.
+  *tuned* main stream (base model + LoRA) is the model whose output decoding reproduces. With
+  `lora_main=False` the LoRA acts on the streams only: the main stream stays the original model, so
+  decoding reproduces the target itself (a variant of the paper, which tunes both).
 
 `StreamingLM.tuned` is a LlamaForCausalLM that shares every base weight with the original model
 (only the top layers' projections are wrapped with LoRA), so decoding runs it through the ordinary
@@ -41,20 +43,31 @@ class StreamingConfig:
     lora_alpha: float = 16.0  # LoRA scale is alpha / rank
     lora_mlp: bool = True  # also adapt gate/up/down of the MLP (else attention projections only)
     eta_rank: int = 8  # rank of f_eta, the map from the main stream to the stream initialisation
+    lora_main: bool = True  # the LoRA also changes the main stream (the paper); False: streams only, the main stream stays the base model
 
 
 class LoRALinear(nn.Module):
-    """y = W x + (alpha / r) * B A x; B starts at zero, so a fresh adapter changes nothing."""
+    """y = W x + (alpha / r) * B A x; B starts at zero, so a fresh adapter changes nothing.
+    `forward` (the main stream) adds the LoRA only when `on_main`; `adapted` (the streams) always."""
 
-    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, on_main: bool = True):
         super().__init__()
         self.base = base  # shared with the original model, frozen
         self.lora_A = nn.Parameter(torch.randn(rank, base.in_features, dtype=base.weight.dtype) / math.sqrt(base.in_features))
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, dtype=base.weight.dtype))
         self.scale = alpha / rank
+        self.on_main = on_main
+
+    def adapted(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
+        return self.adapted(x) if self.on_main else self.base(x)
+
+
+def _proj(module: nn.Module, x: torch.Tensor, stream: bool) -> torch.Tensor:
+    """A projection of the main stream (`module(x)`) or of the streams (always with their LoRA)."""
+    return module.adapted(x) if stream and isinstance(module, LoRALinear) else module(x)
 
 
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -81,7 +94,7 @@ class StreamingLM(nn.Module):
         for layer in self.layers[self.first_stream_layer :]:
             for owner, names in ((layer.self_attn, ATTENTION_PROJECTIONS), (layer.mlp, MLP_PROJECTIONS if cfg.lora_mlp else ())):
                 for name in names:
-                    setattr(owner, name, LoRALinear(getattr(owner, name), cfg.lora_rank, cfg.lora_alpha))
+                    setattr(owner, name, LoRALinear(getattr(owner, name), cfg.lora_rank, cfg.lora_alpha, cfg.lora_main))
         hidden, dtype = base.config.hidden_size, base.get_input_embeddings().weight.dtype
         device = base.get_input_embeddings().weight.device
         # f_eta(M) = M + U V M  (low rank; U starts at zero) and P_j, one embedding per stream
@@ -99,28 +112,28 @@ class StreamingLM(nn.Module):
         return self.tuned.model.rotary_emb(x, positions.unsqueeze(0))  # cos, sin: [1, L, d]
 
     @staticmethod
-    def _qkv(layer: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+    def _qkv(layer: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], stream: bool = False):
         """q [B, heads, L, d], k and v [B, kv_heads, L, d], rotary applied (as the KV cache stores them)."""
         attn = layer.self_attn
         shape = (*x.shape[:-1], -1, attn.head_dim)
-        q = attn.q_proj(x).view(shape).transpose(1, 2)
-        k = attn.k_proj(x).view(shape).transpose(1, 2)
-        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q = _proj(attn.q_proj, x, stream).view(shape).transpose(1, 2)
+        k = _proj(attn.k_proj, x, stream).view(shape).transpose(1, 2)
+        v = _proj(attn.v_proj, x, stream).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, *rope)
         return q, k, v
 
     @staticmethod
-    def _finish(layer: nn.Module, residual: torch.Tensor, q, k, v, mask) -> torch.Tensor:
+    def _finish(layer: nn.Module, residual: torch.Tensor, q, k, v, mask, stream: bool = False) -> torch.Tensor:
         """Attention (mask: bool, True = may attend, or "causal"), o_proj, residual, MLP block."""
-        attn = layer.self_attn
+        attn, mlp = layer.self_attn, layer.mlp
         k, v = repeat_kv(k, attn.num_key_value_groups), repeat_kv(v, attn.num_key_value_groups)
         if isinstance(mask, str):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling)
-        out = attn.o_proj(out.transpose(1, 2).reshape(*residual.shape[:-1], -1))  # [B, L, H]
-        x = residual + out
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        x = residual + _proj(attn.o_proj, out.transpose(1, 2).reshape(*residual.shape[:-1], -1), stream)  # [B, L, H]
+        y = layer.post_attention_layernorm(x)
+        return x + _proj(mlp.down_proj, mlp.act_fn(_proj(mlp.gate_proj, y, stream)) * _proj(mlp.up_proj, y, stream), stream)
 
     def init_streams(self, h: torch.Tensor) -> torch.Tensor:
         """s_j = f_eta(h) + P_j:  h [..., H] -> [..., gamma, H]."""
@@ -132,9 +145,9 @@ class StreamingLM(nn.Module):
         position; main_k/v [B, kv_heads, S, d]: the main stream's keys/values of this layer."""
         gamma = self.cfg.gamma
         positions = (node_pos.unsqueeze(1) + torch.arange(1, gamma + 1, device=s.device)).reshape(-1)  # stream j at t+j
-        q, k, v = self._qkv(layer, layer.input_layernorm(s), self._rotary(s, positions))
+        q, k, v = self._qkv(layer, layer.input_layernorm(s), self._rotary(s, positions), stream=True)
         mask = stream_mask(node_pos, main_k.shape[-2], gamma)  # [T*gamma, S + T*gamma]
-        return self._finish(layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask)
+        return self._finish(layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask, stream=True)
 
     # ----- training: the whole sequence at once, main stream and streams side by side -----
     def forward(
@@ -186,6 +199,10 @@ class StreamingLM(nn.Module):
         return self.logits(s[0])  # [gamma, V]
 
     # ----- the adapter: LoRA + f_eta + P_j, saved apart from the base weights -----
+    def changes_main_stream(self) -> bool:
+        """Whether the main stream (the model decoding reproduces) differs from the base model."""
+        return self.cfg.lora_main and any(bool(p.detach().any()) for n, p in self.adapter_state().items() if n.endswith("lora_B"))
+
     def adapter_state(self) -> dict[str, torch.Tensor]:
         return {n: p for n, p in self.named_parameters() if p.requires_grad}
 

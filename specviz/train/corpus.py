@@ -442,6 +442,8 @@ def teacher_text(args) -> int:
             held = held_out(r["source"], r["line"])
             if args.split != "all" and held != (args.split == "val"):
                 continue
+            if args.temperature is not None and r["temperature"] != args.temperature:
+                continue
             f.write(json.dumps({
                 "prompt_index": rank[r["source"]] * 100000 + r["line"], "source": r["source"], "line": r["line"],
                 "temperature": r["temperature"], "held_out": held,
@@ -489,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--out", type=Path, default=CORPUS, help="the shipped corpus folder")
     t = sub.choices["teacher-text"]
     t.add_argument("--to", type=Path, default=Path("runs/corpus/teacher_text.jsonl"))
+    t.add_argument("--temperature", type=float, help="only the answers made at this temperature (0: the greedy ones)")
     t.add_argument("--split", choices=("train", "val", "all"), default="train", help="the draft's training or held-out prompts")
     t.add_argument("--data", type=Path, default=Path("../shared/data"))
     t.add_argument("--target", default="default")

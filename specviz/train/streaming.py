@@ -130,7 +130,8 @@ def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: Tr
     main, streams = lm(ids, h, nodes)  # [1, T, H], [1, K, gamma, H]
     soft = not cfg.hard and ex.logits_row is not None and teacher is not None and teacher.covers(ex.logits_row, T - P)
     stats, total = {}, 0.0
-    for j in range(lm.cfg.gamma + 1):  # j = 0: main stream (y_{t+1}); j >= 1: stream j (y_{t+1+j})
+    first = 0 if lm.cfg.lora_main else 1  # a frozen main stream has nothing to learn
+    for j in range(first, lm.cfg.gamma + 1):  # j = 0: main stream (y_{t+1}); j >= 1: stream j (y_{t+1+j})
         if j == 0:
             t = answer if not 0 < cfg.positions < len(answer) else answer[torch.randperm(len(answer))[: cfg.positions]]
             hidden = main[0, t]
@@ -162,16 +163,17 @@ def evaluate(lm: StreamingLM, examples: list[Example], teacher: TeacherLogits | 
     """Per-stream loss, top-1 and top-3 agreement with the target's most likely token (soft targets)
     or the sampled token (hard), over every answer position of `examples` (held-out text)."""
     cfg = replace(cfg, positions=0)
+    streams = range(0 if lm.cfg.lora_main else 1, lm.cfg.gamma + 1)  # a frozen main stream is the original
     sums: dict[str, float] = {}
     for ex in examples:
         _, stats = ss_loss(lm, ex, teacher, cfg)
-        for j in range(lm.cfg.gamma + 1):
+        for j in streams:
             n = stats.get(f"n{j}", 0)
             sums[f"n{j}"] = sums.get(f"n{j}", 0) + n
             for k in ("loss", "top1_", "top3_"):
                 sums[f"{k}{j}"] = sums.get(f"{k}{j}", 0.0) + n * stats.get(f"{k}{j}", 0.0)
     out = {"examples": len(examples)}
-    for j in range(lm.cfg.gamma + 1):
+    for j in streams:
         n = sums[f"n{j}"]
         out[f"stream{j}" if j else "main"] = {"positions": int(n), **{k.rstrip("_"): sums[f"{k}{j}"] / max(1, n) for k in ("loss", "top1_", "top3_")}}
     return out
@@ -303,6 +305,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--gamma", type=int, default=s.gamma, help="speculative streams")
     p.add_argument("--lora-rank", type=int, default=s.lora_rank)
     p.add_argument("--no-lora-mlp", action="store_true", help="LoRA on attention projections only")
+    p.add_argument("--streams-only", action="store_true", help="LoRA on the streams only: the main stream stays the original target")
     p.add_argument("--eta-rank", type=int, default=s.eta_rank)
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -323,7 +326,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     streaming = StreamingConfig(stream_layers=a.stream_layers, gamma=a.gamma, lora_rank=a.lora_rank,
-                                lora_alpha=2.0 * a.lora_rank, lora_mlp=not a.no_lora_mlp, eta_rank=a.eta_rank)
+                                lora_alpha=2.0 * a.lora_rank, lora_mlp=not a.no_lora_mlp, eta_rank=a.eta_rank, lora_main=not a.streams_only)
     cfg = TrainConfig(target=a.target, data=a.data, out=a.out, streaming=streaming, steps=a.steps, lr=a.lr, max_len=a.max_len, max_examples=a.max_examples,
                       alpha0=a.alpha0, alpha_streams=a.alpha_streams, hard=a.hard, positions=a.positions, save_every=a.save_every, device=a.device)
     return cfg, a

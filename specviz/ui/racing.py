@@ -145,8 +145,7 @@ def run_race(
     race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, {**shared, **settings.sampling()}, [])
     generators = {}
     for spec in specs:
-        note = f"Lossless against {spec.lossless_against}, not the target alone: its text may differ." if spec.lossless_against else ""
-        run = MethodRun(spec.name, spec.label, spec.paper, note=note)
+        run = MethodRun(spec.name, spec.label, spec.paper)
         race.runs.append(run)
         reason = skip_reason(spec, pair, settings)
         if reason:
@@ -156,6 +155,8 @@ def run_race(
         if key not in sessions:
             sessions[key] = new_session(spec, pair)
         options = {**spec.select(shared), **sessions[key]}
+        against = spec.lossless_note(pair, options)
+        run.note = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
         generators[spec.name] = specviz.run(spec.name, pair, prompt_ids, **settings.sampling(), **options)  # validates now
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn

@@ -23,12 +23,13 @@ TARGET_COLOUR = "#555555"
 def run_streaming(pair_name: str, prompt: str, max_new_tokens: int, streams: int, tree_width: int, load_pair=None) -> dict[str, Any]:
     """One greedy `streaming` run -> plain state: records as dicts and each token's text."""
     import specviz
+    from specviz.methods.streaming import tuned_target
 
     pair = (load_pair or specviz.load_pair)(pair_name)
     records = [r.to_dict() for r in specviz.run("streaming", pair, prompt, max_new_tokens=int(max_new_tokens),
                                                  speculation_length=int(streams), tree_width=int(tree_width))]
     vocab = {t for r in records for t in (*r["extra"].get("tree_tokens", []), *r["emitted"])}
-    return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}}
+    return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}, "against": tuned_target(pair)}
 
 
 def stream_colour(source: str) -> str:
@@ -67,15 +68,17 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
 def summary_line(state: dict[str, Any]) -> str:
     records = state["records"]
     tokens = sum(len(r["emitted"]) for r in records)
-    return f"{tokens} tokens in {len(records)} target forwards: {tokens / max(1, len(records)):.2f} tokens per forward"
+    against = state.get("against") or "the target itself (this adapter leaves the main stream untouched)"
+    return f"{tokens} tokens in {len(records)} target forwards: {tokens / max(1, len(records)):.2f} tokens per forward. Lossless against {against}."
 
 
 def build_tab(ctx: Any) -> None:
     import gradio as gr
 
     gr.Markdown("### Speculative Streaming: the target drafts its own future tokens with extra streams in its top layers")
-    gr.Markdown("Lossless with respect to the tuned target (base + the shipped adapter); for targets without "
-                "an adapter the streams are untrained and drafts are rarely accepted.")
+    gr.Markdown("Lossless against the target itself when the adapter's LoRA acts on the streams only; an adapter "
+                "that also tunes the main stream (as in the paper) is lossless against that tuned model. Each run says "
+                "which. For targets without an adapter the streams are untrained and drafts are rarely accepted.")
     with gr.Row():
         prompt = gr.Textbox("Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2)
         with gr.Column():
