@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from numbers import Integral
@@ -66,7 +67,13 @@ def load_pair(
         if not target or not draft:
             raise SpecvizError("give a pair name, or both a target and a draft model (hub ids or directories)")
         name = f"{target},{draft}"
-    return _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
+    with _LOADING:  # a second caller (another visitor, the page's own pair check) waits for the first's pair
+        return _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
+
+
+# One load at a time: Hugging Face loading is not thread-safe (two concurrent loads of the default
+# pair both fail with "Cannot copy out of meta tensor"), and a pair loaded once is shared anyway.
+_LOADING = threading.Lock()
 
 
 def pair_names() -> list[str]:
