@@ -10,7 +10,7 @@ against the length each method actually chose.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -34,6 +34,24 @@ def agreement_runs(hits: np.ndarray) -> np.ndarray:
     for j in range(len(hits) - 1, -1, -1):
         runs[j] = runs[j + 1] + 1 if hits[j] else 0
     return runs[:-1]
+
+
+def replay_chain(hits: Sequence[bool], draft_length: Callable[[int, int], int]) -> Iterator[tuple[int, int, int, int]]:
+    """Greedy speculative decoding replayed on a known greedy output, without running a model.
+
+    hits[j]: the draft's greedy guess for output token j (given the true prefix) is the target's.
+    draft_length(j, left): drafts in the iteration that starts at output token j, with `left` tokens
+    left. The greedy acceptance rule (`verify`): the leading drafts equal to the target's tokens are
+    kept, then the target emits its own. Yields (start j, drafted k, accepted, emitted) per iteration.
+    """
+    runs = agreement_runs(np.asarray(hits, dtype=bool))
+    j, n = 0, len(hits)
+    while j < n:
+        k = draft_length(j, n - j)
+        accepted = min(int(runs[j]), k)
+        emitted = min(accepted + 1, n - j)
+        yield j, k, accepted, emitted
+        j += emitted
 
 
 def draft_agreement_runs(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:

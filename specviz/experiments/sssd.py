@@ -68,19 +68,15 @@ def load_target_pair(name: str):
 
 def replay(prompt_ids: list[int], reference: list[int], propose: Proposer, size: int) -> dict[str, float]:
     """Greedy tree verification simulated along `reference`: steps, tokens, draft time."""
+    from specviz.methods.trees import greedy_path
+
     ids, pos, steps, draft_s = list(prompt_ids), 0, 0, 0.0
     while pos < len(reference):
         remaining = len(reference) - pos
         t0 = time.perf_counter()
         tokens, parents = propose(ids, size, remaining - 1)
         draft_s += time.perf_counter() - t0
-        node, accepted = -1, 0
-        while accepted < remaining - 1:
-            want = reference[pos + accepted]
-            child = next((i for i, p in enumerate(parents) if p == node and tokens[i] == want), None)
-            if child is None:
-                break
-            node, accepted = child, accepted + 1
+        accepted = len(greedy_path(tokens, parents, reference[pos : pos + remaining - 1]))
         emitted = min(accepted + 1, remaining)
         ids += reference[pos : pos + emitted]
         pos += emitted
@@ -93,6 +89,7 @@ def proposers(datastore, weights=None) -> dict[str, Callable[[], Proposer]]:
     from specviz.methods.ngram_tree import first_match_candidates, top_tree
     from specviz.methods.prompt_lookup import ngram_continuation
     from specviz.methods.sssd import NgramTreeDrafter, SSSDOptions
+    from specviz.methods.trees import TreeContext
 
     def sssd(sources: str) -> Callable[[], Proposer]:
         def make() -> Proposer:
@@ -100,7 +97,7 @@ def proposers(datastore, weights=None) -> dict[str, Callable[[], Proposer]]:
             drafter = NgramTreeDrafter(datastore if sources != "input" else None, opts)
 
             def propose(ids, size, depth):
-                tree = drafter.propose(ids, size, depth)
+                tree = drafter.propose(TreeContext(ids, depth), size)
                 return tree.tokens, tree.parents
 
             return propose
@@ -240,6 +237,7 @@ def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
     """Replayed mean accepted length of fused drafting on validation references for each weight set."""
     from specviz.methods.ngram_tree import FusionWeights
     from specviz.methods.sssd import NgramTreeDrafter, SSSDOptions
+    from specviz.methods.trees import TreeContext
 
     rows = []
     for scale, depth_decay, short in itertools.product((0.2, 0.4, 0.6, 0.8, 1.0), (0.7, 0.8, 0.9, 1.0), (0.4, 0.6, 0.8)):
@@ -248,7 +246,7 @@ def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
             drafter = NgramTreeDrafter(datastore, SSSDOptions(datastore="none"), FusionWeights(scale, depth_decay, short))
 
             def propose(ids, s, depth, d=drafter):
-                tree = d.propose(ids, s, depth)
+                tree = d.propose(TreeContext(ids, depth), s)
                 return tree.tokens, tree.parents
 
             out = replay(r["prompt_ids"], r["output_ids"], propose, size)

@@ -1,8 +1,8 @@
 """SSSD: Simply-Scalable Speculative Decoding (Marzollo et al. 2024), training-free.
 
 Each iteration: build a candidate tree from n-gram matches in the prompt + own output and in a
-datastore (`ngram_tree`), score the whole tree in one target forward pass (4D ancestor mask,
-`CachedLM.forward_tree`), walk it with the tree acceptance rule (`verify_tree`) and keep only the
+datastore (`ngram_tree`; `NgramTreeDrafter` is a `trees.TreeDrafter`), then `trees.tree_step`: score
+the whole tree in one target forward pass, walk it with the tree acceptance rule and keep only the
 accepted path's keys and values. No draft model; drafting runs on the CPU in well under a
 millisecond next to the target's forward pass (the record's `draft_ms`).
 
@@ -23,10 +23,10 @@ from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.methods import check_positive_int, register
 from specviz.methods.ngram_tree import FusionWeights, InputIndex, SourceConfig, TokenTree, scored_candidates, top_tree
+from specviz.methods.trees import TreeContext, commit_tree, tree_step
 from specviz.models.kv import BatchCachedLM, CachedLM
 from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
-from specviz.verify import verify_tree
 
 SOURCES = ("both", "input", "datastore")
 
@@ -76,7 +76,9 @@ def resolve_datastore(choice: str, tokenizer: Any) -> Datastore | None:
 
 
 class NgramTreeDrafter:
-    """Proposes a token tree for one sequence from its own n-grams and a datastore."""
+    """A TreeDrafter: a token tree for one sequence from its own n-grams and a datastore."""
+
+    hidden_layer = None
 
     def __init__(self, datastore: Datastore | None, opts: SSSDOptions, weights: FusionWeights | None = None):
         self.index = InputIndex(opts.max_ngram) if opts.sources != "datastore" else None
@@ -85,52 +87,14 @@ class NgramTreeDrafter:
         self.weights = weights or opts.weights()
         self.max_depth = opts.max_depth
 
-    def propose(self, ids: list[int], size: int, depth: int) -> TokenTree:
+    def propose(self, context: TreeContext, budget: int) -> TokenTree:
         if self.index is not None:
-            self.index.extend(ids)
-        candidates = scored_candidates(ids, self.index, self.datastore, min(depth, self.max_depth), self.cfg, self.weights)
-        return top_tree(candidates, size)
+            self.index.extend(context.ids)
+        candidates = scored_candidates(context.ids, self.index, self.datastore, min(context.depth, self.max_depth), self.cfg, self.weights)
+        return top_tree(candidates, budget)
 
-
-def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int]) -> dict[str, Any]:
-    """Plain values for the record: the whole tree (for the tree plot) and each drafted token's source."""
-    return {
-        "tree_tokens": list(tree.tokens),
-        "tree_parents": list(tree.parents),
-        "tree_scores": [round(s, 4) for s in tree.scores],
-        "tree_sources": list(tree.sources),
-        "accepted_path": list(path),
-        "sources": [tree.sources[i] for i in drafted_nodes],
-    }
-
-
-def commit_tree(dec: Decoding, tree: TokenTree, logits, t_start: float, t_drafted: float):
-    """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
-    commit the accepted path; returns the record and the tree verdict (its `path` says which nodes to keep)."""
-    tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
-    drafted, verdict = tv.linear(tree.tokens, tree.parents)
-    record = dec.commit(
-        drafted=drafted,
-        verdict=verdict,
-        speculation_length=len(tree),
-        t_start=t_start,
-        t_drafted=t_drafted,
-        draft_forwards=0,
-        extra=tree_extra(tree, tv.path, tv.main_path(tree.parents)),
-    )
-    return record, tv
-
-
-def sssd_step(dec: Decoding, target: CachedLM, drafter: NgramTreeDrafter, size: int) -> IterationRecord:
-    """Draft a tree, verify it in one target forward, keep the accepted path in the cache."""
-    t_start = dec.now()
-    tree = drafter.propose(dec.ids, size, dec.remaining - 1)
-    t_drafted = dec.now()
-    position = len(dec.ids)
-    logits = target.forward_tree(dec.ids[len(target) :], tree.tokens, tree.parents)  # [n+1, V]
-    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted)
-    target.keep_path(position, list(tv.path[: record.accepted]))
-    return record
+    def kept(self, path: list[int], hidden: Any) -> None:
+        pass  # the index reads the committed ids at the next proposal
 
 
 @register(
@@ -147,7 +111,7 @@ def sssd(dec: Decoding, opts: SSSDOptions) -> Iterator[IterationRecord]:
     drafter = NgramTreeDrafter(datastore, opts)
     target = CachedLM(dec.pair.target)
     while not dec.done:
-        yield sssd_step(dec, target, drafter, opts.speculation_length)
+        yield tree_step(dec, target, drafter, opts.speculation_length)
 
 
 def batch_tree_size(pair: Any, batch_size: int, context_len: int, hardware: str, tolerance: float = 0.25) -> int:
@@ -184,24 +148,13 @@ def decode_batch(
         dec.now()  # every request arrives at once: start all clocks together
     while active:
         t_start = [decs[b].now() for b in active]
-        trees = [drafters[b].propose(decs[b].ids, tree_size, decs[b].remaining - 1) if tree_size else TokenTree() for b in active]
+        trees = [drafters[b].propose(TreeContext.of(decs[b]), tree_size) if tree_size else TokenTree() for b in active]
         t_drafted = [decs[b].now() for b in active]
         new = [decs[b].ids[target.lengths[i] if target.lengths else 0 :] for i, b in enumerate(active)]
         logits = target.forward_trees(new, [(t.tokens, t.parents) for t in trees])
         paths = []
         for i, b in enumerate(active):
-            dec, tree = decs[b], trees[i]
-            tv = verify_tree(tree.tokens, tree.parents, logits[i], None, dec.sampling, dec.generator)
-            drafted, verdict = tv.linear(tree.tokens, tree.parents)
-            record = dec.commit(
-                drafted=drafted,
-                verdict=verdict,
-                speculation_length=len(tree),
-                t_start=t_start[i],
-                t_drafted=t_drafted[i],
-                draft_forwards=0,
-                extra={**tree_extra(tree, tv.path, tv.main_path(tree.parents)), "batch_size": len(active)},
-            )
+            record, tv = commit_tree(decs[b], trees[i], logits[i], t_start[i], t_drafted[i], extra={"batch_size": len(active)})
             records[b].append(record)
             paths.append(list(tv.path[: record.accepted]))
         target.keep_paths(paths)

@@ -4,8 +4,8 @@ No draft model. The target carries gamma speculative streams in its top layers
 (`specviz.models.streaming`); at the last accepted token they predict the gamma tokens after the
 target's own next token. Each iteration: the streams of the last accepted node propose a tree (the
 top-`tree_width` tokens of stream j are the children of stream j-1's, pruned to the `tree_nodes`
-best by the product of stream probabilities), one target forward verifies the whole tree
-(`CachedLM.forward_tree_hidden`, `verify_tree`) and yields the hidden state of the new accepted
+best by the product of stream probabilities; `StreamDrafter`, a `trees.TreeDrafter`), one target
+forward verifies the whole tree (`trees.tree_step`) and yields the hidden state of the new accepted
 node. A deterministic draft is a one-hot q, so sampling stays exact.
 
 Lossless with respect to the *tuned* model (base + the adapter's LoRA): its output equals
@@ -29,7 +29,7 @@ from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.methods import check_positive_int, register
 from specviz.methods.ngram_tree import TokenTree
-from specviz.methods.sssd import commit_tree
+from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
 from specviz.models.kv import CachedLM
 from specviz.paths import ASSETS
@@ -105,25 +105,30 @@ def _load(target: nn.Module, adapter: str) -> msa.StreamingLM:
 def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord]:
     lm = streaming_model(dec.pair.target, opts.adapter)
     main = CachedLM(lm.tuned)  # the main stream: the tuned target with its ordinary KV cache
-    gamma = min(opts.speculation_length, lm.cfg.gamma)
-    node = None  # hidden state (entering layer N - N_s) of the last accepted token, once known
+    drafter = StreamDrafter(lm, main, min(opts.speculation_length, lm.cfg.gamma), opts.tree_width)
     while not dec.done:
-        t_start = dec.now()
-        # draft: the streams of the last accepted node; they guess what follows the target's next token
-        depth = min(gamma, dec.remaining - 1) if node is not None else 0
-        tree = TokenTree()
-        if depth > 0:
-            probs = lm.stream_logits(node, len(main) - 1, main.layer_kv)[:depth].softmax(-1)  # [depth, V]
-            tree = stream_tree(probs, opts.tree_width, opts.tree_nodes)
-        t_drafted = dec.now()
-        # verify: one forward of the main stream over the target's token + the tree
-        position = len(dec.ids)
-        logits, hidden = main.forward_tree_hidden(dec.ids[len(main) :], tree.tokens, tree.parents, lm.first_stream_layer)
-        record, tv = commit_tree(dec, tree, logits, t_start, t_drafted)
-        path = list(tv.path[: record.accepted])
-        main.keep_path(position, path)  # the accepted node is the last token kept
-        node = hidden[1 + path[-1]] if path else hidden[0]
-        yield record
+        yield tree_step(dec, main, drafter, opts.tree_nodes)
+
+
+class StreamDrafter:
+    """A TreeDrafter: the streams of the last accepted node guess what follows the target's next
+    token; their top tokens form the tree. Reads the main stream's KV cache and the accepted node's
+    hidden state entering layer N - N_s (which the verification pass returns)."""
+
+    def __init__(self, lm: msa.StreamingLM, main: CachedLM, gamma: int, width: int):
+        self.lm, self.main, self.gamma, self.width = lm, main, gamma, width
+        self.hidden_layer = lm.first_stream_layer
+        self.node: torch.Tensor | None = None  # hidden state of the last accepted token, once known
+
+    def propose(self, context: TreeContext, budget: int) -> TokenTree:
+        depth = min(self.gamma, context.depth) if self.node is not None else 0
+        if depth <= 0:
+            return TokenTree()
+        probs = self.lm.stream_logits(self.node, len(self.main) - 1, self.main.layer_kv)[:depth].softmax(-1)  # [depth, V]
+        return stream_tree(probs, self.width, budget)
+
+    def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
+        self.node = hidden[1 + path[-1]] if path else hidden[0]  # the accepted node is the last token kept
 
 
 def stream_tree(probs: torch.Tensor, width: int, max_nodes: int) -> TokenTree:

@@ -64,19 +64,12 @@ def replay_greedy(hits: Sequence[bool], gamma: int, max_new_tokens: int) -> tupl
     """(drafted, accepted, tested) of greedy SD with a static speculation length on a known greedy output:
     hits[j] says whether the draft's greedy guess for output token j (given the true prefix) is right.
     Mirrors `speculative_decoding` and `Decoding.commit` (budget cut included)."""
-    from specviz.oracle import agreement_runs
+    from specviz.oracle import replay_chain
 
-    runs = agreement_runs(np.asarray(hits, dtype=bool))
-    drafted = accepted = tested = j = 0
-    while j < len(hits):
-        k = min(gamma, max_new_tokens - j - 1)  # drafts this iteration
-        n = min(int(runs[j]), k)  # leading drafts equal to the target's tokens
-        emitted = min(n + 1, len(hits) - j)
-        kept = min(n, emitted)
-        drafted += k if kept == n else kept
-        accepted += kept
+    drafted = accepted = tested = 0
+    for j, k, kept, emitted in replay_chain(hits, lambda j, left: min(gamma, max_new_tokens - j - 1)):
+        drafted, accepted = drafted + k, accepted + kept
         tested += kept + (kept < k and emitted > kept)  # the refused draft, when the target got to judge it
-        j += emitted
     return drafted, accepted, tested
 
 

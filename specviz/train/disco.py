@@ -213,29 +213,32 @@ class Costs:
         return self.verify_ms_1 + self.verify_ms_per_token * k  # k drafts + 1 -> k+1 tokens
 
 
+def sequences(seq: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal sequence ids: one answer's positions."""
+    cuts = [0, *(np.flatnonzero(np.diff(seq)) + 1).tolist(), len(seq)]
+    return list(zip(cuts, cuts[1:]))
+
+
 def replay(pos: Positions, decide, costs: Costs) -> dict:
     """Greedy speculative decoding replayed over the text. decide(start, i): in the iteration that
     starts at position `start`, draft token i? Returns tokens, forwards and modelled ms per token."""
-    match, seq = pos.match, pos.seq
+    from specviz.oracle import replay_chain
+
     tokens = drafts = verifies = 0
     ms = 0.0
     lengths = []
-    j, n = 0, len(match)
-    while j < n:
-        end = j
-        while end < n and seq[end] == seq[j]:
-            end += 1
-        k = 0
-        while j + k < end and decide(j, k):
-            k += 1
-        accepted = 0
-        while accepted < k and match[j + accepted]:
-            accepted += 1
-        emitted = min(accepted + 1, end - j)
-        tokens, drafts, verifies = tokens + emitted, drafts + k, verifies + 1
-        ms += k * costs.draft_ms + costs.verify_ms(k)
-        lengths.append(k)
-        j += emitted
+    for start, end in sequences(pos.seq):
+
+        def draft_length(j: int, left: int, start=start) -> int:
+            k = 0
+            while k < left and decide(start + j, k):
+                k += 1
+            return k
+
+        for _, k, _, emitted in replay_chain(pos.match[start:end], draft_length):
+            tokens, drafts, verifies = tokens + emitted, drafts + k, verifies + 1
+            ms += k * costs.draft_ms + costs.verify_ms(k)
+            lengths.append(k)
     return {"tokens": tokens, "draft_forwards": drafts, "target_forwards": verifies,
             "ms_per_token": ms / tokens, "mean_sl": float(np.mean(lengths))}
 

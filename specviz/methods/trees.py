@@ -1,0 +1,104 @@
+"""Tree drafting behind one interface, as `drafting.Drafter` is for chains.
+
+A `TreeDrafter` proposes a `TokenTree` to follow the committed ids; `tree_step` verifies the whole
+tree in one target forward (4D ancestor mask), commits the accepted path with the tree acceptance
+rule (`verify_tree`; a deterministic draft is a one-hot q, so sampling stays exact) and keeps only
+that path's keys and values. SSSD's n-gram trees and Speculative Streaming's stream trees are
+tree drafters; a new tree method is a drafter and a loop of `tree_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from specviz.decoding import Decoding
+from specviz.methods.ngram_tree import TokenTree
+from specviz.models.kv import CachedLM
+from specviz.records import IterationRecord
+from specviz.verify import TreeVerdict, verify_tree
+
+
+@dataclass(frozen=True)
+class TreeContext:
+    ids: list[int]  # the committed tokens (prompt + output so far)
+    depth: int  # the most drafted tokens a path may hold (the output budget left, minus the target's own token)
+
+    @classmethod
+    def of(cls, dec: Decoding) -> TreeContext:
+        return cls(dec.ids, dec.remaining - 1)
+
+
+class TreeDrafter(Protocol):
+    # the decoder layer whose input hidden states the drafter reads back after verification (None: none)
+    hidden_layer: int | None
+
+    def propose(self, context: TreeContext, budget: int) -> TokenTree:
+        """A tree of at most `budget` nodes (and `context.depth` levels) to follow `context.ids`."""
+
+    def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
+        """After verification: the accepted nodes (tree indices, root first) and, when `hidden_layer`
+        is set, the hidden states entering that layer for the pass's rows [1 + n, H]."""
+
+
+def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int]) -> dict[str, Any]:
+    """Plain values for the record: the whole tree (for the tree plot) and each drafted token's source."""
+    return {
+        "tree_tokens": list(tree.tokens),
+        "tree_parents": list(tree.parents),
+        "tree_scores": [round(s, 4) for s in tree.scores],
+        "tree_sources": list(tree.sources),
+        "accepted_path": list(path),
+        "sources": [tree.sources[i] for i in drafted_nodes],
+    }
+
+
+def commit_tree(
+    dec: Decoding, tree: TokenTree, logits: torch.Tensor, t_start: float, t_drafted: float, extra: dict[str, Any] | None = None
+) -> tuple[IterationRecord, TreeVerdict]:
+    """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
+    commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep)."""
+    tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
+    drafted, verdict = tv.linear(tree.tokens, tree.parents)
+    record = dec.commit(
+        drafted=drafted,
+        verdict=verdict,
+        speculation_length=len(tree),
+        t_start=t_start,
+        t_drafted=t_drafted,
+        draft_forwards=0,
+        extra={**tree_extra(tree, tv.path, tv.main_path(tree.parents)), **(extra or {})},
+    )
+    return record, tv
+
+
+def tree_step(dec: Decoding, target: CachedLM, drafter: TreeDrafter, budget: int) -> IterationRecord:
+    """Draft a tree, verify it in one target forward, keep the accepted path in the cache."""
+    t_start = dec.now()
+    tree = drafter.propose(TreeContext.of(dec), budget)
+    t_drafted = dec.now()
+    position, new = len(dec.ids), dec.ids[len(target) :]
+    if drafter.hidden_layer is None:
+        logits, hidden = target.forward_tree(new, tree.tokens, tree.parents), None
+    else:
+        logits, hidden = target.forward_tree_hidden(new, tree.tokens, tree.parents, drafter.hidden_layer)
+    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted)
+    path = list(tv.path[: record.accepted])
+    target.keep_path(position, path)
+    drafter.kept(path, hidden)
+    return record
+
+
+def greedy_path(tokens: Sequence[int], parents: Sequence[int], continuation: Sequence[int]) -> list[int]:
+    """The nodes greedy verification keeps when the target's next tokens are `continuation` (a replay
+    without the target): from the root, the child whose token is the target's, while there is one."""
+    path, node = [], -1
+    for want in continuation:
+        node = next((i for i, p in enumerate(parents) if p == node and tokens[i] == want), None)
+        if node is None:
+            break
+        path.append(node)
+    return path
