@@ -61,16 +61,12 @@ class Decoding:
         draft_forwards: int,
         target_forwards: int = 1,
         extra: dict[str, Any] | None = None,
-        bonus: bool = True,
     ) -> IterationRecord:
         """Append drafted[:accepted] + the target's token, cut at EOS or the token budget, and record it.
-
-        bonus=False (only when every draft was accepted): leave out the target's bonus token, because
-        the method already holds drafts for that position which its next verification checks
-        (PEARL's post-verify keeps drafting while the target verifies)."""
-        if not bonus and verdict.accepted != len(drafted):
-            raise ValueError("bonus=False is only meaningful when every drafted token was accepted")
-        emitted = [*drafted[: verdict.accepted], *([verdict.next_token] if bonus else [])]
+        A verdict without a target token (every draft accepted, no bonus row) appends the drafts alone."""
+        if verdict.next_token is None and verdict.accepted != len(drafted):
+            raise ValueError("a verdict without the target's token must accept every drafted token")
+        emitted = [*drafted[: verdict.accepted], *([verdict.next_token] if verdict.next_token is not None else [])]
         stop = None
         for i, token in enumerate(emitted):
             if token in self.eos:

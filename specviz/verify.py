@@ -29,7 +29,8 @@ from specviz.sampling import SamplingConfig, probabilities, sample
 @dataclass(frozen=True)
 class Verdict:
     accepted: int  # n: drafted[:n] survive
-    next_token: int  # the target's own token: correction after a rejection, or bonus after all accepted
+    next_token: int | None  # the target's own token: correction after a rejection, or bonus after all
+    #                         accepted; None when all were accepted and no row scored the token after them
     p_drafted: tuple[float, ...]  # p(x_i) for each drafted x_i
     q_drafted: tuple[float, ...] | None  # q(x_i) for each drafted x_i; None for a one-hot drafter
     uniforms: tuple[float, ...] | None = None  # sampling: the u_i each x_i was tested with (u_i < p/q accepts)
@@ -37,7 +38,7 @@ class Verdict:
 
 def verify(
     drafted: list[int],
-    target_logits: torch.Tensor,  # [k+1, V]: row i scores the token after drafted[:i]
+    target_logits: torch.Tensor,  # [k+1, V] (or [k, V]: no bonus row): row i scores the token after drafted[:i]
     q: torch.Tensor | None,  # [k, V] draft probabilities (already through `probabilities`), or None
     cfg: SamplingConfig,
     generator: torch.Generator | None = None,
@@ -45,21 +46,24 @@ def verify(
     k = len(drafted)
     if k == 0 and cfg.greedy:  # plain autoregressive step: no probabilities needed
         return Verdict(0, int(target_logits[0].argmax()), (), None if q is None else ())
-    p = probabilities(target_logits, cfg)  # [k+1, V]
+    p = probabilities(target_logits, cfg)  # [k+1, V] (or [k, V])
     x = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k]
     rows = torch.arange(k, device=p.device)
     px = p[rows, x]  # [k]
     qx = q[rows, x] if q is not None else None  # [k]
-    r = None
+    r, bonus_row = None, p.shape[0] > k
     if cfg.greedy:
         choice = target_logits.argmax(dim=-1)  # [k+1]
         n = _leading_true(choice[:k] == x)
-        next_token = int(choice[n])
+        next_token = int(choice[n]) if n < k or bonus_row else None
     else:
         r = torch.rand(k, generator=generator, device=p.device)  # one uniform per draft token
         # accept iff r < min(1, p/q), written without dividing so that q(x) = 0 is safe
         n = _leading_true(r * (qx if qx is not None else 1.0) < px)
-        next_token = int(sample(p[n] if n == k else _residual(p[n], q, n, x), generator))
+        if n < k:
+            next_token = int(sample(_residual(p[n], q, n, x), generator))
+        else:
+            next_token = int(sample(p[n], generator)) if bonus_row else None
     return Verdict(
         accepted=n,
         next_token=next_token,

@@ -113,6 +113,25 @@ def test_greedy_accepts_the_matching_prefix_then_emits_the_target_argmax():
     assert v.p_drafted == ()
 
 
+def test_without_a_bonus_row_all_accepted_leaves_the_target_token_out():
+    """k rows instead of k + 1 (the target has not scored the token after the drafts yet): the same
+    decisions, a correction on rejection, and no target token when every draft is accepted."""
+    logits = torch.tensor([[0.0, 5.0, 1.0], [4.0, 0.0, 1.0], [0.0, 1.0, 3.0]])
+    v = verify([1, 0, 2], logits, None, SamplingConfig())
+    assert (v.accepted, v.next_token) == (3, None)
+    v = verify([1, 0, 1], logits, None, SamplingConfig())
+    assert (v.accepted, v.next_token) == (2, 2)
+    # rejection sampling still yields p for the first token when only its row is known
+    p, q = [0.5, 0.3, 0.2], [0.2, 0.2, 0.6]
+    gen, counts = torch.Generator().manual_seed(1), np.zeros(3)
+    for _ in range(N):
+        x = int(torch.multinomial(torch.tensor(q), 1, generator=gen))
+        v = verify([x], logits_of(p)[None], torch.tensor([q]), T1, gen)
+        counts[x if v.accepted else v.next_token] += 1
+        assert v.next_token is None if v.accepted else v.next_token is not None
+    assert np.abs(counts / N - np.array(p)).max() < 0.03
+
+
 def test_records_report_p_and_q_of_each_drafted_token():
     p = [0.5, 0.25, 0.25]
     q = torch.tensor([[0.2, 0.2, 0.6]])

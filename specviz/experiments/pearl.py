@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.bench import describe_machine
     from specviz.cost import pearl_window
     from specviz.errors import SpecvizError
-    from specviz.methods.pearl import forward_time_ratio
+    from specviz.methods.pearl_lanes import forward_time_ratio
     from specviz.models.pair import load_pair
     from specviz.plots.timeline import timeline
     from specviz.prompts import prompt_sources, take

@@ -93,11 +93,15 @@ class ModelDrafter:
         self.generator = generator if generator is not None else dec.generator
         self.vocab = dec.pair.vocab_size
 
-    def propose(self, k: int, policy: SpeculationPolicy, context: list[int] | None = None) -> Draft:
-        """Up to k tokens after `context` (default: the committed ids; PEARL drafts past unverified
-        drafts). The draft's cache must hold a prefix of the context."""
+    def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
+        """Up to k tokens after the committed ids."""
+        return self.draft_after(self.dec.ids, k, policy)
+
+    def draft_after(self, context: list[int], k: int, policy: SpeculationPolicy) -> Draft:
+        """Up to k tokens after `context`, which the draft's cache holds a prefix of (the committed ids,
+        or those plus drafts no verification has seen yet)."""
         dec, tokens, qs = self.dec, [], []
-        pending = (dec.ids if context is None else context)[len(self.lm) :]  # tokens the draft has not seen yet
+        pending = context[len(self.lm) :]  # tokens the draft has not seen yet
         for i in range(k):
             logits = self.lm.forward(pending)[-1]  # [V_draft]
             q_i = fit_vocab(probabilities(logits, dec.sampling), self.vocab)  # [V]

@@ -27,7 +27,7 @@ INTRO = (
 def compare(pair: Any, prompt: str, window: int, concurrent: bool, max_new_tokens: int, repeats: int = 3) -> dict[str, Any]:
     """Run vanilla (γ = PEARL's window) and PEARL on one prompt, each warmed up and timed `repeats`
     times (the median run is shown); rows, per-step modes and the records."""
-    from specviz.methods.pearl import optimal_window
+    from specviz.methods.pearl_lanes import optimal_window
     from specviz.plots.timeline import idle_fractions
     from specviz.runner import generate_median
 
