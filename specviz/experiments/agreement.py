@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.errors import SpecvizError
     from specviz.models.default import load_draft
     from specviz.train import corpus as corpus_mod
-    from specviz.train.draft import CorpusData, load_target_for_training
+    from specviz.models.pair import load_target
+    from specviz.train.draft import CorpusData
 
     p = argparse.ArgumentParser(prog="python -m specviz.bench agreement", description=__doc__.split("\n\n")[0])
     p.add_argument("--draft", type=Path, required=True, help="a draft folder written by specviz.train.draft")
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args.top_k, args.answers_only = corpus_mod.GenerationConfig.top_k, False
     if not (args.draft / "config.json").is_file():
         raise SpecvizError(f"no draft at {args.draft}")
-    _, tokenizer, _ = load_target_for_training(args.target)
+    _, tokenizer, _ = load_target(args.target)
     data = CorpusData(args, tokenizer, args.max_len)
     examples = [e for e in data.val if e.topk is not None or e.greedy][: args.limit]
     if not examples:

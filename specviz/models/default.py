@@ -155,7 +155,7 @@ def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.
 
 def load_default_pair(device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT):
     """SmolLM2-135M-Instruct and its distilled draft, offline."""
-    from specviz.models.pair import ModelPair, describe, eos_ids
+    from specviz.models.modelpair import ModelPair, describe, eos_ids
 
     folder = draft_dir(draft)
     draft_model = load_draft(folder, device, dtype)  # first: a missing draft fails before the slow part

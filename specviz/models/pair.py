@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from numbers import Integral
 from functools import lru_cache
 from typing import Any
@@ -13,35 +12,10 @@ import torch
 
 from specviz.errors import SpecvizError
 from specviz.models import hub
+from specviz.models.modelpair import ModelPair, describe, eos_ids
 from specviz.models.presets import PRESETS
 
-
-@dataclass(frozen=True)
-class ModelPair:
-    name: str  # how the pair was asked for: "tiny-random", "default", a preset, or "target,draft"
-    target: torch.nn.Module  # the model whose output every method must reproduce
-    draft: torch.nn.Module | None  # the small model that proposes tokens (None: no draft model)
-    tokenizer: Any  # shared by both models
-    chat: bool  # whether text prompts get the tokenizer's chat template by default
-    eos_token_ids: tuple[int, ...]  # any of these ends a run
-    info: dict[str, Any] = field(default_factory=dict)  # plain facts for display: ids, device, dtype, sizes
-
-    @property
-    def device(self) -> torch.device:
-        return self.target.get_input_embeddings().weight.device
-
-    @property
-    def vocab_size(self) -> int:
-        """Width of the target's output distribution p."""
-        return self.target.get_output_embeddings().weight.shape[0]
-
-    @property
-    def max_context(self) -> int:
-        return int(getattr(self.target.config, "max_position_embeddings", 2048))
-
-    def with_draft(self, draft: torch.nn.Module | None, name: str | None = None) -> ModelPair:
-        """The same target and tokenizer with another draft (e.g. one adapted online)."""
-        return replace(self, draft=draft, name=name or self.name)
+__all__ = ["ModelPair", "describe", "encode_prompt", "eos_ids", "load_pair", "load_target", "pair_names", "readable_token"]
 
 
 def load_pair(
@@ -74,6 +48,25 @@ def load_pair(
 # One load at a time: Hugging Face loading is not thread-safe (two concurrent loads of the default
 # pair both fail with "Cannot copy out of meta tensor"), and a pair loaded once is shared anyway.
 _LOADING = threading.Lock()
+
+
+def load_target(name: str, device: str = "cpu", dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Any, tuple[int, ...]]:
+    """(model, tokenizer, eos ids) of a target alone, for the trainers: 'default', 'tiny-random' or
+    a hub id / folder; float32 on a CPU and bfloat16 elsewhere unless `dtype` says otherwise."""
+    dev = hub.resolve_device(device)
+    dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
+    if name == "default":
+        from specviz.models.default import load_target as load_default
+
+        model, tokenizer = load_default(dev, dtype)
+    elif name == "tiny-random":
+        from specviz.models.tiny import TARGET_CONFIG, tiny_model, tiny_tokenizer
+
+        return tiny_model(seed=1, **TARGET_CONFIG).to(dev, dtype), tiny_tokenizer(), (0,)
+    else:
+        tokenizer = hub.load_tokenizer(name)
+        model = hub.load_causal_lm(name, dev, dtype)
+    return model, tokenizer, eos_ids(model, tokenizer)
 
 
 def pair_names() -> list[str]:
@@ -127,31 +120,6 @@ def _load_hub_pair(name, target_id, draft_id, dev, dt, device_map, trust_remote_
         eos_token_ids=eos_ids(target, tokenizer),
         info=describe(target_id, draft_id, target, draft_model, dev, dt),
     )
-
-
-def eos_ids(model: torch.nn.Module, tokenizer: Any) -> tuple[int, ...]:
-    """Every id that ends generation: the generation config's and the tokenizer's EOS."""
-    ids: list[int] = []
-    for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        ids += value if isinstance(value, list) else [value] if value is not None else []
-    if tokenizer.eos_token_id is not None:
-        ids.append(tokenizer.eos_token_id)
-    return tuple(dict.fromkeys(ids))
-
-
-def describe(target_id: str, draft_id: str | None, target, draft, dev, dt) -> dict[str, Any]:
-    def params(m):
-        return sum(p.numel() for p in m.parameters()) if m is not None else 0
-
-    return {
-        "target": target_id,
-        "draft": draft_id,
-        "target_params": params(target),
-        "draft_params": params(draft),
-        "device": str(dev),
-        "dtype": str(dt).removeprefix("torch."),
-    }
 
 
 def readable_token(tokenizer: Any, token_id: int) -> str:

@@ -123,7 +123,7 @@ def tiny_pair(
     "self" (the target drafts for itself: every token accepted), "perturbed" (a noisy copy of
     the target: some tokens accepted, some rejected) or "reduced" (a noisy copy whose head leaves
     out a quarter of the vocabulary, as the default draft's does). Tests use all four."""
-    from specviz.models.pair import ModelPair, describe
+    from specviz.models.modelpair import ModelPair, describe
 
     target = tiny_model(seed=1, **TARGET_CONFIG)
     drafts = {

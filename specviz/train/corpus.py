@@ -243,9 +243,9 @@ def answer_batch(model, prompts: list[list[int]], temperature: float, eos_ids: t
 
 def load_generator(args):
     """(model, tokenizer, eos ids) of the target in the dtype generation runs it in."""
-    from specviz.train.draft import load_target_for_training
+    from specviz.models.pair import load_target
 
-    model, tokenizer, eos = load_target_for_training(args.target, args.device)
+    model, tokenizer, eos = load_target(args.target, args.device)
     if args.dtype == "bfloat16":  # 1.5x faster generation on a CPU with AVX-512 bf16 (benchmarks/corpus/)
         return model.to(torch.bfloat16), tokenizer, eos
     from specviz.models.cpu import prepack_linears
@@ -431,9 +431,9 @@ def all_answers(corpus: Path | None, work: Path | None) -> list[dict]:
 def teacher_text(args) -> int:
     """Write the corpus as the JSONL the DISCO, datastore and streaming trainers read: one record per
     answer with prompt_index (source rank * 100000 + line), prompt_ids, output_ids, held_out."""
-    from specviz.train.draft import load_target_for_training
+    from specviz.models.pair import load_target
 
-    _, tokenizer, _ = load_target_for_training(args.target)
+    _, tokenizer, _ = load_target(args.target)
     prompts = {s.name: read_source(args.data, s) for s in SOURCES}
     rank = {s.name: i for i, s in enumerate(SOURCES)}
     args.to.parent.mkdir(parents=True, exist_ok=True)

@@ -66,28 +66,6 @@ class TrainConfig:
     phase_start: int = 0  # step where this learning-rate schedule starts (> 0: continued training)
 
 
-def load_target_for_training(target: str, device: str = "cpu"):
-    """(model, tokenizer, eos ids) of the target to distil from: 'default', 'tiny-random' or a hub id / folder."""
-    from specviz.models import hub
-    from specviz.models.pair import eos_ids
-
-    dev = hub.resolve_device(device)
-    dtype = torch.float32 if dev.type == "cpu" else torch.bfloat16
-    if target == "default":
-        from specviz.models.default import load_target
-
-        model, tokenizer = load_target(dev, dtype)
-    elif target == "tiny-random":
-        from specviz.models.tiny import TARGET_CONFIG, tiny_model, tiny_tokenizer
-
-        model, tokenizer = tiny_model(seed=1, **TARGET_CONFIG).to(dev, dtype), tiny_tokenizer()
-        return model, tokenizer, (0,)
-    else:
-        tokenizer = hub.load_tokenizer(target)
-        model = hub.load_causal_lm(target, dev, dtype)
-    return model, tokenizer, eos_ids(model, tokenizer)
-
-
 # ---------------------------------------------------------------------------------------------
 # Data
 
@@ -518,7 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         done = torch.load(checkpoint, map_location="cpu", weights_only=False)["state"]["step"]
         cfg = replace(cfg, steps=done) if args.export_only else replace(cfg, phase_start=done, steps=done + args.more_steps, warmup=0)
 
-    target, tokenizer, eos = load_target_for_training(args.target, args.device)
+    from specviz.models.pair import load_target
+
+    target, tokenizer, eos = load_target(args.target, args.device)
     vocab = target.config.vocab_size
     data = CorpusData(args, tokenizer, cfg.max_len)
     print(f"[specviz] distilling on {len(data.train)} answers ({data.answer_tokens} answer tokens, "

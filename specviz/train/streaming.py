@@ -58,17 +58,10 @@ class TrainConfig:
 
 
 def load_target(name: str, device: str) -> torch.nn.Module:
-    if name == "tiny-random":
-        from specviz.models.tiny import TARGET_CONFIG, tiny_model
+    """The float32 target the adapter is trained on ('default', 'tiny-random', a hub id or folder)."""
+    from specviz.models.pair import load_target as load
 
-        return tiny_model(seed=1, **TARGET_CONFIG).to(device)
-    if name == "default":
-        from specviz.models.default import load_target as load_default
-
-        return load_default(torch.device(device), torch.float32)[0]
-    from specviz.models import hub
-
-    return hub.load_causal_lm(name, torch.device(device), torch.float32)
+    return load(name, device, torch.float32)[0]
 
 
 @dataclass(frozen=True)

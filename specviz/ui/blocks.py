@@ -59,14 +59,12 @@ class TabContext:
 
 def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
     """Tab modules of this package in TAB_ORDER, and (module, error) for those that failed to import."""
-    import specviz.ui as package
-
     tabs, failures = [], []
-    for info in pkgutil.iter_modules(package.__path__):
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):  # this package's modules, by file
         if info.name.startswith("_"):
             continue
         try:
-            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            module = importlib.import_module(f"{__package__}.{info.name}")
         except Exception:  # one broken feature must not take the app down
             failures.append((info.name, traceback.format_exc(limit=3)))
             continue
