@@ -39,30 +39,6 @@ from specviz.prompts import add_prompt_args
 Proposer = Callable[[list[int], int, int], tuple[list[int], list[int]]]  # (ids, size, depth) -> (tokens, parents)
 
 
-def load_target_pair(name: str):
-    """The pair, or when its draft is missing (SSSD needs none) the target alone."""
-    from specviz.errors import SpecvizError
-    from specviz.models.pair import ModelPair, describe, eos_ids, load_pair
-
-    try:
-        return load_pair(name, device="cpu", dtype="float32")
-    except SpecvizError:
-        if name != "default" and not Path(name).is_dir():
-            raise
-    import torch
-
-    from specviz.models import hub
-
-    if name == "default":
-        from specviz.models.default import load_target
-
-        target, tok = load_target(torch.device("cpu"), torch.float32)
-    else:
-        target, tok = hub.load_causal_lm(name, torch.device("cpu"), torch.float32), hub.load_tokenizer(name)
-    return ModelPair(f"{name} (target only)", target, None, tok, tok.chat_template is not None, eos_ids(target, tok),
-                     describe(name, None, target, None, torch.device("cpu"), torch.float32))
-
-
 # --- replay: accepted lengths of any tree drafter along a greedy reference -------------------------
 
 
@@ -330,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.prompts import prompt_sources, take
 
     stages = set(args.stages.split(","))
+    from specviz.models.pair import load_target_pair
+
     pair = load_target_pair(args.pair)
     datastore = resolve_datastore(args.datastore, pair.tokenizer) if args.datastore != "none" else None
     results: dict[str, Any] = {

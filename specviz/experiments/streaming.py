@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from specviz.bench import describe_machine
     from specviz.errors import SpecvizError
-    from specviz.experiments.sssd import load_target_pair
+    from specviz.models.pair import load_target_pair
     from specviz.methods.streaming import streaming_model
     from specviz.prompts import prompt_sources, take
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from collections.abc import Sequence
 from numbers import Integral
 from functools import lru_cache
@@ -15,7 +16,7 @@ from specviz.models import hub
 from specviz.models.modelpair import ModelPair, describe, eos_ids
 from specviz.models.presets import PRESETS
 
-__all__ = ["ModelPair", "describe", "encode_prompt", "eos_ids", "load_pair", "load_target", "pair_names", "readable_token"]
+__all__ = ["ModelPair", "describe", "encode_prompt", "eos_ids", "load_pair", "load_target", "load_target_pair", "pair_names", "readable_token"]
 
 
 def load_pair(
@@ -67,6 +68,20 @@ def load_target(name: str, device: str = "cpu", dtype: torch.dtype | None = None
         tokenizer = hub.load_tokenizer(name)
         model = hub.load_causal_lm(name, dev, dtype)
     return model, tokenizer, eos_ids(model, tokenizer)
+
+
+def load_target_pair(name: str) -> ModelPair:
+    """The pair called `name` in float32 on the CPU or, when its draft is missing (methods without a
+    draft need none), a pair of its target alone (the default pair's target, a hub id or a folder)."""
+    try:
+        return load_pair(name, device="cpu", dtype="float32")
+    except SpecvizError:
+        if name != "default" and not Path(name).is_dir():
+            raise
+    target, tok, eos = load_target(name, "cpu", torch.float32)
+    cpu = torch.device("cpu")
+    return ModelPair(f"{name} (target only)", target, None, tok, tok.chat_template is not None, eos,
+                     describe(name, None, target, None, cpu, torch.float32))
 
 
 def pair_names() -> list[str]:

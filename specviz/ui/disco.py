@@ -100,12 +100,9 @@ def build_tab(ctx: Any) -> None:
         plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
 
     def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float, k: float):
-        loader = getattr(ctx, "load_pair", None)
         try:
-            if loader is None:
-                from specviz import load_pair as loader
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
-            out = disco_vs_oracle(loader(pair_name), text, threshold, length, int(n), int(k))
+            out = disco_vs_oracle(ctx.load_pair(pair_name), text, threshold, length, int(n), int(k))
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         df = pd.DataFrame(out["iterations"])

@@ -128,7 +128,7 @@ def build_tab(ctx: Any) -> None:
     def on_serve(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, w):
         try:
             check_count("requests in the stream", int(n), most=limits.osd_requests)
-            for st in serve_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, getattr(ctx, "load_pair", None)):
+            for st in serve_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, ctx.load_pair):
                 yield (st, summary_markdown(st, int(w)), acceptance_over_stream(st["rows"], st["learner"].updates, int(w)),
                        gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)))
         except Exception as e:  # a user's input must not crash the tab

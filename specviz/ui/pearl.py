@@ -73,11 +73,8 @@ def build_tab(ctx: Any) -> None:
     steps = gr.Dataframe(label="PEARL step by step", interactive=False)
 
     def run(pair_name: str, text: str, w: float, conc: bool, n: float, k: float):
-        loader = getattr(ctx, "load_pair", None)
         try:
-            if loader is None:
-                from specviz import load_pair as loader
-            out = compare(loader(pair_name), text, int(w), bool(conc), int(n), int(k))
+            out = compare(ctx.load_pair(pair_name), text, int(w), bool(conc), int(n), int(k))
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         return pd.DataFrame(out["rows"]), timeline(out["records"]), pd.DataFrame(out["steps"])

@@ -89,7 +89,7 @@ def build_tab(ctx: Any) -> None:
             check_count("S (tree nodes)", int(s), most=limits.tree_nodes)
         except SpecvizError as e:
             return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", gr.update(), None, ""
-        st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, getattr(ctx, "load_pair", None))
+        st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, ctx.load_pair)
         return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
 
     go.click(ctx.run_models(on_run), [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary],

@@ -95,7 +95,7 @@ def build_tab(ctx: Any) -> None:
 
     def on_run(pair_name, text, n, k, w):
         try:
-            st = run_streaming(pair_name, text, n, k, w, getattr(ctx, "load_pair", None))
+            st = run_streaming(pair_name, text, n, k, w, ctx.load_pair)
         except Exception as e:  # a user's input must not crash the tab
             return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, ""
         first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)

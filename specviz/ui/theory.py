@@ -193,7 +193,7 @@ def build_tab(ctx: Any) -> None:
 
     def on_roofline(hw, m, b, ctx_len, eng, pair_name):
         try:
-            shape = resolve_shape(m, pair_name, getattr(ctx, "load_pair", None))
+            shape = resolve_shape(m, pair_name, ctx.load_pair)
             return roofline_view(hw, m, b, ctx_len, eng, shape=shape)
         except Exception as e:  # a user's choice (e.g. a pair that cannot load) must not crash the tab
             return None, f"**Cannot draw this:** {problem_text(e)}"
