@@ -30,9 +30,17 @@ def test_a_pair_without_a_draft_is_refused(random_pair):
         next(online.serve_stream("x", ["gsm8k"], 4, 0, False, 0, 8, 3, 2, 1e-3, "fkl", False, load_pair=lambda name: no_draft))
 
 
-def test_the_tab_builds():
-    with gr.Blocks():
-        online.build_tab(tab_context())
+def test_the_tab_offers_a_short_stream_within_the_limits():
+    """Defaults a lecture can wait for (16 requests of 32 tokens), the requests slider capped at the
+    deployment's limit, and the three losses of the paper."""
+    from specviz.limits import AppLimits
+
+    with gr.Blocks() as demo:
+        online.build_tab(tab_context(limits=AppLimits(osd_requests=12)))
+    widgets = {getattr(b, "label", None): b for b in demo.blocks.values()}
+    assert widgets["requests in the stream"].value == 12 and widgets["requests in the stream"].maximum == 12
+    assert widgets["max new tokens per request"].value == 32
+    assert widgets["distillation loss (p: target, q: draft)"].choices == [("fkl", "fkl"), ("rkl", "rkl"), ("jsd", "jsd")]
 
 
 def test_learned_tokens_are_shown_as_text_not_tokenizer_pieces():

@@ -33,6 +33,11 @@ def test_stream_colours():
     assert tab.stream_colour("target") == tab.TARGET_COLOUR
 
 
-def test_the_tab_builds():
-    with gr.Blocks():
+def test_the_tab_says_what_it_is_lossless_against_and_offers_its_options():
+    with gr.Blocks() as demo:
         tab.build_tab(tab_context())
+    texts = " ".join(b.value for b in demo.blocks.values() if isinstance(b, gr.Markdown) and isinstance(b.value, str))
+    assert "Lossless against the target itself when the adapter's LoRA acts on the streams only" in texts
+    sliders = {b.label: b for b in demo.blocks.values() if isinstance(b, gr.Slider)}
+    assert sliders["streams used (at most the adapter's)"].value == 3
+    assert sliders["tree width (top tokens per stream)"].value == 2
