@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from specviz.metrics import acceptance_rate, mean_accepted_length, speedup, tokens_per_s
+from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
 from specviz.ui.tokens import TokenSpan, tokens_html
 
@@ -53,22 +53,21 @@ class Race:
 
 
 def live_metrics(records: list[IterationRecord], baseline_tps: float | None = None) -> dict[str, float | int | None]:
-    """The panel's numbers after the records so far (all via specviz.metrics)."""
-    tokens = sum(len(r.emitted) for r in records)
-    drafted = sum(len(r.drafted) for r in records)
-    accepted = sum(r.accepted for r in records)
-    target_fw = sum(r.target_forwards for r in records)
-    wall = records[-1].t_end if records else 0.0
-    tps = tokens_per_s(tokens, wall)
+    """The panel's numbers after the records so far: the run's totals as far as it got (specviz.metrics)."""
+    if not records:
+        return {"tokens": 0, "wall_s": 0.0, "tokens_per_s": None, "acceptance_rate": None, "mean_accepted_length": None,
+                "target_forwards": 0, "draft_forwards": 0, "speedup": None}  # fmt: skip
+    s = summarize(records)
+    m = summary_metrics(s)
     return {
-        "tokens": tokens,
-        "wall_s": wall,
-        "tokens_per_s": tps,
-        "acceptance_rate": acceptance_rate(accepted, drafted),
-        "mean_accepted_length": mean_accepted_length(tokens, target_fw),
-        "target_forwards": target_fw,
-        "draft_forwards": sum(r.draft_forwards for r in records),
-        "speedup": speedup(baseline_tps, tps),
+        "tokens": s.new_tokens,
+        "wall_s": s.wall_s,
+        "tokens_per_s": m["tokens_per_s"],
+        "acceptance_rate": m["acceptance_rate"],
+        "mean_accepted_length": m["mean_accepted_length"],
+        "target_forwards": s.target_forwards,
+        "draft_forwards": s.draft_forwards,
+        "speedup": speedup(baseline_tps, m["tokens_per_s"]),
     }
 
 
