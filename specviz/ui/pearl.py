@@ -17,7 +17,8 @@ INTRO = (
     "draft writes γ tokens, the target reads the prefix and checks the first one; a wrong first token "
     "restarts drafting at once. *Post-verify*: while the target verifies, the draft keeps drafting as if "
     "everything will be accepted; if it is, the next verification starts immediately, so the draft length "
-    "grows while the draft is right. γ defaults to c = T_target / T_draft (Theorem 1). Greedy decoding: "
+    "grows while the draft is right. γ defaults to round(T_target / T_draft), measured (Theorem 1; PEARL's c, the "
+    "inverse of the draft cost c of the Race and Theory tabs), and vanilla SD runs at the same γ. Greedy decoding: "
     "every method emits the same text. *Threads* runs the two models truly at once (a thread each); on a "
     "machine with few shared cores they slow each other down, so the *parallel-ideal* time (each step's "
     "shorter job hidden behind the longer one) is shown too."
@@ -63,7 +64,7 @@ def build_tab(ctx: Any) -> None:
     with gr.Row():
         prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, scale=3)
         with gr.Column(scale=2):
-            window = gr.Slider(0, 12, value=0, step=1, label="Window γ (0: round(c), measured)")
+            window = gr.Slider(0, 32, value=0, step=1, label="Window γ (0: round(T_target / T_draft), measured)")
             concurrent = gr.Checkbox(True, label="Threads: draft and target truly at the same time")
             max_new = gr.Slider(8, 256, value=64, step=8, label="Max new tokens")
             repeats = gr.Slider(1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)")

@@ -328,7 +328,7 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
             ui.table: out["table"], ui.why: why_markdown(race), ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
             ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
             ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,
-            ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None), ui.step_iteration: 0,
+            ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None), ui.step_iteration: 1,
             ui.step_view: "<p>Pick a method to step through its iterations.</p>" if race.finished() else "", **more,
         }  # fmt: skip
 

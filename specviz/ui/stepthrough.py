@@ -35,10 +35,11 @@ def span_texts(race: Race, method: str) -> dict[int, str]:
     return {s.token_id: s.text.replace(" ", "·").replace("\n", "⏎") or "∅" for s in run.spans if s.text}
 
 
-def step_html(step: Any) -> str:
-    """The iteration as a table of drafts and tests, the target's token and the cache's story."""
+def step_html(step: Any, label: str | None = None) -> str:
+    """The iteration as a table of drafts and tests, the target's token and the cache's story.
+    `label`: the method's display name (default: its registry name); iterations count from 1."""
     e = html.escape
-    head = (f"<p><b>{e(step.method)}</b>, iteration {step.iteration} of {step.iterations - 1} "
+    head = (f"<p><b>{e(label or step.method)}</b>, iteration {step.iteration + 1} of {step.iterations} "
             f"({'greedy' if step.greedy else 'sampling'}); {step.position} tokens of context, ending: "
             f"<code class='sv-step-context'>{e(step.context)}</code></p>")  # fmt: skip
     rows = "".join(
@@ -55,7 +56,7 @@ def step_html(step: Any) -> str:
     cache = "".join(f"<li>{e(line)}</li>" for line in step.cache)
     check = "" if step.p_check is None else f"; recomputed p(x) within {step.p_check:.1e} of the run's"
     notes = "".join(f"<li>{e(n)}</li>" for n in step.notes)
-    return (f"<div class='sv-step-view'>{head}<p><b>Accepted {step.accepted} of {len(step.checks)} drafts.</b></p>{table}{own}"
+    return (f"<div class='sv-step-view' tabindex='0'>{head}<p><b>Accepted {step.accepted} of {len(step.checks)} drafts.</b></p>{table}{own}"
             f"<p><b>KV cache</b></p><ul>{cache}</ul>{'<ul>' + notes + '</ul>' if notes else ''}"
             f"<p class='sv-note'>Distributions: {e(step.source)}{check}.</p></div>")  # fmt: skip
 
@@ -70,7 +71,7 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
         gr.Markdown(INTRO)
         with gr.Row(equal_height=True):
             ui.step_method = gr.Dropdown([], label="Method", scale=2, elem_id="sv-step-method")
-            ui.step_iteration = gr.Number(0, precision=0, minimum=0, label="Iteration", scale=1, elem_id="sv-step-iteration")
+            ui.step_iteration = gr.Number(1, precision=0, minimum=1, label="Iteration", scale=1, elem_id="sv-step-iteration")
             prev = gr.Button("← Previous", scale=1, elem_id="sv-step-prev")
             nxt = gr.Button("Next →", scale=1, elem_id="sv-step-next")
         ui.step_view = gr.HTML(elem_id="sv-step-view")
@@ -85,8 +86,8 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
         try:
             run = next((r for r in race.runs if r.name == method and r.records), None)
             if run is None:
-                return 0, "<p>This method has no iterations in the last race.</p>", gr.skip()
-            i = min(max(0, int(iteration or 0) + move), len(run.records) - 1)
+                return 1, "<p>This method has no iterations in the last race.</p>", gr.skip()
+            i = min(max(0, int(iteration or 1) - 1 + move), len(run.records) - 1)  # the box counts from 1
             pair = ctx.load_pair(pair_name)
             if pair.name == race.pair:  # the race's models are here: rerun for whole distributions
                 step = explain_iteration(run.records, i, race.prompt_ids, race.options, pair=pair, recompute=recompute_for(get_method(method), pair, race.options))
@@ -95,7 +96,7 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
                 step = explain_iteration(run.records, i, race.prompt_ids, race.options, token_text=lambda t: texts.get(t, f"#{t}"))
         except Exception as e:
             raise user_error(e) from None
-        return i, step_html(step), step_distributions(step)
+        return i + 1, step_html(step, run.label), step_distributions(step)
 
     def here(race, pair_name, method, iteration):
         return show(race, pair_name, method, iteration)

@@ -16,12 +16,18 @@ CSS = """
           background: #1f2937; color: #fff; padding: 6px 9px; border-radius: 6px; font-size: .85rem; line-height: 1.35; }
 .sv-tok:focus { outline: 2px solid #0072B2; }
 #sv-summary th, #sv-summary th * { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
+/* Markdown tables: numbers and headers on one line; a narrow screen scrolls the table sideways
+   instead of breaking every cell into one character per line. */
+.prose table { display: block; overflow-x: auto; max-width: 100%; }
+.prose th, .prose td { white-space: nowrap; word-break: keep-all; }
+.prose td:last-child { white-space: normal; min-width: 16rem; }
 .sv-step-table { border-collapse: collapse; font-size: .95rem; margin: .4rem 0; }
 .sv-step-table td, .sv-step-table th { padding: 3px 8px; border-bottom: 1px solid var(--border-color-primary); text-align: left; }
 .sv-step-table tr.sv-step-ok td:nth-child(2) { border-bottom: 2px solid #0072B2; }
 .sv-step-table tr.sv-step-no td:nth-child(2) { color: #CC79A7; text-decoration: line-through; }
 .sv-step-table tr.sv-step-untested { opacity: .55; }
-.sv-step-context { white-space: pre-wrap; }
+.sv-step-context { white-space: pre-wrap; overflow-wrap: anywhere; }
+.sv-step-view:focus { outline: 2px solid #0072B2; outline-offset: 4px; }
 .sv-header h1 { margin: 0 0 .2rem 0; font-size: 1.9rem; }
 .sv-header p { margin: 0; opacity: .8; font-size: 1.05rem; }
 .sv-note { font-size: .95rem; opacity: .85; }

@@ -47,7 +47,9 @@ def explorer(alpha: float, gamma: int, c: float, max_gamma: int = 16):
         f"**α = {alpha:.2f}, γ = {gamma}, c = {c:.3f}**: expected tokens per iteration "
         f"(1−α^(γ+1))/(1−α) = **{expected_tokens(alpha, gamma):.2f}**; improvement factor "
         f"(1−α^(γ+1))/((1−α)(γc+1)) = **{improvement_factor(alpha, gamma, c):.2f}×**. "
-        f"Best γ for this α and c: **{best}** ({improvement_factor(alpha, best, c):.2f}×)."
+        f"Best γ for this α and c: **{best}** ({improvement_factor(alpha, best, c):.2f}×). "
+        "This assumes verifying γ + 1 tokens costs one decoding step (a GPU at batch 1); a CPU pays more, "
+        "and the Race tab's table under the board uses the verify cost each race measured."
     )
     return curves, heat, text
 
@@ -165,9 +167,9 @@ def race_view(race: Any):
 def build_tab(ctx: Any) -> None:
     import gradio as gr
 
-    gr.Markdown("### Expected speedup (Leviathan et al.): acceptance rate α, speculation length γ, draft cost c")
+    gr.Markdown("### Expected speedup (Leviathan et al.): α, speculation length γ, draft cost c")
     with gr.Row():
-        alpha = gr.Slider(0.0, 0.99, value=0.7, step=0.01, label="acceptance rate α")
+        alpha = gr.Slider(0.0, 0.99, value=0.7, step=0.01, label="α: chance a drafted token is accepted (see the Race glossary)")
         gamma = gr.Slider(1, 16, value=4, step=1, label="speculation length γ")
         c = gr.Slider(0.0, 1.0, value=0.05, step=0.005, label="draft cost c = T_draft / T_target")
     first = explorer(alpha.value, gamma.value, c.value)  # drawn at build time: pure Python, a few ms
@@ -180,9 +182,11 @@ def build_tab(ctx: Any) -> None:
 
     gr.Markdown("### Roofline: what one forward pass costs, and how many drafted tokens ride along for free")
     with gr.Row():
-        hardware = gr.Dropdown(list(HARDWARE), value="H100 SXM", label="hardware")
-        # the default pair's target is a preset shape: start there (no model load); other pairs: a 7B
-        start = "SmolLM2-135M" if getattr(ctx.pair, "value", None) in ("default", None) else "Llama-2-7B"
+        # the default pair's target is a preset shape: start there (no model load), on this machine;
+        # other pairs: a 7B on an H100
+        on_default = getattr(ctx.pair, "value", None) in ("default", None)
+        start = "SmolLM2-135M" if on_default else "Llama-2-7B"
+        hardware = gr.Dropdown(list(HARDWARE), value=THIS_MACHINE if on_default else "H100 SXM", label="hardware")
         model = gr.Dropdown([*SHAPES, LOADED_PAIR], value=start, label="model")
         batch = gr.CheckboxGroup(BATCH_CHOICES, value=[1, 4, 16, 64], label="batch sizes B")
         context = gr.Slider(0, 8192, value=1024, step=64, label="context length L")

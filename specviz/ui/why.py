@@ -71,7 +71,9 @@ def why_markdown(race: Race | None) -> str:
         return ("**Why fast or slow:** include *Autoregressive* in the race (it is the baseline every speedup "
                 "divides by) and at least one drafting method.")
     lines = ["**Why each method was fast or slow** — Leviathan's formula from this race's own counts and timings "
-             "([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)):", "",
+             "([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)). The counts (α, γ) say what the draft "
+             "did; the timings (c, verify cost) come from one run each and move from run to run on a shared CPU, so two "
+             "methods with the same counts can show different c and speedups:", "",
              "| method | α | mean γ | c | T(γ+1)/T(1) | predicted | measured | reading |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += [f"| {r['method']} | {r['alpha']:.2f} | {r['gamma']:.1f} | {r['c']:.3f} | {r['verify_ratio']:.2f} | "
               f"{r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× | {verdict(r)} |" for r in rows]  # fmt: skip
