@@ -161,6 +161,7 @@ def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pa
     assert set(out["records"]) == {"vanilla (γ=3)", "PEARL (γ=3)"}
     assert {s["mode"] for s in out["steps"]} <= {"pre-verify", "post-verify", "verify"}
     assert out["steps"][0]["mode"] == "pre-verify"
+    assert all(list(r) == tab.ROW_COLUMNS for r in out["rows"]) and all(list(r) == tab.STEP_COLUMNS for r in out["steps"])
 
 
 def test_the_race_panel_shows_pearls_current_mode(perturbed_pair):

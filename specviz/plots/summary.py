@@ -25,8 +25,8 @@ def summary_table(runs: Mapping[str, Sequence[IterationRecord]], labels: Mapping
                 "tokens": s.new_tokens,
                 "wall (s)": round(s.wall_s, 3),
                 "tokens/s": _round(m["tokens_per_s"], 1),
-                "speedup vs AR": _round(speedup(baseline, m["tokens_per_s"]), 2),
-                "acceptance rate": _round(m["acceptance_rate"], 3),
+                "speedup vs AR (×)": _round(speedup(baseline, m["tokens_per_s"]), 2),
+                "acceptance rate (%)": _round(None if m["acceptance_rate"] is None else 100 * m["acceptance_rate"], 1),
                 "mean accepted length": _round(m["mean_accepted_length"], 2),
                 "target forwards": s.target_forwards,
                 "draft forwards": s.draft_forwards,
@@ -38,7 +38,7 @@ def summary_table(runs: Mapping[str, Sequence[IterationRecord]], labels: Mapping
 
 
 COLUMNS = [
-    "method", "tokens", "wall (s)", "tokens/s", "speedup vs AR", "acceptance rate", "mean accepted length",
+    "method", "tokens", "wall (s)", "tokens/s", "speedup vs AR (×)", "acceptance rate (%)", "mean accepted length",
     "target forwards", "draft forwards", "iterations", "stop",
 ]  # fmt: skip
 

@@ -25,6 +25,11 @@ INTRO = (
 )
 
 
+# the tables' columns (shown before the first run too)
+ROW_COLUMNS = ["method", "runs (median shown)", "tokens", "steps", "measured ms/token", "parallel-ideal ms/token", "draft idle", "target idle"]
+STEP_COLUMNS = ["step", "mode", "verified drafts", "accepted", "emitted", "dropped / drafted ahead", "ran in parallel"]
+
+
 def compare(pair: Any, prompt: str, window: int, concurrent: bool, max_new_tokens: int, repeats: int = 3) -> dict[str, Any]:
     """Run vanilla (γ = PEARL's window) and PEARL on one prompt, each warmed up and timed `repeats`
     times (the median run is shown); rows, per-step modes and the records."""
@@ -69,9 +74,9 @@ def build_tab(ctx: Any) -> None:
             max_new = gr.Slider(8, 256, value=64, step=8, label="Max new tokens")
             repeats = gr.Slider(1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)")
     run_btn = gr.Button("Run vanilla vs PEARL", variant="primary")
-    table = gr.Dataframe(label="This prompt", interactive=False)
+    table = gr.Dataframe(headers=ROW_COLUMNS, label="This prompt", interactive=False)
     plot = gr.Plot(label="Timeline: which model runs when", show_label=False)
-    steps = gr.Dataframe(label="PEARL step by step", interactive=False)
+    steps = gr.Dataframe(headers=STEP_COLUMNS, label="PEARL step by step", interactive=False)
 
     def run(pair_name: str, text: str, w: float, conc: bool, n: float, k: float):
         try:
