@@ -74,6 +74,7 @@ def test_span_kinds_follow_the_record():
     assert spans[5].ratio == pytest.approx(0.6)  # one-hot q: min(1, p / 1)
     title = rejected.title()
     assert "iteration 0" in title and "p(target) = 0.200" in title and "q(draft) = 0.500" in title
+    assert f"token bc (id {rejected.token_id})" in title  # the token's text, not only its id
     assert "rule (greedy): kept only if it is the target's most likely token: it is not" in title  # the rule that decided
     sampled = SpanBuilder(tok, [], greedy=False).extend(records)
     assert "rule (sampling): kept with probability min(1, p/q) = 0.400" in sampled[1].title()

@@ -77,6 +77,6 @@ def legend_html() -> str:
         '<span><span class="sv-tok sv-accepted">accepted</span> draft token the target kept (underlined)</span>'
         '<span><span class="sv-tok sv-target">target</span> token the target chose itself: correction, bonus, or plain next token (boxed)</span>'
         '<span><span class="sv-rejgroup"><span class="sv-tok sv-rejected">rejected</span></span> draft token the target turned down (struck through)</span>'
-        "<span>Hover a token for its iteration, p(target), q(draft) and min(1, p/q).</span>"
+        "<span>Hover or tap a token for its iteration, p(target), q(draft) and the rule that decided it.</span>"
         "</div>"
     )

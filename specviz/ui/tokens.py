@@ -92,7 +92,8 @@ class TokenSpan:
             "rejected": "draft token, rejected by the target",
             "target": f"chosen by the target ({self.role})",
         }[self.kind]
-        lines = [f"iteration {self.iteration}: {what}", f"token id {self.token_id}"]
+        shown = self.text.replace(" ", "·").replace("\n", "⏎") if self.text else "(completes the next token's character)"
+        lines = [f"iteration {self.iteration}: {what}", f"token {shown} (id {self.token_id})"]
         if self.p is not None:
             lines.append(f"p(target) = {self.p:.3f}")
             lines.append("q(draft) = one-hot (no draft distribution)" if self.q is None else f"q(draft) = {self.q:.3f}")
