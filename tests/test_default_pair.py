@@ -87,3 +87,19 @@ def test_two_first_loads_at_once_share_one_pair():
     for t in threads:
         t.join()
     assert not errors and len(got) == 2 and got[0] is got[1]
+
+
+@pytest.mark.default_pair
+def test_the_shipped_streaming_adapter_reproduces_the_target_itself():
+    """The shipped adapter tunes the streams only: Speculative Streaming's greedy output on the default
+    pair is the target's own, its streams draft tokens the target accepts, and no panel says otherwise."""
+    from specviz.methods.streaming import shipped_adapter, streaming_model, tuned_target
+
+    pair = specviz.load_pair("default")
+    assert shipped_adapter(pair.target) is not None
+    assert not streaming_model(pair.target).changes_main_stream() and tuned_target(pair) == ""
+    prompt = "Write a Python function that returns the n-th Fibonacci number."
+    ar = specviz.generate("autoregressive", pair, prompt, max_new_tokens=48).summary
+    run = specviz.generate("streaming", pair, prompt, max_new_tokens=48, speculation_length=3, tree_width=2, tree_nodes=6).summary
+    assert run.output_ids == ar.output_ids
+    assert run.accepted > 0 and run.target_forwards < ar.target_forwards
