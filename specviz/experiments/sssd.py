@@ -303,11 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from specviz.methods.sssd import resolve_datastore
+    from specviz.models.pair import load_target_pair
     from specviz.prompts import prompt_sources, take
 
     stages = set(args.stages.split(","))
-    from specviz.models.pair import load_target_pair
-
     pair = load_target_pair(args.pair)
     datastore = resolve_datastore(args.datastore, pair.tokenizer) if args.datastore != "none" else None
     results: dict[str, Any] = {

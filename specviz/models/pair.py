@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from collections.abc import Sequence
 from numbers import Integral
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,8 +15,13 @@ from specviz.errors import SpecvizError
 from specviz.models import hub
 from specviz.models.modelpair import ModelPair, describe, eos_ids
 from specviz.models.presets import PRESETS
+from specviz.text import visible
 
 __all__ = ["ModelPair", "describe", "encode_prompt", "eos_ids", "load_pair", "load_target", "load_target_pair", "pair_names", "readable_token"]
+
+# One load at a time: Hugging Face loading is not thread-safe (two concurrent loads of the default
+# pair both fail with "Cannot copy out of meta tensor"), and a pair loaded once is shared anyway.
+_LOADING = threading.Lock()
 
 
 def load_pair(
@@ -44,11 +49,6 @@ def load_pair(
         name = f"{target},{draft}"
     with _LOADING:  # a second caller (another visitor, the page's own pair check) waits for the first's pair
         return _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
-
-
-# One load at a time: Hugging Face loading is not thread-safe (two concurrent loads of the default
-# pair both fail with "Cannot copy out of meta tensor"), and a pair loaded once is shared anyway.
-_LOADING = threading.Lock()
 
 
 def load_target(name: str, device: str = "cpu", dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Any, tuple[int, ...]]:
@@ -140,8 +140,7 @@ def _load_hub_pair(name, target_id, draft_id, dev, dt, device_map, trust_remote_
 def readable_token(tokenizer: Any, token_id: int) -> str:
     """A token as a reader sees it: its decoded text with spaces shown as '·' and line breaks as '⏎'
     (not the tokenizer's internal piece, e.g. 'Ġgran')."""
-    text = tokenizer.decode([int(token_id)])
-    return text.replace(" ", "·").replace("\n", "⏎").replace("\t", "⇥") or "∅"
+    return visible(tokenizer.decode([int(token_id)]))
 
 
 def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | None = None) -> list[int]:

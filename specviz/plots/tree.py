@@ -11,6 +11,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from specviz.text import visible as visible_text
+
 # Okabe-Ito colours: readable with the common colour-vision deficiencies.
 SOURCE_COLOURS = {"input": "#0072B2", "datastore": "#E69F00", "model": "#009E73"}
 ACCEPTED, REJECTED = "#009E73", "#BBBBBB"
@@ -101,4 +103,4 @@ def record_tree_figure(record: dict[str, Any], decode: Callable[[Any], str] | No
 def visible(text: str) -> str:
     """A token's text as a tree label: spaces as '·', line breaks as '⏎', tabs as '⇥', nothing as
     '∅', and markup such as `<|im_start|>` escaped (plotly would drop it as an unknown tag)."""
-    return html.escape(text.replace(" ", "·").replace("\n", "⏎").replace("\t", "⇥") or "∅", quote=False)
+    return html.escape(visible_text(text), quote=False)

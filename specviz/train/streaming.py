@@ -105,6 +105,11 @@ class TeacherLogits:
         return self.rows is not None and start + n <= self.rows.shape[0]
 
 
+def scored_streams(lm: StreamingLM) -> range:
+    """The streams the loss scores: 0 (the main stream) only when the LoRA tunes it, then 1..gamma."""
+    return range(0 if lm.cfg.lora_main else 1, lm.cfg.gamma + 1)
+
+
 def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: TrainConfig, bottom: dict | None = None) -> tuple[torch.Tensor, dict]:
     """L_ss on one example, and per-stream losses and top-1 agreement for the log. `bottom` caches
     the frozen bottom layers' output per example (they never change during training)."""
@@ -123,8 +128,7 @@ def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: Tr
     main, streams = lm(ids, h, nodes)  # [1, T, H], [1, K, gamma, H]
     soft = not cfg.hard and ex.logits_row is not None and teacher is not None and teacher.covers(ex.logits_row, T - P)
     stats, total = {}, 0.0
-    first = 0 if lm.cfg.lora_main else 1  # a frozen main stream has nothing to learn
-    for j in range(first, lm.cfg.gamma + 1):  # j = 0: main stream (y_{t+1}); j >= 1: stream j (y_{t+1+j})
+    for j in scored_streams(lm):  # j = 0: main stream (y_{t+1}); j >= 1: stream j (y_{t+1+j})
         if j == 0:
             t = answer if not 0 < cfg.positions < len(answer) else answer[torch.randperm(len(answer))[: cfg.positions]]
             hidden = main[0, t]
@@ -156,7 +160,7 @@ def evaluate(lm: StreamingLM, examples: list[Example], teacher: TeacherLogits | 
     """Per-stream loss, top-1 and top-3 agreement with the target's most likely token (soft targets)
     or the sampled token (hard), over every answer position of `examples` (held-out text)."""
     cfg = replace(cfg, positions=0)
-    streams = range(0 if lm.cfg.lora_main else 1, lm.cfg.gamma + 1)  # a frozen main stream is the original
+    streams = scored_streams(lm)
     sums: dict[str, float] = {}
     for ex in examples:
         _, stats = ss_loss(lm, ex, teacher, cfg)

@@ -16,6 +16,7 @@ import gradio as gr
 
 from specviz.plots.step import TITLE, step_distributions
 from specviz.plots.theme import empty
+from specviz.text import visible
 from specviz.ui.feedback import user_error
 from specviz.ui.panels import Race
 
@@ -32,7 +33,7 @@ def method_choices(race: Race | None) -> list[tuple[str, str]]:
 def span_texts(race: Race, method: str) -> dict[int, str]:
     """token id -> its text as the board showed it (for races whose tokenizer is not loaded here)."""
     run = next(r for r in race.runs if r.name == method)
-    return {s.token_id: s.text.replace(" ", "·").replace("\n", "⏎") or "∅" for s in run.spans if s.text}
+    return {s.token_id: visible(s.text) for s in run.spans if s.text}
 
 
 def step_html(step: Any, label: str | None = None) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specviz.records import IterationRecord
+from specviz.text import visible
 
 REPLACEMENT = "\ufffd"  # what a decoder writes for an incomplete UTF-8 sequence
 
@@ -92,7 +93,7 @@ class TokenSpan:
             "rejected": "draft token, rejected by the target",
             "target": f"chosen by the target ({self.role})",
         }[self.kind]
-        shown = self.text.replace(" ", "·").replace("\n", "⏎") if self.text else "(completes the next token's character)"
+        shown = visible(self.text) if self.text else "(completes the next token's character)"
         lines = [f"iteration {self.iteration}: {what}", f"token {shown} (id {self.token_id})"]
         if self.p is not None:
             lines.append(f"p(target) = {self.p:.3f}")
