@@ -113,6 +113,8 @@ def test_the_simulator_shows_alpha_rising_on_a_repetitive_stream(repetitive_stre
     assert max(osd[-3:]) >= static[-1] + 0.1, osd
     assert learner.updates[-1]["loss_last"] < learner.updates[0]["loss_first"]
     assert all(r["static_matches"] for r in rows[6:])  # the replayed static acceptance is what vanilla SD really gets
+    assert all(r["ar_matches"] and r["ar_wall_s"] > 0 for r in rows[6:])  # the target alone served the same tokens
+    assert "ar_wall_s" not in rows[5]
     assert all(r["update"]["version"] == r["draft_version"] + 1 for r in rows)
 
 

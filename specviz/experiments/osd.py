@@ -82,6 +82,9 @@ def summarize_stream(rows: list[dict], window: int, gamma: int) -> dict[str, Any
         out["measured_requests"] = len(measured)
         out["measured_speedup"] = sum(r["static_wall_s"] for r in measured) / sum(r["osd_wall_s"] for r in measured)
         out["static_replay_exact"] = all(r["static_matches"] for r in measured)
+        out["measured_speedup_vs_ar"] = sum(r["ar_wall_s"] for r in measured) / sum(r["osd_wall_s"] for r in measured)
+        out["static_speedup_vs_ar"] = sum(r["ar_wall_s"] for r in measured) / sum(r["static_wall_s"] for r in measured)
+        out["ar_matches"] = all(r["ar_matches"] for r in measured)
     return out
 
 

@@ -86,8 +86,8 @@ def simulate(
 
     Row: request index, suite, prompt id, tokens, OSD's drafted/accepted/timings and draft version,
     the static draft's replayed drafted/accepted, and the update that finished after this request.
-    From request `measure_static_from` on, the static draft also serves each request for real
-    (vanilla SD, right after OSD) so that wall times can be compared side by side."""
+    From request `measure_static_from` on, the static draft (vanilla SD) and the target alone (AR)
+    also serve each request for real, right after OSD, so that wall times compare side by side."""
     from specviz.metrics import summarize, tested
     from specviz.models.pair import encode_prompt
     from specviz.oracle import draft_predictions
@@ -124,6 +124,9 @@ def simulate(
             row["static_wall_s"] = static.wall_s
             row["static_matches"] = static.output_ids == s.output_ids and (static.drafted, static.accepted) == (
                 row["static_drafted"], row["static_accepted"])
+            ar = summarize(list(run("autoregressive", pair, prompt_ids, max_new_tokens=max_new_tokens)))
+            row["ar_wall_s"] = ar.wall_s
+            row["ar_matches"] = ar.output_ids == s.output_ids
         new_updates = learner.updates[updates_before:]
         row["update"] = new_updates[-1] if new_updates else None
         row["output_ids"] = list(s.output_ids)
