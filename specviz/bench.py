@@ -21,7 +21,7 @@ import json
 import platform
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ class BenchConfig:
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int = 0
-    speculation_length: int = 4  # gamma for the methods that take one
+    speculation_length: int | None = None  # for every method with a speculation_length option (None: each its own default)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its own options (override the above)
     repeats: int = 1  # runs of each (method, prompt); all are reported
     warmup: bool = True  # one short untimed run of each method first
     device: str = "auto"
@@ -53,12 +54,12 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
 
     from specviz.methods import get_method, new_session
     from specviz.models.pair import load_pair
+    from specviz.peers import PEERS
 
     pair = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
-    entries = [_MethodEntry(get_method(m), new_session(get_method(m), pair)) for m in cfg.methods]
-    entries += [_PeerEntry(name) for name in cfg.peers]
-    shared = dict(speculation_length=cfg.speculation_length, max_new_tokens=cfg.max_new_tokens,
-                  temperature=cfg.temperature, top_p=cfg.top_p)
+    entries = [_MethodEntry(get_method(m), method_options(cfg, m), new_session(get_method(m), pair)) for m in cfg.methods]
+    entries += [_PeerEntry(name, method_options(cfg, PEERS[name].counterpart)) for name in cfg.peers]
+    shared = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
     if cfg.warmup:
         for entry in entries:
             entry.run(pair, cfg.prompts[0], dict(shared, max_new_tokens=8), cfg.seed)
@@ -89,18 +90,25 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     }
 
 
-class _MethodEntry:
-    """One of our methods, as the benchmark runs it (with its session, e.g. OSD's learner)."""
+def method_options(cfg: BenchConfig, name: str) -> dict[str, Any]:
+    """The options a method runs with: the shared speculation length if it takes one and one was
+    given, then its own --option values."""
+    from specviz.methods import get_method
 
-    def __init__(self, spec, session: dict):
-        self.spec, self.session, self.name, self.needs_draft = spec, session, spec.name, spec.needs_draft
+    shared = {} if cfg.speculation_length is None else {"speculation_length": cfg.speculation_length}
+    return {**get_method(name).select(shared), **cfg.options.get(name, {})}
+
+
+class _MethodEntry:
+    """One of our methods, as the benchmark runs it (with its options and session, e.g. OSD's learner)."""
+
+    def __init__(self, spec, options: dict, session: dict):
+        self.spec, self.options, self.session, self.name, self.needs_draft = spec, options, session, spec.name, spec.needs_draft
 
     def run(self, pair, prompt: Prompt, shared: dict, seed: int) -> dict[str, Any]:
         from specviz.runner import generate
 
-        sampling = {k: shared[k] for k in ("max_new_tokens", "temperature", "top_p")}
-        options = {**self.spec.select(shared), **self.session}
-        result = generate(self.name, pair, prompt.text, seed=seed, **sampling, **options)
+        result = generate(self.name, pair, prompt.text, seed=seed, **shared, **self.options, **self.session)
         s = result.summary
         oracle = [r.oracle_sl for r in result.records if r.oracle_sl is not None]
         return {
@@ -120,18 +128,23 @@ class _MethodEntry:
 
 
 class _PeerEntry:
-    """A Hugging Face generate() peer (specviz.peers), run on the same prompt ids."""
+    """A Hugging Face generate() peer (specviz.peers), run on the same prompt ids with its
+    counterpart's speculation length."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, counterpart_options: dict[str, Any]):
+        from specviz.methods import get_method
         from specviz.peers import PEERS
 
         self.name, self.needs_draft = name, PEERS[name].needs_draft
+        spec = get_method(PEERS[name].counterpart)
+        gamma = counterpart_options.get("speculation_length", getattr(spec.options(), "speculation_length", None))
+        self.options = {} if gamma is None else {"speculation_length": gamma}
 
     def run(self, pair, prompt: Prompt, shared: dict, seed: int) -> dict[str, Any]:
         from specviz.models.pair import encode_prompt
         from specviz.peers import run_peer
 
-        return run_peer(self.name, pair, encode_prompt(pair, prompt.text), seed=seed, **shared)
+        return run_peer(self.name, pair, encode_prompt(pair, prompt.text), seed=seed, **shared, **self.options)
 
 
 def _mark_parity(runs: list[dict], greedy: bool) -> None:
@@ -252,7 +265,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--speculation-length", "--gamma", type=int, default=4, dest="speculation_length")
+    p.add_argument("--speculation-length", "--gamma", type=int, dest="speculation_length",
+                   help="for every method with a speculation_length option (default: each method's own)")
+    p.add_argument("--option", action="append", default=[], metavar="METHOD.NAME=VALUE",
+                   help="one option of one method, e.g. sssd.speculation_length=8 or disco.threshold=0.9 (repeatable); "
+                        "a method's options are the fields of its options class (python -m specviz.bench --list-options)")
+    p.add_argument("--list-options", action="store_true", help="print every method's options and exit")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
@@ -302,12 +320,51 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         top_p=args.top_p,
         seed=args.seed,
         speculation_length=args.speculation_length,
+        options=parse_options(args.option, methods),
         repeats=args.repeats,
         warmup=not args.no_warmup,
         device=args.device,
         dtype=args.dtype,
         peers=tuple(peers_for(methods)) if args.peers else (),
     )
+
+
+def parse_options(assignments: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """--option METHOD.NAME=VALUE flags as {method: {name: value}}, each checked now."""
+    from specviz.methods import get_method
+    from specviz.methods.options import parse_option
+
+    out: dict[str, dict[str, Any]] = {}
+    for text in assignments:
+        key, sep, value = text.partition("=")
+        method, dot, name = key.strip().partition(".")
+        if not (sep and dot and method and name):
+            raise SpecvizError(f"--option {text!r}: write METHOD.NAME=VALUE, e.g. sssd.speculation_length=8")
+        if method not in methods:
+            raise SpecvizError(f"--option {text!r}: {method!r} is not among --methods")
+        try:
+            out.setdefault(method, {})[name] = parse_option(get_method(method).options, name, value)
+        except SpecvizError as e:
+            raise SpecvizError(f"--option {text!r}: {e}") from None
+    return out
+
+
+def options_listing() -> str:
+    """Every method's options, their ranges, defaults and help (for --list-options); "text" ones
+    (file paths) are the command line's and the library's only, never the app's."""
+    from specviz.methods import all_methods
+    from specviz.methods.options import option_fields
+
+    lines = []
+    for spec in all_methods():
+        fields_ = option_fields(spec.options, text=True)
+        if fields_:
+            lines.append(f"{spec.name} ({spec.label})")
+        for f in fields_:
+            span = f" in [{f.least:g}, {f.most:g}]" if f.kind in ("int", "float") else (" one of " + "|".join(f.choices) if f.choices else "")
+            default = "tuned" if f.default is None else repr(f.default) if f.kind == "text" else f.default
+            lines.append(f"  {spec.name}.{f.name}  {f.kind}{span}, default {default}: {f.help}")
+    return "\n".join(lines)
 
 
 def check_writable(path: Path) -> None:
@@ -344,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     args = parse_args(argv)
+    if args.list_options:
+        print(options_listing())
+        return 0
     try:
         cfg = config_from_args(args)
         result = run_benchmark(cfg, progress=not args.quiet)

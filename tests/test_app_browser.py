@@ -140,7 +140,7 @@ def test_gradio_client_calls_race(server):
 
     client = Client(server, verbose=False)
     status, track, placeholder, *rest = client.predict(
-        "tiny-perturbed", "def add(a, b):", ["autoregressive", "vanilla"], 3, 12, 0.0, 1.0, 0, api_name="/race"
+        "tiny-perturbed", "def add(a, b):", ["autoregressive", "vanilla"], {"vanilla.speculation_length": 3}, 12, 0.0, 1.0, 0, api_name="/race"
     )
     assert "Race finished" in status
     panels = [x for x in rest if isinstance(x, str) and "data-method" in x]
@@ -248,3 +248,20 @@ def test_a_prompt_file_of_ones_own_becomes_the_examples(page, tmp_path):
     page.get_by_label("Example", exact=True).click()
     page.get_by_role("option", name="2: Write a haiku about drafts.").click()
     page.wait_for_function("() => document.querySelector('#sv-prompt textarea').value === 'Write a haiku about drafts.'")
+
+
+def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
+    set_race(page, "def add(a, b):", {"Autoregressive": 1, "Vanilla SD": 1}, 12)
+    page.click("#sv-method-options")  # the accordion
+    group = page.locator("#sv-method-options .block:has-text('Vanilla SD')").first
+    slider = page.locator("#sv-method-options").get_by_label("number input for speculation_length").first
+    assert slider.is_visible() and slider.input_value() == "4"  # vanilla's default γ
+    assert not page.locator("#sv-method-options").get_by_text("SSSD (n-gram tree)").is_visible()  # SSSD is not ticked
+    assert group.is_visible()
+    slider.fill("2")
+    slider.press("Enter")
+    page.click("#sv-run")
+    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    vanilla = page.locator("#sv-board .sv-panel[data-method=vanilla] .sv-paper")
+    assert "speculation_length = 2" in vanilla.inner_text()
+    assert "speculation_length" not in page.locator("#sv-board .sv-panel[data-method=autoregressive] .sv-paper").inner_text()

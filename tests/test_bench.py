@@ -99,3 +99,29 @@ def test_the_command_line_reads_prompt_files_and_the_app_never_does(tmp_path):
             load_suite(sent)
         with pytest.raises(SpecvizError, match="unknown prompt suite"):
             request_stream(StreamConfig((sent,), 3))
+
+
+def test_each_method_takes_its_own_options_by_the_apps_names(tmp_path, capsys):
+    """--option METHOD.NAME=VALUE sets one method's option; --gamma every method's speculation_length;
+    the HF peers take their counterpart's γ."""
+    from specviz.methods import get_method
+
+    args = bench.parse_args(["--methods", "vanilla,sssd,disco,pearl", "--gamma", "3", "--option", "sssd.speculation_length=6",
+                             "--option", "disco.threshold=auto", "--option", "pearl.concurrent=false", "--peers"])
+    cfg = bench.config_from_args(args)
+    assert cfg.options == {"sssd": {"speculation_length": 6}, "disco": {"threshold": None}, "pearl": {"concurrent": False}}
+    assert bench.method_options(cfg, "vanilla") == {"speculation_length": 3}
+    assert bench.method_options(cfg, "sssd") == {"speculation_length": 6}
+    assert bench.method_options(cfg, "pearl") == {"concurrent": False}  # PEARL has no speculation_length: its window is its own
+    default = bench.config_from_args(bench.parse_args(["--methods", "vanilla,sssd"]))
+    assert bench.method_options(default, "sssd") == {} and get_method("sssd").make_options().speculation_length == 8
+    assert bench.main(["--list-options"]) == 0
+    listing = capsys.readouterr().out
+    assert "sssd.speculation_length  int in [1, 64], default 8: S: tree nodes" in listing
+    assert "disco.threshold  float in [0, 1], default tuned" in listing and "sssd.datastore  text, default 'auto'" in listing
+    assert "osd.learner" not in listing
+    out = tmp_path / "o.json"
+    assert bench.main(["--pair", "tiny-random", "--methods", "autoregressive,vanilla", "--option", "vanilla.speculation_length=2",
+                       "--peers", "--suite", "gsm8k", "--limit", "1", "--max-new-tokens", "8", "--json", str(out), "--quiet"]) == 0
+    runs = {r["method"]: r for r in json.loads(out.read_text())["runs"]}
+    assert runs["vanilla"]["drafted"] <= 2 * runs["vanilla"]["iterations"] and runs["vanilla"]["matches_autoregressive"]

@@ -89,6 +89,9 @@ ANY = st.one_of(st.none(), st.booleans(), st.text(max_size=5), st.floats(allow_n
 PROMPTS = st.one_of(st.text(max_size=30), st.sampled_from(["abc\ud800", "", "  ", "def f(x):"]),
                     st.lists(st.integers(-2, 600), max_size=12), ANY)  # fmt: skip
 SMALL_COUNT = st.one_of(st.integers(-2, 10), ANY)  # valid values stay small, so every run is short
+OPTION_KEYS = st.sampled_from(["vanilla.speculation_length", "pearl.window", "pearl.concurrent", "sssd.sources", "sssd.datastore",
+                               "vanilla.nope", "nope.speculation_length", "speculation_length", ""])  # fmt: skip
+METHOD_OPTIONS = st.one_of(st.dictionaries(OPTION_KEYS, st.one_of(SMALL_COUNT, st.sampled_from(["both", "input"])), max_size=3), ANY)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -111,15 +114,15 @@ def test_the_library_runs_or_says_why(random_pair, method, prompt, max_new_token
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     prompt=PROMPTS, methods=st.one_of(st.lists(st.sampled_from(["autoregressive", "vanilla", "pearl", "nope"]), max_size=4), ANY),
-    k=SMALL_COUNT, max_new=SMALL_COUNT, temperature=st.one_of(st.floats(0, 2), ANY), top_p=st.one_of(st.floats(0, 1), ANY),
+    options=METHOD_OPTIONS, max_new=SMALL_COUNT, temperature=st.one_of(st.floats(0, 2), ANY), top_p=st.one_of(st.floats(0, 1), ANY),
     seed=st.one_of(st.integers(0, 10), ANY),
 )  # fmt: skip
-def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, k, max_new, temperature, top_p, seed):
+def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, options, max_new, temperature, top_p, seed):
     """What the app's race API does with its inputs (the handler's own steps, without a server)."""
     from specviz.ui.race import settings_from_widgets
 
     try:
-        race_settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
+        race_settings = settings_from_widgets(prompt, methods, options, max_new, temperature, top_p, seed)
         for race in run_race(perturbed_pair, race_settings, {}, threading.Event(), AppLimits()):
             pass
     except SpecvizError as e:
@@ -140,6 +143,12 @@ def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, k, m
         (["--report", "/proc/specviz-report"], "cannot write /proc/specviz-report/results.json"),
         (["--json", "."], "cannot write"),
         (["--max-new-tokens", "0", "--no-warmup"], "max_new_tokens must be from 1 to"),
+        (["--option", "sssd.speculation_length=99"], "--option 'sssd.speculation_length=99': 'sssd' is not among --methods"),
+        (["--methods", "sssd", "--option", "sssd.speculation_length=99"], "speculation_length must be from 1 to 64, got 99"),
+        (["--methods", "sssd", "--option", "sssd.sources=all"], "sources must be one of both, input, datastore"),
+        (["--methods", "sssd", "--option", "sssd.learner=1"], "no option 'learner'"),
+        (["--methods", "pearl", "--option", "pearl.concurrent=maybe"], "concurrent must be true or false"),
+        (["--methods", "vanilla", "--option", "vanilla:gamma=3"], "write METHOD.NAME=VALUE"),
     ],
 )
 def test_the_bench_cli_refuses_in_one_line(args, message, capsys):

@@ -72,7 +72,11 @@ def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
         (RaceSettings("hi", ()), "no method selected"),
         (RaceSettings("   ", ("vanilla",)), "the prompt is empty"),
         (RaceSettings("hi", ("vanilla",), max_new_tokens=100000), "max new tokens must be from 1 to 512"),
-        (RaceSettings("hi", ("vanilla",), speculation_length=17), "speculation length must be from 1 to 16"),
+        (RaceSettings("hi", ("vanilla",), options={"vanilla.speculation_length": 17}), "vanilla.speculation_length must be from 1 to 16"),
+        (RaceSettings("hi", ("sssd",), options={"sssd.speculation_length": 65}), "speculation_length must be from 1 to 64"),
+        (RaceSettings("hi", ("sssd",), options={"sssd.datastore": "/etc/passwd"}), "sssd has no option 'datastore' to set here"),
+        (RaceSettings("hi", ("vanilla",), options={"warp.speed": 3}), "unknown method 'warp'"),
+        (RaceSettings("hi", ("disco",), options={"disco.threshold": "high"}), "threshold must be a number"),
         (RaceSettings("hi", ("vanilla",) * 50), "lists vanilla more than once"),
         (RaceSettings("hi " * 1100, ("vanilla",), max_new_tokens=8), "tokens long; a race here takes at most 1024"),
         (RaceSettings("hi", ("warp_drive",)), "unknown method 'warp_drive'"),
@@ -147,3 +151,51 @@ def test_examples_come_from_shipped_suites_or_the_visitors_own_file(tmp_path):
     big.write_text("x\n" * 600_000)
     with pytest.raises(SpecvizError, match="at most 1 MB"):
         own_prompts(str(big))
+
+
+def test_each_method_runs_with_its_own_options(perturbed_pair):
+    """No shared slider: SSSD runs at its own tree size, vanilla at its own γ, each as set for it."""
+    from specviz.methods import get_method
+
+    methods, prompt = ("autoregressive", "vanilla", "sssd"), "one two three one two three one two three four five six four five six"
+    race = race_to_end(perturbed_pair, RaceSettings(prompt, methods, max_new_tokens=16))
+    runs = {r.name: r for r in race.runs}
+    assert runs["sssd"].options == {} and get_method("sssd").options().speculation_length == 8
+    assert max(r.speculation_length for r in runs["sssd"].records) == 8  # its default S, not vanilla's γ
+    assert max(r.speculation_length for r in runs["vanilla"].records) == 4
+    options = {"vanilla.speculation_length": 2, "sssd.speculation_length": 5.0, "sssd.sources": "input"}
+    race = race_to_end(perturbed_pair, RaceSettings(prompt, methods, max_new_tokens=16, options=options))
+    runs = {r.name: r for r in race.runs}
+    assert max(r.speculation_length for r in runs["vanilla"].records) == 2
+    assert runs["sssd"].options == {"speculation_length": 5, "sources": "input"}
+    assert max(r.speculation_length for r in runs["sssd"].records) == 5
+    assert len({plain_text(r.spans) for r in race.runs}) == 1  # still the target's text
+
+
+def test_the_option_widgets_come_from_the_options_classes():
+    """Every tunable option gets a widget with its range, default and help; file paths get none."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+
+    from specviz.methods import all_methods
+    from specviz.ui.options import method_option_widgets
+
+    with gr.Blocks():
+        ui = SimpleNamespace(specs=all_methods(), limits=AppLimits(), methods=gr.CheckboxGroup(["sssd"]))
+        method_option_widgets(ui, ["sssd"])
+    assert "autoregressive" not in ui.option_groups and ui.option_groups["sssd"].visible and not ui.option_groups["vanilla"].visible
+    def inside(block):
+        for child in getattr(block, "children", []):
+            yield child
+            yield from inside(child)
+
+    widgets = {(name, c.label): c for name, group in ui.option_groups.items() for c in inside(group) if hasattr(c, "info")}
+    size = widgets[("sssd", "speculation_length")]
+    assert isinstance(size, gr.Slider) and (size.minimum, size.maximum, size.value) == (1, AppLimits().tree_nodes, 8)
+    assert "tree nodes" in size.info
+    assert ("sssd", "datastore") not in widgets and ("streaming", "adapter") not in widgets and ("disco", "classifier") not in widgets
+    assert isinstance(widgets[("sssd", "sources")], gr.Dropdown) and isinstance(widgets[("pearl", "concurrent")], gr.Checkbox)
+    assert widgets[("vanilla", "speculation_length")].maximum == AppLimits().speculation_length
+    tuned = widgets[("disco", "threshold (empty: the tuned value)")]
+    assert isinstance(tuned, gr.Number) and tuned.value is None

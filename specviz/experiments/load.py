@@ -74,8 +74,8 @@ def start_app(pair: str, log: Path, env: dict[str, str]) -> tuple[subprocess.Pop
 
 
 def race_args(pair: str, methods: list[str], max_new_tokens: int, i: int) -> tuple:
-    """The /race API's inputs: pair, prompt, methods, speculation length, max new tokens, T, top-p, seed."""
-    return pair, PROMPTS[i % len(PROMPTS)], methods, 4, max_new_tokens, 0.0, 1.0, 0
+    """The /race API's inputs: pair, prompt, methods, method options (none: the defaults), max new tokens, T, top-p, seed."""
+    return pair, PROMPTS[i % len(PROMPTS)], methods, {}, max_new_tokens, 0.0, 1.0, 0
 
 
 def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
@@ -126,7 +126,7 @@ def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int
 
 def long_race(client: Any, cfg: argparse.Namespace, methods: list[str]) -> Any:
     """Submit a long race; return its job once a method streams (None: it finished first)."""
-    job = client.submit(cfg.pair, "Write a long story about a lighthouse keeper.", methods, 4, cfg.stop_tokens, 0.0, 1.0, 0,
+    job = client.submit(cfg.pair, "Write a long story about a lighthouse keeper.", methods, {}, cfg.stop_tokens, 0.0, 1.0, 0,
                         api_name="/race")  # fmt: skip
     deadline = time.monotonic() + 300
     while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:  # warm-up, then a method streams

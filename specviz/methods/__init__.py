@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.limits import check_count
 
 
 @dataclass(frozen=True)
@@ -98,8 +97,3 @@ def get_method(name: str) -> MethodSpec:
         raise SpecvizError(f"unknown method {name!r}. Known methods: {', '.join(method_names())}")
     return _REGISTRY[name]
 
-
-def check_positive_int(name: str, value: Any) -> None:
-    """Option validation shared by the methods' option dataclasses: a count of draft tokens, tree
-    nodes or n-gram length, from 1 to the library's bound (specviz.limits)."""
-    check_count(name, value)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import torch
 
 from specviz.decoding import Decoding
-from specviz.errors import SpecvizError
-from specviz.methods import check_positive_int, register
+from specviz.methods import register
 from specviz.methods.drafting import Draft, Drafter, ModelDrafter
+from specviz.methods.options import check_fields, count, number
 from specviz.methods.speculative import speculative_decoding
 from specviz.models.disco import DiscoModel, classifier_for, load_disco
 from specviz.records import IterationRecord
@@ -80,15 +80,12 @@ class ScoredDrafter:
 
 @dataclass(frozen=True)
 class DiscoOptions:
-    threshold: float | None = None  # tau in [0, 1]; None: the value tuned on validation text (in the classifier's card)
-    max_speculation_length: int | None = None  # SL_max; None: the tuned value
+    threshold: float | None = number(None, 0.0, 1.0)  # τ: draft while the classifier's P(accepted) is at least this; empty: the value tuned for the pair (in the classifier's card)
+    max_speculation_length: int | None = count(None, limit="speculation_length")  # SL_max: most tokens drafted per iteration; empty: the tuned value
     classifier: str = ""  # path to a classifier .safetensors; "": the pair's shipped one
 
     def __post_init__(self) -> None:
-        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
-            raise SpecvizError(f"threshold must be in [0, 1], got {self.threshold!r}")
-        if self.max_speculation_length is not None:
-            check_positive_int("max_speculation_length", self.max_speculation_length)
+        check_fields(self)
 
 
 @register(
@@ -111,13 +108,11 @@ def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
 
 @dataclass(frozen=True)
 class ConfidenceOptions:
-    threshold: float = 0.4  # stop drafting once the draft's top-1 probability is below this (HF's default)
-    max_speculation_length: int = 20  # SL_max (Hugging Face caps num_assistant_tokens at 20 too)
+    threshold: float = number(0.4, 0.0, 1.0)  # stop drafting once the draft's top-1 probability is below this (HF's default)
+    max_speculation_length: int = count(20, limit="speculation_length")  # SL_max: most tokens drafted per iteration (Hugging Face caps them at 20 too)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.threshold <= 1.0:
-            raise SpecvizError(f"threshold must be in [0, 1], got {self.threshold!r}")
-        check_positive_int("max_speculation_length", self.max_speculation_length)
+        check_fields(self)
 
 
 @register(

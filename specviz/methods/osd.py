@@ -15,19 +15,20 @@ from typing import Any
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
-from specviz.methods import check_positive_int, register
+from specviz.methods import register
 from specviz.methods.drafting import ModelDrafter, StaticLength
+from specviz.methods.options import check_fields, count
 from specviz.methods.speculative import speculative_decoding
 from specviz.records import IterationRecord
 
 
 @dataclass(frozen=True)
 class OsdOptions:
-    speculation_length: int = 4  # gamma: tokens drafted per iteration
+    speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration
     learner: Any = None  # the session's OnlineLearner, shared by a series of requests; None: no learning
 
     def __post_init__(self) -> None:
-        check_positive_int("speculation_length", self.speculation_length)
+        check_fields(self)
         from specviz.osd.learner import OnlineLearner
 
         if self.learner is not None and not isinstance(self.learner, OnlineLearner):

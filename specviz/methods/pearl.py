@@ -34,9 +34,9 @@ from typing import Any
 import torch
 
 from specviz.decoding import Decoding
-from specviz.limits import check_count
 from specviz.methods import register
 from specviz.methods.drafting import Draft, ModelDrafter, StaticLength
+from specviz.methods.options import check_fields, count
 from specviz.methods.pearl_lanes import Lanes, Round, TimedLM, busy, optimal_window
 from specviz.records import IterationRecord
 from specviz.verify import Verdict, verify
@@ -44,11 +44,11 @@ from specviz.verify import Verdict, verify
 
 @dataclass(frozen=True)
 class PearlOptions:
-    window: int = 0  # γ: tokens per drafting phase; 0 = round(c), c measured at the start (Theorem 1)
+    window: int = count(0, least=0, limit="speculation_length")  # γ: tokens per drafting phase; 0 = round(c), c measured at the start (Theorem 1)
     concurrent: bool = True  # draft and target at the same time (threads / CUDA streams); False: one after the other
 
     def __post_init__(self) -> None:
-        check_count("window (0: automatic, round(c))", self.window, least=0)
+        check_fields(self)
 
 
 class Pearl:

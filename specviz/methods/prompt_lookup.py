@@ -13,20 +13,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from specviz.decoding import Decoding
-from specviz.methods import check_positive_int, register
+from specviz.methods import register
 from specviz.methods.drafting import Draft, SpeculationPolicy, StaticLength
+from specviz.methods.options import check_fields, count
 from specviz.methods.speculative import speculative_decoding
 
 
 @dataclass(frozen=True)
 class PromptLookupOptions:
-    speculation_length: int = 4  # most tokens copied per iteration
-    max_ngram: int = 3  # longest suffix to match
-    min_ngram: int = 1  # shortest suffix to fall back to
+    speculation_length: int = count(4, limit="speculation_length")  # most tokens copied per iteration
+    max_ngram: int = count(3)  # longest suffix to match
+    min_ngram: int = count(1)  # shortest suffix to fall back to
 
     def __post_init__(self) -> None:
-        for name in ("speculation_length", "max_ngram", "min_ngram"):
-            check_positive_int(name, getattr(self, name))
+        check_fields(self)
 
 
 def ngram_continuation(ids: list[int], k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int]:

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from specviz.decoding import Decoding
-from specviz.methods import check_positive_int, register
+from specviz.methods import register
 from specviz.methods.drafting import Drafter, HeuristicLength, ModelDrafter, SpeculationPolicy, StaticLength, Updater
+from specviz.methods.options import check_fields, count
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
 from specviz.verify import verify
@@ -20,10 +21,10 @@ from specviz.verify import verify
 
 @dataclass(frozen=True)
 class SpeculativeOptions:
-    speculation_length: int = 4  # gamma: tokens drafted per iteration (the heuristic's starting value)
+    speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration (the heuristic's starting value)
 
     def __post_init__(self) -> None:
-        check_positive_int("speculation_length", self.speculation_length)
+        check_fields(self)
 
 
 def speculative_decoding(

@@ -21,8 +21,9 @@ from typing import Any
 from specviz.datastore import DEFAULT_PATH, Datastore, load_datastore, tokenizer_fingerprint
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
-from specviz.methods import check_positive_int, register
+from specviz.methods import register
 from specviz.methods.ngram_tree import FusionWeights, InputIndex, SourceConfig, TokenTree, scored_candidates, top_tree
+from specviz.methods.options import check_fields, choice, count, number
 from specviz.methods.trees import TreeContext, commit_tree, tree_step
 from specviz.models.kv import BatchCachedLM, CachedLM
 from specviz.records import IterationRecord
@@ -33,21 +34,16 @@ SOURCES = ("both", "input", "datastore")
 
 @dataclass(frozen=True)
 class SSSDOptions:
-    speculation_length: int = 16  # S: tree nodes the target verifies per iteration
-    max_depth: int = 8  # longest path in the tree (tokens drafted ahead)
-    sources: str = "both"  # "input" (prompt + own output), "datastore", or "both" fused
+    speculation_length: int = count(8, limit="tree_nodes")  # S: tree nodes the target verifies per iteration (8 is fastest on a CPU, 16-64 on a GPU)
+    max_depth: int = count(8)  # longest path in the tree (tokens drafted ahead)
+    sources: str = choice("both", SOURCES)  # "input" (prompt + own output), "datastore", or "both" fused
     datastore: str = "auto"  # "auto": the shipped one if it fits the tokenizer; "none"; or a .npz path
-    max_ngram: int = 3  # longest suffix matched in the prompt + own output
-    input_scale: float = FusionWeights.input_scale  # alpha: damping of the over-confident input source
-    input_depth_decay: float = FusionWeights.input_depth_decay  # input-source damping per tree level
+    max_ngram: int = count(3)  # longest suffix matched in the prompt + own output
+    input_scale: float = number(FusionWeights.input_scale, 0.01, 10.0)  # α: damping of the over-confident input source
+    input_depth_decay: float = number(FusionWeights.input_depth_decay, 0.01, 1.0)  # input-source damping per tree level
 
     def __post_init__(self) -> None:
-        for name in ("speculation_length", "max_depth", "max_ngram"):
-            check_positive_int(name, getattr(self, name))
-        if self.sources not in SOURCES:
-            raise SpecvizError(f"sources must be one of {', '.join(SOURCES)}, got {self.sources!r}")
-        if not (0 < self.input_scale and 0 < self.input_depth_decay <= 1):
-            raise SpecvizError("input_scale must be > 0 and input_depth_decay in (0, 1]")
+        check_fields(self)
 
     def weights(self) -> FusionWeights:
         return FusionWeights(input_scale=self.input_scale, input_depth_decay=self.input_depth_decay)

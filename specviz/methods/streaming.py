@@ -26,9 +26,9 @@ from torch import nn
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
-from specviz.limits import check_count
-from specviz.methods import check_positive_int, register
+from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
+from specviz.methods.options import check_fields, count
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
 from specviz.models.kv import CachedLM
@@ -40,15 +40,13 @@ ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target
 
 @dataclass(frozen=True)
 class StreamingOptions:
-    speculation_length: int = 4  # streams used per iteration (at most the adapter's gamma); 0: AR of the tuned model
-    tree_width: int = 1  # top tokens taken from each stream (1: a single path)
-    tree_nodes: int = 16  # most nodes in the tree (the best by product of stream probabilities)
+    speculation_length: int = count(4, least=0, limit="speculation_length")  # streams used per iteration (at most the adapter's γ); 0: the tuned model alone
+    tree_width: int = count(2)  # top tokens taken from each stream (1: a single path; 2 with 6 nodes is fastest on a CPU)
+    tree_nodes: int = count(6, limit="tree_nodes")  # most nodes in the tree (the best by product of stream probabilities)
     adapter: str = "auto"  # "auto": the shipped adapter trained for this target, else "untrained"; or a .safetensors path
 
     def __post_init__(self) -> None:
-        check_count("speculation_length (0: the tuned model alone)", self.speculation_length, least=0)
-        check_positive_int("tree_width", self.tree_width)
-        check_positive_int("tree_nodes", self.tree_nodes)
+        check_fields(self)
 
 
 _LOADED: weakref.WeakKeyDictionary[nn.Module, dict[str, msa.StreamingLM]] = weakref.WeakKeyDictionary()

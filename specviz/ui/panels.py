@@ -26,6 +26,7 @@ class MethodRun:
     status: str = "queued"  # queued | waiting (for its turn on the models) | running | done | stopped | skipped | error
     message: str = ""  # why it was skipped or failed
     note: str = ""  # a standing note on what the method is (e.g. what it is lossless against)
+    options: dict = field(default_factory=dict)  # the method's own options set for this race (the rest at their defaults)
     records: list[IterationRecord] = field(default_factory=list)
     spans: list[TokenSpan] = field(default_factory=list)
 
@@ -38,7 +39,7 @@ class Race:
     prompt: str
     prompt_ids: list[int]
     max_new_tokens: int
-    options: dict  # the shared options the methods were given (speculation_length, sampling)
+    options: dict  # the sampling settings every method was given (each method's own options are on its run)
     runs: list[MethodRun]
 
     def finished(self) -> list[MethodRun]:
@@ -81,6 +82,12 @@ def _metric(value: str, name: str, term: str | None = None) -> str:
     return f'<div class="sv-metric"><b>{value}</b><span>{label}</span></div>'
 
 
+def options_text(options: dict) -> str:
+    """The options a run was given away from its defaults, for its panel ("" when none)."""
+    shown = ", ".join(f"{k} = {'tuned' if v is None else v}" for k, v in options.items())
+    return f" · {shown}" if shown else ""
+
+
 def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) -> str:
     """One method's panel. Its spans carry their iteration's end time and the panel its finish time,
     so the page can replay every finished run on one clock without asking the server again."""
@@ -109,7 +116,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
         f' data-max="{max_new_tokens}"{replay}>'
         f'<div class="sv-panel-head"><h3>{html.escape(run.label)}</h3>'
         f'<span class="sv-status sv-{status}">{status}</span></div>'
-        f'<div class="sv-paper">{html.escape(run.paper)}</div>'
+        f'<div class="sv-paper">{html.escape(run.paper)}{html.escape(options_text(run.options))}</div>'
         f'<div class="sv-metrics">{metrics}</div>'
         f'<div class="sv-bar"><div style="width:{progress:.1f}%"></div></div>'
         f"{message}"

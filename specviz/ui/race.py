@@ -29,6 +29,7 @@ from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
+from specviz.ui.options import method_option_widgets
 from specviz.ui.pairs import resolve_pair
 from specviz.ui.panels import Race, panel_html
 from specviz.ui.racing import RaceSettings, run_race
@@ -96,18 +97,21 @@ def own_prompts(path: str | None) -> tuple[str, ...]:
     return tuple(p.text for p in load_prompt_file(Path(path)))[:OWN_SHOWN]
 
 
-def settings_from_widgets(prompt, methods, speculation_length, max_new_tokens, temperature, top_p, seed) -> RaceSettings:
-    """The one place widget values become a config (sliders send floats; the API may send anything)."""
+def settings_from_widgets(prompt, methods, method_options, max_new_tokens, temperature, top_p, seed) -> RaceSettings:
+    """The one place widget values become a config (sliders send floats; the API may send anything).
+    method_options: {"method.option": value} for the options changed from their defaults."""
     if prompt is not None and not isinstance(prompt, str):
         raise SpecvizError(f"the prompt must be text, got {type(prompt).__name__}")
     if not isinstance(methods, (list, tuple, type(None))) or not all(isinstance(m, str) for m in methods or ()):
         raise SpecvizError("methods must be a list of method names")
+    if not isinstance(method_options, (dict, type(None))) or not all(isinstance(k, str) for k in method_options or {}):
+        raise SpecvizError('method options must be an object of "method.option": value, e.g. {"sssd.speculation_length": 8}')
     try:
         return RaceSettings(
             prompt=prompt or "",
             methods=tuple(methods or ()),
             max_new_tokens=int(max_new_tokens),
-            speculation_length=int(speculation_length),
+            options=dict(method_options or {}),
             temperature=float(temperature),
             top_p=float(top_p),
             seed=int(seed or 0),
@@ -190,7 +194,8 @@ def _settings(ui: SimpleNamespace) -> None:
             with gr.Row():
                 ui.all_btn = gr.Button("All", size="sm", min_width=60)
                 ui.none_btn = gr.Button("None", size="sm", min_width=60)
-            ui.speculation_length = gr.Slider(1, limits.speculation_length, value=min(4, limits.speculation_length), step=1, label="Speculation length (draft tokens per iteration)")
+            with gr.Accordion("Options of the ticked methods (γ, tree size, thresholds…)", open=False, elem_id="sv-method-options"):
+                method_option_widgets(ui, defaults)
             ui.max_new = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1, label="Max new tokens",
                                    elem_id="sv-max-new")
             with gr.Accordion("Sampling", open=False):
@@ -259,10 +264,10 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
                 out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)
         return out
 
-    def race(pair_name, prompt, methods, k, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict,
+    def race(pair_name, prompt, methods, method_options, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict,
              request: gr.Request = None):  # fmt: skip
         try:
-            settings = settings_from_widgets(prompt, methods, k, max_new, temperature, top_p, seed)
+            settings = settings_from_widgets(prompt, methods, method_options, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
             pair, notice = resolve_pair(pair_name, ctx.allowed_pairs)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
@@ -293,7 +298,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         status = f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock."
         yield from finished_board(ctx, ui, race, status, {sessions_state: sessions})  # returned: the state's time-to-live restarts
 
-    inputs = [ctx.pair, ui.prompt, ui.methods, ui.speculation_length, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
+    inputs = [ctx.pair, ui.prompt, ui.methods, ui.method_options, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
     outputs = [*board_outputs(ctx, ui), sessions_state]
     ui.run_btn.click(
         ctx.gpu(race), inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method

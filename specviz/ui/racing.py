@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specviz.errors import SpecvizError
@@ -34,7 +34,7 @@ class RaceSettings:
     prompt: str
     methods: tuple[str, ...]  # registry names, raced in registry order (the baseline first)
     max_new_tokens: int = 128
-    speculation_length: int = 4  # shared option; methods without it ignore it
+    options: dict[str, Any] = field(default_factory=dict)  # "method.option" -> value (the bench's --option names); absent: the default
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int = 0
@@ -50,7 +50,30 @@ class RaceSettings:
         if not self.prompt or not self.prompt.strip():
             raise SpecvizError("the prompt is empty: type some text or pick an example")
         check_count("max new tokens", self.max_new_tokens, most=limits.max_new_tokens)
-        check_count("speculation length", self.speculation_length, most=limits.speculation_length)
+        for key in self.options:
+            self.method_options(key.partition(".")[0], limits)
+
+    def method_options(self, method: str, limits: AppLimits = AppLimits()) -> dict[str, Any]:
+        """The options given for `method`, each checked against its range and the app's limits.
+        Only tunable options (specviz.methods.options) may be set here: never a file path."""
+        from specviz.methods import get_method
+        from specviz.methods.options import option_fields
+
+        fields_ = {f.name: f for f in option_fields(get_method(method).options)}
+        out = {}
+        for key, value in self.options.items():
+            owner, _, name = key.partition(".")
+            if owner != method:
+                continue
+            if name not in fields_:
+                raise SpecvizError(f"{key}: {method} has no option {name!r} to set here (its options: {', '.join(fields_) or 'none'})")
+            f = fields_[name]
+            if f.kind == "int" and isinstance(value, float) and value.is_integer():
+                value = int(value)  # a slider's 8.0
+            out[name] = f.check(value)
+            if f.limit and out[name] is not None:
+                check_count(key, out[name], most=min(int(f.most), getattr(limits, f.limit)), least=int(f.least))
+        return out
 
     def sampling(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed, "max_new_tokens": self.max_new_tokens}
@@ -141,8 +164,7 @@ def run_race(
             f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "
             f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
         )
-    shared = {"speculation_length": settings.speculation_length}
-    race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, {**shared, **settings.sampling()}, [])
+    race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, settings.sampling(), [])
     generators = {}
     for spec in specs:
         run = MethodRun(spec.name, spec.label, spec.paper)
@@ -154,7 +176,8 @@ def run_race(
         key = (pair.name, spec.name)
         if key not in sessions:
             sessions[key] = new_session(spec, pair)
-        options = {**spec.select(shared), **sessions[key]}
+        run.options = settings.method_options(spec.name, limits)
+        options = {**run.options, **sessions[key]}
         against = spec.lossless_note(pair, options)
         run.note = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
         generators[spec.name] = specviz.run(spec.name, pair, prompt_ids, **settings.sampling(), **options)  # validates now

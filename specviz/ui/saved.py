@@ -40,7 +40,7 @@ def race_to_dict(race: Race) -> dict[str, Any]:
         "options": race.options,
         "runs": [
             {"name": r.name, "label": r.label, "paper": r.paper, "status": r.status, "message": r.message, "note": r.note,
-             "records": [x.to_dict() for x in r.records], "spans": [asdict(s) for s in r.spans]}
+             "options": r.options, "records": [x.to_dict() for x in r.records], "spans": [asdict(s) for s in r.spans]}
             for r in race.runs
         ],
     }  # fmt: skip
@@ -94,10 +94,17 @@ def _run(data: Any, methods: tuple[str, ...]) -> MethodRun:
         raise SpecvizError(f"run '{name}' has status {status[:20]!r}; a saved race's runs are {', '.join(STATUSES)}")
     return MethodRun(
         name=name, label=_field(data, "label", str), paper=_field(data, "paper", str), status=status,
-        message=_field(data, "message", str), note=_field(data, "note", str),
+        message=_field(data, "message", str), note=_field(data, "note", str), options=_options(data.get("options", {}), name),
         records=[_record(r, name) for r in _field(data, "records", list)],
         spans=[_span(s, name) for s in _field(data, "spans", list)],
     )  # fmt: skip
+
+
+def _options(data: Any, method: str) -> dict[str, Any]:
+    """A run's own options (absent in races saved before they were kept): plain names and values."""
+    if not (isinstance(data, dict) and all(isinstance(k, str) and (v is None or isinstance(v, (bool, str)) or _is_real(v)) for k, v in data.items())):
+        raise SpecvizError(f"run '{method}': 'options' must map option names to numbers, true/false or text")
+    return data
 
 
 def _record(data: Any, method: str) -> IterationRecord:

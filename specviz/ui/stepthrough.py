@@ -91,7 +91,7 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
             i = min(max(0, int(iteration or 1) - 1 + move), len(run.records) - 1)  # the box counts from 1
             pair = ctx.load_pair(pair_name)
             if pair.name == race.pair:  # the race's models are here: rerun for whole distributions
-                step = explain_iteration(run.records, i, race.prompt_ids, race.options, pair=pair, recompute=recompute_for(get_method(method), pair, race.options))
+                step = explain_iteration(run.records, i, race.prompt_ids, race.options, pair=pair, recompute=recompute_for(get_method(method), pair, {**race.options, **run.options}))
             else:  # a race loaded from a file: its records, and the token texts its board showed
                 texts = span_texts(race, method)
                 step = explain_iteration(run.records, i, race.prompt_ids, race.options, token_text=lambda t: texts.get(t, f"#{t}"))

@@ -1,0 +1,130 @@
+"""A method's options, declared once: the range of each field, checked by the library, drawn as a
+widget by the app and parsed from the bench's `--option METHOD.NAME=VALUE`.
+
+An options dataclass marks a tunable field with `count(...)`, `number(...)` or `choice(...)`; its
+help text is the field's end-of-line comment. Fields without a mark (a bool aside) are for the
+library and the CLI only: file paths and live objects (OSD's learner) never become widgets, so a
+visitor of a public page cannot point a method at a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from specviz.errors import SpecvizError
+from specviz.limits import MAX_SPECULATION_LENGTH, check_count, check_number
+
+
+def count(default: int | None, least: int = 1, most: int = MAX_SPECULATION_LENGTH, limit: str = "") -> Any:
+    """A whole-number option in [least, most]; `limit`: the AppLimits field that bounds it further
+    in the app (e.g. "speculation_length", "tree_nodes"). None as default: the method chooses."""
+    return dataclasses.field(default=default, metadata={"kind": "int", "range": (least, most), "limit": limit})
+
+
+def number(default: float | None, least: float, most: float) -> Any:
+    """A real-valued option in [least, most]. None as default: the method chooses."""
+    return dataclasses.field(default=default, metadata={"kind": "float", "range": (least, most)})
+
+
+def choice(default: str, choices: tuple[str, ...]) -> Any:
+    """One of a few named values."""
+    return dataclasses.field(default=default, metadata={"kind": "choice", "choices": tuple(choices)})
+
+
+@dataclass(frozen=True)
+class OptionField:
+    """One tunable option of one method, as a widget or a flag needs it."""
+
+    name: str
+    kind: str  # "int", "float", "bool", "choice", or "text" (a file path: the library and the CLI only)
+    default: Any  # None: the method chooses (e.g. DISCO's tuned threshold)
+    least: float = 0
+    most: float = 0
+    choices: tuple[str, ...] = ()
+    limit: str = ""  # the AppLimits field bounding an int option in the app ("": only `most`)
+    help: str = ""
+
+    def check(self, value: Any) -> Any:
+        """`value` if it is allowed, else a SpecvizError naming the option and its range."""
+        if value is None and self.default is None:
+            return None
+        if self.kind == "int":
+            return check_count(self.name, value, most=int(self.most), least=int(self.least))
+        if self.kind == "float":
+            return check_number(self.name, value, self.least, self.most)
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise SpecvizError(f"{self.name} must be true or false, got {value!r}")
+            return value
+        if self.kind == "text":
+            if not isinstance(value, str):
+                raise SpecvizError(f"{self.name} must be text, got {value!r}")
+            return value
+        if value not in self.choices:
+            raise SpecvizError(f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}")
+        return value
+
+    def parse(self, text: str) -> Any:
+        """A value typed on the command line."""
+        text = text.strip()
+        if self.default is None and text.lower() in ("", "none", "auto"):
+            return None
+        try:
+            if self.kind == "int":
+                return self.check(int(text))
+            if self.kind == "float":
+                return self.check(float(text))
+        except ValueError:
+            raise SpecvizError(f"{self.name} must be a number, got {text!r}") from None
+        if self.kind == "bool":
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise SpecvizError(f"{self.name} must be true or false, got {text!r}")
+            return text.lower() in ("true", "1", "yes")
+        return self.check(text)
+
+
+def parse_option(cls: type, name: str, text: str) -> Any:
+    """The value of option `name` of options class `cls` typed as text (a CLI flag), typed and
+    checked; a text field (a file path) as it is; anything else refused."""
+    settable = {f.name: f for f in option_fields(cls, text=True)}
+    if name not in settable:
+        raise SpecvizError(f"no option {name!r} to set here (its options: {', '.join(settable) or 'none'})")
+    return settable[name].parse(text)
+
+
+def check_fields(options: Any) -> None:
+    """Check every marked field of an options dataclass instance (call it from __post_init__)."""
+    for f in option_fields(type(options)):
+        f.check(getattr(options, f.name))
+
+
+@cache
+def option_fields(cls: type, text: bool = False) -> tuple[OptionField, ...]:
+    """The tunable fields of an options dataclass, in declaration order, each with its help;
+    `text`: also its text fields (file paths), which only the library and the CLI may set."""
+    comments = _field_comments(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        meta, help_ = f.metadata, comments.get(f.name, "")
+        if "kind" in meta:
+            least, most = meta.get("range", (0, 0))
+            out.append(OptionField(f.name, meta["kind"], f.default, least, most, meta.get("choices", ()), meta.get("limit", ""), help_))
+        elif isinstance(f.default, bool):
+            out.append(OptionField(f.name, "bool", f.default, help=help_))
+        elif text and isinstance(f.default, str):
+            out.append(OptionField(f.name, "text", f.default, help=help_))
+    return tuple(out)
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """name -> the end-of-line comment of its declaration in the class body."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # defined where no source is kept (e.g. an interactive session)
+        return {}
+    return dict(re.findall(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+?)\s*$", source, flags=re.M))

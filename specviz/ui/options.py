@@ -1,0 +1,53 @@
+"""Each method's own options as widgets, generated from its options dataclass
+(`specviz.methods.options`): name, range, default and help come from the dataclass, the upper
+bound also from the app's limits. The widgets write into one JSON value, {"method.option": value},
+the race's `method_options` input: the same names as the bench's `--option`."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from specviz.limits import AppLimits
+from specviz.methods.options import OptionField, option_fields
+
+
+def option_widget(f: OptionField, limits: AppLimits) -> gr.Component:
+    """One option's widget: a slider for a number with a default, a number box for one the method
+    tunes itself when left empty, a checkbox or a dropdown."""
+    most = min(f.most, getattr(limits, f.limit)) if f.limit else f.most
+    if f.kind == "bool":
+        return gr.Checkbox(f.default, label=f.name, info=f.help)
+    if f.kind == "choice":
+        return gr.Dropdown(list(f.choices), value=f.default, label=f.name, info=f.help)
+    if f.default is None:
+        return gr.Number(None, label=f"{f.name} (empty: the tuned value)", info=f.help, minimum=f.least, maximum=most,
+                         precision=0 if f.kind == "int" else None)  # fmt: skip
+    step = 1 if f.kind == "int" else 0.01
+    return gr.Slider(f.least, most, value=f.default, step=step, label=f.name, info=f.help)
+
+
+def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
+    """Per method with options, a group of its widgets, shown while the method is ticked;
+    `ui.method_options` holds what the visitor changed, `ui.option_groups` the groups."""
+    ui.method_options = gr.JSON({}, label="method_options", visible=False)
+    ui.option_groups = {}
+    for spec in ui.specs:
+        fields = option_fields(spec.options)
+        if not fields:
+            continue
+        with gr.Group(visible=spec.name in ticked) as ui.option_groups[spec.name]:
+            gr.Markdown(f"**{spec.label}**", elem_classes="sv-option-head")
+            for f in fields:
+                widget = option_widget(f, ui.limits)
+                key = json.dumps(f"{spec.name}.{f.name}")
+                widget.change(None, [ui.method_options, widget], ui.method_options, js=f"(o, v) => Object.assign({{}}, o || {{}}, {{{key}: v}})")
+    groups = ui.option_groups
+
+    def show(methods: list[str] | None) -> list[Any]:
+        return [gr.update(visible=name in (methods or ())) for name in groups]
+
+    ui.methods.change(show, ui.methods, list(groups.values()), queue=False, api_visibility="private")
