@@ -98,3 +98,10 @@ def test_the_held_out_speedups_meet_the_issue_goal_on_both_gpus():
         assert len(errors) == 6 and sum(abs(e) <= 0.15 for e in errors) >= 5
     rtx = [r["error"] for r in rows if r["chip"] == "RTX 3090"]
     assert min(rtx) < 0 < max(rtx)
+    within = pub.held_out_within(pub.comparison())
+    assert {chip: len(methods) for chip, (methods, _) in within.items()} == {
+        chip: sum(abs(e["error"]) <= 0.15 for e in rows if e["chip"] == chip) for chip in ("A100 80GB", "RTX 3090")}
+    from specviz.ui.theory import calibration_note
+
+    note = calibration_note("HF eager")  # the Theory tab says the same, computed, not read from a report
+    assert all(f"{chip} {len(methods)} of {held}" in note for chip, (methods, held) in within.items())
