@@ -67,7 +67,9 @@ def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: boo
                          "iterations": s.iterations, "output_ids": list(s.output_ids)})
             iterations += [{"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
                             "iteration": r.iteration, "position": r.position, "speculation_length": r.speculation_length,
-                            "accepted": r.accepted, "oracle_sl": r.oracle_sl} for r in result.records]
+                            "accepted": r.accepted, "oracle_sl": r.oracle_sl, "ms": round(1e3 * (r.t_end - r.t_start), 3),
+                            "draft_ms": round(r.draft_ms, 3), "verify_ms": round(r.verify_ms, 3),
+                            "draft_forwards": r.draft_forwards} for r in result.records]
             bar.update()
     bar.close()
     reference = {r["prompt_id"]: r["output_ids"] for r in runs if r["method"] == "autoregressive"}
