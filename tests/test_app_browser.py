@@ -251,7 +251,7 @@ def test_a_prompt_file_of_ones_own_becomes_the_examples(page, tmp_path):
 
 
 def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
-    set_race(page, "def add(a, b):", {"Autoregressive": 1, "Vanilla SD": 1}, 12)
+    set_race(page, "def add(a, b):", {"Autoregressive": 1, "Vanilla SD": 1, "DISCO": 1}, 12)
     page.click("#sv-method-options")  # the accordion
     group = page.locator("#sv-method-options .block:has-text('Vanilla SD')").first
     slider = page.locator("#sv-method-options").get_by_label("number input for speculation_length").first
@@ -265,3 +265,5 @@ def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
     vanilla = page.locator("#sv-board .sv-panel[data-method=vanilla] .sv-paper")
     assert "speculation_length = 2" in vanilla.inner_text()
     assert "speculation_length" not in page.locator("#sv-board .sv-panel[data-method=autoregressive] .sv-paper").inner_text()
+    disco = page.locator("#sv-board .sv-panel[data-method=disco]")  # its empty boxes: the tuned τ and SL_max
+    assert "sv-done" in disco.get_attribute("class") and "threshold" not in disco.locator(".sv-paper").inner_text()

@@ -77,6 +77,7 @@ def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
         (RaceSettings("hi", ("sssd",), options={"sssd.datastore": "/etc/passwd"}), "sssd has no option 'datastore' to set here"),
         (RaceSettings("hi", ("vanilla",), options={"warp.speed": 3}), "unknown method 'warp'"),
         (RaceSettings("hi", ("disco",), options={"disco.threshold": "high"}), "threshold must be a number"),
+        (RaceSettings("hi", ("disco",), options={"disco.max_speculation_length": "0"}), "max_speculation_length must be from 1"),
         (RaceSettings("hi", ("vanilla",) * 50), "lists vanilla more than once"),
         (RaceSettings("hi " * 1100, ("vanilla",), max_new_tokens=8), "tokens long; a race here takes at most 1024"),
         (RaceSettings("hi", ("warp_drive",)), "unknown method 'warp_drive'"),
@@ -163,7 +164,7 @@ def test_each_method_runs_with_its_own_options(perturbed_pair):
     assert runs["sssd"].options == {} and get_method("sssd").options().speculation_length == 8
     assert max(r.speculation_length for r in runs["sssd"].records) == 8  # its default S, not vanilla's γ
     assert max(r.speculation_length for r in runs["vanilla"].records) == 4
-    options = {"vanilla.speculation_length": 2, "sssd.speculation_length": 5.0, "sssd.sources": "input"}
+    options = {"vanilla.speculation_length": 2, "sssd.speculation_length": 5.0, "sssd.sources": "input", "disco.threshold": ""}
     race = race_to_end(perturbed_pair, RaceSettings(prompt, methods, max_new_tokens=16, options=options))
     runs = {r.name: r for r in race.runs}
     assert max(r.speculation_length for r in runs["vanilla"].records) == 2
@@ -198,4 +199,4 @@ def test_the_option_widgets_come_from_the_options_classes():
     assert isinstance(widgets[("sssd", "sources")], gr.Dropdown) and isinstance(widgets[("pearl", "concurrent")], gr.Checkbox)
     assert widgets[("vanilla", "speculation_length")].maximum == AppLimits().speculation_length
     tuned = widgets[("disco", "threshold (empty: the tuned value)")]
-    assert isinstance(tuned, gr.Number) and tuned.value is None
+    assert isinstance(tuned, gr.Textbox) and tuned.value == ""  # empty: the classifier's tuned τ

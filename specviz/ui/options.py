@@ -16,7 +16,7 @@ from specviz.methods.options import OptionField, option_fields
 
 
 def option_widget(f: OptionField, limits: AppLimits) -> gr.Component:
-    """One option's widget: a slider for a number with a default, a number box for one the method
+    """One option's widget: a slider for a number with a default, a text box for one the method
     tunes itself when left empty, a checkbox or a dropdown."""
     most = min(f.most, getattr(limits, f.limit)) if f.limit else f.most
     if f.kind == "bool":
@@ -24,8 +24,8 @@ def option_widget(f: OptionField, limits: AppLimits) -> gr.Component:
     if f.kind == "choice":
         return gr.Dropdown(list(f.choices), value=f.default, label=f.name, info=f.help)
     if f.default is None:
-        return gr.Number(None, label=f"{f.name} (empty: the tuned value)", info=f.help, minimum=f.least, maximum=most,
-                         precision=0 if f.kind == "int" else None)  # fmt: skip
+        # text, not gr.Number: a number box shows 0 for "no value", which would read as a setting
+        return gr.Textbox("", label=f"{f.name} (empty: the tuned value)", info=f"{f.help} ({f.least:g} to {most:g})", placeholder="tuned")
     step = 1 if f.kind == "int" else 0.01
     return gr.Slider(f.least, most, value=f.default, step=step, label=f.name, info=f.help)
 
@@ -40,7 +40,7 @@ def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
         if not fields:
             continue
         with gr.Group(visible=spec.name in ticked) as ui.option_groups[spec.name]:
-            gr.Markdown(f"**{spec.label}**", elem_classes="sv-option-head")
+            gr.Markdown(f"**{spec.label}**: {spec.description}", elem_classes="sv-option-head")
             for f in fields:
                 widget = option_widget(f, ui.limits)
                 key = json.dumps(f"{spec.name}.{f.name}")

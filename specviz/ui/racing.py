@@ -70,7 +70,7 @@ class RaceSettings:
             f = fields_[name]
             if f.kind == "int" and isinstance(value, float) and value.is_integer():
                 value = int(value)  # a slider's 8.0
-            out[name] = f.check(value)
+            out[name] = f.parse(value) if isinstance(value, str) and f.kind in ("int", "float") else f.check(value)  # a text box's "0.9"
             if f.limit and out[name] is not None:
                 check_count(key, out[name], most=min(int(f.most), getattr(limits, f.limit)), least=int(f.least))
         return out
