@@ -70,7 +70,7 @@ class OptionField:
         return value
 
     def parse(self, text: str) -> Any:
-        """A value typed on the command line."""
+        """A value typed as text (a command-line flag, a text box of the app)."""
         text = text.strip()
         if self.default is None and text.lower() in ("", "none", "auto"):
             return None

@@ -35,16 +35,17 @@ def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
     `ui.method_options` holds what the visitor changed, `ui.option_groups` the groups."""
     ui.method_options = gr.JSON({}, label="method_options", visible=False)
     ui.option_groups = {}
-    for spec in ui.specs:
-        fields = option_fields(spec.options)
-        if not fields:
-            continue
-        with gr.Group(visible=spec.name in ticked) as ui.option_groups[spec.name]:
-            gr.Markdown(f"**{spec.label}**: {spec.description}", elem_classes="sv-option-head")
-            for f in fields:
-                widget = option_widget(f, ui.limits)
-                key = json.dumps(f"{spec.name}.{f.name}")
-                widget.change(None, [ui.method_options, widget], ui.method_options, js=f"(o, v) => Object.assign({{}}, o || {{}}, {{{key}: v}})")
+    with gr.Row(equal_height=False):  # one column per method, side by side, wrapping on narrow screens
+        for spec in ui.specs:
+            fields = option_fields(spec.options)
+            if not fields:
+                continue
+            with gr.Column(visible=spec.name in ticked, min_width=300, variant="panel") as ui.option_groups[spec.name]:
+                gr.Markdown(f"**{spec.label}**: {spec.description}", elem_classes="sv-option-head")
+                for f in fields:
+                    widget = option_widget(f, ui.limits)
+                    key = json.dumps(f"{spec.name}.{f.name}")
+                    widget.change(None, [ui.method_options, widget], ui.method_options, js=f"(o, v) => Object.assign({{}}, o || {{}}, {{{key}: v}})")
     groups = ui.option_groups
 
     def show(methods: list[str] | None) -> list[Any]:

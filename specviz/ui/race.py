@@ -179,7 +179,7 @@ def _settings(ui: SimpleNamespace) -> None:
         with gr.Column(scale=3):
             ui.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=5, max_lines=12, elem_id="sv-prompt")
             with gr.Row():
-                ui.suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=140)
+                ui.suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=170)
                 ui.example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
                 ui.shuffle = gr.Button("Shuffle", scale=0, min_width=90)
             with gr.Accordion("Your own prompts", open=False):
@@ -194,14 +194,15 @@ def _settings(ui: SimpleNamespace) -> None:
             with gr.Row():
                 ui.all_btn = gr.Button("All", size="sm", min_width=60)
                 ui.none_btn = gr.Button("None", size="sm", min_width=60)
-            with gr.Accordion("Options of the ticked methods (γ, tree size, thresholds…)", open=False, elem_id="sv-method-options"):
-                method_option_widgets(ui, defaults)
             ui.max_new = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1, label="Max new tokens",
                                    elem_id="sv-max-new")
             with gr.Accordion("Sampling", open=False):
                 ui.temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                 ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                 ui.seed = gr.Number(0, precision=0, label="Seed")
+    with gr.Accordion("Options of the ticked methods (γ, tree size, thresholds…); each runs at its own defaults unless changed here",
+                      open=False, elem_id="sv-method-options"):
+        method_option_widgets(ui, defaults)
 
 
 def _board(ui: SimpleNamespace) -> None:
