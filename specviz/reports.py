@@ -35,7 +35,9 @@ def markdown(result: dict[str, Any], command: str | None = None) -> str:
         + (f" ({dev['gpu']})" if dev.get("gpu") else "") + f", torch {dev.get('torch', '?')}",
         f"- prompts: {len(cfg.get('prompts', []))}, max {cfg.get('max_new_tokens')} new tokens, "
         + ("greedy" if not cfg.get("temperature") else f"temperature {cfg['temperature']}")
-        + f", γ = {cfg.get('speculation_length')}, repeats {cfg.get('repeats')}",
+        + f", speculation length {cfg.get('speculation_length') or 'each method’s own'}"
+        + "".join(f", {m}.{k} = {v}" for m, opts in (cfg.get("options") or {}).items() for k, v in opts.items())
+        + f", repeats {cfg.get('repeats')}",
         "- speedup = tokens/s ÷ our autoregressive tokens/s (all prompts); × peer = median over prompts of "
         "our tokens/s ÷ the Hugging Face peer's on the same prompt, measured back to back",
         "",
