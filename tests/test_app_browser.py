@@ -230,7 +230,7 @@ def test_plot_titles_are_not_covered_at_desktop_and_phone_widths(page, width):
             block.scroll_into_view_if_needed()
             title = block.locator(".gtitle").first.bounding_box()
             assert title, plot
-            covers = [block.locator("[data-testid='block-label']"), block.locator(".legend")]
+            covers = [block.locator("[data-testid='block-label']"), block.locator(".legend"), block.locator(".modebar-container:visible")]
             for loc in covers:
                 for i in range(loc.count()):
                     assert not _overlap(title, loc.nth(i).bounding_box()), (plot, width)

@@ -67,6 +67,8 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
 .sv-track { display: grid; grid-template-columns: 11rem 1fr 6rem; gap: 4px 10px; align-items: center; margin: 6px 0 12px 0; }
 .sv-track .sv-bar { margin: 0; height: 12px; border-radius: 6px; }
 .sv-track .sv-finish { font-variant-numeric: tabular-nums; font-size: .9rem; }
+/* On a phone plotly's toolbar sits over the plot titles; zoom and pan by touch need no toolbar. */
+@media (max-width: 640px) { .js-plotly-plot .modebar-container { display: none !important; } }
 """
 
 
