@@ -64,6 +64,8 @@ BAD = {
     "prompt_ids": lambda d: d.update(prompt_ids=[True]),
     "options": lambda d: d["options"].update(temperature="hot"),
     "twice": lambda d: d["runs"].append(d["runs"][0]),
+    "has no option 'datastore'": lambda d: d["runs"][1].update(name="sssd", options={"datastore": "/etc/passwd"}),
+    "vanilla.speculation_length must be from 1 to 16": lambda d: d["runs"][1].update(options={"speculation_length": 20}),
     "1 to 3": lambda d: d["runs"].extend(d["runs"]),
 }
 

@@ -49,6 +49,10 @@ class OptionField:
     limit: str = ""  # the AppLimits field bounding an int option in the app ("": only `most`)
     help: str = ""
 
+    def bound(self, limits: Any) -> float:
+        """The largest value allowed where `limits` (the app's AppLimits) also apply."""
+        return min(self.most, getattr(limits, self.limit)) if self.limit else self.most
+
     def check(self, value: Any) -> Any:
         """`value` if it is allowed, else a SpecvizError naming the option and its range."""
         if value is None and self.default is None:

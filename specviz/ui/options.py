@@ -18,7 +18,7 @@ from specviz.methods.options import OptionField, option_fields
 def option_widget(f: OptionField, limits: AppLimits) -> gr.Component:
     """One option's widget: a slider for a number with a default, a text box for one the method
     tunes itself when left empty, a checkbox or a dropdown."""
-    most = min(f.most, getattr(limits, f.limit)) if f.limit else f.most
+    most = f.bound(limits)
     if f.kind == "bool":
         return gr.Checkbox(f.default, label=f.name, info=f.help)
     if f.kind == "choice":

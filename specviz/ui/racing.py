@@ -50,33 +50,37 @@ class RaceSettings:
         if not self.prompt or not self.prompt.strip():
             raise SpecvizError("the prompt is empty: type some text or pick an example")
         check_count("max new tokens", self.max_new_tokens, most=limits.max_new_tokens)
-        for key in self.options:
-            self.method_options(key.partition(".")[0], limits)
+        for method in {key.partition(".")[0] for key in self.options}:
+            self.method_options(method, limits)
 
     def method_options(self, method: str, limits: AppLimits = AppLimits()) -> dict[str, Any]:
-        """The options given for `method`, each checked against its range and the app's limits.
-        Only tunable options (specviz.methods.options) may be set here: never a file path."""
-        from specviz.methods import get_method
-        from specviz.methods.options import option_fields
-
-        fields_ = {f.name: f for f in option_fields(get_method(method).options)}
-        out = {}
-        for key, value in self.options.items():
-            owner, _, name = key.partition(".")
-            if owner != method:
-                continue
-            if name not in fields_:
-                raise SpecvizError(f"{key}: {method} has no option {name!r} to set here (its options: {', '.join(fields_) or 'none'})")
-            f = fields_[name]
-            if f.kind == "int" and isinstance(value, float) and value.is_integer():
-                value = int(value)  # a slider's 8.0
-            out[name] = f.parse(value) if isinstance(value, str) and f.kind in ("int", "float") else f.check(value)  # a text box's "0.9"
-            if f.limit and out[name] is not None:
-                check_count(key, out[name], most=min(int(f.most), getattr(limits, f.limit)), least=int(f.least))
-        return out
+        """The options given for `method` ("method.option" keys), checked by `app_options`."""
+        mine = {key.partition(".")[2]: value for key, value in self.options.items() if key.partition(".")[0] == method}
+        return app_options(method, mine, limits)
 
     def sampling(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed, "max_new_tokens": self.max_new_tokens}
+
+
+def app_options(method: str, values: dict[str, Any], limits: AppLimits = AppLimits()) -> dict[str, Any]:
+    """`values` ({option: value}) of one method, each checked against its range and the app's limits.
+    Only tunable options (specviz.methods.options) may come from a visitor (the page, the API, a saved
+    race): never a file path or an object."""
+    from specviz.methods import get_method
+    from specviz.methods.options import option_fields
+
+    fields_ = {f.name: f for f in option_fields(get_method(method).options)}
+    out = {}
+    for name, value in values.items():
+        if name not in fields_:
+            raise SpecvizError(f"{method}.{name}: {method} has no option {name!r} to set here (its options: {', '.join(fields_) or 'none'})")
+        f = fields_[name]
+        if f.kind == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)  # a slider's 8.0
+        out[name] = f.parse(value) if isinstance(value, str) and f.kind in ("int", "float") else f.check(value)  # a text box's "0.9"
+        if out[name] is not None and f.kind == "int":
+            check_count(f"{method}.{name}", out[name], most=int(f.bound(limits)), least=int(f.least))
+    return out
 
 
 def skip_reason(spec: Any, pair: Any, settings: RaceSettings) -> str | None:

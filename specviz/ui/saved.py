@@ -17,6 +17,7 @@ from typing import Any
 from specviz.errors import SpecvizError
 from specviz.records import IterationRecord
 from specviz.ui.panels import MethodRun, Race
+from specviz.ui.racing import app_options
 from specviz.ui.tokens import TokenSpan
 
 FORMAT = "specviz-race"
@@ -101,10 +102,11 @@ def _run(data: Any, methods: tuple[str, ...]) -> MethodRun:
 
 
 def _options(data: Any, method: str) -> dict[str, Any]:
-    """A run's own options (absent in races saved before they were kept): plain names and values."""
-    if not (isinstance(data, dict) and all(isinstance(k, str) and (v is None or isinstance(v, (bool, str)) or _is_real(v)) for k, v in data.items())):
-        raise SpecvizError(f"run '{method}': 'options' must map option names to numbers, true/false or text")
-    return data
+    """A run's own options (absent in races saved before they were kept), checked as the race checks
+    a visitor's: a file from a stranger names no file path for the step-through to load."""
+    if not (isinstance(data, dict) and all(isinstance(k, str) for k in data)):
+        raise SpecvizError(f"run '{method}': 'options' must map option names to values")
+    return app_options(method, data)
 
 
 def _record(data: Any, method: str) -> IterationRecord:
