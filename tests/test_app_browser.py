@@ -255,6 +255,7 @@ def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
     page.click("#sv-method-options")  # the accordion
     group = page.locator("#sv-method-options .block:has-text('Vanilla SD')").first
     slider = page.locator("#sv-method-options").get_by_label("number input for speculation_length").first
+    slider.wait_for(state="visible")  # the accordion opens and the ticked methods' columns show after a round trip
     assert slider.is_visible() and slider.input_value() == "4"  # vanilla's default γ
     assert not page.locator("#sv-method-options").get_by_text("SSSD (n-gram tree)").is_visible()  # SSSD is not ticked
     assert group.is_visible()
