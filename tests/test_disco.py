@@ -182,3 +182,18 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
     assert "tiny-perturbed" in tab.card_markdown(out["classifier"])
     shipped = classifier_for("default")  # the sliders show the tuned values the run uses
     assert tab.tuned_values("default") == (shipped.threshold, shipped.max_speculation_length)
+
+
+def test_the_oracle_histogram_reads_on_a_phone():
+    """A tick per token up to 18 stood on end at 390 px: a level tick every 2 tokens; the legend
+    keeps the mean even for one suite (plotly hides a single trace's legend)."""
+    import pandas as pd
+
+    from specviz.plots.disco import oracle_sl_histogram
+
+    df = pd.DataFrame({"suite": "this prompt", "oracle_sl": [0, 1, 3, 18, 2, 0, 7]})
+    fig = oracle_sl_histogram(df)
+    axis = fig.layout.xaxis
+    assert axis.dtick == 2 and axis.tickangle == 0 and axis.automargin
+    assert "tokens" in axis.title.text and "%" in fig.layout.yaxis.title.text
+    assert fig.data[0].showlegend and "mean 4.4" in fig.data[0].name and fig.layout.legend.orientation == "h"

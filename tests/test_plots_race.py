@@ -79,6 +79,14 @@ def test_accepted_histogram_shares_sum_to_one(frame, recorded):
     assert vanilla.get(0, 0) == pytest.approx(sum(r.accepted == 0 for r in recorded["vanilla"]) / n)
 
 
+def test_histogram_ticks_stay_few_and_level_on_a_phone(frame):
+    """Up to 18 accepted tokens: a tick every 2 (a tick per token stood on end, unreadable at 390 px)."""
+    long = frame.assign(accepted=frame["accepted"].where(frame["method"] != "vanilla", 18))
+    axis = accepted_histogram(long).layout.xaxis
+    assert axis.dtick == 2 and axis.tickangle == 0 and axis.automargin
+    assert accepted_histogram(frame).layout.xaxis.dtick == 1  # a short race keeps a tick per token
+
+
 def test_speculation_length_vs_oracle(frame, recorded):
     fig = check_figure(speculation_length_vs_oracle(frame, "vanilla"), ["chosen (drafted)", "accepted", "oracle (draft guesses that would be accepted)"])
     assert fig.layout.title.subtitle.text.startswith("Vanilla SD · oracle:")  # the method and what the oracle is, without cutting the title

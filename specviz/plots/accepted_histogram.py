@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.plots.frame import method_order
-from specviz.plots.theme import METHOD_COLOURS, empty, finish
+from specviz.plots.theme import METHOD_COLOURS, count_ticks, empty, finish
 
 TITLE = "Accepted draft tokens per iteration"
 PATTERNS = ["", "/", "\\", "x", ".", "+", "-", "|"]  # a second cue beside colour
@@ -31,6 +31,6 @@ def accepted_histogram(df: pd.DataFrame) -> go.Figure:
             )
         )  # fmt: skip
     fig.update_layout(barmode="group")
-    fig.update_xaxes(dtick=1)
+    count_ticks(fig, df["accepted"].max())
     fig.update_yaxes(tickformat=".0%")
     return finish(fig, TITLE, "draft tokens accepted in the iteration", "share of iterations")

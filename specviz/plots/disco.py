@@ -10,6 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specviz.plots.theme import count_ticks, finish, legend_below
+
 ORACLE_COLOUR = "#D55E00"  # Okabe-Ito vermillion
 COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
@@ -27,9 +29,9 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
                         showlegend=row == 1, row=row, col=1)
         fig.update_yaxes(title_text="tokens", row=row, col=1)
     fig.update_xaxes(title_text="iteration", row=len(methods), col=1)
-    fig.update_layout(title="Speculation length per iteration: chosen vs oracle", height=260 * max(1, len(methods)) + 80,
-                      legend_title="per iteration")
-    return fig
+    fig.update_layout(title="Chosen vs oracle speculation length", legend_title="per iteration",
+                      template="plotly_white", font={"size": 15})
+    return legend_below(fig, 260 * max(1, len(methods)) + 80)
 
 
 def oracle_sl_histogram(df: pd.DataFrame) -> go.Figure:
@@ -37,12 +39,12 @@ def oracle_sl_histogram(df: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for n, (suite, d) in enumerate(df.groupby("suite", sort=False)):
         values = d["oracle_sl"].dropna()
-        fig.add_histogram(x=values, name=f"{suite} (mean {values.mean():.1f} ± {values.std():.1f})",
+        spread = f" ± {values.std():.1f}" if len(values) > 1 else ""
+        fig.add_histogram(x=values, name=f"{suite}: mean {values.mean():.1f}{spread}", showlegend=True,
                           marker_color=COLOURS[n % len(COLOURS)], opacity=0.7, xbins={"size": 1}, histnorm="percent")
-    fig.update_layout(title="Oracle speculation length per iteration", barmode="overlay",
-                      xaxis_title="oracle SL (tokens the draft gets right in a row)", yaxis_title="% of iterations",
-                      legend_title="suite")
-    return fig
+    fig.update_layout(barmode="overlay")
+    count_ticks(fig, df["oracle_sl"].max() if len(df) else 0)
+    return finish(fig, "Oracle speculation length", "oracle SL (tokens the draft gets right)", "% of iterations", legend="suite")
 
 
 def sl_error_bars(rows: list[dict]) -> go.Figure:

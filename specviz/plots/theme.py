@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -51,13 +52,26 @@ def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "met
         height=420,
         showlegend=legend is not None,
     )
-    if legend is not None:  # below the plot, across its width (a side legend takes half a narrow plot)
-        rows = -(-legend_entries(fig) // 3)
-        fig.update_layout(
-            legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left"},
-            margin={"b": 80 + 26 * rows}, height=420 + 26 * rows,
-        )  # fmt: skip
-    return fig
+    return legend_below(fig, 420) if legend is not None else fig
+
+
+def legend_below(fig: go.Figure, height: int) -> go.Figure:
+    """The legend below the plot, across its width (a side legend takes half a narrow plot); the
+    figure grows by the legend's rows (three entries a row) beyond `height`."""
+    rows = -(-legend_entries(fig) // 3)
+    return fig.update_layout(
+        legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left"},
+        margin={"b": 80 + 26 * rows}, height=height + 26 * rows,
+    )  # fmt: skip
+
+
+def count_ticks(fig: go.Figure, largest: float, most: int = 10) -> go.Figure:
+    """Whole-number x ticks from 0, level, at most `most` of them: a step of 1 up to 18 turns into a
+    column of vertical labels on a phone's 300-pixel plot. The step is 1, 2, 5, 10, 20, 50, ..."""
+    step, factors = 1, itertools.cycle((2, 2.5, 2))
+    while largest / step > most:
+        step = int(step * next(factors))
+    return fig.update_xaxes(tick0=0, dtick=step, tickangle=0, automargin=True)
 
 
 def legend_entries(fig: go.Figure) -> int:
