@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from specviz.plots.tree import record_tree_figure
 from specviz.ui import streaming as tab
 from tests.conftest import tab_context
 
@@ -41,3 +42,24 @@ def test_the_tab_says_what_it_is_lossless_against_and_offers_its_options():
     sliders = {b.label: b for b in demo.blocks.values() if isinstance(b, gr.Slider)}
     assert sliders["streams used (at most the adapter's)"].value == 3
     assert sliders["tree width (top tokens per stream)"].value == 2
+
+
+def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
+    """Labels large and unclipped with their whitespace shown, each stream's nodes in its colour (the
+    text's), the accepted path in a colour no stream has (it was stream 3's green), the legend below
+    the tree, a row of height per leaf."""
+    record = {"iteration": 3, "position": 40, "extra": {
+        "tree_tokens": [1, 2, 3, 4, 5, 6], "tree_parents": [-1, -1, 0, 1, 2, 3], "accepted_path": [0, 2, 4],
+        "tree_sources": ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3", "stream 3"]}}  # fmt: skip
+    text = {1: " def", 2: "\n", 3: " is", 4: "_", 5: "pal", 6: "\t"}
+    fig = record_tree_figure(record, decode=text.get, colour_of=tab.stream_colour)
+    nodes = {t.name: t for t in fig.data if (t.name or "").startswith("from stream")}
+    assert set(nodes) == {"from stream 1", "from stream 2", "from stream 3"}
+    for name, trace in nodes.items():
+        assert trace.marker.color == tab.stream_colour(name.removeprefix("from "))
+        assert trace.textfont.size >= 14 and trace.cliponaxis is False
+    assert list(nodes["from stream 1"].text) == ["·def", "⏎"] and list(nodes["from stream 3"].text) == ["pal", "⇥"]
+    path = {t.line.color for t in fig.data if t.mode == "lines" and t.line.width == 4}
+    assert len(path) == 1 and path.isdisjoint(tab.STREAM_COLOURS)
+    assert fig.layout.legend.orientation == "h" and fig.layout.height >= 52 * 4
+    assert fig.layout.title.text == "Iteration 3: 6 nodes, 3 accepted" and "position 40" in fig.layout.title.subtitle.text

@@ -1,4 +1,5 @@
-"""An SSSD iteration's candidate tree: nodes by depth, colour by source, the accepted path drawn bold.
+"""An SSSD or Speculative Streaming iteration's tree: nodes by depth, colour by source (or stream), the
+accepted path drawn in thick black.
 
 Pure: plain lists (as stored in a record's `extra`) -> plotly Figure. No torch.
 """
@@ -11,11 +12,13 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from specviz.plots.theme import empty, finish, legend_below
 from specviz.text import visible as visible_text
 
 # Okabe-Ito colours: readable with the common colour-vision deficiencies.
 SOURCE_COLOURS = {"input": "#0072B2", "datastore": "#E69F00", "model": "#009E73"}
-ACCEPTED, REJECTED = "#009E73", "#BBBBBB"
+ACCEPTED, REJECTED = "#000000", "#BBBBBB"  # the accepted path black: no source's or stream's colour
+LABEL_PX, ROW_PX = 16, 52  # token labels readable on a projector; a row per leaf, tall enough for its label
 
 
 def layout(parents: Sequence[int]) -> list[tuple[int, float]]:
@@ -49,20 +52,19 @@ def tree_figure(
     decode: Callable[[Any], str] | None = None,
     title: str = "Candidate tree",
     colour_of: Callable[[str], str] | None = None,
+    subtitle: str | None = None,
 ) -> go.Figure:
-    """Nodes labelled with their token text (whitespace made visible); the accepted path bold and
-    green-edged; nodes coloured by source (`colour_of`: source -> colour, e.g. one per stream)."""
+    """Nodes labelled above with their token text (whitespace made visible; beside a node the label sat
+    on its outgoing edges); the accepted path in thick black lines and black rings; nodes coloured by source (`colour_of`: source -> colour, e.g. one
+    per stream, the colours of the tab's text)."""
     fig = go.Figure()
     if not tokens:
-        fig.add_annotation(text="No candidates in this iteration (no n-gram matched).", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False)
-        return fig
+        return empty(title, "No candidates in this iteration (no n-gram matched).")
     where = layout(parents)
     rows = [r for _, r in where]
     root = (0, (min(rows) + max(rows)) / 2)
     accepted = set(accepted_path)
     label = [visible(decode(t)) if decode else str(t) for t in tokens]
-    colour_of = colour_of or (lambda source: SOURCE_COLOURS.get(source, "#CC79A7"))
     for i, p in enumerate(parents):  # edges
         x0, y0 = root if p < 0 else where[p]
         x1, y1 = where[i]
@@ -70,25 +72,34 @@ def tree_figure(
         fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
                                  line={"color": ACCEPTED if on_path else REJECTED, "width": 4 if on_path else 1.5}))
     fig.add_trace(go.Scatter(x=[root[0]], y=[root[1]], mode="markers+text", text=["context"], textposition="middle left",
-                             marker={"size": 14, "color": "#444444", "symbol": "square"}, name="committed context", hoverinfo="skip"))
-    sources = list(sources) if sources is not None else ["input"] * len(tokens)
+                             marker={"size": 14, "color": "#444444", "symbol": "square"}, name="committed context", hoverinfo="skip",
+                             cliponaxis=False))  # fmt: skip
+    add_nodes(fig, where, label, accepted, list(sources) if sources is not None else ["input"] * len(tokens), scores, colour_of)
+    depth = max(d for d, _ in where)
+    fig.update_xaxes(dtick=1, zeroline=False, range=[-0.9, depth + 0.6])  # room for the root's label and half a leaf's
+    fig.update_yaxes(visible=False, range=[max(rows) + 0.4, min(rows) - 0.8])  # first leaf on top, room above for its label
+    subtitle = "; ".join(filter(None, [subtitle, "black: the accepted path"]))
+    fig = finish(fig, f"{title}: {len(tokens)} nodes, {len(accepted)} accepted", "depth (tokens ahead of the context)", "",
+                 legend="", subtitle=subtitle)  # fmt: skip
+    return legend_below(fig, max(360, ROW_PX * (max(rows) + 1) + 150))  # a row per leaf
+
+
+def add_nodes(fig: go.Figure, where: list[tuple[int, float]], label: list[str], accepted: set[int], sources: list[str],
+              scores: Sequence[float] | None, colour_of: Callable[[str], str] | None) -> None:  # fmt: skip
+    """One trace of nodes per source, in the source's colour, labelled in dark type (an orange label on
+    white is hard to read); accepted nodes larger, ringed black."""
+    colour_of = colour_of or (lambda source: SOURCE_COLOURS.get(source, "#CC79A7"))
     for source in dict.fromkeys(sources):
         idx = [i for i, s in enumerate(sources) if s == source]
         hover = [f"{label[i]!r}<br>depth {where[i][0]}" + (f"<br>score {scores[i]:.3f}" if scores else "")
                  + ("<br><b>accepted</b>" if i in accepted else "") for i in idx]
         fig.add_trace(go.Scatter(
             x=[where[i][0] for i in idx], y=[where[i][1] for i in idx], mode="markers+text", name=f"from {source}",
-            text=[label[i] for i in idx], textposition="middle right", hovertext=hover, hoverinfo="text",
-            marker={"size": [16 if i in accepted else 11 for i in idx], "color": colour_of(source),
+            text=[label[i] for i in idx], textposition="top center", hovertext=hover, hoverinfo="text", cliponaxis=False,
+            textfont={"size": LABEL_PX, "family": "ui-monospace, Menlo, Consolas, monospace", "color": "#222222"},
+            marker={"size": [18 if i in accepted else 12 for i in idx], "color": colour_of(source),
                     "line": {"width": [3 if i in accepted else 0 for i in idx], "color": ACCEPTED}},
-        ))
-    fig.update_layout(
-        title=f"{title}: {len(tokens)} nodes, {len(accepted)} accepted",
-        xaxis={"title": "depth (tokens ahead of the context)", "dtick": 1, "zeroline": False},
-        yaxis={"visible": False, "autorange": "reversed"}, legend_title="node source (bold: accepted path)",
-        height=max(320, 38 * (max(rows) + 2)),  # a row per leaf, tall enough for its label
-    )
-    return fig
+        ))  # fmt: skip
 
 
 def record_tree_figure(record: dict[str, Any], decode: Callable[[Any], str] | None = None,
@@ -96,8 +107,8 @@ def record_tree_figure(record: dict[str, Any], decode: Callable[[Any], str] | No
     """The tree of one SSSD or Streaming record (`IterationRecord.to_dict()` or a records-frame row's fields)."""
     extra = record.get("extra", record)
     return tree_figure(extra.get("tree_tokens", []), extra.get("tree_parents", []), extra.get("accepted_path", []),
-                       extra.get("tree_sources"), extra.get("tree_scores"), decode,
-                       title=f"Iteration {record.get('iteration', '?')} at position {record.get('position', '?')}", colour_of=colour_of)
+                       extra.get("tree_sources"), extra.get("tree_scores"), decode, title=f"Iteration {record.get('iteration', '?')}",
+                       colour_of=colour_of, subtitle=f"at output position {record.get('position', '?')}")  # fmt: skip
 
 
 def visible(text: str) -> str:
