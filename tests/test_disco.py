@@ -169,13 +169,26 @@ def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
 def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed_pair):
     import gradio as gr
 
+    import pandas as pd
+
+    from specviz.plots.disco import chosen_vs_oracle_per_iteration
     from specviz.ui import disco as tab
 
-    with gr.Blocks():
+    with gr.Blocks() as demo:
         tab.build_tab(tab_context("tiny-perturbed", load_pair=lambda name: perturbed_pair))
+    sliders = {b.label: b.value for b in demo.blocks.values() if isinstance(b, gr.Slider)}  # a minute at the defaults, not seven
+    assert sliders["Max new tokens"] <= 32 and sliders["Timed runs of each (after a warm-up; the median is shown)"] <= 3
     out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
     rows = {r["method"]: r for r in out["rows"]}
+    assert list(rows)[0] == tab.AR_LABEL and all(list(r) == tab.HEADERS for r in rows.values())
     assert all(r["runs (median shown)"] == 1 for r in rows.values())
+    ar = rows[tab.AR_LABEL]  # the reference of the speedups
+    assert ar["speedup vs AR (×)"] == 1.0 and ar["acceptance"] is ar["mean SL"] is ar["mean |SL − oracle|"] is None
+    disco = rows["DISCO"]
+    assert disco["speedup vs AR (×)"] == pytest.approx(ar["ms/token"] / disco["ms/token"], rel=0.1)  # ms rounded to 0.1
+    assert tab.AR_LABEL not in {it["method"] for it in out["iterations"]}  # nothing drafted: no speculation length to plot
+    fig = chosen_vs_oracle_per_iteration(pd.DataFrame(out["iterations"]), list(rows))
+    assert len(fig.layout.annotations) == 3 and fig.layout.xaxis.dtick == 1  # one panel a drafting method, whole iterations
     assert rows["DISCO"]["mean SL"] <= 3 and rows["Oracle (upper bound)"]["acceptance"] in (None, 1.0)
     oracle = [it for it in out["iterations"] if it["method"].startswith("Oracle")]
     assert all(it["speculation_length"] == it["oracle_sl"] for it in oracle[:-1])  # the last one meets the budget

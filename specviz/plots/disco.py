@@ -29,6 +29,7 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
                         showlegend=row == 1, row=row, col=1)
         fig.update_yaxes(title_text="tokens", row=row, col=1)
     fig.update_xaxes(title_text="iteration", row=len(methods), col=1)
+    count_ticks(fig, df["iteration"].max() if len(df) else 0)  # whole iterations (three of them were ticked -0.5, 0, 0.5, ...)
     fig.update_layout(title="Chosen vs oracle speculation length", legend_title="per iteration",
                       template="plotly_white", font={"size": 15})
     return legend_below(fig, 260 * max(1, len(methods)) + 80)

@@ -1,5 +1,6 @@
-"""The DISCO tab: run DISCO at a chosen tau / SL_max next to the oracle and the best static length,
-and see each DISCO decision against the oracle speculation length, plus the oracle SL histogram."""
+"""The DISCO tab: run DISCO at a chosen tau / SL_max next to the target alone, the oracle and the
+best static length, and see each DISCO decision against the oracle speculation length, plus the
+oracle SL histogram."""
 
 from __future__ import annotations
 
@@ -18,38 +19,57 @@ INTRO = (
     "drafting: it reads the top-10 draft probabilities, their entropy and the token's index, and drafting "
     "continues while its score C_i ≥ τ and fewer than SL_max tokens were drafted. The **oracle** (an upper "
     "bound that peeks at the target's greedy output) drafts exactly as many tokens as will be accepted. "
-    "Greedy decoding; every method emits the same text."
+    "Greedy decoding; every method emits the same text. The first row is the target alone (autoregressive "
+    "decoding): the speedups are against it."
 )
+DEFAULT_TOKENS, DEFAULT_REPEATS = 32, 3  # 4 methods x (a warm-up and 3 timed runs): well under a minute on 2 free cores
+
+
+AR_LABEL = "Autoregressive (target alone)"
+HEADERS = ["method", "runs (median shown)", "tokens", "iterations", "ms/token", "speedup vs AR (×)", "acceptance", "mean SL",
+           "mean |SL − oracle|"]  # fmt: skip
 
 
 def disco_vs_oracle(pair: Any, prompt: str, threshold: float | None, sl_max: int | None, max_new_tokens: int,
                     repeats: int = 3) -> dict[str, Any]:  # fmt: skip
-    """Run DISCO, SL-opt and the oracle on one prompt, each warmed up and timed `repeats` times (the
-    median run is shown); return the table rows, the iterations and the card."""
+    """Run the target alone, DISCO, SL-opt and the oracle on one prompt, each warmed up and timed
+    `repeats` times (the median run is shown); return the table rows, the iterations and the card."""
     from specviz.models.disco import classifier_for
     from specviz.runner import generate_median
 
     clf = classifier_for(pair.name)
     sl_opt = int(clf.card.get("static_sl_opt", 4))
     runs = {
+        AR_LABEL: ("autoregressive", {}),
         "DISCO": ("disco", {"threshold": threshold, "max_speculation_length": sl_max}),
         f"SL-opt ({sl_opt})": ("vanilla", {"speculation_length": sl_opt}),
         "Oracle (upper bound)": ("oracle", {}),
     }
-    rows, iterations = [], []
-    for label, (method, options) in runs.items():
-        result = generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
-        s = result.summary
-        sl = [r.speculation_length for r in result.records]
-        rows.append({"method": label, "runs (median shown)": repeats, "tokens": s.new_tokens, "iterations": s.iterations,
-                     "ms/token": round(1e3 * s.wall_s / max(1, s.new_tokens), 1),
-                     "acceptance": round(s.accepted / s.drafted, 3) if s.drafted else None,
-                     "mean SL": round(sum(sl) / len(sl), 2),
-                     "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in result.records) / len(sl), 2)
-                     if result.records[0].oracle_sl is not None else None})  # fmt: skip
-        iterations += [{"method": label, "suite": "this prompt", "iteration": r.iteration,
-                        "speculation_length": r.speculation_length, "oracle_sl": r.oracle_sl} for r in result.records]
+    results = {label: generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
+               for label, (method, options) in runs.items()}  # fmt: skip
+    ar_ms = ms_per_token(results[AR_LABEL])
+    rows = [table_row(label, result, repeats, ar_ms) for label, result in results.items()]
+    iterations = [{"method": label, "suite": "this prompt", "iteration": r.iteration, "speculation_length": r.speculation_length,
+                   "oracle_sl": r.oracle_sl} for label, result in results.items() if label != AR_LABEL for r in result.records]  # fmt: skip
     return {"rows": rows, "iterations": iterations, "classifier": clf}
+
+
+def ms_per_token(result: Any) -> float:
+    return 1e3 * result.summary.wall_s / max(1, result.summary.new_tokens)
+
+
+def table_row(label: str, result: Any, repeats: int, ar_ms: float) -> dict[str, Any]:
+    """One method's line of the table; the speculation-length columns are empty for the target alone."""
+    s, records = result.summary, result.records
+    sl = [r.speculation_length for r in records]
+    drafts = s.drafted > 0
+    oracle_known = drafts and records[0].oracle_sl is not None
+    return {"method": label, "runs (median shown)": repeats, "tokens": s.new_tokens, "iterations": s.iterations,
+            "ms/token": round(ms_per_token(result), 1), "speedup vs AR (×)": round(ar_ms / ms_per_token(result), 2),
+            "acceptance": round(s.accepted / s.drafted, 3) if drafts else None,
+            "mean SL": round(sum(sl) / len(sl), 2) if drafts else None,
+            "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in records) / len(sl), 2)
+            if oracle_known else None}  # fmt: skip
 
 
 def card_markdown(clf: Any) -> str:
@@ -87,14 +107,11 @@ def build_tab(ctx: Any) -> None:
             tau_value, sl_value = tuned_values(ctx.pair.value)
             tau = gr.Slider(0.0, 1.0, value=tau_value, step=0.05, label="τ: keep drafting while C_i ≥ τ", interactive=False)
             sl_max = gr.Slider(1, 16, value=sl_value, step=1, label="SL_max: most draft tokens per iteration", interactive=False)
-            max_new = gr.Slider(8, 256, value=64, step=8, label="Max new tokens")
-            repeats = gr.Slider(1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)")
+            max_new = gr.Slider(8, 256, value=DEFAULT_TOKENS, step=8, label="Max new tokens")
+            repeats = gr.Slider(1, 5, value=DEFAULT_REPEATS, step=1, label="Timed runs of each (after a warm-up; the median is shown)")
     run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
     card = gr.Markdown()
-    table = gr.Dataframe(
-        label="This prompt", interactive=False,
-        headers=["method", "runs (median shown)", "tokens", "iterations", "ms/token", "acceptance", "mean SL", "mean |SL − oracle|"],
-    )
+    table = gr.Dataframe(label="This prompt", interactive=False, headers=HEADERS, wrap=True, elem_id="sv-disco-table")
     with gr.Row():
         plot_sl = gr.Plot(label="Chosen vs oracle speculation length", show_label=False)
         plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
