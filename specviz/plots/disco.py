@@ -45,7 +45,8 @@ def oracle_sl_histogram(df: pd.DataFrame) -> go.Figure:
                           marker_color=COLOURS[n % len(COLOURS)], opacity=0.7, xbins={"size": 1}, histnorm="percent")
     fig.update_layout(barmode="overlay")
     count_ticks(fig, df["oracle_sl"].max() if len(df) else 0)
-    return finish(fig, "Oracle speculation length", "oracle SL (tokens the draft gets right)", "% of iterations", legend="suite")
+    return finish(fig, "Oracle speculation length", "oracle SL (tokens)", "% of iterations", legend="suite",
+                  subtitle="draft tokens the target accepts in a row")
 
 
 def sl_error_bars(rows: list[dict]) -> go.Figure:
