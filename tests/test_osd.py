@@ -165,7 +165,9 @@ def test_the_online_figures_build_from_simulator_rows(repetitive_stream_rows):
     assert len(acceptance_over_stream(shifted, [], window=3).layout.shapes) == 1  # the shift marker
     assert len(acceptance_per_domain(shifted, window=3).data) == 4
     tokens = [{"token": 5, "text": "a", "count": 3, "precision_before": 0.2, "precision_after": 0.6, "recall_before": 0.1, "recall_after": 0.3}]
-    assert list(token_precision(tokens).data[1].y) == [0.6]
+    fig = token_precision(tokens)  # bars across: a token's text reads level on a phone
+    assert list(fig.data[1].x) == [0.6] and list(fig.data[1].y) == ["'a'"] and fig.data[1].orientation == "h"
+    assert fig.layout.legend.orientation == "h" and "precision" in fig.layout.xaxis.title.text
 
 
 def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random_pair, reduced_pair):
@@ -213,6 +215,28 @@ def test_the_session_gives_each_series_its_own_learner(random_pair):
     specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=a)
     assert a.version == 1 and a.serving is not random_pair.draft and b.serving is random_pair.draft
     assert all(torch.equal(x, y) for x, y in zip(before, random_pair.draft.parameters()))  # the pair's draft untouched
+
+
+def test_at_most_capacity_learners_hold_their_own_weights(random_pair, monkeypatch):
+    """The app's bound on adapted drafts: one more learner taking its weights makes the least
+    recently used give its own back; that learner serves the pair's draft again, still losslessly."""
+    from specviz.osd import pool
+
+    monkeypatch.setattr(pool.ADAPTED_DRAFTS, "capacity", 2)
+    learners = [OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1)) for _ in range(3)]
+    ref = specviz.generate("autoregressive", random_pair, PROMPT, max_new_tokens=16).summary.output_ids
+    for learner in learners[:2]:
+        specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learner)
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learners[0])  # learner 1 is now the least recent
+    assert [x.adapted for x in learners] == [True, True, False] and len(pool.ADAPTED_DRAFTS) == 2
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learners[2])
+    first, second, third = learners
+    assert first.adapted and third.adapted and not second.adapted and len(pool.ADAPTED_DRAFTS) == 2
+    assert second.serving is random_pair.draft and second._trainee is None and second._optimizer is None
+    assert second.releases == 1 and second.version == 0 and len(second.updates) == 1  # its history stays
+    again = specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=second)
+    assert again.summary.output_ids == ref and {r.extra["draft_version"] for r in again.records} == {0}
+    assert second.adapted and not first.adapted  # it learns again, from the pair's draft; the least recent gave way
 
 
 def test_bad_options_raise_a_clear_error():

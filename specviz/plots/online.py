@@ -12,11 +12,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.osd.analysis import moving_alpha
+from specviz.plots.theme import finish, legend_below
 
 STATIC_COLOUR = "#7F7F7F"  # grey: the draft kept as it was
 ONLINE_COLOUR = "#0072B2"  # Okabe-Ito blue: the draft learning online
 LOSS_COLOUR = "#D55E00"
 SUITE_COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00"]
+ALPHA = "α (accepted / tested drafts)"
 
 
 def shift_points(rows: list[dict], max_shifts: int = 20) -> list[int]:
@@ -32,7 +34,7 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
     for who, name, colour in (("static", "static draft", STATIC_COLOUR), ("osd", "online draft (OSD)", ONLINE_COLOUR)):
         acc, dra = [r[f"{who}_accepted"] for r in rows], [r[f"{who}_tested"] for r in rows]
         per_request = [a / d if d else None for a, d in zip(acc, dra)]
-        fig.add_scatter(x=x, y=per_request, mode="markers", marker={"color": colour, "size": 4, "opacity": 0.3},
+        fig.add_scatter(x=x, y=per_request, mode="markers", marker={"color": colour, "size": 6, "opacity": 0.45},
                         name=f"{name}, per request", legendgroup=who, row=1, col=1)
         fig.add_scatter(x=x, y=moving_alpha(acc, dra, window), mode="lines", line={"color": colour, "width": 3},
                         name=f"{name}, last {window} requests", legendgroup=who, row=1, col=1)
@@ -46,12 +48,11 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
                         name="loss at the update's first step", row=2, col=1)
         fig.add_scatter(x=ux, y=[u["loss_last"] for u in updates], mode="lines+markers", line={"color": LOSS_COLOUR},
                         name="loss at its last step", row=2, col=1)
-    fig.update_yaxes(title_text="token acceptance α (accepted / tested)", range=[0, 1], row=1, col=1)
-    fig.update_yaxes(title_text="distillation loss (nats)", row=2, col=1)
+    fig.update_yaxes(range=[0, 1], row=1, col=1)
+    fig.update_yaxes(title_text="loss (nats)", row=2, col=1)
     fig.update_xaxes(title_text="requests served", row=2, col=1)
-    fig.update_layout(title="Token acceptance α over the request stream: online vs static draft", height=620,
-                      legend={"orientation": "h", "y": -0.15})
-    return fig
+    fig = finish(fig, "Acceptance α over the stream", "", ALPHA, legend="", subtitle="online vs static draft; below: each update's loss")
+    return legend_below(fig, 620)
 
 
 def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
@@ -66,21 +67,24 @@ def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
             y = moving_alpha([r[f"{who}_accepted"] for r in mine], [r[f"{who}_tested"] for r in mine], window)
             fig.add_scatter(x=x, y=y, mode="lines", line={"color": colour, "dash": dash},
                             name=f"{suite}, {'online' if who == 'osd' else 'static'}")
-    fig.update_layout(title=f"Acceptance per domain (last {window} requests of each suite)",
-                      xaxis_title="requests served", yaxis_title="token acceptance α (accepted / tested)", yaxis_range=[0, 1])
-    return fig
+    fig.update_yaxes(range=[0, 1])
+    return finish(fig, "Acceptance per domain", "requests served", ALPHA, legend="suite, draft",
+                  subtitle=f"last {window} requests of each suite; solid: online, dotted: static")
 
 
 def token_precision(tokens: list[dict], show: int = 15) -> go.Figure:
-    """The tokens whose precision rose most (of the most frequent target tokens): before vs after."""
+    """The tokens whose precision rose most (of the most frequent target tokens): before vs after.
+    Bars across, one token a row: its text reads level on a phone."""
     top = tokens[:show]
     labels = [repr(t.get("text", t["token"])) for t in top]
     fig = go.Figure()
-    fig.add_bar(x=labels, y=[t["precision_before"] for t in top], name="precision, initial draft", marker_color=STATIC_COLOUR)
-    fig.add_bar(x=labels, y=[t["precision_after"] for t in top], name="precision, adapted draft", marker_color=ONLINE_COLOUR)
-    fig.add_scatter(x=labels, y=[t["recall_after"] - t["recall_before"] for t in top], mode="markers",
-                    marker={"color": LOSS_COLOUR, "symbol": "diamond"}, name="recall change")
-    fig.update_layout(title="Tokens the draft learned: largest precision gains among the most frequent target tokens",
-                      barmode="group", xaxis_title="token", yaxis_title="precision (share of the draft's guesses that were right)",
-                      yaxis_range=[-0.2, 1])
-    return fig
+    fig.add_bar(y=labels, x=[t["precision_before"] for t in top], orientation="h", name="precision, initial draft", marker_color=STATIC_COLOUR)
+    fig.add_bar(y=labels, x=[t["precision_after"] for t in top], orientation="h", name="precision, adapted draft", marker_color=ONLINE_COLOUR)
+    fig.add_scatter(y=labels, x=[t["recall_after"] - t["recall_before"] for t in top], mode="markers", name="change in recall",
+                    marker={"color": LOSS_COLOUR, "symbol": "diamond", "size": 9})  # fmt: skip
+    fig.update_layout(barmode="group", bargap=0.25)
+    fig.update_xaxes(range=[-0.2, 1])
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig = finish(fig, "Tokens the draft learned", "precision (share of the draft's guesses that were right)", "", legend="",
+                 subtitle="biggest precision gains, most frequent tokens")  # fmt: skip
+    return legend_below(fig, 160 + 36 * max(1, len(top)))

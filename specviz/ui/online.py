@@ -11,14 +11,17 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count
-from specviz.ui.feedback import problem_text
+from specviz.ui.feedback import problem_text, user_error
 from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 
 TAB_TITLE = "Online learning"
 TAB_ORDER = 70
 SUITES = ["gsm8k", "humaneval", "mbpp", "mtbench"]
+# 12 requests of 32 tokens, an update every 4: three updates in about a minute and a half on the default pair, 2 CPU cores
+DEFAULT_REQUESTS = 12
 
 
 def serve_stream(
@@ -84,6 +87,10 @@ def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
 def save_draft(state: dict[str, Any] | None) -> str | None:
     if not state:
         return None
+    if not state["learner"].adapted and state["learner"].releases:
+        raise user_error(SpecvizError(
+            "this server keeps only a few adapted drafts at once (SPECVIZ_LIMIT_ADAPTED_DRAFTS) and gave yours back "
+            "after another visitor's learner took its place: serve the stream again to download one"))
     path = tempfile.NamedTemporaryFile(prefix="osd-draft-", suffix=".safetensors", delete=False).name
     return str(state["learner"].save(path))
 
@@ -101,7 +108,8 @@ def build_tab(ctx: Any) -> None:
     with gr.Row():
         with gr.Column():
             suites = gr.CheckboxGroup(SUITES, value=["gsm8k"], label="prompt suites")
-            requests = gr.Slider(4, max(4, limits.osd_requests), value=min(16, limits.osd_requests), step=4, label="requests in the stream")
+            requests = gr.Slider(4, max(4, limits.osd_requests), value=min(DEFAULT_REQUESTS, limits.osd_requests), step=4,
+                                 label="requests in the stream")  # fmt: skip
             shift_every = gr.Slider(0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)")
             mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
             distinct = gr.Slider(0, 50, value=0, step=1, label="distinct prompts per suite (0: all; small: a repetitive stream)")
