@@ -61,6 +61,21 @@ def set_race(page, prompt: str, methods: dict[str, str], max_new: int) -> None:
     number.press("Enter")
 
 
+def test_a_newcomer_sees_the_prompt_and_run_race_without_scrolling(page):
+    """At 1440x900, the first screen holds the prompt, Run race and the methods (Run race was below the fold)."""
+    page.set_viewport_size({"width": 1440, "height": 900})
+    try:
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.wait_for_function("() => window.scrollY === 0")
+        for element, whole in (("#sv-prompt textarea", True), ("#sv-run", True), ("#sv-stop", True), ("#sv-methods", False)):
+            box = page.locator(element).bounding_box()
+            assert box and box["y"] >= 0 and box["y"] + (box["height"] if whole else 40) <= 900, (element, box)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "race_first_screen_1440.png"))
+    finally:
+        page.set_viewport_size({"width": 1500, "height": 1100})
+
+
 def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     page.wait_for_selector("#sv-plot-time .js-plotly-plot:has-text('Run a race to see this plot')")
     set_race(page, "def fibonacci(n):", CHOSEN, 24)

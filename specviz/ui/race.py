@@ -172,12 +172,15 @@ def build_tab(ctx: Any) -> None:
 
 
 def _settings(ui: SimpleNamespace) -> None:
-    """Prompt, examples, methods and decoding settings."""
+    """Prompt, Run and Stop, examples, methods and decoding settings."""
     defaults = [s.name for s in ui.specs if s.name in DEFAULT_METHODS] or [s.name for s in ui.specs if not s.is_oracle]
     limits = ui.limits
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            ui.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=5, max_lines=12, elem_id="sv-prompt")
+            ui.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, max_lines=12, elem_id="sv-prompt")
+            with gr.Row(equal_height=True):  # right under the prompt: a newcomer sees it without scrolling
+                ui.run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=3)
+                ui.stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1, min_width=90)
             with gr.Row():
                 ui.suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=170)
                 ui.example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
@@ -206,10 +209,9 @@ def _settings(ui: SimpleNamespace) -> None:
 
 
 def _board(ui: SimpleNamespace) -> None:
-    """Run / Stop / Replay, the legend, and one panel per method with the summary table below."""
+    """Replay, the legend, and one panel per method with the summary table below (Run and Stop are
+    under the prompt)."""
     with gr.Row(equal_height=True):
-        ui.run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=2)
-        ui.stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1)
         ui.replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
         ui.speed = gr.Radio([("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2)
     gr.Markdown(TIMING_NOTE, elem_classes="sv-note")
