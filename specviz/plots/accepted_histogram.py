@@ -33,4 +33,4 @@ def accepted_histogram(df: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group")
     count_ticks(fig, df["accepted"].max())
     fig.update_yaxes(tickformat=".0%")
-    return finish(fig, TITLE, "draft tokens accepted in the iteration", "share of iterations")
+    return finish(fig, TITLE, "draft tokens accepted", "share of iterations")
