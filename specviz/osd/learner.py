@@ -24,6 +24,7 @@ import torch
 from specviz.errors import SpecvizError
 from specviz.osd.buffers import POSITIONS, ReplayBuffer, RequestBuffer, Sample
 from specviz.osd.losses import LOSSES, distillation_loss
+from specviz.osd.pool import ADAPTED_DRAFTS
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -83,6 +84,12 @@ class OnlineLearner:
         self._last_update_at = 0  # self.requests when the last update started
         self._worker: threading.Thread | None = None
         self._pending: dict[str, Any] | None = None  # a finished update not yet swapped in
+        self.releases = 0  # times the server's bound on adapted drafts took this learner's weights back
+
+    @property
+    def adapted(self) -> bool:
+        """Whether this learner holds weights of its own (a serving copy or a trainee)."""
+        return self.serving is not self._draft or self._trainee is not None
 
     @property
     def trainee(self) -> torch.nn.Module:
@@ -90,6 +97,7 @@ class OnlineLearner:
         if self._trainee is None:
             self._trainee = copy.deepcopy(self._draft).float().eval().requires_grad_(True)
             self._optimizer = _optimizer(self.config, self._trainee.parameters())
+            ADAPTED_DRAFTS.hold(self)
         return self._trainee
 
     @property
@@ -102,13 +110,25 @@ class OnlineLearner:
         """The serving draft, copied from the pair's before this learner first changes it."""
         if self.serving is self._draft:
             self.serving = copy.deepcopy(self._draft).eval().requires_grad_(False)
+            ADAPTED_DRAFTS.hold(self)
         return self.serving
+
+    def release(self) -> None:
+        """Give back this learner's own weights (draft copy, trainee, optimiser): it serves the pair's
+        draft again and learns from there. Its replay buffer and update history stay."""
+        self.wait()
+        self.serving, self._trainee, self._optimizer = self._draft, None, None
+        self.version = 0
+        self.releases += 1
+        ADAPTED_DRAFTS.drop(self)
 
     # -- serving ---------------------------------------------------------------------------------
     def begin_request(self) -> torch.nn.Module:
         """The draft for the next request (a finished background update is swapped in first)."""
         if self._worker is not None and not self._worker.is_alive():
             self._swap()
+        if self.adapted:
+            ADAPTED_DRAFTS.hold(self)  # the most recently used: the last to give its weights back
         return self.serving
 
     def request_buffer(self) -> RequestBuffer:

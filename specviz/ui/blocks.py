@@ -17,6 +17,7 @@ import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, app_limits
+from specviz.osd.pool import ADAPTED_DRAFTS
 from specviz.ui.feedback import user_error
 from specviz.ui.pairs import describe_pair, pair_choices, resolve_pair
 from specviz.ui.sessions import start_janitor
@@ -142,6 +143,7 @@ def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     limits = getattr(demo, "specviz_limits", AppLimits())
     kwargs.setdefault("ssr_mode", False)
     kwargs.setdefault("state_session_capacity", limits.sessions)
+    ADAPTED_DRAFTS.capacity = limits.adapted_drafts  # server-wide: the least recently used learner gives its weights back
     start_janitor(demo, limits.session_ttl_s)
     # Gradio's start-up self-check (one HEAD request to the local URL with a 3 s timeout) fails on
     # a busy machine and aborts the launch although the server is up; skip it where gradio has it.

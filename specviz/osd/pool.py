@@ -1,0 +1,66 @@
+"""A bound on the online learners that hold weights of their own, server-wide.
+
+A learner serves the pair's draft (shared, read only) until its first update; from then on it
+holds a serving copy of the draft, a float32 trainee and the optimiser's moments (for the default
+pair's 25M-parameter draft: ~42 + 95 + 200 MB, measured). On a public page every visitor who runs
+OSD eight times, or opens the Online-learning tab, would keep that much for as long as their session
+lives. `ADAPTED_DRAFTS` keeps at most `capacity` such learners: when one more takes its weights,
+the least recently used other learner gives its own back and serves the pair's draft again
+(`OnlineLearner.release`). The library leaves it unbounded; the app sets the capacity from its
+limits (`SPECVIZ_LIMIT_ADAPTED_DRAFTS`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+
+class AdaptedDrafts:
+    """Learners holding weights of their own, least recently used first."""
+
+    def __init__(self, capacity: int | None = None):
+        self.capacity = capacity  # None: no bound (the library's default)
+        self._held: OrderedDict[int, weakref.ref] = OrderedDict()
+        self._lock = threading.RLock()  # a weakref's callback may run while this thread holds it
+
+    def hold(self, learner: Any) -> None:
+        """`learner` holds (or keeps using) its own weights: it becomes the most recently used, and
+        the least recently used others release theirs while more than `capacity` hold any."""
+        with self._lock:
+            key = id(learner)
+            self._held[key] = weakref.ref(learner, lambda _ref, key=key: self._forget(key))
+            self._held.move_to_end(key)
+            evicted = self._over_capacity(learner)
+        for other in evicted:  # outside the lock: releasing may wait for a learner's update to finish
+            other.release()
+
+    def _over_capacity(self, keep: Any) -> list[Any]:
+        evicted: list[Any] = []
+        for key, ref in list(self._held.items()):
+            if self.capacity is None or len(self._held) <= self.capacity:
+                break
+            other = ref()
+            if other is None:
+                self._held.pop(key, None)
+            elif other is not keep and not other.busy:  # a learner training in the background keeps its weights
+                self._held.pop(key)
+                evicted.append(other)
+        return evicted
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            self._held.pop(key, None)
+
+    def drop(self, learner: Any) -> None:
+        """`learner` holds no weights of its own any more."""
+        self._forget(id(learner))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(ref() is not None for ref in self._held.values())
+
+
+ADAPTED_DRAFTS = AdaptedDrafts()
