@@ -4,6 +4,8 @@ dropped, and so are sessions no event has touched for the time-to-live."""
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 
 import gradio as gr
 import pytest
@@ -67,3 +69,20 @@ def test_tidy_before_serving_does_nothing():
     with gr.Blocks() as demo:
         gr.HTML()
     assert tidy(demo, 60) == (0, 0)
+
+
+TRIM = """
+import os
+from specviz.experiments.load import rss_mb
+from specviz.ui.sessions import give_back_freed_memory
+blocks = [bytes(100_000) for _ in range(3000)]  # ~300 MB in pieces below glibc's mmap threshold: on the heap
+keep = blocks[::50]; del blocks  # survivors pin the heap's top, so free() alone leaves the rest resident
+before = rss_mb(os.getpid()); give_back_freed_memory(); print(before - rss_mb(os.getpid()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim: Linux only")
+def test_freed_memory_goes_back_to_the_system():
+    """What a dropped session or a released learner freed leaves the RSS only after a trim (the janitor's)."""
+    out = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, check=True)
+    assert float(out.stdout) > 100, f"only {out.stdout.strip()} MB given back"

@@ -11,14 +11,18 @@ under the copy's own id, next to the original, and never drops it: a race adds ~
 
 A janitor thread (started by `specviz.ui.blocks.launch`) does every few seconds what gradio does
 not: it drops those orphaned copies (a block id this app never built; the app uses no gr.render,
-so every such id is a copy) and whole sessions that no event has touched for the time-to-live.
+so every such id is a copy) and whole sessions that no event has touched for the time-to-live,
+then hands the freed memory back to the operating system.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import datetime
 import logging
 import threading
+from functools import cache
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,26 @@ def drop_idle_sessions(demo: Any, idle_s: float, now: datetime.datetime | None =
     return len(idle)
 
 
+def give_back_freed_memory() -> None:
+    """Return the heap pages freed since the last call to the OS (glibc's malloc_trim; elsewhere
+    nothing). Without it a dropped session or an online learner that gave its weights back
+    leaves the server's RSS as high as before (measured: a default-pair learner's ~540 MB, of which
+    ~310 MB stayed resident after it was freed, ~7 MB after a trim)."""
+    if libc := _glibc():
+        libc.malloc_trim(0)
+
+
+@cache
+def _glibc() -> Any:
+    """The C library, if it is glibc (found once: find_library may run ldconfig)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+
+
 def tidy(demo: Any, idle_s: float) -> tuple[int, int]:
     """One round of the janitor: (update copies dropped, idle sessions dropped)."""
     if getattr(demo, "state_holder", None) is None:  # not serving yet
@@ -67,6 +91,7 @@ def start_janitor(demo: Any, idle_s: float, every_s: float = JANITOR_EVERY_S) ->
         while not done.wait(every_s):
             try:
                 copies, sessions = tidy(demo, idle_s)
+                give_back_freed_memory()
             except Exception:  # a janitor round must never take the server down; the next round retries
                 log.exception("tidying the visitors' sessions failed")
                 continue
