@@ -30,8 +30,9 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
         fig.update_yaxes(title_text="tokens", row=row, col=1)
     fig.update_xaxes(title_text="iteration", row=len(methods), col=1)
     count_ticks(fig, df["iteration"].max() if len(df) else 0)  # whole iterations (three of them were ticked -0.5, 0, 0.5, ...)
-    fig.update_layout(title="Chosen vs oracle speculation length", legend_title="per iteration",
-                      template="plotly_white", font={"size": 15})
+    fig.update_layout(title={"text": "Speculation length", "subtitle": {"text": "chosen (bars) vs oracle (dotted), per iteration"},
+                             "x": 0.01, "xanchor": "left"},
+                      legend_title="per iteration", template="plotly_white", font={"size": 15}, margin={"l": 60, "r": 20, "t": 110})
     return legend_below(fig, 260 * max(1, len(methods)) + 80)
 
 
