@@ -20,8 +20,9 @@ from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, 
 TAB_TITLE = "Online learning"
 TAB_ORDER = 70
 SUITES = ["gsm8k", "humaneval", "mbpp", "mtbench"]
-# 12 requests of 32 tokens, an update every 4: three updates in about a minute and a half on the default pair, 2 CPU cores
-DEFAULT_REQUESTS = 12
+# 8 requests of 32 tokens, an update every 4: 19 s on the default pair here on a lightly shared CPU; with both cores busy
+# elsewhere 12 requests took 194 s (an update, 8 training steps, took 26 s instead of 4)
+DEFAULT_REQUESTS = 8
 
 
 def serve_stream(
@@ -108,7 +109,8 @@ def build_tab(ctx: Any) -> None:
     with gr.Row():
         with gr.Column():
             suites = gr.CheckboxGroup(SUITES, value=["gsm8k"], label="prompt suites")
-            requests = gr.Slider(4, max(4, limits.osd_requests), value=min(DEFAULT_REQUESTS, limits.osd_requests), step=4,
+            # from 1: a limit of 4 made the slider run from 4 to 4, which gradio refuses
+            requests = gr.Slider(1, max(2, limits.osd_requests), value=min(DEFAULT_REQUESTS, limits.osd_requests), step=1,
                                  label="requests in the stream")  # fmt: skip
             shift_every = gr.Slider(0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)")
             mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
