@@ -85,6 +85,6 @@ def token_precision(tokens: list[dict], show: int = 15) -> go.Figure:
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_xaxes(range=[-0.2, 1])
     fig.update_yaxes(autorange="reversed", automargin=True)
-    fig = finish(fig, "Tokens the draft learned", "precision (share of the draft's guesses that were right)", "", legend="",
+    fig = finish(fig, "Tokens the draft learned", "precision (share of guesses right)", "", legend="",
                  subtitle="biggest precision gains, most frequent tokens")  # fmt: skip
     return legend_below(fig, 160 + 36 * max(1, len(top)))
