@@ -116,7 +116,9 @@ class OnlineLearner:
     def release(self) -> None:
         """Give back this learner's own weights (draft copy, trainee, optimiser): it serves the pair's
         draft again and learns from there. Its replay buffer and update history stay."""
-        self.wait()
+        if self._worker is not None:
+            self._worker.join()
+        self._worker = self._pending = None  # an update not served yet goes with the weights (no swap: it would hold them again)
         self.serving, self._trainee, self._optimizer = self._draft, None, None
         self.version = 0
         self.releases += 1
