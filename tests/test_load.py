@@ -8,9 +8,12 @@ import json
 from specviz.experiments import load
 
 
-def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path):
+def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monkeypatch):
+    # The long race must outlast gradio's 15 s heartbeat after the page closes, or there is nothing
+    # left to stop: 400 tokens of the tiny pair once did, on a faster machine they did not.
+    monkeypatch.setenv("SPECVIZ_LIMIT_MAX_NEW_TOKENS", "1500")  # the app runs in a child: it reads this
     code = load.main(["--pair", "tiny-random", "--sessions", "2", "--races", "2", "--max-new-tokens", "8",
-                      "--stop-tokens", "400", "--out", str(tmp_path)])  # fmt: skip
+                      "--stop-tokens", "1500", "--out", str(tmp_path)])  # fmt: skip
     result = json.loads((tmp_path / "results.json").read_text())
     assert code == 0 and result["done"] == 4 and result["failed"] == 0, result["problems"]
     assert result["stopped"] is True
