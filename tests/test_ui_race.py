@@ -200,3 +200,26 @@ def test_the_option_widgets_come_from_the_options_classes():
     assert widgets[("vanilla", "speculation_length")].maximum == AppLimits().speculation_length
     tuned = widgets[("disco", "threshold (empty: the tuned value)")]
     assert isinstance(tuned, gr.Textbox) and tuned.value == ""  # empty: the classifier's tuned τ
+
+
+def test_an_online_learner_taken_back_by_the_server_is_named_on_its_panel(perturbed_pair, monkeypatch):
+    """At most SPECVIZ_LIMIT_ADAPTED_DRAFTS learners keep their weights: a visitor whose learner gave
+    its own back reads why on the OSD panel (its α starts over from the pair's draft)."""
+    from specviz.osd import pool
+
+    monkeypatch.setattr(pool.ADAPTED_DRAFTS, "capacity", 1)
+    settings = RaceSettings("def add(a, b):", ("autoregressive", "osd"), max_new_tokens=12)
+    mine, theirs = {}, {}
+    for sessions in (mine, theirs):
+        for race in run_race(perturbed_pair, settings, sessions, threading.Event()):
+            pass
+        learner = sessions[(perturbed_pair.name, "osd")]["learner"]
+        learner.update()  # as after the 8th request: the learner takes weights of its own
+    assert mine[(perturbed_pair.name, "osd")]["learner"].releases == 1  # the other visitor's learner took its place
+    for race in run_race(perturbed_pair, settings, mine, threading.Event()):
+        pass
+    osd = {r.name: r for r in race.runs}["osd"]
+    assert "took yours back 1 time(s)" in osd.note and "SPECVIZ_LIMIT_ADAPTED_DRAFTS" in race_html(race)
+    for race in run_race(perturbed_pair, settings, {}, threading.Event()):
+        pass
+    assert {r.name: r for r in race.runs}["osd"].note == ""  # a learner never taken back: no note

@@ -92,6 +92,16 @@ def skip_reason(spec: Any, pair: Any, settings: RaceSettings) -> str | None:
     return None
 
 
+def session_note(session: dict) -> str:
+    """What a visitor should know of a method's state carried across their races: an online learner
+    whose adapted draft the server took back (specviz.osd.pool) learns again from the pair's draft."""
+    learner = session.get("learner")
+    if learner is None or not learner.releases:
+        return ""
+    return (f"Your online draft learns across your races, but this server keeps only a few adapted drafts at once "
+            f"(SPECVIZ_LIMIT_ADAPTED_DRAFTS) and took yours back {learner.releases} time(s): it learns again from the pair's draft.")
+
+
 def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float = REFRESH_S) -> Iterator[list[Any]]:
     """Drain `gen` in a worker thread; yield the records that arrived, in batches, every refresh_s.
 
@@ -183,7 +193,8 @@ def run_race(
         run.options = settings.method_options(spec.name, limits)
         options = {**run.options, **sessions[key]}
         against = spec.lossless_note(pair, options)
-        run.note = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
+        lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
+        run.note = " ".join(filter(None, [lossless, session_note(sessions[key])]))
         generators[spec.name] = specviz.run(spec.name, pair, prompt_ids, **settings.sampling(), **options)  # validates now
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
