@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.plots.theme import count_ticks, finish, legend_below
+from specviz.plots.theme import count_ticks, finish
 
 ORACLE_COLOUR = "#D55E00"  # Okabe-Ito vermillion
 COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
@@ -27,13 +27,12 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
         fig.add_scatter(x=d["iteration"], y=d["oracle_sl"], mode="markers+lines", name="oracle SL",
                         line={"color": ORACLE_COLOUR, "dash": "dot"}, marker={"symbol": "diamond"},
                         showlegend=row == 1, row=row, col=1)
-        fig.update_yaxes(title_text="tokens", row=row, col=1)
-    fig.update_xaxes(title_text="iteration", row=len(methods), col=1)
     count_ticks(fig, df["iteration"].max() if len(df) else 0)  # whole iterations (three of them were ticked -0.5, 0, 0.5, ...)
-    fig.update_layout(title={"text": "Speculation length", "subtitle": {"text": "chosen (bars) vs oracle (dotted), per iteration"},
-                             "x": 0.01, "xanchor": "left"},
-                      legend_title="per iteration", template="plotly_white", font={"size": 15}, margin={"l": 60, "r": 20, "t": 110})
-    return legend_below(fig, 260 * max(1, len(methods)) + 80)
+    fig = finish(fig, "Speculation length", "", "", legend="per iteration", subtitle="chosen (bars) vs oracle (dotted), per iteration",
+                 height=260 * max(1, len(methods)) + 80)  # fmt: skip
+    fig.update_layout(margin_t=110)  # the first panel's own title under the subtitle
+    fig.update_yaxes(title_text="tokens")  # every row's, after finish (it titles the first row's axes only)
+    return fig.update_xaxes(title_text="iteration", row=len(methods), col=1)
 
 
 def oracle_sl_histogram(df: pd.DataFrame) -> go.Figure:

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.osd.analysis import moving_alpha
-from specviz.plots.theme import finish, legend_below
+from specviz.plots.theme import finish
 
 STATIC_COLOUR = "#7F7F7F"  # grey: the draft kept as it was
 ONLINE_COLOUR = "#0072B2"  # Okabe-Ito blue: the draft learning online
@@ -51,8 +51,8 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
     fig.update_yaxes(range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="loss (nats)", row=2, col=1)
     fig.update_xaxes(title_text="requests served", row=2, col=1)
-    fig = finish(fig, "Acceptance α over the stream", "", ALPHA, legend="", subtitle="online vs static draft; below: each update's loss")
-    return legend_below(fig, 620)
+    return finish(fig, "Acceptance α over the stream", "", ALPHA, legend="", subtitle="online vs static draft; below: each update's loss",
+                  height=620)
 
 
 def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
@@ -85,6 +85,5 @@ def token_precision(tokens: list[dict], show: int = 15) -> go.Figure:
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_xaxes(range=[-0.2, 1])
     fig.update_yaxes(autorange="reversed", automargin=True)
-    fig = finish(fig, "Tokens the draft learned", "precision (share of guesses right)", "", legend="",
-                 subtitle="biggest precision gains, most frequent tokens")  # fmt: skip
-    return legend_below(fig, 160 + 36 * max(1, len(top)))
+    return finish(fig, "Tokens the draft learned", "precision (share of guesses right)", "", legend="",
+                  subtitle="biggest precision gains, most frequent tokens", height=160 + 36 * max(1, len(top)))  # fmt: skip

@@ -38,9 +38,10 @@ def method_marker(i: int) -> dict:
     return {"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "symbol": MARKERS[i % len(MARKERS)], "size": 8, "maxdisplayed": 12}
 
 
-def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "method", subtitle: str | None = None) -> go.Figure:
+def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "method", subtitle: str | None = None,
+           height: int = 420) -> go.Figure:
     """Titles with units, a legend title, and readable type (a long qualifier goes in the subtitle:
-    plotly titles do not wrap, and half-width plots cut them)."""
+    plotly titles do not wrap, and half-width plots cut them); `height` before the legend's rows."""
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left", **({"subtitle": {"text": subtitle}} if subtitle else {})},
         xaxis_title=x,
@@ -49,10 +50,10 @@ def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "met
         template="plotly_white",
         font={"size": 15},
         margin={"l": 60, "r": 20, "t": 80 if subtitle else 60, "b": 55},
-        height=420,
+        height=height,
         showlegend=legend is not None,
     )
-    return legend_below(fig, 420) if legend is not None else fig
+    return legend_below(fig, height) if legend is not None else fig
 
 
 def legend_below(fig: go.Figure, height: int) -> go.Figure:

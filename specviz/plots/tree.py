@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from specviz.plots.theme import empty, finish, legend_below
+from specviz.plots.theme import empty, finish
 from specviz.text import visible as visible_text
 
 # Okabe-Ito colours: readable with the common colour-vision deficiencies.
@@ -55,8 +55,8 @@ def tree_figure(
     subtitle: str | None = None,
 ) -> go.Figure:
     """Nodes labelled above with their token text (whitespace made visible; beside a node the label sat
-    on its outgoing edges); the accepted path in thick black lines and black rings; nodes coloured by source (`colour_of`: source -> colour, e.g. one
-    per stream, the colours of the tab's text)."""
+    on its outgoing edges); the accepted path in thick black lines and black rings; nodes coloured by
+    source (`colour_of`: source -> colour, e.g. one per stream, the colours of the tab's text)."""
     fig = go.Figure()
     if not tokens:
         return empty(title, "No candidates in this iteration (no n-gram matched).")
@@ -79,9 +79,8 @@ def tree_figure(
     fig.update_xaxes(dtick=1, zeroline=False, range=[-0.9, depth + 0.6])  # room for the root's label and half a leaf's
     fig.update_yaxes(visible=False, range=[max(rows) + 0.4, min(rows) - 0.8])  # first leaf on top, room above for its label
     subtitle = "; ".join(filter(None, [subtitle, "black: the accepted path"]))
-    fig = finish(fig, f"{title}: {len(tokens)} nodes, {len(accepted)} accepted", "depth (tokens ahead of the context)", "",
-                 legend="", subtitle=subtitle)  # fmt: skip
-    return legend_below(fig, max(360, ROW_PX * (max(rows) + 1) + 150))  # a row per leaf
+    return finish(fig, f"{title}: {len(tokens)} nodes, {len(accepted)} accepted", "depth (tokens ahead of the context)", "",
+                  legend="", subtitle=subtitle, height=max(360, ROW_PX * (max(rows) + 1) + 150))  # a row per leaf
 
 
 def add_nodes(fig: go.Figure, where: list[tuple[int, float]], label: list[str], accepted: set[int], sources: list[str],
