@@ -183,6 +183,7 @@ def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random
         changed = [not torch.equal(a, b) for a, b in zip(learner.serving.parameters(), pair.draft.parameters())]
         assert any(changed), "the draft learned something"
         assert all(torch.equal(a, b) for a, b in zip(learner.serving.parameters(), learner.trainee.parameters()))
+        assert all(p.grad is None for p in learner.trainee.parameters()), "no gradients kept between updates"
 
 
 def test_background_updates_swap_in_between_requests(random_pair):

@@ -185,6 +185,7 @@ class OnlineLearner:
             torch.nn.utils.clip_grad_norm_(self.trainee.parameters(), 1.0)
             self.optimizer.step()
             losses.append(step_loss)
+        self.optimizer.zero_grad(set_to_none=True)  # the gradients are a trainee's size: not kept between updates
         self._pending = {
             "request": self.requests,
             "samples": len(samples),
