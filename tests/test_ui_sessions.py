@@ -11,7 +11,7 @@ import gradio as gr
 import pytest
 
 from specviz.experiments.load import free_port
-from specviz.ui.sessions import drop_idle_sessions, drop_update_copies, tidy
+from specviz.ui.sessions import drop_deep_link_configs, drop_idle_sessions, drop_update_copies, tidy
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,21 @@ def test_every_update_leaves_a_copy_and_the_janitor_drops_them(served):
     assert set(session.blocks_config.blocks) <= set(demo.blocks) and set(session.config_values) <= set(demo.blocks)
     assert client.predict(7, api_name="/show") is not None  # the visitor's session still works
     assert session.state_data  # and keeps its State
+
+
+def test_deep_link_configs_are_dropped_and_stay_dropped(served):
+    from gradio_client import Client
+
+    demo, url = served
+    client = Client(url, verbose=False)
+    client.predict(1, api_name="/show")
+    session = _session(demo, client)
+    assert session.config_values  # gradio's copy of every component's config, for deep links
+    assert drop_deep_link_configs(demo) >= 1 and not session.config_values
+    assert drop_deep_link_configs(demo) == 0  # already dropped
+    assert client.predict(3, api_name="/show") == "<b>3</b>"  # updates and plain values still go through
+    assert not session.config_values  # and leave nothing behind
+    assert session.state_data
 
 
 def test_idle_sessions_are_dropped_and_recent_ones_kept(served):

@@ -3,7 +3,9 @@
 Gradio holds one SessionState per visitor (a copy of every component's config, ~1-2 MB here, plus
 the visitor's gr.State values) and drops it only when `state_session_capacity` more recent visitors
 have come; a visitor's State values expire after their time-to-live, the rest of the session does
-not. Worse, every `gr.update(...)` a handler returns builds a new copy of the component for that
+not. Each session also holds a serialised copy of every component's config with the visitor's
+latest values (`config_values`, ~0.4 MB when the page opens here, more once a race's plots are in
+it), kept only for gradio's deep links, which this app does not offer. Worse, every `gr.update(...)` a handler returns builds a new copy of the component for that
 visitor, and when the component next takes a plain value (or is an input), gradio 6 files the copy
 under the copy's own id, next to the original, and never drops it: a race adds ~28 such copies
 (~2 MB with their configs) that nothing reads again. Measured by `python -m specviz.bench load`:
@@ -11,7 +13,7 @@ under the copy's own id, next to the original, and never drops it: a race adds ~
 
 A janitor thread (started by `specviz.ui.blocks.launch`) does every few seconds what gradio does
 not: it drops those orphaned copies (a block id this app never built; the app uses no gr.render,
-so every such id is a copy) and whole sessions that no event has touched for the time-to-live,
+so every such id is a copy), the deep-link configs, and whole sessions that no event has touched for the time-to-live,
 then hands the freed memory back to the operating system.
 """
 
@@ -42,6 +44,29 @@ def drop_update_copies(demo: Any) -> int:
     return dropped
 
 
+class NoDeepLinkConfig(dict):
+    """A session's deep-link configs once dropped: gradio's writes to it are ignored and a read
+    finds an empty config, so a handler updating a component at the moment it is swapped in
+    still works (gradio writes a key, then reads it back)."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def __missing__(self, key: Any) -> dict:
+        return {}
+
+
+def drop_deep_link_configs(demo: Any) -> int:
+    """Swap every visitor's deep-link configs (gradio's `config_values`, read only by its deep-link
+    route; this app has no DeepLinkButton) for a `NoDeepLinkConfig`; returns how many were dropped."""
+    dropped = 0
+    for session in list(demo.state_holder.session_data.values()):
+        if not isinstance(session.config_values, NoDeepLinkConfig):
+            session.config_values = NoDeepLinkConfig()
+            dropped += 1
+    return dropped
+
+
 def drop_idle_sessions(demo: Any, idle_s: float, now: datetime.datetime | None = None) -> int:
     """Drop the sessions of visitors with no event for `idle_s` seconds (their State values first,
     through gradio's delete callbacks); returns how many."""
@@ -59,8 +84,8 @@ def drop_idle_sessions(demo: Any, idle_s: float, now: datetime.datetime | None =
 def give_back_freed_memory() -> None:
     """Return the heap pages freed since the last call to the OS (glibc's malloc_trim; elsewhere
     nothing). Without it a dropped session or an online learner that gave its weights back
-    leaves the server's RSS as high as before (measured: a default-pair learner's ~540 MB, of which
-    ~310 MB stayed resident after it was freed, ~7 MB after a trim)."""
+    leaves the server's RSS as high as before (measured on a default-pair learner that kept its gradients,
+    ~540 MB: ~310 MB stayed resident after it was freed, ~7 MB after a trim)."""
     if libc := _glibc():
         libc.malloc_trim(0)
 
@@ -80,6 +105,7 @@ def tidy(demo: Any, idle_s: float) -> tuple[int, int]:
     """One round of the janitor: (update copies dropped, idle sessions dropped)."""
     if getattr(demo, "state_holder", None) is None:  # not serving yet
         return 0, 0
+    drop_deep_link_configs(demo)
     return drop_update_copies(demo), drop_idle_sessions(demo, idle_s)
 
 
