@@ -6,7 +6,7 @@ import copy
 
 import torch
 
-from specviz.models.cpu import prepack_linears
+from specviz.models.cpu import EXACT_ROWS, packed_rows, prepack_linears
 
 
 def test_the_pinned_torch_has_onednn():  # without it the packed path is off and nothing below is exercised
@@ -26,6 +26,22 @@ def test_packed_layers_compute_what_dense_ones_do():
         with torch.inference_mode():
             torch.testing.assert_close(packed(x), dense(x), rtol=1e-5, atol=1e-5)
     assert packed[0]._specviz_packed.weight is not None and packed[0]._specviz_packed.weight.is_mkldnn
+
+
+def test_long_inputs_are_padded_to_few_shapes_and_compute_the_same():
+    """oneDNN keeps a kernel per input shape: a prompt's many lengths meet few padded shapes."""
+    sizes = [packed_rows(m) for m in range(1, 2049)]
+    assert sizes[:EXACT_ROWS] == list(range(1, EXACT_ROWS + 1))  # decoding and verification: as they are
+    assert all(m <= p <= 1.25 * m for m, p in zip(range(1, 2049), sizes)) and sizes == sorted(sizes)
+    assert len(set(sizes)) <= 56
+    dense, packed = _model(), _model()
+    prepack_linears(packed)
+    for rows in (EXACT_ROWS + 1, 37, 100):
+        x = torch.randn(1, rows, 16)
+        with torch.inference_mode():
+            out = packed(x)
+            assert out.shape == (1, rows, 8)
+            torch.testing.assert_close(out, dense(x), rtol=1e-5, atol=1e-5)
 
 
 def test_a_weight_changed_in_place_is_packed_again():
