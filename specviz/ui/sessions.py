@@ -5,7 +5,8 @@ the visitor's gr.State values) and drops it only when `state_session_capacity` m
 have come; a visitor's State values expire after their time-to-live, the rest of the session does
 not. Each session also holds a serialised copy of every component's config with the visitor's
 latest values (`config_values`, ~0.4 MB when the page opens here, more once a race's plots are in
-it), kept only for gradio's deep links, which this app does not offer. Worse, every `gr.update(...)` a handler returns builds a new copy of the component for that
+it), kept only for gradio's deep links, which this app does not offer. Worse, every
+`gr.update(...)` a handler returns builds a new copy of the component for that
 visitor, and when the component next takes a plain value (or is an input), gradio 6 files the copy
 under the copy's own id, next to the original, and never drops it: a race adds ~28 such copies
 (~2 MB with their configs) that nothing reads again. Measured by `python -m specviz.bench load`:
@@ -13,7 +14,8 @@ under the copy's own id, next to the original, and never drops it: a race adds ~
 
 A janitor thread (started by `specviz.ui.blocks.launch`) does every few seconds what gradio does
 not: it drops those orphaned copies (a block id this app never built; the app uses no gr.render,
-so every such id is a copy), the deep-link configs, and whole sessions that no event has touched for the time-to-live,
+so every such id is a copy), the deep-link configs, and whole sessions that no event has touched
+for the time-to-live,
 then hands the freed memory back to the operating system.
 """
 
