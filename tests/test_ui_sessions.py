@@ -4,6 +4,7 @@ dropped, and so are sessions no event has touched for the time-to-live."""
 from __future__ import annotations
 
 import datetime
+import os
 import subprocess
 import sys
 
@@ -101,3 +102,32 @@ def test_freed_memory_goes_back_to_the_system():
     Linux with glibc, like every machine the tests run on (`make test` installs Debian's Chromium)."""
     out = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, check=True)
     assert float(out.stdout) > 100, f"only {out.stdout.strip()} MB given back"
+
+
+ARENAS = """
+import sys, threading
+from specviz.ui.sessions import _glibc, limit_malloc_arenas
+if sys.argv[1] == "limit":
+    assert limit_malloc_arenas(2)
+ready, go = threading.Barrier(9), threading.Event()
+def allocate():
+    ready.wait()  # all eight threads alive at once, as a server's are
+    keep = [bytearray(1000) for _ in range(100)]  # above pymalloc's 512 bytes: glibc's malloc
+    go.wait()
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+[t.start() for t in threads]; ready.wait(); go.set(); [t.join() for t in threads]
+_glibc().malloc_stats()  # one "Arena N:" block per heap, on stderr
+"""
+
+
+@pytest.mark.parametrize("mode, most", [("default", None), ("limit", 2)])
+def test_threads_share_few_malloc_heaps_once_limited(mode, most):
+    """glibc gives each of eight live threads a heap of its own unless the launch limits them."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True, text=True, check=True, env=env)
+    arenas = out.stderr.count("Arena ")
+    if most is None:
+        assert arenas > 2, out.stderr  # the unlimited case, so the limit's test can tell
+    else:
+        assert 1 <= arenas <= most, out.stderr
+

@@ -20,7 +20,7 @@ from specviz.limits import AppLimits, app_limits
 from specviz.osd.pool import ADAPTED_DRAFTS
 from specviz.ui.feedback import user_error
 from specviz.ui.pairs import describe_pair, pair_choices, resolve_pair
-from specviz.ui.sessions import start_janitor
+from specviz.ui.sessions import limit_malloc_arenas, start_janitor
 from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
 
@@ -144,6 +144,7 @@ def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     kwargs.setdefault("ssr_mode", False)
     kwargs.setdefault("state_session_capacity", limits.sessions)
     ADAPTED_DRAFTS.capacity = limits.adapted_drafts  # server-wide: the least recently used learner gives its weights back
+    limit_malloc_arenas()  # before gradio starts its worker threads
     start_janitor(demo, limits.session_ttl_s)
     # Gradio's start-up self-check (one HEAD request to the local URL with a 3 s timeout) fails on
     # a busy machine and aborts the launch although the server is up; skip it where gradio has it.
