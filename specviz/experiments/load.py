@@ -12,8 +12,9 @@ first method streams, and the time until the race's last update is measured; a n
 race is sent while a long race runs (it should go between the long race's methods, and its page
 should show where it waits); and a visitor closes the page during a long race (the time until a
 new visitor's short race is done says whether the abandoned race was stopped). Reported: races
-done and failed, latency p50/p95 (queueing included), server RSS after the warm-up and at the end,
-those three timings, and the tracebacks in the server log (user errors must not leave any).
+done and failed, latency p50/p95 (queueing included), server RSS after the warm-up, after the first
+race and at the end, those three timings, and the tracebacks in the server log (user errors must
+not leave any).
 Each race's row (with the server's RSS when it ended) is written to races.jsonl as it finishes.
 """
 
@@ -242,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
         "rss_growth_mb": round(rss_after - rss_before, 1), "rss_growth_pct": round(100 * (rss_after / rss_before - 1), 2),
         "rss_growth_second_half_mb": round(rss_after - rows[len(rows) // 2]["rss_mb"], 1),
+        # from the first race's end (concurrent sessions have all arrived by then: their one-time costs are in)
+        "rss_first_race_mb": rows[0]["rss_mb"], "rss_growth_from_first_race_pct": round(100 * (rss_after / rows[0]["rss_mb"] - 1), 2),
         **stop, "visitor_left_logged": "a visitor left: stopped" in text,
         "tracebacks_in_log": text.count("Traceback (most recent call last)"),
         "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10], "rows": rows,
