@@ -194,6 +194,23 @@ def test_background_updates_swap_in_between_requests(random_pair):
     assert learner.version == 1 and learner.updates[0]["ms"] > 0
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_the_draft_learns_when_requests_run_without_autograd(random_pair, background):
+    """The app steps every run under torch.inference_mode (runner.without_autograd); an update, which
+    comes at the end of a request, still trains and swaps in, request after request."""
+    from specviz.runner import without_autograd
+
+    learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1, background=background))
+    ids = specviz.encode_prompt(random_pair, PROMPT)
+    ref = [t for r in specviz.run("autoregressive", random_pair, ids, max_new_tokens=12) for t in r.emitted]
+    for _ in range(3):
+        got = [t for r in without_autograd(specviz.run("osd", random_pair, ids, max_new_tokens=12, learner=learner)) for t in r.emitted]
+        assert got == ref
+    learner.wait()
+    assert learner.version == 3 and len(learner.updates) == 3
+    assert not all(torch.equal(a, b) for a, b in zip(learner.serving.parameters(), random_pair.draft.parameters()))
+
+
 def test_save_and_load_roundtrip(tmp_path, random_pair):
     learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1))
     specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learner)

@@ -153,7 +153,9 @@ class OnlineLearner:
 
     # -- learning ----------------------------------------------------------------------------------
     def update(self) -> None:
-        """Distil Q into the trainee, then (now, or at the next request when in the background) serve it."""
+        """Distil Q into the trainee, then (now, or at the next request when in the background) serve it.
+        Autograd is on for the training whatever mode the request runs in (the app steps runs in
+        torch.inference_mode, and the update comes at the end of a request)."""
         self.wait()
         samples = self.replay.take()
         self._last_update_at = self.requests
@@ -161,7 +163,8 @@ class OnlineLearner:
             self._worker = threading.Thread(target=self._train, args=(samples,), daemon=True)
             self._worker.start()
         else:
-            self._train(samples)
+            with torch.inference_mode(False), torch.enable_grad():
+                self._train(samples)
             self._swap()
 
     def wait(self) -> None:
@@ -216,7 +219,7 @@ class OnlineLearner:
         self._worker = None
         if self._pending is None:
             return
-        with torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad():  # ordinary tensors: the next swap writes into them
             self._own_serving().load_state_dict(self.trainee.state_dict())  # cast to the serving dtype
         self.version += 1
         self.updates.append({**self._pending, "version": self.version, "swapped_at_request": self.requests})
