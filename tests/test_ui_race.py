@@ -223,3 +223,26 @@ def test_an_online_learner_taken_back_by_the_server_is_named_on_its_panel(pertur
     for race in run_race(perturbed_pair, settings, {}, threading.Event()):
         pass
     assert {r.name: r for r in race.runs}["osd"].note == ""  # a learner never taken back: no note
+
+
+def test_osd_learns_across_a_visitors_races_and_a_failing_method_is_logged(random_pair, caplog, monkeypatch):
+    """A visitor's 8th OSD request updates their draft inside the race (which steps runs under
+    torch.inference_mode); a method that fails shows its error on its panel and logs its traceback."""
+    settings = RaceSettings("def add(a, b):", ("osd",), max_new_tokens=6)
+    sessions: dict = {}
+    for _ in range(8):
+        for race in run_race(random_pair, settings, sessions, threading.Event()):
+            pass
+        assert race.runs[0].status == "done", race.runs[0].message
+    learner = sessions[(random_pair.name, "osd")]["learner"]
+    assert learner.version == 1 and len(learner.updates) == 1
+
+    def broken(samples):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(learner, "_train", broken)
+    learner._last_update_at -= 8  # the next request is due for an update
+    for race in run_race(random_pair, settings, sessions, threading.Event()):
+        pass
+    assert race.runs[0].status == "error" and "boom" in race.runs[0].message
+    assert any(r.name == "specviz.ui.racing" and r.exc_info for r in caplog.records)

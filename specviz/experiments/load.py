@@ -87,7 +87,8 @@ def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
     except Exception as e:  # a failed request is a figure here, not a crash
         return False, time.perf_counter() - start, f"{type(e).__name__}: {e}"[:200]
     seconds = time.perf_counter() - start
-    return "Race finished" in status, seconds, "" if "Race finished" in status else status[:200]
+    ok = "Race finished" in status and "Failed" not in status  # every method ran (a method's error is a failure too)
+    return ok, seconds, "" if ok else status[:200]
 
 
 def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int) -> list[dict[str, Any]]:

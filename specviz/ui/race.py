@@ -298,7 +298,9 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
                     update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
             yield update
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
-        status = f"{head}Race finished.{stopped} Press **Replay race** to watch the runs on one clock."
+        failed = [r.label for r in race.runs if r.status == "error"]
+        failed = f" Failed (the panel says why): {', '.join(failed)}." if failed else ""
+        status = f"{head}Race finished.{stopped}{failed} Press **Replay race** to watch the runs on one clock."
         yield from finished_board(ctx, ui, race, status, {sessions_state: sessions})  # returned: the state's time-to-live restarts
 
     inputs = [ctx.pair, ui.prompt, ui.methods, ui.method_options, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]

@@ -9,6 +9,7 @@ arrived. Nothing here imports torch.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -22,6 +23,7 @@ from specviz.ui.panels import MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.turns import TURNS, Turns
 
+log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
 _END = object()
@@ -237,7 +239,8 @@ def _run_method(pair: Any, race: Race, run: MethodRun, gen: Iterator[Any], stop:
         run.status = "stopped" if stop.is_set() else "done"
     except SpecvizError as e:
         run.status, run.message = "error", str(e)
-    except Exception as e:  # a bug in one method must not end everyone's race
+    except Exception as e:  # a bug in one method must not end everyone's race; the log keeps its traceback
+        log.exception("%s failed in a race", run.name)
         run.status, run.message = "error", f"{type(e).__name__}: {e}"
     builder.finish()
     if run.records:
