@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import torch
 
@@ -69,3 +71,18 @@ def test_training_takes_the_ordinary_path_and_copies_pack_their_own_weights():
     with torch.no_grad():
         twin[0].weight -= 0.1 * twin[0].weight.grad
         torch.testing.assert_close(twin(x), torch.nn.functional.linear(twin[1](twin[0](x)), twin[2].weight), rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_model_is_freed_as_soon_as_it_is_dropped():
+    """No reference cycle: a released learner's packed draft goes at once, not at the next cyclic collection."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    assert prepack_linears(model) == 1 and isinstance(model[0], torch.nn.Linear)
+    with torch.inference_mode():
+        model(torch.randn(2, 8))
+    layer = weakref.ref(model[0])
+    gc.disable()
+    try:
+        del model
+        assert layer() is None
+    finally:
+        gc.enable()
