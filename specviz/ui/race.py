@@ -46,6 +46,7 @@ DEFAULT_METHODS = ("autoregressive", "vanilla", "prompt_lookup", "pearl", "sssd"
 
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 DYNAMIC_FIRST = ("disco", "heuristic", "confidence", "pearl", "osd")  # methods whose speculation length varies
+FAILED_NOTE = "Failed (the panel says why)"  # in a finished race's status line, before the failed methods' labels
 EXAMPLES_SHOWN = 40  # examples listed per suite (Shuffle draws from the whole suite)
 OWN = "your prompts"  # the example suite that stands for the visitor's uploaded prompt file
 OWN_SHOWN, OWN_FILE_BYTES = 500, 2**20
@@ -298,8 +299,8 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
                     update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
             yield update
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
-        failed = [r.label for r in race.runs if r.status == "error"]
-        failed = f" Failed (the panel says why): {', '.join(failed)}." if failed else ""
+        failures = [r.label for r in race.runs if r.status == "error"]
+        failed = f" {FAILED_NOTE}: {', '.join(failures)}." if failures else ""
         status = f"{head}Race finished.{stopped}{failed} Press **Replay race** to watch the runs on one clock."
         yield from finished_board(ctx, ui, race, status, {sessions_state: sessions})  # returned: the state's time-to-live restarts
 
