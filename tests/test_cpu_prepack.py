@@ -33,12 +33,12 @@ def test_packed_layers_compute_what_dense_ones_do():
 def test_long_inputs_are_padded_to_few_shapes_and_compute_the_same():
     """oneDNN keeps a kernel per input shape: a prompt's many lengths meet few padded shapes."""
     sizes = [packed_rows(m) for m in range(1, 2049)]
-    assert sizes[:EXACT_ROWS] == list(range(1, EXACT_ROWS + 1))  # decoding and verification: as they are
+    assert sizes[:EXACT_ROWS] == list(range(1, EXACT_ROWS + 1))  # decoding and short verification: as they are
     assert all(m <= p <= 1.25 * m for m, p in zip(range(1, 2049), sizes)) and sizes == sorted(sizes)
-    assert len(set(sizes)) <= 56
+    assert len(set(sizes)) <= 40
     dense, packed = _model(), _model()
     prepack_linears(packed)
-    for rows in (EXACT_ROWS + 1, 37, 100):
+    for rows in (EXACT_ROWS + 1, 19, 37, 100):
         x = torch.randn(1, rows, 16)
         with torch.inference_mode():
             out = packed(x)
@@ -86,3 +86,4 @@ def test_a_packed_model_is_freed_as_soon_as_it_is_dropped():
         assert layer() is None
     finally:
         gc.enable()
+

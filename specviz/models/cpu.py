@@ -18,10 +18,19 @@ Set SPECVIZ_CPU_PREPACK=0 to turn it off (e.g. to measure its effect).
 oneDNN builds and caches a kernel for every input shape it meets (two caches of 1,024 entries,
 oneDNN's and PyTorch's ideep's; ~0.6 MB per shape measured here, whatever the layer's size). A
 server that meets every prompt length from its visitors would fill both: up to ~600 MB that stays.
-So inputs of more than `EXACT_ROWS` rows (a prompt's prefill; decoding and verification stay below)
-are padded with zero rows to one of four sizes per octave and the padding's outputs dropped: at
-most 25 % more rows, still ~1.6x faster than the unpacked path (the default target's 576x1536 layer,
-32 to 256 rows), and every input up to 2,048 rows meets one of 56 shapes per layer.
+So inputs of more than `EXACT_ROWS` rows (a prompt's prefill, a long verification) are padded with
+zero rows to one of four sizes per octave and the padding's outputs dropped: at most 25 % more rows,
+still ~1.6x faster than the unpacked path (the default target's 576x1536 layer, 32 to 256 rows),
+and every input up to 2,048 rows meets one of 40 shapes per layer. Up to 32 rows a layer costs
+about the same whatever the rows (it reads its weights either way): with padding from 8 rows
+rather than 32, vanilla, SSSD and DISCO ran as fast (default pair, 8 prompts, runs alternated),
+and a server meets 16 shapes below 33 rows instead of 32.
+
+The most that prompts of every length can add, measured on the default pair: a prefill of each of
+the 28 padded sizes from 9 to 1,024 rows left +90 MB of kernels, once. Prefills through the
+ordinary path would leave none, but they are 1.5-1.7x slower on the default target (20 to 320
+tokens), and vanilla, SSSD and DISCO lost 1-2 % of their speedup (the same 8 prompts, 3 runs each,
+alternated): a bounded, one-off 90 MB is the better trade.
 """
 
 from __future__ import annotations
@@ -74,12 +83,12 @@ class PackedLinear(torch.nn.Linear):
     forward = _packed_forward
 
 
-EXACT_ROWS = 32  # inputs up to this many rows (tokens) are packed as they are
+EXACT_ROWS = 8  # inputs up to this many rows (tokens) are packed as they are
 
 
 def packed_rows(rows: int) -> int:
     """The rows an input of `rows` rows is padded to: itself up to EXACT_ROWS, then the next of four
-    sizes per octave (40, 48, 56, 64, 80, 96, ...), so oneDNN meets few distinct shapes."""
+    sizes per octave (10, 12, 14, 16, 20, 24, ...), so oneDNN meets few distinct shapes."""
     if rows <= EXACT_ROWS:
         return rows
     step = 1 << ((rows - 1).bit_length() - 3)  # an eighth of the octave's top: 33..64 -> 8, 65..128 -> 16
