@@ -11,10 +11,12 @@ so a new visitor, for every race). Then Stop: a long race is submitted, Stop is 
 first method streams, and the time until the race's last update is measured; a new visitor's short
 race is sent while a long race runs (it should go between the long race's methods, and its page
 should show where it waits); and a visitor closes the page during a long race (the time until a
-new visitor's short race is done says whether the abandoned race was stopped). Reported: races
-done and failed, latency p50/p95 (queueing included), server RSS after the warm-up, after the first
-race and at the end, those three timings, and the tracebacks in the server log (user errors must
-not leave any).
+new visitor's short race is done says whether the abandoned race was stopped). Last, every visitor
+has left: the app drops a session --session-ttl seconds after its last event (set for its child
+process), so the tool waits that long and two rounds of the app's janitor, and reads the RSS again.
+Reported: races done and failed, latency p50/p95 (queueing included), server RSS after the
+warm-up, after the first race, at the end of the races and once the visitors have left, those
+three timings, and the tracebacks in the server log (user errors must not leave any).
 Each race's row (with the server's RSS when it ended) is written to races.jsonl as it finishes.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -195,6 +198,16 @@ def leave_latency(url: str, cfg: argparse.Namespace, methods: list[str], log: Pa
     return {"leave_s": round(seconds, 2) if seconds < 60 else None}
 
 
+def after_visitors_left(pid: int, log: Path, ttl_s: int) -> dict[str, Any]:
+    """The server's RSS once every visitor's session has expired (its state, online learners
+    included, dropped), and how many sessions its janitor says it dropped."""
+    from specviz.ui.sessions import JANITOR_EVERY_S
+
+    time.sleep(ttl_s + 2 * JANITOR_EVERY_S + 2)
+    dropped = re.findall(r"dropped (\d+) idle visitor session", log.read_text(errors="replace"))
+    return {"rss_visitors_left_mb": round(rss_mb(pid), 1), "sessions_dropped": sum(map(int, dropped))}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
@@ -209,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="a new client (a new visitor) for every race")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--stop-tokens", type=int, default=512, help="max new tokens of the race that Stop interrupts")
+    p.add_argument("--session-ttl", type=int, default=60,
+                   help="seconds after its last event the app drops a visitor's session; then RSS once all have left (0: the app's own, no wait)")
     p.add_argument("--minutes", type=float, default=0.0, help="time budget for the races (0: none); no race starts after it")
     p.add_argument("--out", type=Path, required=True, help="folder for results.json, summary.md and the server log")
     cfg = p.parse_args(argv)
@@ -217,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m.strip() for m in cfg.methods.split(",") if m.strip()]
     cfg.out.mkdir(parents=True, exist_ok=True)
     log = cfg.out / "server.log"
-    proc, url = start_app(cfg.pair, log, {})
+    ttl = {"SPECVIZ_LIMIT_SESSION_TTL_S": str(cfg.session_ttl)} if cfg.session_ttl else {}
+    proc, url = start_app(cfg.pair, log, ttl)
     try:
         from gradio_client import Client
 
@@ -230,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - started
         rss_after = rss_mb(proc.pid)
         stop = {**stop_latency(url, cfg, methods), **fair_share(url, cfg, methods), **leave_latency(url, cfg, methods, log)}
+        left = after_visitors_left(proc.pid, log, cfg.session_ttl) if cfg.session_ttl else {}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -246,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_growth_second_half_mb": round(rss_after - rows[len(rows) // 2]["rss_mb"], 1),
         # from the first race's end (concurrent sessions have all arrived by then: their one-time costs are in)
         "rss_first_race_mb": rows[0]["rss_mb"], "rss_growth_from_first_race_pct": round(100 * (rss_after / rows[0]["rss_mb"] - 1), 2),
+        **left, **({"rss_growth_visitors_left_pct": round(100 * (left["rss_visitors_left_mb"] / rss_before - 1), 2)} if left else {}),
         **stop, "visitor_left_logged": "a visitor left: stopped" in text,
         "tracebacks_in_log": text.count("Traceback (most recent call last)"),
         "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10], "rows": rows,
