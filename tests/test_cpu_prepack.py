@@ -86,4 +86,3 @@ def test_a_packed_model_is_freed_as_soon_as_it_is_dropped():
         assert layer() is None
     finally:
         gc.enable()
-
