@@ -130,4 +130,3 @@ def test_threads_share_few_malloc_heaps_once_limited(mode, most):
         assert arenas > 2, out.stderr  # the unlimited case, so the limit's test can tell
     else:
         assert 1 <= arenas <= most, out.stderr
-

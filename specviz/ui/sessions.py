@@ -40,6 +40,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 JANITOR_EVERY_S = 10.0
+DROPPED_LOG = "dropped %d idle visitor session(s)"  # the janitor's log line (the load tool counts them)
 MALLOC_ARENAS = 2  # heaps all threads share: PEARL's two model threads each have one
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 
@@ -143,7 +144,7 @@ def start_janitor(demo: Any, idle_s: float, every_s: float = JANITOR_EVERY_S) ->
                 log.exception("tidying the visitors' sessions failed")
                 continue
             if sessions:
-                log.info("dropped %d idle visitor session(s)", sessions)
+                log.info(DROPPED_LOG, sessions)
             log.debug("dropped %d component copies", copies)
 
     threading.Thread(target=loop, name="specviz-sessions", daemon=True).start()
