@@ -153,16 +153,13 @@ NO_DRAFT = Draft([], None, 0)
 def pearl_decoding(dec: Decoding, opts: PearlOptions, pre_verify: bool = True, post_verify: bool = True) -> Iterator[IterationRecord]:
     """PEARL's loop (Algorithm 1); with pre_verify=False or post_verify=False, the ablations of its Table 3."""
     run = Pearl(dec, opts)
-    try:
-        while not dec.done:
-            if run.pending.tokens:
-                yield run.post_verify(draft_ahead=post_verify)
-            elif pre_verify or run.window() == 0:
-                yield run.pre_verify()
-            else:
-                run.draft_alone()
-    finally:
-        run.lanes.close()
+    while not dec.done:
+        if run.pending.tokens:
+            yield run.post_verify(draft_ahead=post_verify)
+        elif pre_verify or run.window() == 0:
+            yield run.pre_verify()
+        else:
+            run.draft_alone()
 
 
 PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Length (PEARL)"

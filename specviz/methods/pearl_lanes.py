@@ -13,11 +13,11 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
+from specviz import workers
 from specviz.cost.formulas import pearl_window
 from specviz.models.kv import CachedLM
 
@@ -76,13 +76,14 @@ def optimal_window(pair: Any) -> int:
 
 
 class Lanes:
-    """Runs a round's draft job and target job at the same time (the target's in a second thread,
-    each on its own CUDA stream on GPU), or one after the other when not concurrent. On CPU the
-    intra-op threads are split between the two jobs (OpenMP thread counts are per thread); with one
-    thread in all (OMP_NUM_THREADS=1) each job gets one, i.e. a core each."""
+    """Runs a round's draft job and target job at the same time (the target's in a second thread that
+    lives as long as the process, `specviz.workers`; each on its own CUDA stream on GPU), or one after
+    the other when not concurrent. On CPU the intra-op threads are split between the two jobs (OpenMP
+    thread counts are per thread); with one thread in all (OMP_NUM_THREADS=1) each job gets one, i.e.
+    a core each."""
 
     def __init__(self, concurrent: bool, draft_device: torch.device, target_device: torch.device):
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-target") if concurrent else None
+        self.target_lane = workers.on("pearl-target") if concurrent else None
         cuda = concurrent and draft_device.type == "cuda" and target_device.type == "cuda"
         self.streams = (torch.cuda.Stream(draft_device), torch.cuda.Stream(target_device)) if cuda else (None, None)
         self.total = torch.get_num_threads()  # a job that runs alone gets them all
@@ -105,19 +106,15 @@ class Lanes:
     def run(self, draft_job: Callable[[], Any] | None, target_job: Callable[[], Any]) -> tuple[Any, Any, bool]:
         """(draft result or None, target result, whether the two ran concurrently)."""
         (draft_stream, target_stream), (draft_threads, target_threads) = self.streams, self.threads
-        if draft_job is None or self.pool is None:
+        if draft_job is None or self.target_lane is None:
             drafted = self._on(draft_stream, self.total, draft_job) if draft_job is not None else None
             return drafted, self._on(target_stream, self.total, target_job), False
-        future = self.pool.submit(self._on, target_stream, target_threads, target_job)
+        future = self.target_lane.submit(self._on, target_stream, target_threads, target_job)
         try:
             drafted = self._on(draft_stream, draft_threads, draft_job)
         finally:
             target = future.result()  # never leave the target's thread running on our caches
         return drafted, target, True
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
 
 
 def overlap(a: list[list[float]], b: list[list[float]]) -> float:

@@ -1,10 +1,11 @@
 """Running a race honestly: the methods run one after another, each alone on the models (taking
-turns with other visitors' runs, `specviz.ui.turns`), each in a worker thread.
+turns with other visitors' runs, `specviz.ui.turns`), each stepped by the models' thread.
 
 Each method's clock (`Decoding.now`) runs only while its own generator runs, and the generator is
-drained by a worker thread, so drawing the page never pauses a run (a paused generator would count
-the drawing as decoding time). The page thread wakes a few times a second to draw what has
-arrived. Nothing here imports torch.
+drained by the models' thread (`MODELS`, one for the process: a new thread would pay its first-use
+costs inside the run's timing, `specviz.workers`), so drawing the page never pauses a run (a paused
+generator would count the drawing as decoding time). The page thread wakes a few times a second to
+draw what has arrived. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from specviz import workers
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count, check_unique
 from specviz.ui.panels import MethodRun, Race
@@ -26,6 +29,7 @@ from specviz.ui.turns import TURNS, Turns
 log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
+MODELS = "specviz-models"  # the thread that runs every model call of a race (specviz.workers)
 _END = object()
 
 
@@ -105,7 +109,7 @@ def session_note(session: dict) -> str:
 
 
 def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float = REFRESH_S) -> Iterator[list[Any]]:
-    """Drain `gen` in a worker thread; yield the records that arrived, in batches, every refresh_s.
+    """Drain `gen` on the models' thread; yield the records that arrived, in batches, every refresh_s.
 
     A SpecvizError or any other exception inside the run is re-raised here. Setting `stop` (or
     closing this generator) ends the run after its current iteration.
@@ -126,8 +130,7 @@ def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float =
             gen.close()
             q.put(_END)
 
-    worker = threading.Thread(target=pump, name="specviz-race", daemon=True)
-    worker.start()
+    pumped = workers.on(MODELS).submit(pump)
     batch: list[Any] = []
     deadline = time.monotonic() + refresh_s
     worker_done = False  # the worker has finished (normally or with an exception)
@@ -154,7 +157,7 @@ def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float =
     finally:
         if not worker_done:  # closed from outside (the visitor left, or the event was cancelled)
             stop.set()
-        worker.join(timeout=30)
+        wait([pumped], timeout=30)
 
 
 def run_race(
@@ -214,7 +217,7 @@ def run_race(
                 generators[run.name].close()
                 continue
             if not warm:
-                _warm_up(pair, prompt_ids, settings)
+                workers.on(MODELS).call(_warm_up, pair, prompt_ids)
                 warm = True
             yield from _run_method(pair, race, run, generators[run.name], stop)
         finally:
@@ -244,10 +247,10 @@ def _run_method(pair: Any, race: Race, run: MethodRun, gen: Iterator[Any], stop:
         run.status, run.message = "error", f"{type(e).__name__}: {e}"
     builder.finish()
     if run.records:
-        run.records = specviz.fill_oracle_sl(pair, race.prompt_ids, run.records)
+        run.records = workers.on(MODELS).call(specviz.fill_oracle_sl, pair, race.prompt_ids, run.records)
 
 
-def _warm_up(pair: Any, prompt_ids: list[int], settings: RaceSettings) -> None:
+def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
     """A few untimed tokens through the target and the draft, so the first method raced does not
     pay the one-off costs of the first forward passes."""
     import specviz

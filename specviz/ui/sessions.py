@@ -15,12 +15,11 @@ under the copy's own id, next to the original, and never drops it: a race adds ~
 A janitor thread (started by `specviz.ui.blocks.launch`) does every few seconds what gradio does
 not: it drops those orphaned copies (a block id this app never built; the app uses no gr.render,
 so every such id is a copy), the deep-link configs, and whole sessions that no event has touched
-for the time-to-live,
-then hands the freed memory back to the operating system.
+for the time-to-live, then hands the freed memory back to the operating system.
 
 glibc gives each new thread that allocates while other threads are alive a heap ("arena") of its
 own, up to eight per core, and keeps every arena for the life of the process; a server's threads
-are many (gradio's workers, a thread per raced method, online learners). `limit_malloc_arenas`,
+are many (gradio's workers, the models' thread and PEARL's, online learners). `limit_malloc_arenas`,
 called at launch, makes them share `MALLOC_ARENAS` (PEARL runs its draft and its target in two
 threads at once; with one arena it was ~15 % slower). Measured with `python -m specviz.bench load`
 (8 visitors x 25 races, tiny pair): +40 MB of RSS from the first race to the last with glibc's

@@ -1,0 +1,63 @@
+"""Model work runs on threads that live as long as the process: a race's every forward pass on the
+models' thread (PEARL's target passes on its own), the same threads race after race."""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+
+import pytest
+
+from specviz import workers
+from specviz.ui.racing import MODELS, RaceSettings, run_race
+
+
+def test_a_worker_runs_calls_in_order_on_one_thread_and_hands_back_errors():
+    worker = workers.on("test-worker")
+    assert workers.on("test-worker") is worker
+    seen: list[tuple[int, str]] = []
+    futures = [worker.submit(lambda i=i: seen.append((i, threading.current_thread().name))) for i in range(5)]
+    for f in futures:
+        f.result(timeout=10)
+    assert seen == [(i, "test-worker") for i in range(5)]
+    with pytest.raises(ZeroDivisionError):
+        worker.call(lambda: 1 / 0)
+    assert worker.call(lambda: threading.current_thread().name) == "test-worker"  # it survived the error
+
+
+def test_a_forked_child_gets_its_own_worker_threads():
+    workers.on("test-forked").call(lambda: None)  # the parent's thread is running
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread did not come along, a new one must serve
+        try:
+            name = workers.on("test-forked").call(lambda: threading.current_thread().name)
+            os.write(write, name.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 30)
+    answer = os.read(read, 100).decode() if ready else ""
+    os.waitpid(pid, 0)
+    assert answer == "test-forked", "the forked child's call never ran"
+
+
+def test_every_forward_pass_of_a_race_runs_on_the_same_long_lived_threads(perturbed_pair):
+    calls: list[tuple[str, int]] = []
+
+    def note(module, args):
+        calls.append((threading.current_thread().name, threading.get_ident()))
+
+    hooks = [m.register_forward_pre_hook(note) for m in (perturbed_pair.target, perturbed_pair.draft)]
+    try:
+        settings = RaceSettings("def add(a, b):", ("autoregressive", "vanilla", "pearl"), max_new_tokens=12)
+        for _ in range(2):
+            for race in run_race(perturbed_pair, settings, {}, threading.Event()):
+                pass
+            assert [run.status for run in race.runs] == ["done"] * 3
+    finally:
+        for h in hooks:
+            h.remove()
+    assert {name for name, _ in calls} == {MODELS, "pearl-target"}
+    assert len(set(calls)) == 2  # one thread each, for both races: no thread started per run
