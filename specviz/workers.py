@@ -5,8 +5,8 @@ stepped by a new thread paid them inside its timed region: on the tiny pair, aut
 tokens, median of 6, 0.153 s on a new thread against 0.111 s on one kept alive (on the default pair
 the difference was within the noise). A server that started a thread per run also kept some memory
 of each: eight visitors, nine races each, in-process, +34 MB against +29 MB once their sessions were
-dropped. So the app steps every run on one thread that lives as long as the process, and PEARL's
-target lane is another.
+dropped. So the app makes every model call on one thread that lives as long as the process (a
+race's runs, and the other tabs' handlers through `running_on`), and PEARL's target lane is another.
 
 Work submitted to a thread runs in order, one item at a time. Threads are daemons (a run still going
 at exit does not hold the process) and are started again in a forked child (ZeroGPU's workers).
@@ -15,12 +15,18 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
+
+MODELS = "specviz-models"  # the app's thread for model calls: every race's, every tab's
+_DONE = object()
 
 
 class Worker:
@@ -47,7 +53,10 @@ class Worker:
         return future
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run `fn(*args)` on this thread and wait for its result (raised here if it raised)."""
+        """Run `fn(*args)` on this thread and wait for its result (raised here if it raised); called
+        from this thread itself, it runs at once (waiting for itself would never end)."""
+        if threading.current_thread() is self.thread:
+            return fn(*args)
         return self.submit(fn, *args).result()
 
 
@@ -61,6 +70,31 @@ def on(name: str) -> Worker:
         if name not in _WORKERS:
             _WORKERS[name] = Worker(name)
         return _WORKERS[name]
+
+
+def running_on(name: str, fn: Callable) -> Callable:
+    """`fn` made to run on the worker thread `name` (a generator function: stepped there), in a copy
+    of the caller's context, so what the caller's context holds (gradio's request, for gr.Warning)
+    still holds."""
+    if inspect.isgeneratorfunction(inspect.unwrap(fn)):
+
+        @functools.wraps(fn)
+        def stepped(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            context, worker = contextvars.copy_context(), on(name)
+            gen = fn(*args, **kwargs)  # nothing runs until it is stepped
+            try:
+                while (item := worker.call(context.run, next, gen, _DONE)) is not _DONE:
+                    yield item
+            finally:
+                worker.call(context.run, gen.close)
+
+        return stepped
+
+    @functools.wraps(fn)
+    def called(*args: Any, **kwargs: Any) -> Any:
+        return on(name).call(contextvars.copy_context().run, functools.partial(fn, *args, **kwargs))
+
+    return called
 
 
 def _forget_after_fork() -> None:

@@ -1,8 +1,11 @@
 """Model work runs on threads that live as long as the process: a race's every forward pass on the
-models' thread (PEARL's target passes on its own), the same threads race after race."""
+models' thread (PEARL's target passes on its own), the same threads race after race; the other tabs'
+handlers run there too, in their caller's context."""
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import os
 import select
 import threading
@@ -10,7 +13,8 @@ import threading
 import pytest
 
 from specviz import workers
-from specviz.ui.racing import MODELS, RaceSettings, run_race
+from specviz.ui.racing import RaceSettings, run_race
+from specviz.workers import MODELS
 
 
 def test_a_worker_runs_calls_in_order_on_one_thread_and_hands_back_errors():
@@ -61,3 +65,50 @@ def test_every_forward_pass_of_a_race_runs_on_the_same_long_lived_threads(pertur
             h.remove()
     assert {name for name, _ in calls} == {MODELS, "pearl-target"}
     assert len(set(calls)) == 2  # one thread each, for both races: no thread started per run
+
+
+LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("label", default="unset")
+
+
+def test_a_handler_runs_on_the_models_thread_in_the_callers_context():
+    def handler(x: int) -> tuple[int, str, str]:
+        return x + 1, threading.current_thread().name, LABEL.get()
+
+    LABEL.set("this request")
+    assert workers.running_on(MODELS, handler)(1) == (2, MODELS, "this request")
+    with pytest.raises(KeyError):
+        workers.running_on(MODELS, lambda: {}["missing"])()
+
+
+def test_a_streaming_handler_is_stepped_on_the_models_thread_and_closed_there():
+    where, closed = [], []
+
+    def handler(n: int):
+        try:
+            for i in range(n):
+                where.append((threading.current_thread().name, LABEL.get()))
+                yield i
+        finally:
+            closed.append(threading.current_thread().name)
+
+    LABEL.set("streamed")
+    wrapped = workers.running_on(MODELS, handler)
+    assert inspect.isgeneratorfunction(wrapped)  # gradio and one_at_a_time see a streaming handler
+    assert list(wrapped(3)) == [0, 1, 2]
+    assert where == [(MODELS, "streamed")] * 3 and closed == [MODELS]
+    stream = wrapped(10)
+    assert next(stream) == 0
+    stream.close()  # the visitor left: the handler's own clean-up runs, on the models' thread
+    assert closed == [MODELS, MODELS]
+
+
+def test_a_call_from_the_workers_own_thread_runs_at_once():
+    worker = workers.on("test-nested")
+    assert worker.call(lambda: worker.call(lambda: threading.current_thread().name)) == "test-nested"
+
+
+def test_the_tabs_model_handlers_run_on_the_models_thread():
+    from specviz.ui.blocks import TabContext
+
+    ctx = TabContext(pair=None, pair_status=None, race=None, gpu=lambda fn: fn)
+    assert ctx.run_models(lambda: threading.current_thread().name)() == MODELS

@@ -15,6 +15,7 @@ from typing import Any
 
 import gradio as gr
 
+from specviz import workers
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, app_limits
 from specviz.osd.pool import ADAPTED_DRAFTS
@@ -46,8 +47,9 @@ class TabContext:
 
     def run_models(self, fn: Callable) -> Callable:
         """Wrap a handler that runs models: it waits for its turn on them (specviz.ui.turns), then
-        runs (on a ZeroGPU Space, with a GPU). The Race takes turns per method instead."""
-        return one_at_a_time(self.gpu(fn))
+        runs (on a ZeroGPU Space, with a GPU) on the models' thread (specviz.workers). The Race
+        takes turns per method instead."""
+        return one_at_a_time(self.gpu(workers.running_on(workers.MODELS, fn)))
 
     def models_queue(self) -> dict[str, Any]:
         """The event options of every handler that runs models: one gradio queue, `admitted_runs` at once."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specviz import workers
+from specviz.workers import MODELS
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count, check_unique
 from specviz.ui.panels import MethodRun, Race
@@ -29,7 +30,6 @@ from specviz.ui.turns import TURNS, Turns
 log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
-MODELS = "specviz-models"  # the thread that runs every model call of a race (specviz.workers)
 _END = object()
 
 
