@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specviz import workers
-from specviz.workers import MODELS
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count, check_unique
 from specviz.ui.panels import MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.turns import TURNS, Turns
+from specviz.workers import MODELS
 
 log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
