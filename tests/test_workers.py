@@ -8,6 +8,7 @@ import contextvars
 import inspect
 import os
 import select
+import signal
 import threading
 
 import pytest
@@ -43,6 +44,8 @@ def test_a_forked_child_gets_its_own_worker_threads():
     os.close(write)
     ready, _, _ = select.select([read], [], [], 30)
     answer = os.read(read, 100).decode() if ready else ""
+    if not answer:
+        os.kill(pid, signal.SIGKILL)  # a hung child fails the test, not the suite
     os.waitpid(pid, 0)
     assert answer == "test-forked", "the forked child's call never ran"
 
