@@ -90,7 +90,9 @@ def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
     except Exception as e:  # a failed request is a figure here, not a crash
         return False, time.perf_counter() - start, f"{type(e).__name__}: {e}"[:200]
     seconds = time.perf_counter() - start
-    ok = "Race finished" in status and "Failed (the panel says why)" not in status  # a method's error fails the race too
+    from specviz.ui.race import FAILED_NOTE
+
+    ok = "Race finished" in status and FAILED_NOTE not in status  # a method's error fails the race too
     return ok, seconds, "" if ok else status[:200]
 
 
@@ -191,7 +193,9 @@ def leave_latency(url: str, cfg: argparse.Namespace, methods: list[str], log: Pa
         return {"leave_s": None, "leave_note": TOO_SHORT}
     left = time.perf_counter()
     client.close()
-    while time.perf_counter() - left < 60 and "a visitor left: stopped" not in log.read_text(errors="replace"):
+    from specviz.ui.blocks import LEFT_LOG
+
+    while time.perf_counter() - left < 60 and not logged(LEFT_LOG, log.read_text(errors="replace")):
         time.sleep(0.2)
     seconds = time.perf_counter() - left
     job.cancel()
@@ -204,8 +208,13 @@ def after_visitors_left(pid: int, log: Path, ttl_s: int) -> dict[str, Any]:
     from specviz.ui.sessions import DROPPED_LOG, JANITOR_EVERY_S
 
     time.sleep(ttl_s + 2 * JANITOR_EVERY_S + 2)
-    dropped = re.findall(re.escape(DROPPED_LOG).replace("%d", r"(\d+)"), log.read_text(errors="replace"))
-    return {"rss_visitors_left_mb": round(rss_mb(pid), 1), "sessions_dropped": sum(map(int, dropped))}
+    dropped = logged(DROPPED_LOG, log.read_text(errors="replace"))
+    return {"rss_visitors_left_mb": round(rss_mb(pid), 1), "sessions_dropped": sum(dropped)}
+
+
+def logged(line: str, text: str) -> list[int]:
+    """The number in each line of `text` that the server logged as `line` (a %d format)."""
+    return [int(n) for n in re.findall(re.escape(line).replace("%d", r"(\d+)"), text)]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -251,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         proc.terminate()
         proc.wait(timeout=30)
     seconds = [r["seconds"] for r in rows if r["ok"]]
+    from specviz.ui.blocks import LEFT_LOG
+
     text = log.read_text(errors="replace")
     result = {
         "command": "python -m specviz.bench load " + " ".join(sys.argv[2:] if argv is None else argv),
@@ -264,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         # from the first race's end (concurrent sessions have all arrived by then: their one-time costs are in)
         "rss_first_race_mb": rows[0]["rss_mb"], "rss_growth_from_first_race_pct": round(100 * (rss_after / rows[0]["rss_mb"] - 1), 2),
         **left, **({"rss_growth_visitors_left_pct": round(100 * (left["rss_visitors_left_mb"] / rss_before - 1), 2)} if left else {}),
-        **stop, "visitor_left_logged": "a visitor left: stopped" in text,
+        **stop, "visitor_left_logged": bool(logged(LEFT_LOG, text)),
         "tracebacks_in_log": text.count("Traceback (most recent call last)"),
         "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10], "rows": rows,
     }  # fmt: skip

@@ -26,6 +26,7 @@ from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
+LEFT_LOG = "a visitor left: stopped %d running race(s)"  # logged when a closed page stops races (the load tool looks for it)
 PAGE_JS = (Path(__file__).with_name("page.js")).read_text()  # tooltips, the step-through's keys, the running panel in view
 
 
@@ -133,7 +134,7 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
 def _visitor_left(request: gr.Request) -> None:
     """The page was closed: stop the visitor's running race (its turn on the models goes to the next)."""
     if stopped := stop_visitor(request.session_hash):
-        log.info("a visitor left: stopped %d running race(s)", stopped)
+        log.info(LEFT_LOG, stopped)
 
 
 def theme() -> gr.themes.Base:
