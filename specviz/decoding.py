@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from specviz.models.devices import synchronize
 from specviz.models.pair import ModelPair
 from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
@@ -34,13 +35,16 @@ class Decoding:
         self.prompt_len = len(prompt_ids)
         self.max_new_tokens = max_new_tokens
         self.eos = frozenset(pair.eos_token_ids)
-        self.generator = torch.Generator(device=pair.device).manual_seed(seed)
+        self.device = pair.device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.iteration = 0
         self.done = False
         self._t0: float | None = None
 
     def now(self) -> float:
-        """Seconds since the run started; the clock starts at the first call (the first step)."""
+        """Seconds since the run started; the clock starts at the first call (the first step). On a
+        GPU it first waits for the work queued so far: a timestamp marks work done, not work queued."""
+        synchronize(self.device)
         if self._t0 is None:
             self._t0 = time.perf_counter()
         return time.perf_counter() - self._t0

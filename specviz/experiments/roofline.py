@@ -98,7 +98,7 @@ def measure(args, argv) -> dict:
     from specviz.cost import get_shape, measure_this_machine
     from specviz.cost.hardware import PRESETS
     from specviz.cost.measure import measure_forward_times, random_model
-    from specviz.models.hub import resolve_device, resolve_dtype
+    from specviz.models.devices import resolve_device, resolve_dtype
 
     if args.threads:
         torch.set_num_threads(args.threads)

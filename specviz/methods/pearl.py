@@ -61,7 +61,7 @@ class Pearl:
         self.gamma = opts.window or optimal_window(dec.pair)  # measured before the run's clock starts
         dec.now()  # start the clock in this thread, before a second thread reads it
         self.draft_lm, self.target = TimedLM(dec.pair.draft, dec.now), TimedLM(dec.pair.target, dec.now)
-        seed = int(torch.randint(2**62, (1,), generator=dec.generator))  # the draft samples in its own thread
+        seed = int(torch.randint(2**62, (1,), generator=dec.generator, device=dec.generator.device))  # the draft samples in its own thread
         self.drafter = ModelDrafter(dec, lm=self.draft_lm, generator=torch.Generator(self.draft_lm.device).manual_seed(seed))
         self.policy = StaticLength(self.gamma)
         self.lanes = Lanes(opts.concurrent, self.draft_lm.device, self.target.device)

@@ -19,13 +19,8 @@ import torch
 
 from specviz import workers
 from specviz.cost.formulas import pearl_window
+from specviz.models.devices import synchronize
 from specviz.models.kv import CachedLM
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for this thread's queued kernels, so that a timestamp marks real completion."""
-    if device.type == "cuda":
-        torch.cuda.current_stream(device).synchronize()
 
 
 class TimedLM(CachedLM):
@@ -96,6 +91,9 @@ class Lanes:
         try:
             if stream is None:
                 return job()
+            # The job reads what the default stream wrote (the draft's fresh cache, the target's last
+            # rows): its kernels start after the default stream's queued ones, on the GPU, not the host.
+            stream.wait_stream(torch.cuda.current_stream(stream.device))
             with torch.cuda.stream(stream):
                 out = job()
             stream.synchronize()

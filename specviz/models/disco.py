@@ -41,12 +41,12 @@ def draft_features(q: torch.Tensor, position: torch.Tensor | int) -> torch.Tenso
 class DiscoClassifier(torch.nn.Module):
     """Standardise the 12 features, then Linear -> ReLU -> Linear -> one logit (accept vs reject)."""
 
-    def __init__(self, hidden: int = 32):
+    def __init__(self, hidden: int = 32, device: torch.device | str = "cpu"):
         super().__init__()
-        self.register_buffer("mean", torch.zeros(N_FEATURES))  # feature standardisation, from training data
-        self.register_buffer("std", torch.ones(N_FEATURES))
-        self.fc1 = torch.nn.Linear(N_FEATURES, hidden)
-        self.fc2 = torch.nn.Linear(hidden, 1)
+        self.register_buffer("mean", torch.zeros(N_FEATURES, device=device))  # feature standardisation, from training data
+        self.register_buffer("std", torch.ones(N_FEATURES, device=device))
+        self.fc1 = torch.nn.Linear(N_FEATURES, hidden, device=device)
+        self.fc2 = torch.nn.Linear(hidden, 1, device=device)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """[N, 12] features -> [N] logits of P(draft token accepted)."""
@@ -55,8 +55,11 @@ class DiscoClassifier(torch.nn.Module):
 
     @torch.inference_mode()
     def score(self, q_i: torch.Tensor, i: int) -> float:
-        """C_i for one drafted token: P(accepted) from its draft distribution q_i [V] and index i."""
-        return float(torch.sigmoid(self(draft_features(q_i, i).unsqueeze(0)))[0])
+        """C_i for one drafted token: P(accepted) from its draft distribution q_i [V] and index i.
+        The features are reduced where q_i lives; their 12 numbers then come to the classifier (it is
+        shared by every pair, on the CPU), in the one transfer that reading the score needs anyway."""
+        features = draft_features(q_i, i).unsqueeze(0).to(self.mean.device)  # [1, 12]
+        return float(torch.sigmoid(self(features))[0])
 
 
 @dataclass

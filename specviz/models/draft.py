@@ -140,7 +140,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
     def _rotary(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [end, head_dim] of positions 0..end-1 (Hugging Face's rotary embedding, cached)."""
         w = self.model.embed_tokens.weight
-        if self._rope is None or self._rope[0].shape[0] < end or self._rope[0].dtype != w.dtype:
+        if self._rope is None or self._rope[0].shape[0] < end or (self._rope[0].dtype, self._rope[0].device) != (w.dtype, w.device):
             size = max(end, 2 * (self._rope[0].shape[0] if self._rope else 256))
             positions = torch.arange(size, device=w.device)[None]  # [1, P]
             cos, sin = self.model.rotary_emb(w.new_zeros(1), positions)  # [1, P, head_dim]
@@ -152,7 +152,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
         they read the same input) and the head's: int8 rows with scales on a CPU, the weights
         themselves elsewhere. Made again when a weight changes (an optimiser step or `load_state_dict`
         bumps its version)."""
-        stamp = tuple(version_stamp(p) for p in self.parameters())
+        stamp = tuple((*version_stamp(p), p.device) for p in self.parameters())  # moved to another device: made again
         if getattr(self, "_lean_stamp", None) != stamp:
             cpu = self.model.embed_tokens.weight.device.type == "cpu"
 

@@ -12,27 +12,6 @@ import torch
 
 from specviz.errors import ModelNotAvailable, SpecvizError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(device: str = "auto") -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SpecvizError(f"device '{device}' was asked for, but PyTorch sees no CUDA GPU here; use --device cpu")
-    if device.split(":")[0] not in ("cpu", "cuda", "mps"):
-        raise SpecvizError(f"unknown device '{device}': use cpu, cuda, cuda:N or auto")
-    return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """'auto' is float32 on CPU (fastest there) and bfloat16 on a GPU."""
-    if dtype == "auto":
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
-    if dtype not in DTYPES:
-        raise SpecvizError(f"unknown dtype '{dtype}': use one of {', '.join(DTYPES)} or auto")
-    return DTYPES[dtype]
-
 
 @lru_cache(maxsize=1)
 def hub_reachable() -> bool:
@@ -95,3 +74,17 @@ def load_causal_lm(
     if device_map is None:
         model = model.to(device)
     return model.eval()
+
+
+def count_params(model_id: str, trust_remote_code: bool = False) -> int:
+    """Parameters of a model, from its config alone (the model is built on the `meta` device: no
+    weights are read or allocated), for choosing a dtype before loading."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(model_id, **hub_kwargs(model_id, trust_remote_code))
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelNotAvailable(f"Could not load the config of '{model_id}'. {_how_to_get(model_id)}") from e
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return sum(p.numel() for p in model.parameters())

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from specviz.models.devices import HOST, to_device
+
 
 class CachedLM:
     """A model with a lean decoding pass of its own (`step` over a `StaticKV` from `new_cache`, as
@@ -40,7 +42,7 @@ class CachedLM:
             logits = self.model.step(new_tokens, self.cache, n_logits)  # [n_logits, V]
             self.tokens.extend(new_tokens)
             return logits
-        ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)  # [1, T]
+        ids = to_device(torch.tensor([new_tokens], dtype=torch.long, device=HOST), self.device)  # [1, T]
         out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits)
         self.tokens.extend(new_tokens)
         return out.logits[0]  # [n_logits, V]
@@ -69,8 +71,9 @@ class CachedLM:
             raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
         past, m, n = len(self.tokens), len(new_tokens), len(tree_tokens)
         mask = tree_attention_mask(past, m, parents, self.model.dtype, self.device)  # [1, 1, m+n, past+m+n]
-        positions = past + torch.tensor(list(range(m)) + [m - 1 + d for d in tree_depths(parents)], device=self.device)
-        ids = torch.tensor([new_tokens + tree_tokens], dtype=torch.long, device=self.device)  # [1, m+n]
+        positions = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
+        ids_positions = to_device(torch.tensor([new_tokens + tree_tokens, positions], dtype=torch.long, device=HOST), self.device)
+        ids, positions = ids_positions[:1], ids_positions[1]  # [1, m+n] each
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -96,11 +99,13 @@ class CachedLM:
             raise ValueError("keep needs increasing indices of cached tokens")
         same = next((j for j, i in enumerate(indices) if i != j), len(indices))  # entries already in place
         if same < len(indices):
-            src = torch.tensor(indices[same:], device=self.device)
+            src = {}  # the indices on each device that holds a layer (a device_map spreads them)
             for layer in self.cache.layers:
                 for name in ("keys", "values"):
                     t = getattr(layer, name)  # [B, H, T, D]
-                    t[:, :, same : len(indices)] = t.index_select(2, src)
+                    if t.device not in src:
+                        src[t.device] = to_device(torch.tensor(indices[same:], device=HOST), t.device)
+                    t[:, :, same : len(indices)] = t.index_select(2, src[t.device])
         kept = [self.tokens[i] for i in indices]
         self.truncate(len(indices))
         self.tokens = kept
@@ -134,10 +139,10 @@ def tree_depths(parents: list[int]) -> list[int]:
 
 def tree_visibility(m: int, parents: list[int]) -> torch.Tensor:
     """Bool [m+n, m+n] over a block of m committed tokens (causal) then n tree nodes: each node
-    sees the m tokens, itself and its ancestors (True: may attend)."""
+    sees the m tokens, itself and its ancestors (True: may attend). Built on the host."""
     n = len(parents)
-    allowed = torch.zeros(m + n, m + n, dtype=torch.bool)
-    allowed[:, :m] = torch.ones(m + n, m, dtype=torch.bool).tril()
+    allowed = torch.zeros(m + n, m + n, dtype=torch.bool, device=HOST)
+    allowed[:, :m] = torch.ones(m + n, m, dtype=torch.bool, device=HOST).tril()
     for i, parent in enumerate(parents):
         if parent >= 0:
             allowed[m + i, m:] = allowed[m + parent, m:]  # the parent and its ancestors
@@ -146,15 +151,16 @@ def tree_visibility(m: int, parents: list[int]) -> torch.Tensor:
 
 
 def additive(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A bool attend-mask as the additive float mask attention adds to its scores (0 or min)."""
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min).to(device)
+    """A host bool attend-mask as the additive float mask attention adds to its scores (0 or min), on `device`."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=HOST).masked_fill(~allowed, torch.finfo(dtype).min)
+    return to_device(mask, device)
 
 
 def tree_attention_mask(past: int, m: int, parents: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Additive mask [1, 1, m+n, past+m+n]: `past` cached tokens, then m committed tokens (causal),
     then n tree nodes that each see the prefix, themselves and their ancestors (0: attend, min: not)."""
     block = tree_visibility(m, parents)
-    allowed = torch.cat([torch.ones(len(block), past, dtype=torch.bool), block], dim=1)
+    allowed = torch.cat([torch.ones(len(block), past, dtype=torch.bool, device=HOST), block], dim=1)
     return additive(allowed, dtype, device)[None, None]
 
 
@@ -211,7 +217,7 @@ class BatchCachedLM:
         self.model = model
         self.cache = DynamicCache(config=model.config)
         self.device = model.get_input_embeddings().weight.device
-        self.valid = torch.zeros(0, 0, dtype=torch.bool)  # [B, width]
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=HOST)  # [B, width], on the host
         self.lengths: list[int] = []  # tokens each row holds: its next position id
         self._block: tuple[int, list[int], list[int]] | None = None  # width before the step, pads, m per row
 
@@ -222,25 +228,25 @@ class BatchCachedLM:
         `CachedLM.forward_tree`; call `keep_paths` before the next step."""
         B = len(new_tokens)
         if not self.lengths:
-            self.valid, self.lengths = torch.zeros(B, 0, dtype=torch.bool), [0] * B
+            self.valid, self.lengths = torch.zeros(B, 0, dtype=torch.bool, device=HOST), [0] * B
         width = self.valid.shape[1]
         sizes = [len(new) + len(tree[0]) for new, tree in zip(new_tokens, trees)]
         W, n_max = max(sizes), max(len(tree[0]) for tree in trees)
-        ids = torch.zeros(B, W, dtype=torch.long)
-        positions = torch.zeros(B, W, dtype=torch.long)
-        allowed = torch.zeros(B, W, width + W, dtype=torch.bool)
+        ids = torch.zeros(B, W, dtype=torch.long, device=HOST)
+        positions = torch.zeros(B, W, dtype=torch.long, device=HOST)
+        allowed = torch.zeros(B, W, width + W, dtype=torch.bool, device=HOST)
         pads = [W - size for size in sizes]
         for b, (new, (tokens, parents)) in enumerate(zip(new_tokens, trees)):
             s, m = pads[b], len(new)
-            ids[b, s:] = torch.tensor(new + tokens)
-            positions[b, s:] = self.lengths[b] + torch.tensor(list(range(m)) + [m - 1 + d for d in tree_depths(parents)])
+            ids[b, s:] = torch.tensor(new + tokens, device=HOST)
+            positions[b, s:] = torch.tensor([self.lengths[b] + i for i in range(m)] + [self.lengths[b] + m - 1 + d for d in tree_depths(parents)], device=HOST)
             allowed[b, s:, :width] = self.valid[b]
             allowed[b, s:, width + s :] = tree_visibility(m, parents)
-            allowed[b, torch.arange(s), width + torch.arange(s)] = True  # padding sees itself only
+            allowed[b, torch.arange(s, device=HOST), width + torch.arange(s, device=HOST)] = True  # padding sees itself only
         out = self.model(
-            input_ids=ids.to(self.device),
+            input_ids=to_device(ids, self.device),
             attention_mask=additive(allowed, self.model.dtype, self.device)[:, None],  # [B, 1, W, width+W]
-            position_ids=positions.to(self.device),
+            position_ids=to_device(positions, self.device),
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=n_max + 1,
@@ -254,7 +260,7 @@ class BatchCachedLM:
         width, pads, ms = self._block
         kept = [[pads[b] + j for j in range(ms[b])] + [pads[b] + ms[b] + i for i in path] for b, path in enumerate(paths)]
         K = max(len(k) for k in kept)
-        index = torch.tensor([k + [0] * (K - len(k)) for k in kept], device=self.device)  # [B, K] block columns
+        index = to_device(torch.tensor([k + [0] * (K - len(k)) for k in kept], device=HOST), self.device)  # [B, K] block columns
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 t = getattr(layer, name)  # [B, H, width+W, D]
@@ -263,14 +269,14 @@ class BatchCachedLM:
         excess = self.cache.get_seq_length() - (width + K)
         if excess > 0:
             self.cache.crop(-excess)
-        new_valid = torch.tensor([[j < len(k) for j in range(K)] for k in kept], dtype=torch.bool).reshape(len(kept), K)
+        new_valid = torch.tensor([[j < len(k) for j in range(K)] for k in kept], dtype=torch.bool, device=HOST).reshape(len(kept), K)
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self.lengths = [n + len(k) for n, k in zip(self.lengths, kept)]
         self._block = None
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only these rows (finished sequences leave the batch)."""
-        self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+        self.cache.batch_select_indices(to_device(torch.tensor(rows, device=HOST), self.device))
         self.valid = self.valid[rows]
         self.lengths = [self.lengths[r] for r in rows]
 

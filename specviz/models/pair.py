@@ -13,6 +13,7 @@ import torch
 
 from specviz.errors import SpecvizError
 from specviz.models import hub
+from specviz.models.devices import resolve_device, resolve_dtype
 from specviz.models.modelpair import ModelPair, describe, eos_ids
 from specviz.models.presets import PRESETS
 from specviz.text import visible
@@ -54,7 +55,7 @@ def load_pair(
 def load_target(name: str, device: str = "cpu", dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Any, tuple[int, ...]]:
     """(model, tokenizer, eos ids) of a target alone, for the trainers: 'default', 'tiny-random' or
     a hub id / folder; float32 on a CPU and bfloat16 elsewhere unless `dtype` says otherwise."""
-    dev = hub.resolve_device(device)
+    dev = resolve_device(device)
     dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
     if name == "default":
         from specviz.models.default import load_target as load_default
@@ -99,13 +100,13 @@ def _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code
 
 
 def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
-    dev = hub.resolve_device(device)
-    dt = hub.resolve_dtype(dtype, dev)
-    if name == "tiny-random":
-        from specviz.models.tiny import tiny_pair
+    dev = resolve_device(device)
+    if name in ("tiny-random", "default"):  # well under a billion parameters: float32 wherever `auto`
+        dt = resolve_dtype(dtype, dev, params=0)
+        if name == "tiny-random":
+            from specviz.models.tiny import tiny_pair
 
-        return tiny_pair(device=dev, dtype=dt)
-    if name == "default":
+            return tiny_pair(device=dev, dtype=dt)
         from specviz.models.default import load_default_pair
 
         return load_default_pair(device=dev, dtype=dt)
@@ -113,6 +114,8 @@ def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_cod
         if name not in PRESETS:
             raise SpecvizError(f"unknown model pair '{name}'. Known pairs: {', '.join(pair_names())}; or 'TARGET,DRAFT'.")
         target, draft = PRESETS[name].target, PRESETS[name].draft
+    params = None if dtype != "auto" or dev.type == "cpu" else sum(hub.count_params(m, trust_remote_code) for m in (target, draft))
+    dt = resolve_dtype(dtype, dev, params)
     return _load_hub_pair(name, target, draft, dev, dt, device_map, trust_remote_code)
 
 

@@ -53,8 +53,9 @@ class LoRALinear(nn.Module):
     def __init__(self, base: nn.Linear, rank: int, alpha: float, on_main: bool = True):
         super().__init__()
         self.base = base  # shared with the original model, frozen
-        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features, dtype=base.weight.dtype) / math.sqrt(base.in_features))
-        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, dtype=base.weight.dtype))
+        like = {"dtype": base.weight.dtype, "device": base.weight.device}
+        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features, **like) / math.sqrt(base.in_features))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, **like))
         self.scale = alpha / rank
         self.on_main = on_main
 
@@ -251,7 +252,8 @@ def trained_for(meta: dict[str, str], model: nn.Module) -> bool:
     mine = fingerprint(model)
     if not isinstance(theirs, dict) or theirs.get("shape") != mine["shape"] or theirs.get("layers") != mine["layers"]:
         return False
-    return torch.allclose(torch.tensor(theirs["probe"]), torch.tensor(mine["probe"]), rtol=2e-2, atol=1e-3)
+    cpu = torch.device("cpu")
+    return torch.allclose(torch.tensor(theirs["probe"], device=cpu), torch.tensor(mine["probe"], device=cpu), rtol=2e-2, atol=1e-3)
 
 
 def read_adapter_meta(path: str | Path) -> dict[str, str]:
