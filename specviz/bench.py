@@ -75,6 +75,7 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
                 bar.update()
     bar.close()
     _mark_parity(runs, greedy=cfg.temperature == 0)
+    _mark_ties(runs, pair, cfg.prompts)
     names = [e.name for e in entries]
     columns = dict.fromkeys(column_of(r["category"]) for r in runs if r["category"])  # Spec-Bench's layout
     return {
@@ -156,6 +157,25 @@ def _mark_parity(runs: list[dict], greedy: bool) -> None:
             r[key] = (r["output_ids"] == ref) if greedy and ref is not None else None
 
 
+def _mark_ties(runs: list[dict], pair, prompts: tuple[Prompt, ...]) -> None:
+    """Where a greedy output differs from autoregressive decoding: at the first differing token, is it
+    a tie of the target's dtype (`specviz.parity`) or a real difference? `parity`: same | tie | differs."""
+    from specviz.models.pair import encode_prompt
+    from specviz.parity import compare
+
+    reference = {(r["prompt_id"], r["repeat"]): r for r in runs if r["method"] == "autoregressive"}
+    prompt_ids = {p.id: encode_prompt(pair, p.text) for p in prompts}
+    for r in runs:
+        ref = reference.get((r["prompt_id"], r["repeat"]))
+        if r.get("matches_autoregressive") is None or ref is None:
+            continue
+        if r["matches_autoregressive"]:
+            r["parity"] = "same"
+            continue
+        parity = compare(pair, prompt_ids[r["prompt_id"]], ref["output_ids"], r["output_ids"])
+        r["parity"], r["first_difference"] = parity.verdict, parity.first_difference
+
+
 def summary_rows(runs: list[dict], methods: list[str]) -> list[dict[str, Any]]:
     """One row per method or peer: totals over all its runs (definitions in specviz.metrics), the
     median of per-prompt tokens/s, and for our methods the median ratio to their HF peer."""
@@ -187,6 +207,8 @@ def summary_rows(runs: list[dict], methods: list[str]) -> list[dict[str, Any]]:
                 "target_forwards_per_token": tf / new if new else None,
                 "matches_autoregressive": _all_or_none(r.get("matches_autoregressive") for r in mine),
                 "matches_hf_greedy": _all_or_none(r.get("matches_hf_greedy") for r in mine),
+                "ties": sum(r.get("parity") == "tie" for r in mine),  # outputs that part from AR at a tie of the dtype
+                "differs": sum(r.get("parity") == "differs" for r in mine),  # ... at a real difference: a fault
             }
         )
     ar = next((r["tokens_per_s"] for r in rows if r["method"] == "autoregressive"), None)
@@ -236,6 +258,8 @@ def format_table(summary: list[dict[str, Any]]) -> str:
                "speedup_vs_autoregressive": "speedup", "acceptance_rate": "accept",
                "mean_accepted_length": "mean acc. len", "target_forwards_per_token": "target fwd/tok",
                "matches_autoregressive": "= AR"}
+    if "ties" in df and (df["ties"] > 0).any() or "differs" in df and (df["differs"] > 0).any():
+        columns |= {"ties": "ties", "differs": "differs"}  # outputs parted from AR at a tie of the dtype / for real
     if (df["kind"] == "peer").any():
         columns |= {"matches_hf_greedy": "= HF", "peer": "peer", "ratio_to_peer": "× peer"}
     df = df[list(columns)].rename(columns=columns)
@@ -273,8 +297,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--list-options", action="store_true", help="print every method's options and exit")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--device", default="auto", help="auto (a CUDA GPU, else MPS, else the CPU) | cpu | cuda | cuda:N | mps")
+    p.add_argument("--dtype", default="auto", help="auto (float32 unless the pair is too big for it: lossless) | float32 | bfloat16 | float16")
     p.add_argument("--peers", action="store_true",
                    help="also run Hugging Face generate() peers (greedy, assisted, prompt lookup) in the same run")
     p.add_argument("--json", type=Path, help="write the full result here")
@@ -410,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"pair {result['pair']['name']} on {result['device']['device']}, {len(cfg.prompts)} prompts, "
+    print(f"pair {result['pair']['name']} on {result['device']['device']} in {result['pair']['dtype']}, {len(cfg.prompts)} prompts, "
           f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}")
     print(format_table(result["summary"]))
     try:

@@ -81,3 +81,32 @@ def test_a_draft_moved_to_another_device_makes_its_packed_weights_again():
     logits = pair.draft.step([1, 2], pair.draft.new_cache(capacity=16))
     assert logits.device.type == "meta"
 
+
+def test_auto_dtype_is_float32_unless_the_pair_is_too_big():
+    from specviz.models.devices import resolve_dtype
+
+    cpu, mps = torch.device("cpu"), torch.device("mps")
+    assert resolve_dtype("auto", cpu, 70_000_000_000) == torch.float32  # a CPU always computes in float32
+    assert resolve_dtype("auto", mps, 135_000_000) == torch.float32
+    assert resolve_dtype("auto", mps, 1_900_000_000) == torch.float32  # a 1.7B target and its draft
+    assert resolve_dtype("auto", mps, 7_600_000_000) == torch.bfloat16
+    assert resolve_dtype("bfloat16", cpu) == torch.bfloat16
+    assert specviz.load_pair("tiny-random", device="cpu").info["dtype"] == "float32"
+
+
+def test_in_bfloat16_every_greedy_difference_is_a_tie():
+    """In bfloat16 some methods part from autoregressive decoding; `specviz.parity` must call each
+    such position a tie (the dtype's, not the method's fault), and a real difference must not be."""
+    from specviz.parity import compare
+
+    pair = tiny_pair(dtype=torch.bfloat16, draft="perturbed")
+    verdicts = []
+    for prompt in ("Janet's ducks lay 16 eggs", "x", "import numpy as np", "Once upon a time"):
+        ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=64)
+        for method in ("vanilla", "heuristic", "streaming", "pearl-no-pre"):
+            out = specviz.generate(method, pair, prompt, max_new_tokens=64, **get_method(method).select({"speculation_length": 4}))
+            verdicts.append(compare(pair, ref.prompt_ids, ref.summary.output_ids, out.summary.output_ids).verdict)
+        wrong = list(ref.summary.output_ids)
+        wrong[5] = (wrong[5] + 1) % pair.vocab_size  # not what the target would pick: a real difference
+        assert compare(pair, ref.prompt_ids, ref.summary.output_ids, wrong).verdict == "differs"
+    assert "tie" in verdicts and "differs" not in verdicts, verdicts
