@@ -6,13 +6,17 @@ suffixes that begin with a pattern form one contiguous range, found by binary se
 takes at most ~100 continuations spread at regular intervals over that range (not the first ones,
 which would all come from a few documents) and counts them into a tree.
 
-Stored as numpy arrays in one compressed `.npz` (tokens as uint16 when the vocabulary fits).
+Stored as numpy arrays in one compressed `.npz` (tokens as uint16 when the vocabulary fits). A file
+may leave the suffix array out (the shipped one does, a fifth of the size: `assets/sssd/README.md`):
+it is then rebuilt from the tokens on first load, the same array bit for bit, and kept in the user
+cache under the tokens' hash.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specviz.paths import ASSETS
+from specviz.paths import ASSETS, cache_dir
 
 DEFAULT_PATH = ASSETS / "sssd" / "datastore.npz"  # built from the default target's own text
 
@@ -35,17 +39,45 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
     rank = np.unique(tokens, return_inverse=True)[1].astype(np.int64)  # dense ranks of first tokens
     k = 1
     while True:
-        second = np.full(n, -1, dtype=np.int64)  # rank of the suffix k further on; -1: past the end
-        second[: n - k] = rank[k:]
-        order = np.lexsort((second, rank))  # by (rank, second)
-        first_s, second_s = rank[order], second[order]
+        # (rank, rank of the suffix k further on + 1; 0 past the end) as one int64 (n² < 2⁶³ for n < 3e9)
+        key = rank * (n + 1)
+        key[: n - k] += rank[k:] + 1
+        order = np.argsort(key)  # equal keys get equal ranks in any order; the last pass has none
+        key_s = key[order]
         new_group = np.ones(n, dtype=np.int64)
-        new_group[1:] = (first_s[1:] != first_s[:-1]) | (second_s[1:] != second_s[:-1])
+        new_group[1:] = key_s[1:] != key_s[:-1]
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.cumsum(new_group) - 1
         if rank.max() == n - 1 or k >= n:
             return order
         k *= 2
+
+
+def cached_suffix_array(tokens: np.ndarray) -> np.ndarray:
+    """The suffix array of `tokens` from the user cache, keyed by the tokens' hash; built and saved
+    there when missing (seconds for the shipped one); without a writable cache, every load rebuilds it."""
+    digest = hashlib.sha256(str(tokens.dtype).encode() + tokens.tobytes()).hexdigest()[:16]
+    try:
+        path = cache_dir() / "sssd" / f"suffix-array-{digest}.npy"
+        path.parent.mkdir(exist_ok=True)
+    except OSError:  # no cache folder: build it every time
+        path = None
+    if path is not None and path.is_file():
+        try:
+            sa = np.load(path)
+            if sa.shape == tokens.shape:
+                return sa
+        except (OSError, ValueError, EOFError):  # unreadable or truncated: rebuild it
+            pass
+    sa = suffix_array(tokens).astype(np.uint32 if len(tokens) < 2**32 else np.int64)
+    if path is not None:
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
+        try:
+            np.save(partial, sa)
+            os.replace(partial, path)  # atomic: a concurrent reader sees the whole file or none
+        except OSError:
+            partial.unlink(missing_ok=True)
+    return sa
 
 
 @dataclass(frozen=True)
@@ -67,18 +99,22 @@ class Datastore:
         sa = suffix_array(tokens).astype(np.uint32 if len(tokens) < 2**32 else np.int64)
         return cls(tokens, sa, separator, fingerprint, {**(info or {}), "documents": len(docs), "tokens": len(tokens)})
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, with_suffix_array: bool = True) -> Path:
+        """`with_suffix_array=False`: the tokens alone (a fifth of the size; rebuilt on first load)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = json.dumps({"separator": self.separator, "fingerprint": self.fingerprint, "info": self.info})
-        np.savez_compressed(path, tokens=self.tokens, sa=self.sa, meta=np.frombuffer(meta.encode(), dtype=np.uint8))
+        arrays = {"tokens": self.tokens, "meta": np.frombuffer(meta.encode(), dtype=np.uint8)}
+        np.savez_compressed(path, **arrays, **({"sa": self.sa} if with_suffix_array else {}))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Datastore:
         with np.load(path) as z:
             meta = json.loads(z["meta"].tobytes().decode())
-            return cls(z["tokens"], z["sa"], meta["separator"], meta["fingerprint"], meta["info"])
+            tokens = z["tokens"]
+            sa = z["sa"] if "sa" in z.files else cached_suffix_array(tokens)
+            return cls(tokens, sa, meta["separator"], meta["fingerprint"], meta["info"])
 
     def __len__(self) -> int:
         return len(self.tokens)

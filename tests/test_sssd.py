@@ -49,6 +49,30 @@ def test_continuations_spread_over_the_range_and_stop_at_document_ends():
     assert store.continuations([99], 5, 4) == []
 
 
+def test_a_tokens_only_datastore_rebuilds_its_suffix_array_once_into_the_cache(tmp_path, monkeypatch):
+    """Saved without its suffix array, a datastore loads the same array, built on first load and
+    read back from the user cache afterwards; a damaged cache file is rebuilt."""
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    store = Datastore.build([rng.integers(0, 50, 300).tolist() for _ in range(4)], "fp", {"source": "test"})
+    full, tokens_only = store.save(tmp_path / "full.npz"), store.save(tmp_path / "tokens.npz", with_suffix_array=False)
+    assert tokens_only.stat().st_size < full.stat().st_size
+    first = Datastore.load(tokens_only)
+    assert np.array_equal(first.sa, store.sa) and first.sa.dtype == store.sa.dtype and first.info == store.info
+    [cached] = (tmp_path / "cache" / "sssd").iterdir()
+
+    def no_rebuild(tokens):
+        raise AssertionError("the cached suffix array should have been read")
+
+    monkeypatch.setattr("specviz.datastore.suffix_array", no_rebuild)
+    assert np.array_equal(Datastore.load(tokens_only).sa, store.sa)
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    cached.write_bytes(cached.read_bytes()[:100])  # truncated
+    assert np.array_equal(Datastore.load(tokens_only).sa, store.sa)
+    assert np.array_equal(np.load(cached), store.sa)
+
+
 def test_input_index_finds_what_followed_each_earlier_match():
     ids = [1, 2, 3, 9, 1, 2, 4, 5, 1, 2]
     index = InputIndex(max_ngram=3)

@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude-prompt-indices", type=Path, help="JSON list of prompt_index values to leave out")
     ap.add_argument("--max-tokens", type=int, default=2_000_000, help="stop adding documents after this many tokens")
     ap.add_argument("--out", type=Path, default=DEFAULT_PATH)
+    ap.add_argument("--tokens-only", action="store_true",
+                    help="leave the suffix array out of the file (as the shipped one does): rebuilt on first load and cached")
     args = ap.parse_args(argv)
     if not (args.teacher or args.text or args.tokens):
         ap.error("give at least one --teacher, --text or --tokens source")
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         "excluded_prompt_indices": len(exclude),
     }
     store = Datastore.build(docs, tokenizer_fingerprint(tokenizer), info)
-    path = store.save(args.out)
+    path = store.save(args.out, with_suffix_array=not args.tokens_only)
     print(f"datastore: {store.info['documents']} documents, {len(store)} tokens -> {path} ({path.stat().st_size / 1e6:.2f} MB)")
     return 0
 
