@@ -1,13 +1,22 @@
-"""Benchmark reports: the same result as JSON, CSV, Markdown and a self-contained HTML page."""
+"""Benchmark reports: the same result as JSON, CSV, Markdown and a self-contained HTML page.
+
+The repository keeps a run's results.json (gzip'd when large) but not its report.html, which inlines
+plotly.js (4.9 MB); `python -m specviz.reports DIR` writes it again from DIR's results.
+"""
 
 from __future__ import annotations
 
+import argparse
+import gzip
 import html
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from specviz.errors import SpecvizError
 
 # Columns a reader needs, in order, with their printed names.
 COLUMNS = {
@@ -100,3 +109,41 @@ def write_report(result: dict[str, Any], out_dir: Path, command: str | None = No
     paths[2].write_text(markdown(result, command))
     paths[3].write_text(html_page(result, command))
     return paths
+
+
+def read_json(path: str | Path) -> Any:
+    """A results file, plain or gzip'd: asked for `X.json` where only `X.json.gz` exists (as the
+    repository keeps large results), this reads the compressed one."""
+    path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and path.suffix == ".json" and packed.exists():
+        path = packed
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                return json.load(f)
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecvizError(f"no file {path} (nor {packed.name})") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specviz.reports",
+                                 description="Write a benchmark's report.html again from its results.json (or .json.gz).")
+    ap.add_argument("results", type=Path, help="a folder written by `specviz.bench --report`, or its results file")
+    ap.add_argument("--out", type=Path, help="the page to write (default: report.html beside the results)")
+    args = ap.parse_args(argv)
+    path = args.results / "results.json" if args.results.is_dir() else args.results
+    try:
+        result = read_json(path)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = args.out or path.parent / "report.html"
+    out.write_text(html_page(result, result.get("command")), encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
 
 from specviz import bench
 from specviz.peers import PEERS, peers_for, run_peer
-from specviz.reports import markdown, write_report
+from specviz import reports
+from specviz.reports import markdown, read_json, write_report
 from specviz.runner import generate
 
 PROMPT = [5, 17, 300, 42, 5, 17, 300, 9]
@@ -66,6 +68,23 @@ def test_report_builders_write_every_format(recorded, tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert page.count("plotly-graph-div") == 4 and "Speedup over autoregressive" in page
     assert "speedup vs AR" in (tmp_path / "summary.csv").read_text().splitlines()[0]
+
+
+def test_a_report_is_written_again_from_gzipped_results(recorded, tmp_path, capsys):
+    """As the repository keeps a run: results.json gzip'd, no report.html; `python -m specviz.reports`
+    writes the page from them, and read_json takes the plain name."""
+    write_report(recorded, tmp_path, command="python -m specviz.bench --peers")
+    plain = tmp_path / "results.json"
+    written = json.loads(plain.read_text())
+    (tmp_path / "results.json.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    (tmp_path / "report.html").unlink()
+    assert read_json(plain) == read_json(tmp_path / "results.json.gz") == written
+    assert reports.main([str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("plotly-graph-div") == 4 and "python -m specviz.bench --peers" in page
+    assert reports.main([str(tmp_path / "missing")]) == 2
+    assert "error: no file" in capsys.readouterr().err
 
 
 def test_markdown_without_an_autoregressive_run_has_no_empty_per_suite_table(recorded):
