@@ -6,10 +6,9 @@ at any position come from one teacher-forced target pass per request. The learne
 own `OnlineLearner`, fed what `osd` would record. Prints α over the 50 requests before requests 50,
 100, 150 and 200, online vs static.
 
-    python benchmarks/osd/osd_replay.py benchmarks/osd/v2/results.json [CONFIG_INDICES e.g. 0,2]
+    python benchmarks/osd/osd_replay.py benchmarks/osd/v2/results.json.gz [CONFIG_INDICES e.g. 0,2]
 """
 
-import json
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ from specviz.models.pair import load_pair
 from specviz.oracle import draft_predictions, replay_chain
 from specviz.osd.buffers import RequestBuffer, TargetDistributions
 from specviz.osd.learner import OnlineLearner, OsdConfig
+from specviz.reports import read_json
 
 CONFIGS = [
     ("refused positions, lr 3e-4", OsdConfig(positions="wrong", lr=3e-4)),
@@ -64,7 +64,7 @@ def replay(pair, rows, targets, cfg: OsdConfig, gamma: int, max_new: int) -> lis
 
 
 def main() -> None:
-    result = json.loads(open(sys.argv[1]).read())
+    result = read_json(sys.argv[1])  # plain or gzip'd
     rows, gamma, max_new = result["rows"], int(result["args"]["speculation_length"]), int(result["args"]["max_new_tokens"])
     chosen = [int(i) for i in sys.argv[2].split(",")] if len(sys.argv) > 2 else range(len(CONFIGS))
     pair = load_pair(result["args"]["pair"])

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--validation-lines", default="5500:6000")
     ap.add_argument("--out", type=Path, default=Path("results/sssd"))
     ap.add_argument("--reference-tree", type=int, default=16, help="tree nodes per step when decoding the references (0: batched AR)")
-    ap.add_argument("--references", type=Path, help="reuse the greedy references of an earlier results.json (same pair)")
+    ap.add_argument("--references", type=Path, help="reuse the greedy references of an earlier results.json or .json.gz (same pair)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
@@ -318,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     needs_refs = stages & {"fig4", "speed", "fig6"}
     if needs_refs and args.references:
         from specviz.models.pair import encode_prompt
+        from specviz.reports import read_json
 
-        saved = {r["prompt_id"]: r["output_ids"] for r in json.loads(args.references.read_text())["references"]}
+        saved = {r["prompt_id"]: r["output_ids"] for r in read_json(args.references)["references"]}
         refs = [{"suite": p.suite, "prompt_id": p.id, "prompt_ids": encode_prompt(pair, p.text), "output_ids": saved[p.id]}
                 for p in prompts if p.id in saved]
     else:
