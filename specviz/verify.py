@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specviz.models.devices import HOST, host_values, to_device
 from specviz.sampling import SamplingConfig, probabilities, sample
 
 
@@ -47,47 +48,62 @@ def verify(
     if k == 0 and cfg.greedy:  # plain autoregressive step: no probabilities needed
         return Verdict(0, int(target_logits[0].argmax()), (), None if q is None else ())
     p = probabilities(target_logits, cfg)  # [k+1, V] (or [k, V])
-    x = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k]
+    x = to_device(torch.tensor(drafted, dtype=torch.long, device=HOST), p.device)  # [k]
     rows = torch.arange(k, device=p.device)
     px = p[rows, x]  # [k]
     qx = q[rows, x] if q is not None else None  # [k]
-    r, bonus_row = None, p.shape[0] > k
+    bonus_row = p.shape[0] > k
     if cfg.greedy:
         choice = target_logits.argmax(dim=-1)  # [k+1]
-        n = _leading_true(choice[:k] == x)
-        next_token = int(choice[n]) if n < k or bonus_row else None
+        choice_h, px_h, qx_h = _read(choice, px, qx)  # the iteration's one host sync
+        n = _leading_true(int(c) == t for c, t in zip(choice_h, drafted))
+        next_token = int(choice_h[n]) if n < k or bonus_row else None
+        r_h = None
     else:
         r = torch.rand(k, generator=generator, device=p.device)  # one uniform per draft token
         # accept iff r < min(1, p/q), written without dividing so that q(x) = 0 is safe
-        n = _leading_true(r * (qx if qx is not None else 1.0) < px)
+        accept = r * (qx if qx is not None else 1.0) < px  # [k]
+        accept_h, r_h, px_h, qx_h = _read(accept, r, px, qx)
+        n = _leading_true(accept_h)
         if n < k:
-            next_token = int(sample(_residual(p[n], q, n, x), generator))
+            next_token = int(sample(_residual(p[n], q, n, drafted), generator))
         else:
             next_token = int(sample(p[n], generator)) if bonus_row else None
     return Verdict(
         accepted=n,
         next_token=next_token,
-        p_drafted=tuple(px.tolist()),
-        q_drafted=tuple(qx.tolist()) if qx is not None else None,
-        uniforms=None if r is None else tuple(r.tolist()),
+        p_drafted=tuple(px_h),
+        q_drafted=tuple(qx_h) if qx is not None else None,
+        uniforms=None if r_h is None else tuple(r_h),
     )
 
 
-def _leading_true(mask: torch.Tensor) -> int:
-    """Length of the run of True at the start of a 1-D bool tensor."""
-    return int(mask.long().cumprod(dim=0).sum())
+def _read(*tensors: torch.Tensor | None) -> list[list[float] | None]:
+    """The values of the given tensors (None stays None), all in one transfer to the host."""
+    values = iter(host_values(*(t for t in tensors if t is not None)))
+    return [None if t is None else next(values) for t in tensors]
 
 
-def _residual(p_n: torch.Tensor, q: torch.Tensor | None, n: int, x: torch.Tensor) -> torch.Tensor:
+def _leading_true(flags) -> int:
+    """Length of the run of true values at the start of `flags`."""
+    n = 0
+    for flag in flags:
+        if not flag:
+            break
+        n += 1
+    return n
+
+
+def _residual(p_n: torch.Tensor, q: torch.Tensor | None, n: int, drafted: list[int]) -> torch.Tensor:
     """norm(max(0, p - q)) at the first rejected position n (q one-hot at x_n when q is None)."""
     if q is None:
         residual = p_n.clone()
-        residual[x[n]] = 0.0
+        residual[drafted[n]] = 0.0
     else:
         residual = (p_n - q[n]).clamp_min(0.0)
     total = residual.sum()
-    # total is 0 only when p == q, where a rejection cannot happen; keep p as a safe fallback
-    return residual / total if total > 0 else p_n
+    # total is 0 only when p == q, where a rejection cannot happen; keep p as a safe fallback (on the device: no sync)
+    return torch.where(total > 0, residual / total, p_n)
 
 
 @dataclass(frozen=True)
@@ -127,17 +143,19 @@ def verify_tree(
 ) -> TreeVerdict:
     n = len(tokens)
     p = probabilities(target_logits, cfg)  # [n+1, V]
-    rows = torch.tensor([1 + parent for parent in parents], dtype=torch.long, device=p.device)  # each node's parent row
-    x = torch.tensor(tokens, dtype=torch.long, device=p.device)  # [n]
-    p_nodes = tuple(p[rows, x].tolist()) if n else ()
-    q_nodes = tuple(q[torch.arange(n, device=p.device), x].tolist()) if q is not None and n else (None if q is None else ())
+    rows_x = to_device(torch.tensor([[1 + parent for parent in parents], tokens], dtype=torch.long, device=HOST), p.device)
+    rows, x = rows_x[0], rows_x[1]  # [n] each: node i's parent row, its token
+    qx = q[torch.arange(n, device=p.device), x] if q is not None else None  # [n]
+    choice = target_logits.argmax(dim=-1) if cfg.greedy else None  # [n+1]: the target's token after each row
+    px_h, qx_h, choice_h = _read(p[rows, x], qx, choice)  # one host sync for the whole tree
+    p_nodes, q_nodes = tuple(px_h), None if q is None else tuple(qx_h)
     children: list[list[int]] = [[] for _ in range(n + 1)]  # by row: row 0 is the root
     for i, parent in enumerate(parents):
         children[1 + parent].append(i)
     path, row = [], 0
     while True:
         if cfg.greedy:
-            choice = int(target_logits[row].argmax())
+            choice = int(choice_h[row])
             child = next((c for c in children[row] if tokens[c] == choice), None)
             next_token = choice
         else:
@@ -152,16 +170,21 @@ def verify_tree(
 def _try_children(
     p: torch.Tensor, children: list[int], tokens: list[int], q: torch.Tensor | None, generator: torch.Generator | None
 ) -> tuple[int | None, torch.Tensor]:
-    """Recursive rejection over siblings: the accepted child, or None and the residual of p."""
+    """Recursive rejection over siblings: the accepted child, or None and the residual of p. One host
+    sync per sibling tried (the test and the residual's mass are read together)."""
     for c in children:
         x = tokens[c]
         q_c = q[c] if q is not None else None
-        r = float(torch.rand(1, generator=generator, device=p.device))
-        if r * (float(q_c[x]) if q_c is not None else 1.0) < float(p[x]):
-            return c, p
-        residual = (p - q_c).clamp_min(0.0) if q_c is not None else p.clone().index_fill_(0, torch.tensor([x], device=p.device), 0.0)
+        r = torch.rand(1, generator=generator, device=p.device)
+        accept = r * (q_c[x] if q_c is not None else 1.0) < p[x]  # [1]
+        if q_c is not None:
+            residual = (p - q_c).clamp_min(0.0)
+        else:
+            residual = p.clone()
+            residual[x] = 0.0
         total = residual.sum()
-        if total <= 0:  # p was (numerically) equal to q_c, where a rejection cannot happen
+        accepted, mass = _read(accept, total)
+        if accepted[0] or mass[0] <= 0:  # a mass of 0: p was (numerically) equal to q_c, where a rejection cannot happen
             return c, p
         p = residual / total
     return None, p

@@ -31,6 +31,7 @@ from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.options import check_fields, count
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
+from specviz.models.devices import host_values
 from specviz.models.kv import CachedLM
 from specviz.paths import ASSETS
 from specviz.records import IterationRecord
@@ -134,10 +135,12 @@ def stream_tree(probs: torch.Tensor, width: int, max_nodes: int) -> TokenTree:
     node of stream j-1; keep the `max_nodes` best by the product of stream probabilities (a child
     never scores above its parent, so the kept nodes form a tree). probs [depth, V]."""
     top_p, top_x = probs.topk(width, dim=-1)  # [depth, width]
+    depth = top_p.shape[0]
+    p_h, x_h = host_values(top_p, top_x)  # one host sync for every candidate
     cands: list[tuple[float, int, int, int]] = []  # (score, parent candidate, token, stream)
     frontier = [(-1, 1.0)]
-    for j in range(probs.shape[0]):
-        level = [(score * float(top_p[j, w]), parent, int(top_x[j, w]), j) for parent, score in frontier for w in range(width)]
+    for j in range(depth):
+        level = [(score * p_h[j * width + w], parent, int(x_h[j * width + w]), j) for parent, score in frontier for w in range(width)]
         level = sorted(level, key=lambda c: -c[0])[:max_nodes]  # no deeper node can beat these
         frontier = [(len(cands) + i, c[0]) for i, c in enumerate(level)]
         cands += level

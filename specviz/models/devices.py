@@ -77,3 +77,16 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type != "cuda":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
+
+
+def host_values(*tensors: torch.Tensor) -> list[list[float]]:
+    """The values of several small tensors, read to the host in one transfer (one host sync on a GPU
+    instead of one per tensor or per element). Packed as float32, which holds every float32 value,
+    bool and token id below 2**24 exactly (and MPS has no float64)."""
+    flat = [t.reshape(-1) for t in tensors]
+    values = torch.cat([t.float() for t in flat]).tolist() if flat else []
+    out, start = [], 0
+    for t in flat:
+        out.append(values[start : start + t.numel()])
+        start += t.numel()
+    return out

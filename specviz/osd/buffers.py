@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.metrics import tested
+from specviz.models.devices import HOST
 from specviz.records import IterationRecord
 
 POSITIONS = ("wrong", "all")
@@ -53,6 +54,10 @@ class TargetDistributions:
         out = (tail / (self.vocab - k)).log().expand(-1, self.vocab).clone()  # [N, V]
         out.scatter_(-1, self.indices.long(), values)
         return torch.log_softmax(out, dim=-1)  # renormalise the fp16 rounding away
+
+    def to(self, device: torch.device) -> TargetDistributions:
+        indices = None if self.indices is None else self.indices.to(device)
+        return TargetDistributions(self.log_p.to(device), indices, self.vocab)
 
     @staticmethod
     def cat(parts: list[TargetDistributions]) -> TargetDistributions:
@@ -102,13 +107,14 @@ class RequestBuffer:
             rows = [record.accepted] if tested(record) > record.accepted else []  # the refused draft's position
         if rows:
             self.positions += [record.position + i for i in rows]
-            self.parts.append(TargetDistributions.from_logits(target_logits[rows].detach().cpu(), self.top_k))
+            # p's top-k made where the logits are; the request's rows come to the host once, in `finish`
+            self.parts.append(TargetDistributions.from_logits(target_logits[rows].detach(), self.top_k))
 
     def finish(self, ids: list[int]) -> Sample | None:
         """The request as a training sample (None when nothing was recorded)."""
         if not self.positions:
             return None
-        return Sample(tuple(ids), tuple(self.positions), TargetDistributions.cat(self.parts))
+        return Sample(tuple(ids), tuple(self.positions), TargetDistributions.cat(self.parts).to(HOST))
 
 
 class ReplayBuffer:
