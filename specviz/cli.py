@@ -5,7 +5,8 @@
 
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured (Hugging Face Spaces sets them). What one
 visitor may ask for is bounded (specviz/limits.py; SPECVIZ_LIMIT_* environment variables). On a ZeroGPU
-Space (the `spaces` package is importable) model runs are wrapped in `spaces.GPU`.
+Space the pair loads at start-up and every model call runs in a worker with a GPU (`spaces.GPU`,
+specviz/ui/gpu.py).
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ from specviz.ui import build_app, launch
 
 
 def zerogpu():
-    """spaces.GPU when running on a Hugging Face ZeroGPU Space, else None."""
+    """spaces.GPU when running on a Hugging Face ZeroGPU Space, else None. Imported before torch
+    touches CUDA (ZeroGPU requires it); gradio's wrapping of every handler in it is turned off, so
+    that only model calls take a GPU."""
     try:
         import spaces
+        from spaces.config import Config
     except ImportError:
         return None
-    return spaces.GPU(duration=120)
+    if not Config.zero_gpu:
+        return None
+    spaces.disable_gradio_auto_wrap()
+    return spaces.GPU
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,6 +36,21 @@ def run(
     `SpecvizError`. `options` are the method's own (e.g. speculation_length for vanilla).
     `chat`: apply the chat template to a text prompt (default: when the pair is a chat model).
     """
+    spec, opts, prompt_ids, sampling, max_new_tokens, seed = _checked(
+        method, pair, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, chat=chat,
+        **options)  # fmt: skip
+    dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed)
+    return spec.generate(dec, opts)
+
+
+def check_run(method: str, pair: ModelPair, prompt: str | Sequence[int], **kwargs: Any) -> None:
+    """Every check `run` makes (same arguments), touching no model's weights: where the models do
+    not run (the app's process on a ZeroGPU Space), a bad input still fails before anything runs."""
+    _checked(method, pair, prompt, **kwargs)
+
+
+def _checked(method: str, pair: ModelPair, prompt: str | Sequence[int], *, max_new_tokens: int = 128, temperature: float = 0.0,
+             top_k: int = 0, top_p: float = 1.0, seed: int = 0, chat: bool | None = None, **options: Any) -> tuple:  # fmt: skip
     spec = get_method(method)
     opts = spec.make_options(**options)
     if spec.needs_draft and pair.draft is None:
@@ -53,8 +68,7 @@ def run(
             f"the prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
             f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
         )
-    dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed)
-    return spec.generate(dec, opts)
+    return spec, opts, prompt_ids, sampling, max_new_tokens, seed
 
 
 def without_autograd(records: Iterator[IterationRecord]) -> Iterator[IterationRecord]:

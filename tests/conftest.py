@@ -50,7 +50,7 @@ def tab_context(pair_name: str = "tiny-random", **overrides):
 
     from specviz.ui.blocks import TabContext
 
-    ctx = TabContext(pair=gr.Dropdown([pair_name], value=pair_name), pair_status=gr.Markdown(), race=gr.State(None), gpu=lambda fn: fn)
+    ctx = TabContext(pair=gr.Dropdown([pair_name], value=pair_name), pair_status=gr.Markdown(), race=gr.State(None))
     for name, value in overrides.items():
         setattr(ctx, name, value)
     return ctx

@@ -113,5 +113,5 @@ def test_a_call_from_the_workers_own_thread_runs_at_once():
 def test_the_tabs_model_handlers_run_on_the_models_thread():
     from specviz.ui.blocks import TabContext
 
-    ctx = TabContext(pair=None, pair_status=None, race=None, gpu=lambda fn: fn)
+    ctx = TabContext(pair=None, pair_status=None, race=None)
     assert ctx.run_models(lambda: threading.current_thread().name)() == MODELS

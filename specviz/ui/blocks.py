@@ -8,7 +8,7 @@ import logging
 import pkgutil
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,8 +19,9 @@ from specviz import workers
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, app_limits
 from specviz.osd.pool import ADAPTED_DRAFTS
-from specviz.ui.feedback import user_error
-from specviz.ui.pairs import describe_pair, pair_choices, resolve_pair
+from specviz.ui.feedback import said_where_raised, user_error
+from specviz.ui.gpu import no_gpu
+from specviz.ui.pairs import TINY_VARIANTS, describe_pair, pair_choices, resolve_pair
 from specviz.ui.sessions import limit_malloc_arenas, start_janitor
 from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
@@ -37,28 +38,43 @@ class TabContext:
     pair: gr.Dropdown  # value: the pair name ("default", "tiny-random", a preset, or "TARGET,DRAFT")
     pair_status: gr.Markdown  # the header line that says which models are loaded
     race: gr.State  # the visitor's last race (specviz.ui.panels.Race) or None
-    gpu: Callable[[Callable], Callable]  # wrap functions that run models (ZeroGPU's spaces.GPU on Spaces)
+    # (fn, duration=seconds or fn(*args) -> seconds) -> fn made to run where the GPU is: spaces.GPU on a
+    # ZeroGPU Space (a forked worker per call: plain data in and out, specviz.ui.gpu), else the identity
+    gpu: Callable[..., Callable] = no_gpu
     limits: AppLimits = AppLimits()  # what one visitor may ask for (specviz.limits; environment overrides)
     allowed_pairs: tuple[str, ...] | None = None  # None: any pair name; else only these (limits.presets_only)
+    # name -> (pair, notice) of the pairs loaded at start-up: on ZeroGPU the only ones served (a worker
+    # inherits them; a pair loaded later, in a request's thread, could not be moved to the GPU)
+    served: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
+    forks: bool = False  # True on ZeroGPU: what a model call keeps in memory (an online learner) ends with its worker
 
     def state(self, value: Any = None) -> gr.State:
         """Per-visitor state that is dropped `limits.session_ttl_s` after its last change (a handler
         must return it as an output for a change to count)."""
         return gr.State(value, time_to_live=self.limits.session_ttl_s)
 
-    def run_models(self, fn: Callable) -> Callable:
-        """Wrap a handler that runs models: it waits for its turn on them (specviz.ui.turns), then
-        runs (on a ZeroGPU Space, with a GPU) on the models' thread (specviz.workers). The Race
-        takes turns per method instead."""
-        return one_at_a_time(self.gpu(workers.running_on(workers.MODELS, fn)))
+    def run_models(self, fn: Callable, seconds: Callable[..., int] | int | None = None) -> Callable:
+        """`fn` made a model call: it waits for its turn on the models (specviz.ui.turns, in this
+        process), then runs on the models' thread (specviz.workers); on a ZeroGPU Space in a worker
+        with a GPU for at most `seconds` (or `seconds(*args)`), so `fn` takes and returns plain data
+        and the caller draws the page. Its errors arrive as gr.Errors. The Race takes turns per method
+        instead."""
+        return one_at_a_time(self.gpu(workers.running_on(workers.MODELS, said_where_raised(fn)), duration=seconds))
 
     def models_queue(self) -> dict[str, Any]:
         """The event options of every handler that runs models: one gradio queue, `admitted_runs` at once."""
         return {"concurrency_id": "models", "concurrency_limit": self.limits.admitted_runs}
 
+    def resolve(self, name: str) -> tuple[Any, str | None]:
+        """(pair, notice) of the pair called `name`: one loaded at start-up, else loaded now (cached;
+        'default' falls back to tiny-random offline, and the notice says so)."""
+        if isinstance(name, str) and name in self.served:
+            return self.served[name]
+        return resolve_pair(name, self.allowed_pairs)
+
     def load_pair(self, name: str) -> Any:
-        """The ModelPair called `name` (cached; 'default' falls back to tiny-random offline)."""
-        return resolve_pair(name, self.allowed_pairs)[0]
+        """The ModelPair called `name` (see resolve)."""
+        return self.resolve(name)[0]
 
 
 def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
@@ -78,9 +94,10 @@ def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
     return tabs, failures
 
 
-def _load_status(name: str, allowed: tuple[str, ...] | None) -> str:
+def _load_status(ctx: TabContext, name: str) -> str:
+    """The header's pair line (loading the pair where it is not loaded yet: never on ZeroGPU)."""
     try:
-        pair, notice = resolve_pair(name, allowed)
+        pair, notice = ctx.resolve(name)
     except SpecvizError as e:
         raise user_error(e) from None
     if notice:
@@ -88,11 +105,31 @@ def _load_status(name: str, allowed: tuple[str, ...] | None) -> str:
     return describe_pair(pair, notice)
 
 
+def serve_loaded(pair: str, allowed: tuple[str, ...] | None) -> dict[str, tuple[Any, str | None]]:
+    """The pairs a ZeroGPU Space serves, loaded now (in the main thread, before launch, as ZeroGPU
+    needs): `pair` and the tiny teaching pairs, by the names a visitor or a race asks for. What the
+    app's process reads of a pair is made here too: each method's lossless note (Speculative
+    Streaming's builds its streams over the target)."""
+    from specviz.methods import all_methods
+
+    served: dict[str, tuple[Any, str | None]] = {}
+    for name in dict.fromkeys([pair, *TINY_VARIANTS]):
+        loaded, notice = resolve_pair(name, allowed)
+        served[name] = (loaded, notice)
+        served.setdefault(loaded.name, (loaded, None))  # what a race asks its worker for
+        for spec in all_methods():
+            spec.lossless_note(loaded, {})
+    return served
+
+
 def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLimits | None = None) -> gr.Blocks:
     """The whole app. `pair`: the pair selected when the page opens (loaded on first visit).
+    `gpu`: spaces.GPU on a ZeroGPU Space (the pairs it serves are loaded here, now), else None.
     `limits`: what one visitor may ask for (default: specviz.limits.app_limits(), from the environment)."""
     limits = limits or app_limits()
     allowed = tuple(pair_choices(pair)) if limits.presets_only else None
+    served = serve_loaded(pair, allowed) if gpu is not None else {}  # ZeroGPU: models load now, in this process
+    allowed, choices = (tuple(served), list(served)) if served else (allowed, pair_choices(pair))
     tabs, failures = discover_tabs()
     # Files handed to visitors (downloads) leave gradio's cache as their state does.
     with gr.Blocks(title="specviz: speculative decoding, raced", delete_cache=(600, limits.session_ttl_s)) as demo:
@@ -104,12 +141,12 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                 )
             with gr.Column(scale=2):
                 pair_box = gr.Dropdown(
-                    pair_choices(pair), value=pair, allow_custom_value=not limits.presets_only, elem_id="sv-pair",
-                    label="Model pair" if limits.presets_only else "Model pair (a preset, or 'TARGET_ID,DRAFT_ID' when online)",
+                    choices, value=pair, allow_custom_value=allowed is None, elem_id="sv-pair",
+                    label="Model pair" if allowed is not None else "Model pair (a preset, or 'TARGET_ID,DRAFT_ID' when online)",
                 )  # fmt: skip
                 pair_status = gr.Markdown("Loading the model pair…", elem_id="sv-pair-status")
         ctx = TabContext(pair=pair_box, pair_status=pair_status, race=gr.State(None, time_to_live=limits.session_ttl_s),
-                         gpu=gpu or (lambda fn: fn), limits=limits, allowed_pairs=allowed)
+                         gpu=gpu or no_gpu, limits=limits, allowed_pairs=allowed, served=served, forks=gpu is not None)
         with gr.Tabs(overflow_behavior="wrap"):  # on a phone the tabs wrap instead of hiding behind "…"
             for module in tabs:
                 with gr.Tab(module.TAB_TITLE):
@@ -121,10 +158,11 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
             for name, error in failures:
                 with gr.Tab(f"{name} (broken)"):
                     gr.Markdown(f"The module `specviz.ui.{name}` failed to import:\n```\n{error}\n```")
-        # Load the pair when the page opens and when it changes; the race waits behind it.
+        # Load the pair when the page opens and when it changes (the race waits behind a load); a
+        # loaded pair is described without a GPU call.
+        status = one_at_a_time(workers.running_on(workers.MODELS, lambda name: _load_status(ctx, name)))
         for trigger in (demo.load, pair_box.change):
-            trigger(ctx.run_models(lambda name: _load_status(name, allowed)), pair_box, pair_status, **ctx.models_queue(),
-                    show_progress="minimal")  # fmt: skip
+            trigger(status, pair_box, pair_status, **ctx.models_queue(), show_progress="minimal")
         demo.unload(_visitor_left)
     # Model runs take turns (timings stay honest); a full queue turns new visitors away politely.
     demo.specviz_limits = limits  # read by launch

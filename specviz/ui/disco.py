@@ -10,6 +10,7 @@ import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.ui.feedback import user_error
+from specviz.ui.gpu import gpu_seconds
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -116,17 +117,25 @@ def build_tab(ctx: Any) -> None:
         plot_sl = gr.Plot(label="Chosen vs oracle speculation length", show_label=False)
         plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
 
+    def measure(pair_name: str, text: str, threshold: float | None, length: int | None, n: int, k: int) -> dict[str, Any]:
+        """The model call (plain data in and out): the runs, the classifier's card and tuned values."""
+        out = disco_vs_oracle(ctx.load_pair(pair_name), text, threshold, length, n, k)
+        clf = out.pop("classifier")
+        return {**out, "card": card_markdown(clf), "tuned": (clf.threshold, clf.max_speculation_length)}
+
+    # four methods, each a warm-up and k timed runs of n tokens
+    measured = ctx.run_models(measure, seconds=lambda pair_name, text, threshold, length, n, k: gpu_seconds(4 * (k + 1) * n))
+
     def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float, k: float):
         try:
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
-            out = disco_vs_oracle(ctx.load_pair(pair_name), text, threshold, length, int(n), int(k))
+            out = measured(pair_name, text, threshold, length, int(n), int(k))
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         df = pd.DataFrame(out["iterations"])
         oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
-        clf = out["classifier"]
-        used = (clf.threshold, clf.max_speculation_length) if use_tuned else (t, m)
-        return (card_markdown(clf), pd.DataFrame(out["rows"]),
+        used = out["tuned"] if use_tuned else (t, m)
+        return (out["card"], pd.DataFrame(out["rows"]),
                 chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]), oracle_sl_histogram(oracle), *used)
 
     def show_tuned(pair_name: str, use_tuned: bool):
@@ -137,5 +146,5 @@ def build_tab(ctx: Any) -> None:
         return gr.update(value=tau_value, interactive=False), gr.update(value=sl_value, interactive=False)
 
     tuned.change(show_tuned, [ctx.pair, tuned], [tau, sl_max], api_visibility="private")
-    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats], [card, table, plot_sl, plot_hist, tau, sl_max],
+    run_btn.click(run, [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats], [card, table, plot_sl, plot_hist, tau, sl_max],
                   api_name="disco", **ctx.models_queue())

@@ -1,11 +1,14 @@
 """How the app reports a problem. A user's mistake (SpecvizError) is one INFO line in the server
 log and a plain message on the page; anything else is a fault in specviz: its traceback goes to
 the log, and the page says so. Gradio's own traceback printing is turned off for both, so each
-problem is logged exactly once."""
+problem is logged exactly once, where it happened (a model call's: maybe in a ZeroGPU worker)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+from collections.abc import Callable
 
 from specviz.errors import SpecvizError
 
@@ -13,7 +16,11 @@ log = logging.getLogger("specviz.app")
 
 
 def problem_text(e: BaseException) -> str:
-    """The page's one-line message for `e`, logged the way its kind deserves."""
+    """The page's one-line message for `e`, logged the way its kind deserves (a gr.Error was already)."""
+    import gradio as gr
+
+    if isinstance(e, gr.Error):
+        return e.message
     if isinstance(e, SpecvizError):
         log.info("refused: %s", e)
         return str(e)
@@ -22,7 +29,31 @@ def problem_text(e: BaseException) -> str:
 
 
 def user_error(e: BaseException):
-    """A gr.Error to raise for `e` (see problem_text)."""
+    """A gr.Error to raise for `e` (see problem_text); `e` itself if it is one."""
     import gradio as gr
 
-    return gr.Error(problem_text(e), print_exception=False)
+    return e if isinstance(e, gr.Error) else gr.Error(problem_text(e), print_exception=False)
+
+
+def said_where_raised(fn: Callable) -> Callable:
+    """`fn` (a model call; a generator function too) whose errors become gr.Errors where they are
+    raised: ZeroGPU carries a worker's gr.Error back whole, any other exception as its type's name."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def steps(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except Exception as e:
+                raise user_error(e) from None
+
+        return steps
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise user_error(e) from None
+
+    return call

@@ -1,8 +1,10 @@
 """The "Online learning" tab: serve a stream of requests with OSD and watch the draft learn.
 
 Each visitor gets their own learner (kept in `gr.State`): their adaptation never changes anyone
-else's draft, and the adapted draft can be downloaded as safetensors. Handlers are plain functions
-of widget values (tested without a server); no torch at import.
+else's draft, and the adapted draft can be downloaded as safetensors. On a ZeroGPU Space the stream
+is served in a GPU worker (specviz.ui.gpu), where the learner lives and is lost: the page gets plain
+rows, and the token analysis and the download, which need the learner, answer with a note. Handlers
+are plain functions of widget values (tested without a server); no torch at import.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count
 from specviz.ui.feedback import problem_text, user_error
+from specviz.ui.gpu import gpu_seconds
 from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 
@@ -23,6 +26,9 @@ SUITES = ["gsm8k", "humaneval", "mbpp", "mtbench"]
 # 8 requests of 32 tokens, an update every 4: 19 s on the default pair here on a lightly shared CPU; with both cores busy
 # elsewhere 12 requests took 194 s (an update, 8 training steps, took 26 s instead of 4)
 DEFAULT_REQUESTS = 8
+NO_LEARNER_NOTE = ("On this ZeroGPU Space the stream is served in a GPU worker, which keeps nothing of it once it ends: "
+                   "your adapted draft is gone, and the token analysis and the download need it, so they work only where "
+                   "specviz runs on a server of its own.")
 
 
 def serve_stream(
@@ -40,7 +46,8 @@ def serve_stream(
     background: bool,
     load_pair: Any = None,
 ) -> Iterator[dict[str, Any]]:
-    """A fresh learner serves the stream; yields the growing state after every request."""
+    """A fresh learner serves the stream; yields the growing state after every request (the pair,
+    the learner, the rows, and `stats`: what the summary shows of the learner, plain)."""
     import specviz
     from specviz.osd.learner import OnlineLearner, OsdConfig
     from specviz.osd.stream import StreamConfig, request_stream, simulate
@@ -54,13 +61,19 @@ def serve_stream(
     state = {"pair": pair, "learner": learner, "rows": [], "requests": len(prompts)}
     for row in simulate(pair, prompts, learner, max_new_tokens=int(max_new_tokens), speculation_length=int(speculation_length)):
         state["rows"].append(row)
-        yield state
+        yield {**state, "stats": learner_stats(learner)}
     learner.wait()
-    yield state
+    yield {**state, "stats": learner_stats(learner)}
+
+
+def learner_stats(learner: Any) -> dict[str, Any]:
+    """What the summary shows of a learner, as plain values."""
+    return {"updates": list(learner.updates), "version": learner.version, "background": learner.config.background,
+            "replay_positions": learner.replay.positions, "replay_mb": learner.replay.nbytes / 2**20}  # fmt: skip
 
 
 def summary_markdown(state: dict[str, Any], window: int) -> str:
-    rows, learner = state["rows"], state["learner"]
+    rows, stats = state["rows"], state["stats"]
     if not rows:
         return "Serving…"
     recent = rows[-window:]
@@ -69,12 +82,12 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
         value = window_alpha(recent, who)
         return "–" if value is None else f"{value:.3f}"
 
-    updates = learner.updates
+    updates = stats["updates"]
     cost = (f"{len(updates)} updates, {sum(u['ms'] for u in updates) / len(updates):.0f} ms each on average "
-            f"({'in a background thread' if learner.config.background else 'between requests'})") if updates else "no update yet"
+            f"({'in a background thread' if stats['background'] else 'between requests'})") if updates else "no update yet"
     return (f"**{len(rows)} / {state['requests']} requests served.** Token acceptance α (accepted / tested drafts) over the last {len(recent)} requests: "
-            f"online draft **{a('osd')}**, static draft {a('static')}. Draft version {learner.version}; {cost}; "
-            f"replay buffer holds {learner.replay.positions} positions ({learner.replay.nbytes / 2**20:.1f} MB).")
+            f"online draft **{a('osd')}**, static draft {a('static')}. Draft version {stats['version']}; {cost}; "
+            f"replay buffer holds {stats['replay_positions']} positions ({stats['replay_mb']:.1f} MB).")
 
 
 def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
@@ -88,6 +101,8 @@ def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
 def save_draft(state: dict[str, Any] | None) -> str | None:
     if not state:
         return None
+    if state["learner"] is None:
+        raise user_error(SpecvizError(NO_LEARNER_NOTE))
     if not state["learner"].adapted and state["learner"].releases:
         raise user_error(SpecvizError(
             "this server keeps only a few adapted drafts at once (SPECVIZ_LIMIT_ADAPTED_DRAFTS) and gave yours back "
@@ -105,6 +120,8 @@ def build_tab(ctx: Any) -> None:
         "is distilled on the target's distributions where it was wrong (off the request path); the same "
         "draft kept static is measured on the same requests. Your learner is yours alone."
     )
+    if ctx.forks:
+        gr.Markdown(NO_LEARNER_NOTE, elem_classes="sv-note")
     limits = getattr(ctx, "limits", AppLimits())
     with gr.Row():
         with gr.Column():
@@ -137,11 +154,28 @@ def build_tab(ctx: Any) -> None:
     download = gr.File(label="adapted draft (safetensors)")
     state = ctx.state()
 
+    def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict):
+        """The model call (plain data in and out): each request's new rows and the learner's stats. The
+        live pair and learner go into `kept`: the caller's own dict, or on ZeroGPU the worker's copy."""
+        sent = 0
+        for st in serve_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, ctx.load_pair):
+            kept.update(pair=st["pair"], learner=st["learner"])
+            yield {"new_rows": st["rows"][sent:], "requests": st["requests"], "stats": st["stats"]}
+            sent = len(st["rows"])
+
+    # OSD and the target serve each request, and an update every i requests trains the draft (~50 tokens' time)
+    served = ctx.run_models(plain_stream, seconds=lambda pair_name, suites_, n, shift, mix, dist, mnt, g, i, *rest: gpu_seconds(
+        2 * int(n) * int(mnt) + 50 * (int(n) // max(1, int(i)))))
+
     def on_serve(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, w):
         try:
             check_count("requests in the stream", int(n), most=limits.osd_requests)
-            for st in serve_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, ctx.load_pair):
-                yield (st, summary_markdown(st, int(w)), acceptance_over_stream(st["rows"], st["learner"].updates, int(w)),
+            kept: dict[str, Any] = {}
+            st = {"rows": [], "pair": None, "learner": None}
+            for snap in served(pair_name, suites_, int(n), shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept):
+                st = {**st, "rows": st["rows"] + snap["new_rows"], "requests": snap["requests"], "stats": snap["stats"],
+                      "pair": kept.get("pair"), "learner": kept.get("learner")}  # fmt: skip
+                yield (st, summary_markdown(st, int(w)), acceptance_over_stream(st["rows"], st["stats"]["updates"], int(w)),
                        gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)))
         except Exception as e:  # a user's input must not crash the tab
             yield None, f"**Cannot serve:** {problem_text(e)}", None, gr.update(visible=False)
@@ -149,9 +183,11 @@ def build_tab(ctx: Any) -> None:
     def on_analyse(st, w):
         if not st or not st["rows"]:
             return None, "Serve a stream first."
+        if st["learner"] is None:
+            return None, NO_LEARNER_NOTE
         return learned_tokens(st, int(w))
 
     inputs = [ctx.pair, suites, requests, shift_every, mixed, distinct, max_new, gamma, interval, lr, loss, background, window]
-    go.click(ctx.run_models(on_serve), inputs, [state, summary, plot, domains], **ctx.models_queue())
+    go.click(on_serve, inputs, [state, summary, plot, domains], **ctx.models_queue())
     analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table])
     save.click(save_draft, state, download)

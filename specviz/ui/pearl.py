@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.ui.feedback import user_error
+from specviz.ui.gpu import gpu_seconds
 
 TAB_TITLE = "PEARL: parallel drafting"
 TAB_ORDER = 50
@@ -78,12 +79,16 @@ def build_tab(ctx: Any) -> None:
     plot = gr.Plot(label="Timeline: which model runs when", show_label=False)
     steps = gr.Dataframe(headers=STEP_COLUMNS, label="PEARL step by step", interactive=False)
 
+    # the model call (plain data in and out): vanilla and PEARL, each a warm-up and k timed runs of n tokens
+    compared = ctx.run_models(lambda pair_name, text, w, conc, n, k: compare(ctx.load_pair(pair_name), text, w, conc, n, k),
+                              seconds=lambda pair_name, text, w, conc, n, k: gpu_seconds(2 * (k + 1) * n))
+
     def run(pair_name: str, text: str, w: float, conc: bool, n: float, k: float):
         try:
-            out = compare(ctx.load_pair(pair_name), text, int(w), bool(conc), int(n), int(k))
+            out = compared(pair_name, text, int(w), bool(conc), int(n), int(k))
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         return pd.DataFrame(out["rows"]), timeline(out["records"]), pd.DataFrame(out["steps"])
 
-    run_btn.click(ctx.run_models(run), [ctx.pair, prompt, window, concurrent, max_new, repeats], [table, plot, steps],
+    run_btn.click(run, [ctx.pair, prompt, window, concurrent, max_new, repeats], [table, plot, steps],
                   api_name="pearl", **ctx.models_queue())

@@ -30,9 +30,8 @@ from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
-from specviz.ui.pairs import resolve_pair
 from specviz.ui.panels import Race, panel_html
-from specviz.ui.racing import RaceSettings, run_race
+from specviz.ui.racing import RaceSettings, method_runner, method_seconds, run_race
 from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
 from specviz.ui.turns import stopped_on_leave
@@ -255,8 +254,11 @@ def _plots(ui: SimpleNamespace) -> None:
 def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
     """Run race streams panel updates while the methods run, then the table, plots and downloads."""
     stop_state = gr.State(StopSignal())
-    sessions_state = ctx.state({})  # stateful methods' learners (OSD's draft copies), per visitor and pair
+    # stateful methods' learners (OSD's draft copies), per visitor and pair; filled only where the models
+    # run (on ZeroGPU a worker, so here it stays empty: see run_race)
+    sessions_state = ctx.state({})
     panels = ui.panels
+    runner = ctx.gpu(method_runner(ctx.load_pair), duration=method_seconds)  # one method's run, where the GPU is
 
     def panel_updates(race: Race, drawn: dict[str, tuple]) -> dict:
         """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
@@ -273,7 +275,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         try:
             settings = settings_from_widgets(prompt, methods, method_options, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
-            pair, notice = resolve_pair(pair_name, ctx.allowed_pairs)
+            pair, notice = ctx.resolve(pair_name)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from None
         if notice:
@@ -289,7 +291,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
 
     def stream_race(pair, settings, sessions, stop, head):
         race, drawn, first = None, {}, True
-        for race in run_race(pair, settings, sessions, stop.event, ctx.limits):
+        for race in run_race(pair, settings, sessions, stop.event, ctx.limits, runner=runner, forks=ctx.forks):
             update = {ui.status: f"{head}{race_status_line(race)}", ctx.race: race, **panel_updates(race, drawn)}
             if first:  # show this race's panels, hide the others
                 first = False
@@ -307,7 +309,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
     inputs = [ctx.pair, ui.prompt, ui.methods, ui.method_options, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
     outputs = [*board_outputs(ctx, ui), sessions_state]
     ui.run_btn.click(
-        ctx.gpu(race), inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method
+        race, inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method
         show_progress_on=[ui.status],
     )  # fmt: skip
 

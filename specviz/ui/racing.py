@@ -5,7 +5,11 @@ Each method's clock (`Decoding.now`) runs only while its own generator runs, and
 drained by the models' thread (`MODELS`, one for the process: a new thread would pay its first-use
 costs inside the run's timing, `specviz.workers`), so drawing the page never pauses a run (a paused
 generator would count the drawing as decoding time). The page thread wakes a few times a second to
-draw what has arrived. Nothing here imports torch.
+draw what has arrived.
+
+A race has two sides (`specviz.ui.gpu`): `run_race` (the app's process: settings, turns, the board)
+and, for each method, one call of `method_runner`'s function (where the models are: a ZeroGPU
+worker, or this process), which takes and yields plain data only. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +26,7 @@ from typing import Any
 from specviz import workers
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count, check_unique
+from specviz.ui.gpu import StopKey, forget_stop, gpu_seconds, new_stop_key, request_stop
 from specviz.ui.panels import MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.turns import TURNS, Turns
@@ -31,6 +36,9 @@ log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
 _END = object()
+_WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
+RESTARTS_NOTE = ("On this ZeroGPU Space each method runs in a GPU worker that keeps nothing of a run once it ends, so your "
+                 "online draft starts again from the pair's draft every race; on a server of its own it learns across your races.")
 
 
 @dataclass(frozen=True)
@@ -108,8 +116,9 @@ def session_note(session: dict) -> str:
             f"(SPECVIZ_LIMIT_ADAPTED_DRAFTS) and took yours back {learner.releases} time(s): it learns again from the pair's draft.")
 
 
-def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float = REFRESH_S) -> Iterator[list[Any]]:
-    """Drain `gen` on the models' thread; yield the records that arrived, in batches, every refresh_s.
+def stream_records(gen: Iterator[Any], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S) -> Iterator[list[Any]]:
+    """Drain `gen` on the models' thread; yield the records that arrived, in batches, every refresh_s
+    (an empty batch when none did, so that the caller wakes to look at its Stop button).
 
     A SpecvizError or any other exception inside the run is re-raised here. Setting `stop` (or
     closing this generator) ends the run after its current iteration.
@@ -150,9 +159,8 @@ def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float =
             if item is not None:
                 batch.append(item)
             if time.monotonic() >= deadline:
-                if batch:
-                    yield batch
-                    batch = []
+                yield batch
+                batch = []
                 deadline = time.monotonic() + refresh_s
     finally:
         if not worker_done:  # closed from outside (the visitor left, or the event was cancelled)
@@ -161,17 +169,22 @@ def stream_records(gen: Iterator[Any], stop: threading.Event, refresh_s: float =
 
 
 def run_race(
-    pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event, limits: AppLimits = AppLimits(), turns: Turns = TURNS
+    pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event, limits: AppLimits = AppLimits(), turns: Turns = TURNS,
+    runner: Callable[..., Iterator[tuple[str, Any]]] | None = None, forks: bool = False,
 ) -> Iterator[Race]:
     """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
 
-    Each method waits for its turn on the models (`turns`, shared by every visitor) and gives it
-    back when done, so other visitors' runs go between this race's methods. `sessions` keeps
-    stateful methods' state across the races of one visitor (keyed by pair and method). Raises
-    SpecvizError before anything runs when the input is bad.
+    Each method waits for its turn on the models (`turns`, shared by every visitor, held here in the
+    app's process) and gives it back when done, so other visitors' runs go between this race's
+    methods. In its turn a method runs through `runner` (`method_runner`'s function, wrapped in
+    `spaces.GPU` on a ZeroGPU Space; default: on `pair`, here). `sessions` keeps stateful methods'
+    state across the races of one visitor (keyed by pair and method) in the process that runs the
+    models: here, or in a ZeroGPU worker (`forks`), where it ends with the run and the panel says so.
+    Raises SpecvizError before anything runs when the input is bad.
     """
     import specviz
-    from specviz.methods import get_method, new_session
+    from specviz.methods import get_method
+    from specviz.runner import check_run
 
     settings.check(limits)
     specs = sorted((get_method(m) for m in settings.methods), key=lambda s: (s.is_oracle, s.rank, s.name))
@@ -183,8 +196,9 @@ def run_race(
             f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "
             f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
         )
+    runner = runner or method_runner(lambda name: pair)
     race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, settings.sampling(), [])
-    generators = {}
+    runnable = set()
     for spec in specs:
         run = MethodRun(spec.name, spec.label, spec.paper)
         race.runs.append(run)
@@ -192,19 +206,18 @@ def run_race(
         if reason:
             run.status, run.message = "skipped", reason
             continue
-        key = (pair.name, spec.name)
-        if key not in sessions:
-            sessions[key] = new_session(spec, pair)
         run.options = settings.method_options(spec.name, limits)
-        options = {**run.options, **sessions[key]}
-        against = spec.lossless_note(pair, options)
+        check_run(spec.name, pair, prompt_ids, **settings.sampling(), **run.options)  # a bad option fails now, not in its turn
+        session = sessions.get((pair.name, spec.name), {})
+        against = spec.lossless_note(pair, {**run.options, **session})
         lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
-        run.note = " ".join(filter(None, [lossless, session_note(sessions[key])]))
-        generators[spec.name] = specviz.run(spec.name, pair, prompt_ids, **settings.sampling(), **options)  # validates now
+        restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
+        run.note = " ".join(filter(None, [lossless, session_note(session), restarts]))
+        runnable.add(spec.name)
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
     for run in race.runs:
-        if run.name not in generators:
+        if run.name not in runnable:
             continue
         ticket = turns.join()
         try:
@@ -214,40 +227,88 @@ def run_race(
             run.status, run.message = "queued", ""  # served (or stopped)
             if stop.is_set():
                 run.status, run.message = "skipped", "the race was stopped before this method started"
-                generators[run.name].close()
                 continue
-            if not warm:
-                workers.on(MODELS).call(_warm_up, pair, prompt_ids)
-                warm = True
-            yield from _run_method(pair, race, run, generators[run.name], stop)
+            key = new_stop_key()
+            updates = runner(pair.name, prompt_ids, run.name, run.options, settings.sampling(), not warm, key, sessions)
+            warm = True
+            yield from _run_method(pair, race, run, updates, stop, key)
         finally:
             turns.leave(ticket)
         yield race
 
 
-def _run_method(pair: Any, race: Race, run: MethodRun, gen: Iterator[Any], stop: threading.Event) -> Iterator[Race]:
-    """One method's run, alone on the models: its records stream into `run` as they arrive."""
-    import specviz
-
+def _run_method(pair: Any, race: Race, run: MethodRun, updates: Iterator[tuple[str, Any]], stop: threading.Event,
+                key: str) -> Iterator[Race]:  # fmt: skip
+    """One method's run, alone on the models: its records stream into `run` as they arrive; Stop
+    reaches the run through its stop key."""
     run.status = "running"
     yield race
     builder = SpanBuilder(pair.tokenizer, race.prompt_ids, greedy=race.options.get("temperature", 0.0) == 0)
     run.spans = builder.spans  # the builder appends to the panel's spans
     try:
-        for batch in stream_records(gen, stop):
-            for record in batch:
-                run.records.append(record)
-                builder.add(record)
-            yield race
-        run.status = "stopped" if stop.is_set() else "done"
-    except SpecvizError as e:
-        run.status, run.message = "error", str(e)
-    except Exception as e:  # a bug in one method must not end everyone's race; the log keeps its traceback
+        for kind, value in updates:
+            if stop.is_set():
+                request_stop(key)
+            if kind == "records" and value:
+                for record in value:
+                    run.records.append(record)
+                    builder.add(record)
+                yield race
+            elif kind == "oracle":
+                run.records = value
+            elif kind == "error":
+                run.status, run.message = "error", value
+    except Exception as e:  # the call itself failed (on ZeroGPU: no GPU to be had, or the worker ended); the next method still runs
         log.exception("%s failed in a race", run.name)
         run.status, run.message = "error", f"{type(e).__name__}: {e}"
+    finally:
+        updates.close()
+        forget_stop(key)
+    if run.status == "running":
+        run.status = "stopped" if stop.is_set() else "done"
     builder.finish()
-    if run.records:
-        run.records = workers.on(MODELS).call(specviz.fill_oracle_sl, pair, race.prompt_ids, run.records)
+
+
+def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tuple[str, Any]]]:
+    """The models' side of a race: a function that runs one method and yields plain data only, so that
+    `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each item pickled across), and
+    this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
+
+    def run_method(pair_name: str, prompt_ids: list[int], method: str, options: dict[str, Any], sampling: dict[str, Any],
+                   warm_up: bool, stop_key: str, sessions: dict) -> Iterator[tuple[str, Any]]:  # fmt: skip
+        """Yields ("records", [IterationRecord]) every REFRESH_S while the method runs, then ("oracle",
+        its records with the oracle speculation length filled); ("error", message) where it failed.
+        Ends after the current iteration once `stop_key` is requested. `warm_up`: the race's first
+        method (a fresh ZeroGPU worker also warms up). `sessions`: see run_race."""
+        import specviz
+        from specviz.methods import get_method, new_session
+
+        records: list[Any] = []
+        stream = None
+        try:
+            pair, spec = load_pair(pair_name), get_method(method)
+            key = (pair.name, spec.name)
+            if spec.session is not None and key not in sessions:
+                sessions[key] = new_session(spec, pair)
+            gen = specviz.run(spec.name, pair, prompt_ids, **sampling, **options, **sessions.get(key, {}))
+            if warm_up or pair.name not in _WARMED:
+                workers.on(MODELS).call(_warm_up, pair, prompt_ids)
+            stream = stream_records(gen, StopKey(stop_key))
+            for batch in stream:
+                records += batch
+                yield "records", batch
+        except SpecvizError as e:
+            yield "error", str(e)
+        except Exception as e:  # a bug in one method must not end everyone's race; the log keeps its traceback
+            log.exception("%s failed in a race", method)
+            yield "error", f"{type(e).__name__}: {e}"
+        finally:
+            if stream is not None:
+                stream.close()  # closed from outside (the app went away): the run ends after its iteration
+        if records:
+            yield "oracle", workers.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
+
+    return run_method
 
 
 def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
@@ -258,3 +319,10 @@ def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
     method = "vanilla" if pair.draft is not None and "vanilla" in specviz.method_names() else "autoregressive"
     for _ in specviz.run(method, pair, prompt_ids[-64:], max_new_tokens=WARMUP_TOKENS):
         pass
+    _WARMED.add(pair.name)
+
+
+def method_seconds(pair_name: str, prompt_ids: list[int], method: str, options: dict[str, Any], sampling: dict[str, Any],
+                   *rest: Any) -> int:  # fmt: skip
+    """ZeroGPU's duration for one method's call (it takes the same arguments as the call)."""
+    return gpu_seconds(sampling["max_new_tokens"])

@@ -13,6 +13,7 @@ from specviz.plots.tree import SOURCE_COLOURS, record_tree_figure
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count
 from specviz.ui.feedback import problem_text
+from specviz.ui.gpu import gpu_seconds
 
 TAB_TITLE = "SSSD tree"
 TAB_ORDER = 60
@@ -43,11 +44,16 @@ def coloured_output(state: dict[str, Any]) -> str:
     return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
 
 
-def run_and_show(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None):
+def run_and_show(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None,
+                 run=None):  # fmt: skip
     """The Run button: (state, output HTML, first iteration with an accepted draft, its figure and
-    summary, iteration count); a bad input gives an error message in the output instead."""
+    summary, iteration count); a bad input gives an error message in the output instead. `run`: the
+    app's model call of run_sssd with the first five arguments (default: run_sssd here)."""
     try:
-        state = run_sssd(pair_name, prompt, max_new_tokens, speculation_length, sources, load_pair)
+        if run is not None:
+            state = run(pair_name, prompt, max_new_tokens, speculation_length, sources)
+        else:
+            state = run_sssd(pair_name, prompt, max_new_tokens, speculation_length, sources, load_pair)
     except Exception as e:  # a user's input must not crash the tab
         return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", 0, None, "", 1
     first = next((i for i, r in enumerate(state["records"]) if r["accepted"]), 0)
@@ -84,15 +90,18 @@ def build_tab(ctx: Any) -> None:
     summary = gr.Markdown()
     plot = gr.Plot(label="candidate tree", show_label=False)
     state = ctx.state()
+    # the model call (plain data in and out)
+    sssd = ctx.run_models(lambda pair_name, text, n, s, src: run_sssd(pair_name, text, n, s, src, ctx.load_pair),
+                          seconds=lambda pair_name, text, n, s, src: gpu_seconds(n))
 
     def on_run(pair_name, text, n, s, src):
         try:  # only the API can send more than the slider allows
             check_count("S (tree nodes)", int(s), most=limits.tree_nodes)
         except SpecvizError as e:
             return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", gr.update(), None, ""
-        st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, ctx.load_pair)
+        st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, run=sssd)
         return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
 
-    go.click(ctx.run_models(on_run), [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary],
+    go.click(on_run, [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary],
              **ctx.models_queue())  # fmt: skip
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

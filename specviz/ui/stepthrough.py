@@ -18,6 +18,7 @@ from specviz.plots.step import TITLE, step_distributions
 from specviz.plots.theme import empty
 from specviz.text import visible
 from specviz.ui.feedback import user_error
+from specviz.ui.gpu import gpu_seconds
 from specviz.ui.panels import Race
 
 INTRO = ("Pick a method and an iteration: the drafted tokens, the test each met (greedy: is it the target's most likely "
@@ -78,9 +79,19 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
         ui.step_view = gr.HTML(elem_id="sv-step-view")
         ui.step_plot = gr.Plot(empty(TITLE, "Run a race, then pick a method and an iteration."), elem_id="sv-step-plot", show_label=False)
 
-    def show(race: Race | None, pair_name: str, method: str | None, iteration: Any, move: int = 0):
+    def recomputed(records: list, i: int, prompt_ids: list[int], options: dict, pair_name: str, method: str, method_options: dict):
+        """The model call (plain data in and out): iteration `i` explained with the race's models rerun."""
         from specviz.methods import get_method
         from specviz.stepthrough import explain_iteration, recompute_for
+
+        pair = ctx.load_pair(pair_name)
+        recompute = recompute_for(get_method(method), pair, {**options, **method_options})
+        return explain_iteration(records, i, prompt_ids, options, pair=pair, recompute=recompute)
+
+    explain = ctx.run_models(recomputed, seconds=gpu_seconds(0))  # one pass of the target (and the draft)
+
+    def show(race: Race | None, pair_name: str, method: str | None, iteration: Any, move: int = 0):
+        from specviz.stepthrough import explain_iteration
 
         if race is None or not method:
             return gr.skip(), gr.skip(), gr.skip()
@@ -89,9 +100,8 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
             if run is None:
                 return 1, "<p>This method has no iterations in the last race.</p>", gr.skip()
             i = min(max(0, int(iteration or 1) - 1 + move), len(run.records) - 1)  # the box counts from 1
-            pair = ctx.load_pair(pair_name)
-            if pair.name == race.pair:  # the race's models are here: rerun for whole distributions
-                step = explain_iteration(run.records, i, race.prompt_ids, race.options, pair=pair, recompute=recompute_for(get_method(method), pair, {**race.options, **run.options}))
+            if ctx.load_pair(pair_name).name == race.pair:  # the race's models are here: rerun for whole distributions
+                step = explain(run.records, i, race.prompt_ids, race.options, pair_name, method, run.options)
             else:  # a race loaded from a file: its records, and the token texts its board showed
                 texts = span_texts(race, method)
                 step = explain_iteration(run.records, i, race.prompt_ids, race.options, token_text=lambda t: texts.get(t, f"#{t}"))
@@ -111,4 +121,4 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
     inputs = [ctx.race, ctx.pair, ui.step_method, ui.step_iteration]
     outputs = [ui.step_iteration, ui.step_view, ui.step_plot]
     for trigger, fn in ((ui.step_method.input, here), (ui.step_iteration.submit, here), (prev.click, previous), (nxt.click, following)):
-        trigger(ctx.run_models(fn), inputs, outputs, api_visibility="private", **ctx.models_queue())
+        trigger(fn, inputs, outputs, api_visibility="private", **ctx.models_queue())

@@ -11,6 +11,7 @@ import html
 from typing import Any
 
 from specviz.ui.feedback import problem_text
+from specviz.ui.gpu import gpu_seconds
 from specviz.plots.tree import record_tree_figure
 
 TAB_TITLE = "Streaming tree"
@@ -92,16 +93,19 @@ def build_tab(ctx: Any) -> None:
     summary = gr.Markdown()
     plot = gr.Plot(label="stream tree", show_label=False)
     state = ctx.state()
+    # the model call (plain data in and out)
+    streamed = ctx.run_models(lambda pair_name, text, n, k, w: run_streaming(pair_name, text, n, k, w, ctx.load_pair),
+                              seconds=lambda pair_name, text, n, k, w: gpu_seconds(n))
 
     def on_run(pair_name, text, n, k, w):
         try:
-            st = run_streaming(pair_name, text, n, k, w, ctx.load_pair)
+            st = streamed(pair_name, text, int(n), int(k), int(w))
         except Exception as e:  # a user's input must not crash the tab
             return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, ""
         first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)
         fig, line = show_iteration(st, first)
         return st, coloured_output(st), summary_line(st), gr.update(maximum=max(1, len(st["records"]) - 1), value=first), fig, line
 
-    go.click(ctx.run_models(on_run), [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary],
+    go.click(on_run, [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary],
              **ctx.models_queue())  # fmt: skip
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")
