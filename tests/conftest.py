@@ -1,4 +1,6 @@
-"""Shared fixtures: the tiny pairs (seeded random weights, CPU, offline)."""
+"""Shared fixtures: the tiny pairs (seeded random weights, offline), on the CPU in float32; on
+another device or dtype with SPECVIZ_TEST_DEVICE=cuda SPECVIZ_TEST_DTYPE=bfloat16, say (what
+`python -m specviz.gpucheck tests` runs on a GPU)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,18 @@ import os
 # 2-core machines). Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pytest  # noqa: E402
+import functools  # noqa: E402
 
-from specviz.models.tiny import tiny_pair  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from specviz.models import tiny  # noqa: E402
+
+tiny_pair = functools.partial(
+    tiny.tiny_pair,
+    device=torch.device(os.environ.get("SPECVIZ_TEST_DEVICE", "cpu")),
+    dtype=getattr(torch, os.environ.get("SPECVIZ_TEST_DTYPE", "float32")),
+)
 
 
 @pytest.fixture(scope="session")

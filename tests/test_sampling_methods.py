@@ -24,7 +24,7 @@ RUNS = 1200
 @torch.inference_mode()
 def exact_two_token_distribution(pair) -> dict[tuple[int, int], float]:
     def dist(ids):
-        logits = pair.target(input_ids=torch.tensor([ids])).logits[0, -1]
+        logits = pair.target(input_ids=torch.tensor([ids], device=pair.device)).logits[0, -1]
         return probabilities(logits, CFG)
 
     p1 = dist(PROMPT)

@@ -32,7 +32,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m specviz.bench roofline", description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", default="SmolLM2-135M", help="target shape (specviz.cost.SHAPES)")
     p.add_argument("--draft-shape", default="", help="also time this draft shape at batch sizes 1 (for c)")
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16")
+    p.add_argument("--dtype", default="auto", help="auto (float32, as the races run) | float32 | bfloat16")
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-sizes", type=_ints, default=[1, 4, 16])
     p.add_argument("--tokens", type=_ints, default=[1, 2, 4, 8, 16, 32, 64], help="S values, new tokens per sequence")
@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.published:
         return published(args.out)
     if args.from_json:  # refit and redraw an earlier measurement (fit and figures are cheap)
-        result = json.loads(args.from_json.read_text())
+        from specviz.reports import read_json
+
+        result = read_json(args.from_json)
         result["config"]["fit_tokens"] = args.fit_tokens
     else:
         result = measure(args, argv)
