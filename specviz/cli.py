@@ -2,6 +2,7 @@
 
     specviz                            # http://127.0.0.1:7860, the default pair
     specviz --pair tiny-random --port 7861 --share
+    specviz --device cuda --dtype bfloat16     # float32 is the default wherever the pair fits (lossless)
 
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured (Hugging Face Spaces sets them). What one
 visitor may ask for is bounded (specviz/limits.py; SPECVIZ_LIMIT_* environment variables). On a ZeroGPU
@@ -41,13 +42,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="also serve on a public gradio.live link")
+    parser.add_argument("--device", default=os.environ.get("SPECVIZ_DEVICE", "auto"),
+                        help="where the models run: auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda, cuda:N or mps")
+    parser.add_argument("--dtype", default=os.environ.get("SPECVIZ_DTYPE", "auto"),
+                        help="auto (float32 unless the pair is too big for it: greedy output then equals the target's "
+                             "token for token), float32, bfloat16 or float16")  # fmt: skip
     args = parser.parse_args(argv)
     log_lines()
+    gpu = zerogpu()  # before torch is imported (ZeroGPU patches it)
+    from specviz.models.devices import resolve_device, resolve_dtype
+
     try:
         limits = app_limits()
+        resolve_dtype(args.dtype, resolve_device(args.device))  # a bad --device or --dtype fails here, not on the page
     except SpecvizError as e:
         parser.exit(2, f"error: {e}\n")
-    launch(build_app(pair=args.pair, gpu=zerogpu(), limits=limits), server_name=args.host, server_port=args.port, share=args.share)
+    demo = build_app(pair=args.pair, gpu=gpu, limits=limits, device=args.device, dtype=args.dtype)
+    launch(demo, server_name=args.host, server_port=args.port, share=args.share)
 
 
 def log_lines() -> None:

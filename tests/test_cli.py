@@ -96,3 +96,14 @@ def test_a_built_wheel_carries_the_assets_and_runs_outside_the_checkout(tmp_path
     assets, prompts, params = out.stdout.split()
     assert Path(assets) == site / "specviz" / "assets"
     assert prompts == "3" and int(params) > 1_000_000
+
+
+def test_a_bad_device_or_dtype_is_one_line_before_the_app_starts(capsys):
+    from specviz.cli import main
+
+    for argv, words in ((["--dtype", "float8"], "unknown dtype 'float8'"), (["--device", "tpu"], "unknown device 'tpu'")):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and words in err and err.count("\n") == 1

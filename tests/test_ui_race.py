@@ -246,3 +246,39 @@ def test_osd_learns_across_a_visitors_races_and_a_failing_method_is_logged(rando
         pass
     assert race.runs[0].status == "error" and "boom" in race.runs[0].message
     assert any(r.name == "specviz.ui.racing" and r.exc_info for r in caplog.records)
+
+
+def test_a_bfloat16_race_calls_each_parting_from_the_target_a_tie():
+    """Greedy methods repeat the target alone's tokens; in bfloat16 some part at a tie of that dtype,
+    and their panels say so (specviz.parity), never 'a fault'."""
+    import torch
+
+    from specviz.models.tiny import tiny_pair
+
+    pair = tiny_pair(dtype=torch.bfloat16, draft="perturbed")
+    race = race_to_end(pair, RaceSettings("Once upon a time", ("autoregressive", "vanilla", "sssd"), max_new_tokens=64))
+    notes = {r.name: r.note for r in race.runs}
+    assert "tied in bfloat16" in notes["vanilla"] and "at token 49" in notes["vanilla"]
+    assert not any("a fault in specviz" in note for note in notes.values())
+
+
+def test_a_float32_race_adds_no_parity_note(perturbed_pair):
+    race = race_to_end(perturbed_pair, RaceSettings("Once upon a time", ("autoregressive", "vanilla", "sssd"), max_new_tokens=64))
+    assert not any("parts from the target" in r.note for r in race.runs)
+
+
+def test_an_output_that_parts_for_real_is_called_a_fault():
+    from specviz.ui.racing import parity_note
+
+    assert "a fault in specviz" in parity_note({"verdict": "differs", "first_difference": 3}, "float32")
+    assert parity_note({"verdict": "same", "first_difference": None}, "float32") == ""
+
+
+def test_the_app_loads_its_pairs_in_the_dtype_it_was_started_with():
+    from specviz.ui.pairs import Placement, describe_pair, resolve_pair
+
+    pair, _ = resolve_pair("tiny-perturbed", placement=Placement(device="cpu", dtype="bfloat16"))
+    assert pair.info["dtype"] == "bfloat16"
+    assert "In bfloat16 two of the target's logits are often equal" in describe_pair(pair)
+    pair, _ = resolve_pair("tiny-perturbed")
+    assert pair.info["dtype"] == "float32" and "equal within rounding" not in describe_pair(pair)

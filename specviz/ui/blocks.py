@@ -21,7 +21,7 @@ from specviz.limits import AppLimits, app_limits
 from specviz.osd.pool import ADAPTED_DRAFTS
 from specviz.ui.feedback import said_where_raised, user_error
 from specviz.ui.gpu import no_gpu
-from specviz.ui.pairs import TINY_VARIANTS, describe_pair, pair_choices, resolve_pair
+from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choices, resolve_pair
 from specviz.ui.sessions import limit_malloc_arenas, start_janitor
 from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
@@ -47,6 +47,7 @@ class TabContext:
     # inherits them; a pair loaded later, in a request's thread, could not be moved to the GPU)
     served: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
     forks: bool = False  # True on ZeroGPU: what a model call keeps in memory (an online learner) ends with its worker
+    placement: Placement = Placement()  # where the pairs run and in which dtype (the command's --device, --dtype)
 
     def state(self, value: Any = None) -> gr.State:
         """Per-visitor state that is dropped `limits.session_ttl_s` after its last change (a handler
@@ -70,7 +71,7 @@ class TabContext:
         'default' falls back to tiny-random offline, and the notice says so)."""
         if isinstance(name, str) and name in self.served:
             return self.served[name]
-        return resolve_pair(name, self.allowed_pairs)
+        return resolve_pair(name, self.allowed_pairs, self.placement)
 
     def load_pair(self, name: str) -> Any:
         """The ModelPair called `name` (see resolve)."""
@@ -105,7 +106,7 @@ def _load_status(ctx: TabContext, name: str) -> str:
     return describe_pair(pair, notice)
 
 
-def serve_loaded(pair: str, allowed: tuple[str, ...] | None) -> dict[str, tuple[Any, str | None]]:
+def serve_loaded(pair: str, allowed: tuple[str, ...] | None, placement: Placement = Placement()) -> dict[str, tuple[Any, str | None]]:
     """The pairs a ZeroGPU Space serves, loaded now (in the main thread, before launch, as ZeroGPU
     needs): `pair` and the tiny teaching pairs, by the names a visitor or a race asks for. What the
     app's process reads of a pair is made here too: each method's lossless note (Speculative
@@ -114,7 +115,7 @@ def serve_loaded(pair: str, allowed: tuple[str, ...] | None) -> dict[str, tuple[
 
     served: dict[str, tuple[Any, str | None]] = {}
     for name in dict.fromkeys([pair, *TINY_VARIANTS]):
-        loaded, notice = resolve_pair(name, allowed)
+        loaded, notice = resolve_pair(name, allowed, placement)
         served[name] = (loaded, notice)
         served.setdefault(loaded.name, (loaded, None))  # what a race asks its worker for
         for spec in all_methods():
@@ -122,13 +123,15 @@ def serve_loaded(pair: str, allowed: tuple[str, ...] | None) -> dict[str, tuple[
     return served
 
 
-def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLimits | None = None) -> gr.Blocks:
+def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLimits | None = None,
+              placement: Placement = Placement()) -> gr.Blocks:  # fmt: skip
     """The whole app. `pair`: the pair selected when the page opens (loaded on first visit).
     `gpu`: spaces.GPU on a ZeroGPU Space (the pairs it serves are loaded here, now), else None.
-    `limits`: what one visitor may ask for (default: specviz.limits.app_limits(), from the environment)."""
+    `limits`: what one visitor may ask for (default: specviz.limits.app_limits(), from the environment).
+    `placement`: the device and dtype every pair is loaded with."""
     limits = limits or app_limits()
     allowed = tuple(pair_choices(pair)) if limits.presets_only else None
-    served = serve_loaded(pair, allowed) if gpu is not None else {}  # ZeroGPU: models load now, in this process
+    served = serve_loaded(pair, allowed, placement) if gpu is not None else {}  # ZeroGPU: models load now, in this process
     allowed, choices = (tuple(served), list(served)) if served else (allowed, pair_choices(pair))
     tabs, failures = discover_tabs()
     # Files handed to visitors (downloads) leave gradio's cache as their state does.
@@ -146,7 +149,8 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                 )  # fmt: skip
                 pair_status = gr.Markdown("Loading the model pair…", elem_id="sv-pair-status")
         ctx = TabContext(pair=pair_box, pair_status=pair_status, race=gr.State(None, time_to_live=limits.session_ttl_s),
-                         gpu=gpu or no_gpu, limits=limits, allowed_pairs=allowed, served=served, forks=gpu is not None)
+                         gpu=gpu or no_gpu, limits=limits, allowed_pairs=allowed, served=served, forks=gpu is not None,
+                         placement=placement)  # fmt: skip
         with gr.Tabs(overflow_behavior="wrap"):  # on a phone the tabs wrap instead of hiding behind "…"
             for module in tabs:
                 with gr.Tab(module.TAB_TITLE):

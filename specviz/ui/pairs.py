@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -20,28 +21,39 @@ def pair_choices(first: str) -> list[str]:
     return list(dict.fromkeys([first, *pair_names(), *TINY_VARIANTS]))
 
 
-@lru_cache(maxsize=2)
-def _tiny_variant(draft: str) -> Any:
+@dataclass(frozen=True)
+class Placement:
+    """Where the app's pairs run and in which dtype (the `specviz` command's --device and --dtype)."""
+
+    device: str = "auto"  # auto (a CUDA GPU, else MPS, else the CPU) | cpu | cuda | cuda:N | mps
+    dtype: str = "auto"  # auto (float32 unless the pair is too big for it) | float32 | bfloat16 | float16
+
+
+@lru_cache(maxsize=4)
+def _tiny_variant(draft: str, placement: Placement) -> Any:
+    from specviz.models.devices import resolve_device, resolve_dtype
     from specviz.models.tiny import tiny_pair
 
-    return tiny_pair(draft=draft)
+    device = resolve_device(placement.device)
+    return tiny_pair(draft=draft, device=device, dtype=resolve_dtype(placement.dtype, device, params=0))
 
 
-def resolve_pair(name: str, allowed: tuple[str, ...] | None = None) -> tuple[Any, str | None]:
+def resolve_pair(name: str, allowed: tuple[str, ...] | None = None, placement: Placement = Placement()) -> tuple[Any, str | None]:
     """(pair, notice): the pair called `name`; if the default pair cannot load here, the tiny-random
     pair and a notice saying so (the app keeps working offline, and says what it is showing).
     `allowed`: the only names accepted (a public page: its listed pairs, no hub ids, no paths)."""
     import specviz
 
+    where = {"device": placement.device, "dtype": placement.dtype}
     name = (name or "default").strip() if isinstance(name, str) else "default"
     if allowed is not None and name not in allowed:
         raise SpecvizError(
             f"this app races only its listed pairs ({', '.join(allowed)}); to race other models, run specviz on your own machine"
         )
     if name in TINY_VARIANTS:
-        return _tiny_variant(TINY_VARIANTS[name]), None
+        return _tiny_variant(TINY_VARIANTS[name], placement), None
     try:
-        return specviz.load_pair(name), None
+        return specviz.load_pair(name, **where), None
     except (SpecvizError, ImportError) as e:
         if name != "default":
             raise SpecvizError(str(e)) from None
@@ -49,7 +61,7 @@ def resolve_pair(name: str, allowed: tuple[str, ...] | None = None) -> tuple[Any
             f"The default pair could not be loaded here ({e}). Showing the {FALLBACK} pair instead: "
             "random weights, so the text is noise, but every method, colour and metric is real."
         )
-        return specviz.load_pair(FALLBACK), notice
+        return specviz.load_pair(FALLBACK, **where), notice
 
 
 def describe_pair(pair: Any, notice: str | None = None) -> str:
@@ -66,4 +78,7 @@ def describe_pair(pair: Any, notice: str | None = None) -> str:
     )
     if "from the Hugging Face hub" in info.get("weights", ""):  # not the weights the shipped assets were trained on
         notice = f"{notice} {info['weights']}." if notice else f"The {info['weights']}."
+    if info.get("dtype", "float32") != "float32":
+        line += (f" In {info['dtype']} two of the target's logits are often equal within rounding: at such a tie a method's "
+                 "greedy text can part from the target alone's, and its panel says where.")
     return f"⚠️ {notice}\n\n{line}" if notice else line

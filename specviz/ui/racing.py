@@ -27,7 +27,7 @@ from specviz import workers
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count, check_unique
 from specviz.ui.gpu import StopKey, forget_stop, gpu_seconds, new_stop_key, request_stop
-from specviz.ui.panels import MethodRun, Race
+from specviz.ui.panels import BASELINE, MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.turns import TURNS, Turns
 from specviz.workers import MODELS
@@ -198,7 +198,8 @@ def run_race(
         )
     runner = runner or method_runner(lambda name: pair)
     race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, settings.sampling(), [])
-    runnable = set()
+    runnable, lossy = set(), set()  # methods that run; those lossless against another model than the target
+    greedy = settings.sampling()["temperature"] == 0
     for spec in specs:
         run = MethodRun(spec.name, spec.label, spec.paper)
         race.runs.append(run)
@@ -211,11 +212,14 @@ def run_race(
         session = sessions.get((pair.name, spec.name), {})
         against = spec.lossless_note(pair, {**run.options, **session})
         lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
+        if against:
+            lossy.add(spec.name)
         restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
         run.note = " ".join(filter(None, [lossless, session_note(session), restarts]))
         runnable.add(spec.name)
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
+    reference = None  # greedy: the target alone's tokens, which every lossless method must repeat
     for run in race.runs:
         if run.name not in runnable:
             continue
@@ -229,9 +233,12 @@ def run_race(
                 run.status, run.message = "skipped", "the race was stopped before this method started"
                 continue
             key = new_stop_key()
-            updates = runner(pair.name, prompt_ids, run.name, run.options, settings.sampling(), not warm, key, sessions)
+            compare_with = reference if run.name not in lossy else None
+            updates = runner(pair.name, prompt_ids, run.name, run.options, settings.sampling(), not warm, key, sessions, compare_with)
             warm = True
             yield from _run_method(pair, race, run, updates, stop, key)
+            if run.name == BASELINE and greedy and run.status == "done":
+                reference = [t for r in run.records for t in r.emitted]
         finally:
             turns.leave(ticket)
         yield race
@@ -256,6 +263,8 @@ def _run_method(pair: Any, race: Race, run: MethodRun, updates: Iterator[tuple[s
                 yield race
             elif kind == "oracle":
                 run.records = value
+            elif kind == "parity":
+                run.note = " ".join(filter(None, [run.note, parity_note(value, pair.info.get("dtype", ""))]))
             elif kind == "error":
                 run.status, run.message = "error", value
     except Exception as e:  # the call itself failed (on ZeroGPU: no GPU to be had, or the worker ended); the next method still runs
@@ -269,19 +278,33 @@ def _run_method(pair: Any, race: Race, run: MethodRun, updates: Iterator[tuple[s
     builder.finish()
 
 
+def parity_note(parity: dict[str, Any], dtype: str) -> str:
+    """What a panel says of a greedy output that parts from the target alone's (nothing when equal)."""
+    if parity["verdict"] == "same":
+        return ""
+    where = f"Its text parts from the target alone's at token {parity['first_difference'] + 1}"
+    if parity["verdict"] == "tie":
+        return (f"{where}, where the target's two best tokens are tied in {dtype} (equal within its rounding): which "
+                "one an argmax picks depends on the order of the sums. Not a fault of the method; in float32 it would not happen.")
+    return f"{where}, and not at a tie: a fault in specviz. Please report it with the race's JSON download."
+
+
 def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tuple[str, Any]]]:
     """The models' side of a race: a function that runs one method and yields plain data only, so that
     `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each item pickled across), and
     this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
 
     def run_method(pair_name: str, prompt_ids: list[int], method: str, options: dict[str, Any], sampling: dict[str, Any],
-                   warm_up: bool, stop_key: str, sessions: dict) -> Iterator[tuple[str, Any]]:  # fmt: skip
+                   warm_up: bool, stop_key: str, sessions: dict, reference: list[int] | None = None) -> Iterator[tuple[str, Any]]:  # fmt: skip
         """Yields ("records", [IterationRecord]) every REFRESH_S while the method runs, then ("oracle",
         its records with the oracle speculation length filled); ("error", message) where it failed.
         Ends after the current iteration once `stop_key` is requested. `warm_up`: the race's first
-        method (a fresh ZeroGPU worker also warms up). `sessions`: see run_race."""
+        method (a fresh ZeroGPU worker also warms up). `sessions`: see run_race. `reference`: the
+        target alone's greedy tokens; a run that ends on its own is compared with them, ("parity",
+        {"verdict": same | tie | differs, "first_difference": k}) (specviz.parity)."""
         import specviz
         from specviz.methods import get_method, new_session
+        from specviz.parity import compare
 
         records: list[Any] = []
         stream = None
@@ -307,6 +330,10 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
                 stream.close()  # closed from outside (the app went away): the run ends after its iteration
         if records:
             yield "oracle", workers.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
+        if reference is not None and records and records[-1].extra.get("stop") in ("eos", "max_new_tokens"):
+            output = [t for r in records for t in r.emitted]
+            parity = workers.on(MODELS).call(compare, pair, prompt_ids, reference, output)
+            yield "parity", {"verdict": parity.verdict, "first_difference": parity.first_difference}
 
     return run_method
 
