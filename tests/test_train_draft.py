@@ -112,6 +112,39 @@ def test_training_resumes_and_logs_every_step(built):
     assert all(float(r["loss"]) > 0 for r in rows) and 0 <= float(rows[-1]["val_agree"]) <= 1
 
 
+def test_a_stopped_run_resumes_to_the_weights_and_log_of_one_that_was_not(built, tmp_path, monkeypatch):
+    """Checkpointing every step (--checkpoint-minutes 0), a run stopped in its fourth step and run
+    again ends where an uninterrupted run ends: the same weights, the same log but for its seconds."""
+    from specviz.train.draft import fit
+
+    src, _ = built
+    argv = {}
+    for name in ("once", "stopped"):
+        for sub in ("data", "shipped", "work"):  # the work folder's answers (top-k), not its run
+            shutil.copytree(src / sub, tmp_path / name / sub, ignore=shutil.ignore_patterns("checkpoint-*", "train-*"))
+        argv[name] = train_cli(tmp_path / name, 5, "--checkpoint-minutes", "0")
+
+    class Stop(Exception):
+        pass
+
+    def stop_in_step_4(step, *args):
+        if step == 3:
+            raise Stop
+        return position_in_epochs(step, *args)
+
+    position_in_epochs = fit.position_in_epochs
+    monkeypatch.setattr(fit, "position_in_epochs", stop_in_step_4)
+    with pytest.raises(Stop):
+        train_draft.main(argv["stopped"])
+    monkeypatch.undo()
+    assert train_draft.main(argv["stopped"]) == 0 and train_draft.main(argv["once"]) == 0
+    once, again = (load_shards(tmp_path / name / "draft") for name in ("once", "stopped"))
+    assert once.keys() == again.keys() and all(torch.equal(once[k], again[k]) for k in once)
+    logs = [list(csv.DictReader((tmp_path / name / "work" / "train-draft.csv").open())) for name in ("once", "stopped")]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in logs[0]] == [{k: v for k, v in r.items() if k != "seconds"} for r in logs[1]]
+    assert [int(r["step"]) for r in logs[1]] == [1, 2, 3, 4, 5]
+
+
 def test_written_draft_loads_and_drafts_losslessly(built):
     tmp_path, _ = built
     out = tmp_path / "draft"

@@ -29,7 +29,6 @@ import os
 import random
 import sys
 import time
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -40,6 +39,7 @@ import torch
 
 from specviz.errors import SpecvizError
 from specviz.paths import ASSETS
+from specviz.train import splits
 
 CORPUS = ASSETS / "corpus"
 
@@ -60,7 +60,6 @@ SOURCES = (
 )
 TEMPERATURES = (0.0, 0.7)  # every prompt is answered greedily and sampled
 GREEDY_PER_SAMPLED = 3  # in the job order: three greedy answers, then one sampled (greedy decoding is what the bench measures)
-VAL_MODULUS = 50  # prompts whose key hashes to 0 mod 50 are held out (both of their answers)
 SEED = 0
 
 
@@ -76,8 +75,13 @@ class Job:
 
 
 def held_out(source: str, line: int) -> bool:
-    """The validation split: a fixed ~2 % of prompts, chosen by a hash of (source, line)."""
-    return zlib.crc32(f"{source}:{line}".encode()) % VAL_MODULUS == 0
+    """The validation split (`splits.CORPUS`): a fixed ~2 % of prompts, chosen by a hash of (source, line)."""
+    return splits.split_of(splits.CORPUS, splits.corpus_key(source, line)) == "val"
+
+
+def prompt_index(source: str, line: int) -> int:
+    """A corpus prompt as one integer, as the teacher text names it: source rank * 100000 + line."""
+    return next(i for i, s in enumerate(SOURCES) if s.name == source) * 100000 + line
 
 
 def read_source(data: Path, source: Source) -> dict[int, str]:
@@ -402,7 +406,7 @@ put a prompt back in front of its answer.
   target's EOS or after {GenerationConfig.max_new_tokens} new tokens; prompts over {GenerationConfig.max_prompt_tokens} tokens are skipped
 - the target in bfloat16 on a 2-core CPU (`--dtype` default: 1.5x the float32 speed there), greedy (temperature 0)
   or sampled at temperature 0.7 (no top-k/top-p)
-- split: a prompt is held out for validation when crc32("source:line") % {VAL_MODULUS} == 0 (both of its
+- split: a prompt is held out for validation when crc32("source:line") % {splits.CORPUS.modulus} == 0 (both of its
   answers): {s['held_out']} answers; never train on them. The benchmark suites (HumanEval, GSM8K test,
   MT-Bench, MBPP, Spec-Bench) are never used: GSM8K answers come from its train split only
 
@@ -435,7 +439,6 @@ def teacher_text(args) -> int:
 
     _, tokenizer, _ = load_target(args.target)
     prompts = {s.name: read_source(args.data, s) for s in SOURCES}
-    rank = {s.name: i for i, s in enumerate(SOURCES)}
     args.to.parent.mkdir(parents=True, exist_ok=True)
     with args.to.open("w") as f:
         for r in all_answers(args.out, args.work):
@@ -445,7 +448,7 @@ def teacher_text(args) -> int:
             if args.temperature is not None and r["temperature"] != args.temperature:
                 continue
             f.write(json.dumps({
-                "prompt_index": rank[r["source"]] * 100000 + r["line"], "source": r["source"], "line": r["line"],
+                "prompt_index": prompt_index(r["source"], r["line"]), "source": r["source"], "line": r["line"],
                 "temperature": r["temperature"], "held_out": held,
                 "prompt_ids": encode_chat(tokenizer, prompts[r["source"]][r["line"]]),
                 "output_ids": [int(t) for t in r["output_ids"]],

@@ -12,7 +12,8 @@ with the total-variation distance TV(p, q) = 1/2 |p - q|_1, the chance that a dr
 rejected (accepted examples weigh E[TV], rejected ones 1 - E[TV]: class balance). tau and SL_max
 (and the best static SL, "SL-opt") are tuned on held-out validation prompts for latency, replaying
 greedy speculative decoding over the validation text with measured forward-pass times.
-Prompts are split by index into train / validation / test (3:1:1), written into the card.
+Prompts are split by index into train / validation / test (3:1:1, `specviz.train.splits.DISCO`),
+written into the card.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -31,14 +33,11 @@ import torch
 from specviz.methods.drafting import fit_vocab
 from specviz.models.kv import CachedLM
 from specviz.models.disco import ASSET_DIR, DiscoClassifier, DiscoModel, asset_name, draft_features
+from specviz.train import splits
+from specviz.train.loop import LoopConfig, run
 
 POSITION_CAP = 16  # the oracle position i restarts after this many hits in a row (and SL_max <= this)
 SPLITS = ("train", "val", "test")
-
-
-def split_of(prompt_index: int) -> str:
-    """train / val / test by prompt index mod 5: 0-2 train, 3 val, 4 test."""
-    return ("train", "train", "train", "val", "test")[prompt_index % 5]
 
 
 @dataclass
@@ -178,14 +177,19 @@ def train_classifier(pos: Positions, hidden: int, epochs: int, seed: int) -> tup
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(seed)
     batch = 4096
-    for _ in range(epochs):
-        for idx in torch.randperm(len(y), generator=gen).split(batch):
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x[idx]), y[idx], weight=weight[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    per_epoch = math.ceil(len(y) / batch)
+    batches: list[torch.Tensor] = []
+
+    def loss_at(step: int) -> tuple[torch.Tensor, dict]:
+        if step % per_epoch == 0:  # a new epoch: a new shuffle
+            batches[:] = torch.randperm(len(y), generator=gen).split(batch)
+        idx = batches[step % per_epoch]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x[idx]), y[idx], weight=weight[idx])
+        return loss, {"loss": float(loss.detach())}
+
+    last = run(LoopConfig(steps=epochs * per_epoch), opt, list(model.parameters()), loss_at, {"step": 0})
     model.eval()
-    return model, {"mean_tv": mean_tv, "accept_weight": mean_tv, "reject_weight": 1 - mean_tv, "final_loss": float(loss.detach())}
+    return model, {"mean_tv": mean_tv, "accept_weight": mean_tv, "reject_weight": 1 - mean_tv, "final_loss": last["loss"]}
 
 
 # ---------------------------------------------------------------- evaluation and tuning
@@ -318,11 +322,11 @@ def load_named_pair(name: str):
 
 
 def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: int, epochs: int, seed: int,
-        logits: np.ndarray | None = None, costs: Costs | None = None, splits: dict[str, list[Sequence]] | None = None,
-        split_rule: str = "prompt_index mod 5: 0-2 train, 3 validation, 4 test") -> DiscoModel | None:
-    """Split (by prompt index mod 5 unless `splits` gives train / val / test), extract, train, tune
+        logits: np.ndarray | None = None, costs: Costs | None = None, given: dict[str, list[Sequence]] | None = None,
+        split_rule: str = splits.DISCO.describe()) -> DiscoModel | None:
+    """Split (by `splits.DISCO` unless `given` holds train / val / test), extract, train, tune
     tau / SL_max on validation, score on test; None if a split is empty."""
-    by_split = splits or {s: [q for q in sequences if split_of(q.prompt_index) == s] for s in SPLITS}
+    by_split = given or {s: [q for q in sequences if splits.split_of(splits.DISCO, q.prompt_index) == s] for s in SPLITS}
     print(f"{len(sequences)} sequences: " + ", ".join(f"{s} {len(v)}" for s, v in by_split.items()), flush=True)
     t = time.perf_counter()
     data = {s: extract(pair, v, logits=logits) for s, v in by_split.items() if v}
@@ -404,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                    "--heldout-lines are answered greedily into --heldout first (resumes)")
     p.add_argument("--heldout-lines", default="5500:5600", help="A:B, line range of --heldout-prompts")
     p.add_argument("--exclude-mod", type=int, default=0,
-                   help="leave out teacher records with prompt_index %% N == 0 (e.g. 50: the draft's held-out records)")
+                   help="leave out teacher records with prompt_index %% N == 0 (the corpus's held-out answers are "
+                   "chosen by `corpus teacher-text --split`, not by this)")
     p.add_argument("--hidden", type=int, default=32, help="width of the FFN's hidden layer")
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
@@ -422,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         sequences = generate_teacher(pair, args.prompts, args.generate, args.max_new_tokens)
         source = f"{args.prompts} (first {args.generate} prompts, answered greedily by the target here)"
     if args.exclude_mod:
-        sequences = [s for s in sequences if s.prompt_index % args.exclude_mod]
+        sequences = [s for s in sequences if splits.split_of(splits.every(args.exclude_mod), s.prompt_index) == "kept"]
         source += f" (records with prompt_index % {args.exclude_mod} == 0 left out)"
     if args.records:
         a, b = (int(x) if x else None for x in args.records.split(":"))
@@ -430,20 +435,21 @@ def main(argv: list[str] | None = None) -> int:
         source += f" (records {args.records})"
     if args.limit:
         sequences = sequences[: args.limit]
-    splits, rule = None, "prompt_index mod 5: 0-2 train, 3 validation, 4 test"
+    given, rule = None, splits.DISCO.describe()
     if args.heldout:
         if args.heldout_prompts:
             a, b = (int(x) for x in args.heldout_lines.split(":"))
             heldout_text(pair, args.heldout_prompts, range(a, b), args.heldout, args.max_new_tokens)
         held = read_teacher(args.heldout)
-        splits = {"train": sequences, "val": [s for s in held if s.prompt_index % 2 == 0],
-                  "test": [s for s in held if s.prompt_index % 2 == 1]}
+        part = {s.prompt_index: splits.split_of(splits.DISCO_HELDOUT, s.prompt_index) for s in held}
+        given = {"train": sequences, "val": [s for s in held if part[s.prompt_index] == "val"],
+                 "test": [s for s in held if part[s.prompt_index] == "test"]}
         rule = (f"train: {source}; validation / test: greedy target answers in {args.heldout} "
                 "(even / odd prompt_index)")
         sequences = sequences + held
     logits = stored_logits(args.teacher.parent / "teacher_logits.f16", pair.vocab_size) if args.teacher else None
     costs = Costs(*(float(x) for x in args.costs.split(","))) if args.costs else None
-    trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits, costs, splits, rule)
+    trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits, costs, given, rule)
     if trained is None:
         print("error: every split needs at least one sequence (give more prompts)", file=sys.stderr)
         return 2

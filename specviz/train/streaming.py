@@ -12,18 +12,15 @@ the tuned main stream is distilled towards the original, the streams learn the t
 future); `--hard` uses the tokens.
 
 Resumable: `--out` holds checkpoint.pt (adapter, optimizer, step) and log.csv; run the same command
-again to continue. Held-out records (prompt_index % 20 == 0) are never trained on.
+again to continue. Held-out records (prompt_index % 20 == 0, `specviz.train.splits.STREAMING`) are never trained on.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import random
 import sys
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -32,8 +29,8 @@ import torch
 from torch.nn import functional as F
 
 from specviz.models.streaming import StreamingConfig, StreamingLM, load_adapter
-
-HELD_OUT = 20  # records with prompt_index % HELD_OUT == 0 are for evaluation only
+from specviz.train import splits
+from specviz.train.loop import Checkpoint, CsvLog, LoopConfig, run
 
 
 @dataclass
@@ -82,7 +79,8 @@ def read_examples(path: Path, max_len: int, max_prompt: int, train: bool = True)
                 r = json.loads(line)
             except json.JSONDecodeError:  # a line being written right now
                 continue
-            if (r.get("prompt_index", 1) % HELD_OUT != 0) != train or len(r["prompt_ids"]) > max_prompt or not r["output_ids"]:
+            held = splits.split_of(splits.STREAMING, r.get("prompt_index", 1)) == "val"
+            if held == train or len(r["prompt_ids"]) > max_prompt or not r["output_ids"]:
                 continue
             ids = (r["prompt_ids"] + r["output_ids"])[:max_len]
             out.append(Example(ids, len(r["prompt_ids"]), r.get("logits_row")))
@@ -177,65 +175,53 @@ def evaluate(lm: StreamingLM, examples: list[Example], teacher: TeacherLogits | 
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
-    from tqdm.auto import tqdm
-
     torch.manual_seed(cfg.seed)
     cfg.out.mkdir(parents=True, exist_ok=True)
     base = load_target(cfg.target, cfg.device)
     lm = StreamingLM(base, cfg.streaming)
     params = list(lm.adapter_state().values())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    ckpt_path, log_path = cfg.out / "checkpoint.pt", cfg.out / "log.csv"
-    step = 0
-    if ckpt_path.is_file():  # resume
-        ckpt = torch.load(ckpt_path, map_location=cfg.device)
-        if ckpt["streaming"] != asdict(cfg.streaming):
-            raise SystemExit(f"{ckpt_path} was trained with {ckpt['streaming']}; use another --out or the same shape")
+    checkpoint = Checkpoint(cfg.out / "checkpoint.pt")
+    state = {"step": 0}  # no "seconds": the log's seconds count from this run's start
+    saved = checkpoint.load(map_location=cfg.device)
+    if saved:  # resume
+        if saved["streaming"] != asdict(cfg.streaming):
+            raise SystemExit(f"{checkpoint.path} was trained with {saved['streaming']}; use another --out or the same shape")
         with torch.no_grad():
             for name, p in lm.adapter_state().items():
-                p.copy_(ckpt["adapter"][name])
-        opt.load_state_dict(ckpt["optimizer"])
-        step = ckpt["step"]
+                p.copy_(saved["adapter"][name])
+        opt.load_state_dict(saved["optimizer"])
+        state["step"] = saved["step"]
     teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), base.config.vocab_size)
-    rng = random.Random(cfg.seed + step)
-    order: list[Example] = []
+    rng = random.Random(cfg.seed + state["step"])
+    epoch = {"order": [], "examples": 0}  # what is left of this epoch's shuffled examples, and how many it had
     bottom: dict = {}  # example -> frozen hidden states entering layer N - N_s
-    fields = ["step", "seconds", "examples", "loss"] + [f"{k}{j}" for j in range(cfg.streaming.gamma + 1) for k in ("loss", "top1_")]
-    new_log = not log_path.is_file()
-    log = open(log_path, "a", newline="")
-    writer = csv.DictWriter(log, fieldnames=fields, extrasaction="ignore")
-    if new_log:
-        writer.writeheader()
-    bar = tqdm(total=cfg.steps, initial=step, desc="streaming adapter", unit="step", disable=not progress)
-    lm.train()
-    t0 = time.perf_counter()
-    while step < cfg.steps:
-        if not order:  # a new epoch over whatever teacher text exists now
+
+    def loss_at(step: int) -> tuple[torch.Tensor, dict]:
+        if not epoch["order"]:  # a new epoch over whatever teacher text exists now
             order = read_examples(cfg.data, cfg.max_len, cfg.max_prompt)
             order = order[: cfg.max_examples] if cfg.max_examples else order
             if not order:
                 raise SystemExit(f"no training examples in {cfg.data}")
             rng.shuffle(order)
-            n_examples = len(order)
-        loss, stats = ss_loss(lm, order.pop(), teacher, cfg, bottom)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        for group in opt.param_groups:
-            group["lr"] = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup))
-        opt.step()
-        step += 1
-        writer.writerow({"step": step, "seconds": round(time.perf_counter() - t0, 2), "examples": n_examples, "loss": float(loss.detach()), **stats})
-        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1_1=f"{stats.get('top1_1', 0):.2f}")
-        bar.update()
-        if step % cfg.save_every == 0 or step == cfg.steps:
-            log.flush()
-            state = {"adapter": {n: p.detach().cpu() for n, p in lm.adapter_state().items()}, "optimizer": opt.state_dict(),
-                     "step": step, "streaming": asdict(cfg.streaming), "examples": n_examples}
-            torch.save(state, ckpt_path.with_suffix(".tmp"))
-            os.replace(ckpt_path.with_suffix(".tmp"), ckpt_path)
-            lm.save_adapter(cfg.out / "adapter.safetensors", steps=str(step), data=str(cfg.data), examples=str(n_examples))
-    bar.close()
+            epoch.update(order=order, examples=len(order))
+        loss, stats = ss_loss(lm, epoch["order"].pop(), teacher, cfg, bottom)
+        return loss, {"loss": float(loss.detach()), **stats}
+
+    def after_step(step: int, stats: dict) -> dict:
+        return {"step": step, "seconds": round(state["seconds"], 2), "examples": epoch["examples"], **stats}
+
+    def save(step: int) -> None:
+        checkpoint.save({"adapter": {n: p.detach().cpu() for n, p in lm.adapter_state().items()}, "optimizer": opt.state_dict(),
+                         "step": step, "streaming": asdict(cfg.streaming), "examples": epoch["examples"]})
+        lm.save_adapter(cfg.out / "adapter.safetensors", steps=str(step), data=str(cfg.data), examples=str(epoch["examples"]))
+
+    columns = ["step", "seconds", "examples", "loss"] + [f"{k}{j}" for j in range(cfg.streaming.gamma + 1) for k in ("loss", "top1_")]
+    log = CsvLog(cfg.out / "log.csv", columns, state["step"])
+    lm.train()
+    run(LoopConfig(steps=cfg.steps, clip=1.0, save_every=cfg.save_every), opt, params, loss_at, state,
+        lr_at=lambda step: cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup)), after_step=after_step, log=log, save=save,
+        progress="streaming adapter" if progress else None, show=("loss", "top1_1"))
     log.close()
     return cfg.out / "adapter.safetensors"
 

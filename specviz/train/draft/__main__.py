@@ -1,0 +1,3 @@
+from specviz.train.draft.cli import run_cli
+
+run_cli()
