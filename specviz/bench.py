@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.harness import Variant, describe_machine, mark_parity, run_interleaved, summary_rows
 from specviz.limits import check_unique
 from specviz.prompts import SUITES, Prompt, column_of, load_prompt_file, select, take
 
@@ -49,46 +49,41 @@ class BenchConfig:
 
 
 def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
-    """Every method (and peer) on every prompt; returns the JSON-ready result."""
-    from tqdm.auto import tqdm
-
-    from specviz.methods import get_method, new_session
+    """Every method (and peer) on every prompt (`specviz.harness`); returns the JSON-ready result."""
     from specviz.models.pair import load_pair
-    from specviz.peers import PEERS
 
     pair = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
-    entries = [_MethodEntry(get_method(m), method_options(cfg, m), new_session(get_method(m), pair)) for m in cfg.methods]
-    entries += [_PeerEntry(name, method_options(cfg, PEERS[name].counterpart)) for name in cfg.peers]
-    shared = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
-    if cfg.warmup:
-        for entry in entries:
-            entry.run(pair, cfg.prompts[0], dict(shared, max_new_tokens=8), cfg.seed)
-    runs = []
-    bar = tqdm(total=len(cfg.prompts) * cfg.repeats * len(entries), desc="benchmark", unit="run", disable=not progress)
-    for i, prompt in enumerate(cfg.prompts):
-        for repeat in range(cfg.repeats):
-            rotation = (i * cfg.repeats + repeat) % len(entries)  # A B C, B C A, ...: no entry always goes first
-            for entry in entries[rotation:] + entries[:rotation]:
-                bar.set_postfix_str(f"{entry.name} on {prompt.id}")
-                run = entry.run(pair, prompt, shared, cfg.seed + repeat)
-                runs.append(dict(run, suite=prompt.suite, category=prompt.category, prompt_id=prompt.id, repeat=repeat))
-                bar.update()
-    bar.close()
-    _mark_parity(runs, greedy=cfg.temperature == 0)
-    _mark_ties(runs, pair, cfg.prompts)
-    names = [e.name for e in entries]
-    columns = dict.fromkeys(column_of(r["category"]) for r in runs if r["category"])  # Spec-Bench's layout
+    rows = run_interleaved(pair, variants(cfg), cfg.prompts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                           top_p=cfg.top_p, seed=cfg.seed, repeats=cfg.repeats, warmup=cfg.warmup, progress=progress)  # fmt: skip
+    rows = mark_parity(rows, pair, cfg.prompts, greedy=cfg.temperature == 0)
+    names = [*cfg.methods, *cfg.peers]
+    columns = dict.fromkeys(column_of(r.category) for r in rows if r.category)  # Spec-Bench's layout
     return {
         "pair": {"name": pair.name, **pair.info},
         "device": describe_machine(pair.info.get("device", "cpu")),
         "config": {**asdict(cfg), "prompts": [p.id for p in cfg.prompts]},
-        "runs": runs,
-        "summary": summary_rows(runs, names),
-        "by_suite": [dict(row, suite=suite) for suite in dict.fromkeys(r["suite"] for r in runs)
-                     for row in summary_rows([r for r in runs if r["suite"] == suite], names)],
+        "runs": [r.to_dict() for r in rows],
+        "summary": summary_rows(rows, names),
+        "by_suite": [dict(row, suite=suite) for suite in dict.fromkeys(r.suite for r in rows)
+                     for row in summary_rows([r for r in rows if r.suite == suite], names)],
         "by_category": [dict(row, category=col) for col in columns
-                        for row in summary_rows([r for r in runs if r["category"] and column_of(r["category"]) == col], names)],
+                        for row in summary_rows([r for r in rows if r.category and column_of(r.category) == col], names)],
     }
+
+
+def variants(cfg: BenchConfig) -> list[Variant]:
+    """The methods, each at its options, then the Hugging Face peers, each with its counterpart's
+    speculation length (a method's own default where none was given)."""
+    from specviz.methods import get_method
+    from specviz.peers import PEERS
+
+    out = [Variant(m, m, method_options(cfg, m)) for m in cfg.methods]
+    for name in cfg.peers:
+        counterpart = PEERS[name].counterpart
+        gamma = method_options(cfg, counterpart).get("speculation_length",
+                                                     getattr(get_method(counterpart).options(), "speculation_length", None))
+        out.append(Variant(name, name, {} if gamma is None else {"speculation_length": gamma}, kind="peer"))
+    return out
 
 
 def method_options(cfg: BenchConfig, name: str) -> dict[str, Any]:
@@ -98,156 +93,6 @@ def method_options(cfg: BenchConfig, name: str) -> dict[str, Any]:
 
     shared = {} if cfg.speculation_length is None else {"speculation_length": cfg.speculation_length}
     return {**get_method(name).select(shared), **cfg.options.get(name, {})}
-
-
-class _MethodEntry:
-    """One of our methods, as the benchmark runs it (with its options and session, e.g. OSD's learner)."""
-
-    def __init__(self, spec, options: dict, session: dict):
-        self.spec, self.options, self.session, self.name, self.needs_draft = spec, options, session, spec.name, spec.needs_draft
-
-    def run(self, pair, prompt: Prompt, shared: dict, seed: int) -> dict[str, Any]:
-        from specviz.runner import generate
-
-        result = generate(self.name, pair, prompt.text, seed=seed, **shared, **self.options, **self.session)
-        s = result.summary
-        oracle = [r.oracle_sl for r in result.records if r.oracle_sl is not None]
-        return {
-            "method": self.name,
-            "kind": "method",
-            "output_ids": list(s.output_ids),
-            "new_tokens": s.new_tokens,
-            "wall_s": s.wall_s,
-            "target_forwards": s.target_forwards,
-            "draft_forwards": s.draft_forwards,
-            "drafted": s.drafted,
-            "accepted": s.accepted,
-            "iterations": s.iterations,
-            "stop_reason": s.stop_reason,
-            "oracle_sl_mean": sum(oracle) / len(oracle) if oracle else None,
-        }
-
-
-class _PeerEntry:
-    """A Hugging Face generate() peer (specviz.peers), run on the same prompt ids with its
-    counterpart's speculation length."""
-
-    def __init__(self, name: str, counterpart_options: dict[str, Any]):
-        from specviz.methods import get_method
-        from specviz.peers import PEERS
-
-        self.name, self.needs_draft = name, PEERS[name].needs_draft
-        spec = get_method(PEERS[name].counterpart)
-        gamma = counterpart_options.get("speculation_length", getattr(spec.options(), "speculation_length", None))
-        self.options = {} if gamma is None else {"speculation_length": gamma}
-
-    def run(self, pair, prompt: Prompt, shared: dict, seed: int) -> dict[str, Any]:
-        from specviz.models.pair import encode_prompt
-        from specviz.peers import run_peer
-
-        return run_peer(self.name, pair, encode_prompt(pair, prompt.text), seed=seed, **shared, **self.options)
-
-
-def _mark_parity(runs: list[dict], greedy: bool) -> None:
-    """For greedy runs: does each output equal the autoregressive (and HF greedy) output on the same prompt?"""
-    for reference_name, key in (("autoregressive", "matches_autoregressive"), ("hf_greedy", "matches_hf_greedy")):
-        reference = {(r["prompt_id"], r["repeat"]): r["output_ids"] for r in runs if r["method"] == reference_name}
-        for r in runs:
-            ref = reference.get((r["prompt_id"], r["repeat"]))
-            r[key] = (r["output_ids"] == ref) if greedy and ref is not None else None
-
-
-def _mark_ties(runs: list[dict], pair, prompts: tuple[Prompt, ...]) -> None:
-    """Where a greedy output differs from autoregressive decoding: at the first differing token, is it
-    a tie of the target's dtype (`specviz.parity`) or a real difference? `parity`: same | tie | differs."""
-    from specviz.models.pair import encode_prompt
-    from specviz.parity import compare
-
-    reference = {(r["prompt_id"], r["repeat"]): r for r in runs if r["method"] == "autoregressive"}
-    prompt_ids = {p.id: encode_prompt(pair, p.text) for p in prompts}
-    for r in runs:
-        ref = reference.get((r["prompt_id"], r["repeat"]))
-        if r.get("matches_autoregressive") is None or ref is None:
-            continue
-        if r["matches_autoregressive"]:
-            r["parity"] = "same"
-            continue
-        parity = compare(pair, prompt_ids[r["prompt_id"]], ref["output_ids"], r["output_ids"])
-        r["parity"], r["first_difference"] = parity.verdict, parity.first_difference
-
-
-def summary_rows(runs: list[dict], methods: list[str]) -> list[dict[str, Any]]:
-    """One row per method or peer: totals over all its runs (definitions in specviz.metrics), the
-    median of per-prompt tokens/s, and for our methods the median ratio to their HF peer."""
-    import statistics
-
-    from specviz import metrics
-    from specviz.peers import PEERS
-
-    rows = []
-    for method in methods:
-        mine = [r for r in runs if r["method"] == method]
-        if not mine:
-            continue
-        new = sum(r["new_tokens"] for r in mine)
-        tf = sum(r["target_forwards"] for r in mine)
-        drafted = [r["drafted"] for r in mine if r["drafted"] is not None]
-        per_prompt = [metrics.tokens_per_s(r["new_tokens"], r["wall_s"]) for r in mine]
-        rows.append(
-            {
-                "method": method,
-                "kind": mine[0].get("kind", "method"),
-                "runs": len(mine),
-                "new_tokens": new,
-                "wall_s": sum(r["wall_s"] for r in mine),
-                "tokens_per_s": metrics.tokens_per_s(new, sum(r["wall_s"] for r in mine)),
-                "median_tokens_per_s": statistics.median(t for t in per_prompt if t is not None) if any(per_prompt) else None,
-                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in mine), sum(drafted)) if drafted else None,
-                "mean_accepted_length": metrics.mean_accepted_length(new, tf),
-                "target_forwards_per_token": tf / new if new else None,
-                "matches_autoregressive": _all_or_none(r.get("matches_autoregressive") for r in mine),
-                "matches_hf_greedy": _all_or_none(r.get("matches_hf_greedy") for r in mine),
-                "ties": sum(r.get("parity") == "tie" for r in mine),  # outputs that part from AR at a tie of the dtype
-                "differs": sum(r.get("parity") == "differs" for r in mine),  # ... at a real difference: a fault
-            }
-        )
-    ar = next((r["tokens_per_s"] for r in rows if r["method"] == "autoregressive"), None)
-    for row in rows:
-        row["speedup_vs_autoregressive"] = metrics.speedup(ar, row["tokens_per_s"])
-        peer = next((p.name for p in PEERS.values() if p.counterpart == row["method"] and p.name in methods
-                     and p.assistant != {}), None)  # HF's own defaults are a different algorithm: not a peer
-        row["peer"] = peer
-        row["ratio_to_peer"] = _median_paired_ratio(runs, row["method"], peer) if peer else None
-    return rows
-
-
-def _all_or_none(values) -> bool | None:
-    known = [v for v in values if v is not None]
-    return all(known) if known else None
-
-
-def _median_paired_ratio(runs: list[dict], method: str, peer: str) -> float | None:
-    """Median over (prompt, repeat) of method tokens/s / peer tokens/s, each pair measured back to back."""
-    import statistics
-
-    by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in runs}
-    ratios = []
-    for (name, prompt_id, repeat), r in by_key.items():
-        other = by_key.get((peer, prompt_id, repeat))
-        if name == method and other and r["wall_s"] > 0 and other["wall_s"] > 0 and other["new_tokens"]:
-            ratios.append((r["new_tokens"] / r["wall_s"]) / (other["new_tokens"] / other["wall_s"]))
-    return statistics.median(ratios) if ratios else None
-
-
-def describe_machine(device: str) -> dict[str, Any]:
-    import torch
-
-    info = {"device": device, "python": platform.python_version(), "torch": torch.__version__}
-    info["cpu"] = platform.processor() or platform.machine()
-    info["threads"] = torch.get_num_threads()
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 def format_table(summary: list[dict[str, Any]]) -> str:

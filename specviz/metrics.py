@@ -11,6 +11,10 @@
                          vLLM's "mean acceptance length"; autoregressive decoding scores exactly 1)
 - tokens per second    = new tokens / wall seconds (prefill included: the clock starts before the
                          prompt is processed)
+- ms per token         = 1000 × wall seconds / new tokens (the latency DISCO's and Speculative
+                         Streaming's tables report: the inverse of tokens per second)
+- target forwards per token = target forward passes / new tokens (the inverse of the mean accepted
+                         length)
 - speedup              = AR wall time / method wall time on the same prompt. Over several prompts,
                          and when outputs differ in length (sampling), it is the ratio of tokens per
                          second, which equals the wall-time ratio whenever both emit the same tokens.
@@ -40,6 +44,14 @@ def mean_accepted_length(new_tokens: int, target_forwards: int) -> float | None:
 
 def tokens_per_s(new_tokens: int, wall_s: float) -> float | None:
     return new_tokens / wall_s if wall_s > 0 else None
+
+
+def ms_per_token(new_tokens: int, wall_s: float) -> float | None:
+    return 1e3 * wall_s / new_tokens if new_tokens else None
+
+
+def target_forwards_per_token(target_forwards: int, new_tokens: int) -> float | None:
+    return target_forwards / new_tokens if new_tokens else None
 
 
 def speedup(ar_tokens_per_s: float | None, method_tokens_per_s: float | None) -> float | None:
@@ -74,5 +86,5 @@ def summary_metrics(s: RunSummary) -> dict[str, float | None]:
         "tokens_per_s": tokens_per_s(s.new_tokens, s.wall_s),
         "acceptance_rate": acceptance_rate(s.accepted, s.drafted),
         "mean_accepted_length": mean_accepted_length(s.new_tokens, s.target_forwards),
-        "target_forwards_per_token": s.target_forwards / s.new_tokens if s.new_tokens else None,
+        "target_forwards_per_token": target_forwards_per_token(s.target_forwards, s.new_tokens),
     }

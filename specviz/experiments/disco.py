@@ -15,20 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from specviz.prompts import add_prompt_args
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str  # row label in the table, e.g. "SL-5"
-    method: str  # registry name
-    options: dict[str, Any] = field(default_factory=dict)
+from specviz import metrics
+from specviz.harness import (Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, mark_parity,
+                             run_interleaved)
 
 
 def variants(static: list[int], sl_opt: int, heuristic_start: int) -> list[Variant]:
@@ -47,35 +39,19 @@ def variants(static: list[int], sl_opt: int, heuristic_start: int) -> list[Varia
 
 def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> tuple[list, list]:
     """Returns (runs: one dict per variant x prompt, iterations: one dict per record)."""
-    from tqdm.auto import tqdm
-
-    from specviz.runner import generate
-
-    if warmup:
-        for v in rows:
-            generate(v.method, pair, prompts[0].text, max_new_tokens=8, **v.options)
-    runs, iterations = [], []
-    bar = tqdm(total=len(prompts) * len(rows), desc="disco", unit="run", disable=not progress)
-    for i, prompt in enumerate(prompts):
-        rotation = i % len(rows)
-        for v in rows[rotation:] + rows[:rotation]:
-            bar.set_postfix_str(f"{v.name} on {prompt.id}")
-            result = generate(v.method, pair, prompt.text, max_new_tokens=max_new_tokens, **v.options)
-            s = result.summary
-            runs.append({"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
-                         "new_tokens": s.new_tokens, "wall_s": s.wall_s, "drafted": s.drafted, "accepted": s.accepted,
-                         "iterations": s.iterations, "output_ids": list(s.output_ids)})
-            iterations += [{"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
-                            "iteration": r.iteration, "position": r.position, "speculation_length": r.speculation_length,
-                            "accepted": r.accepted, "oracle_sl": r.oracle_sl, "ms": round(1e3 * (r.t_end - r.t_start), 3),
-                            "draft_ms": round(r.draft_ms, 3), "verify_ms": round(r.verify_ms, 3),
-                            "draft_forwards": r.draft_forwards} for r in result.records]
-            bar.update()
-    bar.close()
-    reference = {r["prompt_id"]: r["output_ids"] for r in runs if r["method"] == "autoregressive"}
-    for r in runs:
-        r["matches_autoregressive"] = r["output_ids"] == reference.get(r["prompt_id"])
+    done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, keep_records=True,
+                           progress=progress, desc="disco")  # fmt: skip
+    runs = [r.to_dict(RUN_KEYS) for r in mark_parity(done, pair, prompts)]
+    iterations = [{"variant": run.variant, "method": run.method, "suite": run.suite, "prompt_id": run.prompt_id,
+                   "iteration": r.iteration, "position": r.position, "speculation_length": r.speculation_length,
+                   "accepted": r.accepted, "oracle_sl": r.oracle_sl, "ms": round(1e3 * (r.t_end - r.t_start), 3),
+                   "draft_ms": round(r.draft_ms, 3), "verify_ms": round(r.verify_ms, 3),
+                   "draft_forwards": r.draft_forwards} for run in done for r in run.records]  # fmt: skip
     return runs, iterations
+
+
+RUN_KEYS = ("variant", "method", "suite", "prompt_id", "new_tokens", "wall_s", "drafted", "accepted", "iterations",
+            "output_ids", "matches_autoregressive")  # a run's fields in results.json (output_ids left out there)
 
 
 def table(runs: list[dict], iterations: list[dict], order: list[str]) -> list[dict]:
@@ -84,18 +60,17 @@ def table(runs: list[dict], iterations: list[dict], order: list[str]) -> list[di
     suites = list(dict.fromkeys(r["suite"] for r in runs))
     for suite in [*suites, "all"]:
         mine = [r for r in runs if suite in ("all", r["suite"])]
-        ar = _latency([r for r in mine if r["method"] == "autoregressive"])
+        ar = metrics.tokens_per_s(*_totals([r for r in mine if r["method"] == "autoregressive"]))
         for name in order:
             rs = [r for r in mine if r["variant"] == name]
             its = [it for it in iterations if it["variant"] == name and suite in ("all", it["suite"]) and it["oracle_sl"] is not None]
-            ms = _latency(rs)
-            drafted = sum(r["drafted"] for r in rs)
             err = [abs(it["speculation_length"] - it["oracle_sl"]) for it in its if it["method"] != "autoregressive"]
+            tokens, wall = _totals(rs)
             rows.append({
                 "suite": suite, "label": name, "method": rs[0]["method"] if rs else None, "runs": len(rs),
-                "tokens": sum(r["new_tokens"] for r in rs), "ms_per_token": ms,
-                "speedup": ar / ms if ar and ms else None,
-                "acceptance_rate": sum(r["accepted"] for r in rs) / drafted if drafted else None,
+                "tokens": tokens, "ms_per_token": metrics.ms_per_token(tokens, wall),
+                "speedup": metrics.speedup(ar, metrics.tokens_per_s(tokens, wall)),
+                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)),
                 "mean_sl": float(np.mean([it["speculation_length"] for it in its])) if its else None,
                 "sl_abs_error": float(np.mean(err)) if err else None,
                 "matches_autoregressive": all(r["matches_autoregressive"] for r in rs),
@@ -103,9 +78,9 @@ def table(runs: list[dict], iterations: list[dict], order: list[str]) -> list[di
     return rows
 
 
-def _latency(runs: list[dict]) -> float | None:
-    tokens = sum(r["new_tokens"] for r in runs)
-    return 1e3 * sum(r["wall_s"] for r in runs) / tokens if tokens else None
+def _totals(runs: list[dict]) -> tuple[int, float]:
+    """(new tokens, wall seconds) over runs."""
+    return sum(r["new_tokens"] for r in runs), sum(r["wall_s"] for r in runs)
 
 
 def oracle_stats(iterations: list[dict]) -> list[dict]:
@@ -137,39 +112,32 @@ def markdown(rows: list[dict], oracle: list[dict], header: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench disco", description=__doc__.split("\n\n")[0])
-    p.add_argument("--pair", default="default")
-    add_prompt_args(p, "humaneval,mbpp")
-    p.add_argument("--limit", type=int, default=5, help="prompts per suite")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    add_comparison_args(p, suites="humaneval,mbpp", limit=5, max_new_tokens=128)
     p.add_argument("--static", default="3,5,8", help="static speculation lengths to run")
     p.add_argument("--sl-opt", type=int, default=None, help="SL-opt (default: from the DISCO classifier's card)")
     p.add_argument("--heuristic-start", type=int, default=5, help="dynHeur's initial speculation length")
-    p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--out", type=Path, default=Path("results/disco"))
-    p.add_argument("--quiet", action="store_true")
+    add_output_args(p, "disco")
     args = p.parse_args(argv)
 
     import pandas as pd
 
-    from specviz.bench import describe_machine
     from specviz.errors import SpecvizError
     from specviz.models.disco import classifier_for
     from specviz.plots.disco import chosen_vs_oracle_per_iteration, oracle_sl_histogram, sl_error_bars
-    from specviz.prompts import prompt_sources, take
+    from specviz.prompts import prompt_sources
     from specviz.train.disco import load_named_pair
 
     try:
         pair = load_named_pair(args.pair)
         clf = classifier_for(pair.name)
         sl_opt = args.sl_opt or int(clf.card.get("static_sl_opt", 5))
-        prompts = [q for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
+        prompts = comparison_prompts(args)
         rows = variants([int(k) for k in args.static.split(",") if k.strip()], sl_opt, args.heuristic_start)
         runs, iterations = run_all(pair, prompts, rows, args.max_new_tokens, not args.no_warmup, not args.quiet)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    summary = table(runs, iterations, [v.name for v in rows])
+    summary = table(runs, iterations, [v.label for v in rows])
     oracle = oracle_stats(iterations)
     header = (f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), "
               f"greedy, max {args.max_new_tokens} new tokens, classifier '{clf.name}' (tau={clf.threshold}, "
@@ -188,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     df = pd.DataFrame(iterations)
     first = df[df["prompt_id"] == prompts[0].id].copy()
     first["method"] = first["variant"]
-    dynamic = [v.name for v in rows if v.method in ("heuristic", "confidence", "disco", "oracle")]
+    dynamic = [v.label for v in rows if v.method in ("heuristic", "confidence", "disco", "oracle")]
     figures = {
         "chosen_vs_oracle.html": chosen_vs_oracle_per_iteration(first, dynamic),
         "oracle_sl_histogram.html": oracle_sl_histogram(df[df["method"] == "oracle"].assign(oracle_sl=lambda d: d["speculation_length"])),

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from specviz.prompts import add_prompt_args
+from specviz import metrics
+from specviz.harness import (Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, mark_parity,
+                             run_interleaved)
 
 
 def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str, Any]:
@@ -37,66 +38,53 @@ def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str
     ratio = sum(r.verify_ms for r in drafting) / max(1, len(drafting)) / t1
     tokens = lambda runs: sum(len(r.emitted) for run in runs for r in run)
     seconds = lambda runs: sum(run[-1].t_end for run in runs if run)
-    measured = (tokens(vanilla) / seconds(vanilla)) / (tokens(baseline) / seconds(baseline))
+    ar_tps = metrics.tokens_per_s(tokens(baseline), seconds(baseline))
+    vanilla_tps = metrics.tokens_per_s(tokens(vanilla), seconds(vanilla))
     return {
         "suite": suite,
         "gamma": gamma,
         "prompts": len(vanilla),
-        "acceptance_rate": accepted / max(1, drafted),
+        "acceptance_rate": metrics.acceptance_rate(accepted, drafted) or 0.0,
         "alpha_iid": alpha,
-        "mean_accepted_length": tokens(vanilla) / max(1, sum(r.target_forwards for r in v)),
+        "mean_accepted_length": metrics.mean_accepted_length(tokens(vanilla), sum(r.target_forwards for r in v)) or 0.0,
         "c": c,
         "verify_ratio": ratio,
         "E_tokens": expected_tokens(min(alpha, 1.0), gamma),
         "leviathan_speedup": improvement_factor(min(alpha, 1.0), gamma, c),
         "predicted_speedup_measured_verify": speedup_with_verify_cost(min(alpha, 1.0), gamma, c, ratio),
-        "measured_speedup": measured,
-        "ar_tokens_per_s": tokens(baseline) / seconds(baseline),
-        "vanilla_tokens_per_s": tokens(vanilla) / seconds(vanilla),
+        "measured_speedup": metrics.speedup(ar_tps, vanilla_tps),
+        "ar_tokens_per_s": ar_tps,
+        "vanilla_tokens_per_s": vanilla_tps,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench draft_quality", description=__doc__.split("\n\n")[0])
-    p.add_argument("--pair", default="default")
-    add_prompt_args(p, "humaneval,gsm8k,mtbench")
-    p.add_argument("--limit", type=int, default=20, help="prompts per suite")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    add_comparison_args(p, suites="humaneval,gsm8k,mtbench", limit=20, max_new_tokens=128)
     p.add_argument("--gammas", default="4", help="vanilla's speculation lengths γ, comma-separated (each one runs on every prompt)")
-    p.add_argument("--out", type=Path, default=Path("results/draft_quality"))
-    p.add_argument("--quiet", action="store_true")
+    add_output_args(p, "draft_quality", warmup=False)
     args = p.parse_args(argv)
 
-    from tqdm.auto import tqdm
-
-    from specviz.bench import describe_machine
     from specviz.errors import SpecvizError
     from specviz.models.pair import load_pair
-    from specviz.prompts import prompt_sources, take
-    from specviz.runner import generate
 
     try:
         pair = load_pair(args.pair)
-        prompts = [(q.suite, q) for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
-        suites = list(dict.fromkeys(s for s, _ in prompts))  # a prompt file's rows carry its name
+        prompts = comparison_prompts(args)
+        suites = list(dict.fromkeys(q.suite for q in prompts))  # a prompt file's rows carry its name
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     gammas = [int(g) for g in args.gammas.split(",")]
-    kw = dict(max_new_tokens=args.max_new_tokens, temperature=0.0)
-    generate("autoregressive", pair, prompts[0][1].text, max_new_tokens=8)  # warm-up
-    generate("vanilla", pair, prompts[0][1].text, max_new_tokens=8, speculation_length=gammas[0])
+    variants = [Variant("autoregressive", "autoregressive")]
+    variants += [Variant(f"vanilla γ={g}", "vanilla", {"speculation_length": g}) for g in gammas]
+    key = dict(zip((v.label for v in variants), ["autoregressive", *gammas]))  # label -> this module's key
+    done = mark_parity(run_interleaved(pair, variants, prompts, max_new_tokens=args.max_new_tokens, keep_records=True,
+                                       progress=not args.quiet, desc="draft quality"), pair, prompts)  # fmt: skip
+    mismatches = sum(not r.matches_autoregressive for r in done)
     runs: dict[str, dict[object, list]] = {s: {m: [] for m in ["autoregressive", *gammas]} for s in suites}
-    mismatches = 0
-    for i, (suite, prompt) in enumerate(tqdm(prompts, desc="draft quality", unit="prompt", disable=args.quiet)):
-        methods: list[object] = ["autoregressive", *gammas]
-        order = methods[i % len(methods):] + methods[: i % len(methods)]  # rotate: no method always runs first
-        results = {m: generate("autoregressive", pair, prompt.text, **kw) if m == "autoregressive"
-                   else generate("vanilla", pair, prompt.text, **kw, speculation_length=m) for m in order}
-        mismatches += sum(results[g].summary.output_ids != results["autoregressive"].summary.output_ids for g in gammas)
-        for m, r in results.items():
-            runs[suite][m].append(r.records)
+    for r in done:
+        runs[r.suite][key[r.variant]].append(r.records)
     rows = [suite_row(s, runs[s][g], runs[s]["autoregressive"], g) for g in gammas for s in suites]
     every = [suite_row("all", [r for s in suites for r in runs[s][g]],
                        [r for s in suites for r in runs[s]["autoregressive"]], g) for g in gammas]

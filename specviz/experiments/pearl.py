@@ -25,18 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from specviz.prompts import add_prompt_args
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str  # row label
-    method: str  # registry name
-    options: dict[str, Any] = field(default_factory=dict)
+from specviz import metrics
+from specviz.harness import (Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, mark_parity,
+                             run_interleaved)
 
 
 def variants(window: int, vanilla_gamma: int, modes: list[str]) -> list[Variant]:
@@ -64,36 +56,24 @@ def ideal_seconds(records: list[dict]) -> float:
 
 
 def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
-    from tqdm.auto import tqdm
-
+    """One dict per variant x prompt: the counts, the parallel-ideal time, the phases and idle shares
+    (and, on the first prompt, the records for the timeline)."""
     from specviz.plots.timeline import idle_fractions
-    from specviz.runner import generate
 
-    if warmup:
-        for v in rows:
-            generate(v.method, pair, prompts[0].text, max_new_tokens=8, **v.options)
+    done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, keep_records=True,
+                           progress=progress, desc="pearl")  # fmt: skip
     runs = []
-    bar = tqdm(total=len(prompts) * len(rows), desc="pearl", unit="run", disable=not progress)
-    for i, prompt in enumerate(prompts):
-        rotation = i % len(rows)
-        for v in rows[rotation:] + rows[:rotation]:
-            bar.set_postfix_str(f"{v.name} on {prompt.id}")
-            result = generate(v.method, pair, prompt.text, max_new_tokens=max_new_tokens, **v.options)
-            records = [r.to_dict() for r in result.records]
-            s = result.summary
-            runs.append({"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
-                         "new_tokens": s.new_tokens, "wall_s": s.wall_s, "ideal_s": ideal_seconds(records),
-                         "drafted": s.drafted, "accepted": s.accepted, "iterations": s.iterations,
-                         "target_forwards": s.target_forwards, "draft_forwards": s.draft_forwards,
-                         "phases": tokens_per_phase(records) if v.method != "autoregressive" else [],
-                         "idle": idle_fractions(records), "output_ids": list(s.output_ids),
-                         "records": records if i == 0 else None})  # fmt: skip
-            bar.update()
-    bar.close()
-    reference = {r["prompt_id"]: r["output_ids"] for r in runs if r["method"] == "autoregressive"}
-    for r in runs:
-        r["matches_autoregressive"] = r["output_ids"] == reference.get(r["prompt_id"])
+    for run in mark_parity(done, pair, prompts):
+        records = [r.to_dict() for r in run.records]
+        runs.append({**run.to_dict(RUN_KEYS), "ideal_s": ideal_seconds(records),
+                     "phases": tokens_per_phase(records) if run.method != "autoregressive" else [],
+                     "idle": idle_fractions(records), "records": records if run.prompt_id == prompts[0].id else None,
+                     "matches_autoregressive": run.matches_autoregressive})  # fmt: skip
     return runs
+
+
+RUN_KEYS = ("variant", "method", "suite", "prompt_id", "new_tokens", "wall_s", "drafted", "accepted", "iterations",
+            "target_forwards", "draft_forwards", "output_ids")  # a run's counts in results.json (output_ids left out there)
 
 
 def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c: float) -> list[dict]:
@@ -108,8 +88,8 @@ def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c
         speed = {name: _tps(mine, name, "wall_s") for name in order}
         ar, vanilla = speed[order[0]], speed[order[1]]
         van = [r for r in mine if r["variant"] == order[1]]
-        per_iter = sum(r["new_tokens"] for r in van) / max(1, sum(r["target_forwards"] for r in van))
-        alpha = alpha_from_tokens_per_iteration(min(max(per_iter, 1.0), vanilla_gamma + 1), vanilla_gamma)
+        per_iter = metrics.mean_accepted_length(sum(r["new_tokens"] for r in van), sum(r["target_forwards"] for r in van))
+        alpha = alpha_from_tokens_per_iteration(min(max(per_iter or 0.0, 1.0), vanilla_gamma + 1), vanilla_gamma)
         for name in order:
             rs = [r for r in mine if r["variant"] == name]
             wall = sum(r["wall_s"] for r in rs)
@@ -121,12 +101,12 @@ def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c
             rows.append({
                 "suite": suite, "variant": name, "method": method, "runs": len(rs),
                 "tokens": sum(r["new_tokens"] for r in rs),
-                "tokens_per_s": speed[name], "speedup_vs_ar": _ratio(speed[name], ar),
-                "speedup_vs_vanilla": _ratio(speed[name], vanilla),
-                "ideal_tokens_per_s": ideal, "ideal_speedup_vs_ar": _ratio(ideal, ar),
-                "ideal_speedup_vs_vanilla": _ratio(ideal, vanilla),
+                "tokens_per_s": speed[name], "speedup_vs_ar": metrics.speedup(ar, speed[name]),
+                "speedup_vs_vanilla": metrics.speedup(vanilla, speed[name]),
+                "ideal_tokens_per_s": ideal, "ideal_speedup_vs_ar": metrics.speedup(ar, ideal),
+                "ideal_speedup_vs_vanilla": metrics.speedup(vanilla, ideal),
                 "mean_tokens_per_phase": sum(phases) / len(phases) if phases else None,
-                "acceptance_rate": _ratio(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)),
+                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)),
                 "draft_idle": _weighted(rs, "draft", wall), "target_idle": _weighted(rs, "target", wall),
                 "alpha_from_vanilla": alpha, "predicted_speedup_vs_ar": predicted,
                 "predicted_pearl_tokens_per_step": pearl_tokens_per_step(alpha, window) if method == "pearl" else None,
@@ -136,13 +116,9 @@ def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c
 
 
 def _tps(runs: list[dict], name: str, seconds: str) -> float | None:
+    """Tokens/s of variant `name` over `runs`, by the measured ("wall_s") or parallel-ideal ("ideal_s") clock."""
     rs = [r for r in runs if r["variant"] == name]
-    total = sum(r[seconds] for r in rs)
-    return sum(r["new_tokens"] for r in rs) / total if total > 0 else None
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
+    return metrics.tokens_per_s(sum(r["new_tokens"] for r in rs), sum(r[seconds] for r in rs))
 
 
 def _weighted(runs: list[dict], lane: str, wall: float) -> float | None:
@@ -184,30 +160,23 @@ def speedup_figure(rows: list[dict]):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench pearl", description=__doc__.split("\n\n")[0])
-    p.add_argument("--pair", default="default")
-    add_prompt_args(p, "humaneval,gsm8k")
-    p.add_argument("--limit", type=int, default=5, help="prompts per suite")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    add_comparison_args(p, suites="humaneval,gsm8k", limit=5, max_new_tokens=128)
     p.add_argument("--window", type=int, default=0, help="PEARL's γ (default: round(c), measured)")
     p.add_argument("--vanilla-gamma", type=int, default=0, help="vanilla's γ (default: PEARL's window)")
     p.add_argument("--modes", default="threads,sequential", help="PEARL runs: threads, sequential or both")
-    p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--out", type=Path, default=Path("results/pearl"))
-    p.add_argument("--quiet", action="store_true")
+    add_output_args(p, "pearl")
     args = p.parse_args(argv)
 
-    from specviz.bench import describe_machine
     from specviz.cost import pearl_window
     from specviz.errors import SpecvizError
     from specviz.methods.pearl_lanes import forward_time_ratio
     from specviz.models.pair import load_pair
     from specviz.plots.timeline import timeline
-    from specviz.prompts import prompt_sources, take
+    from specviz.prompts import prompt_sources
 
     try:
         pair = load_pair(args.pair)
-        prompts = [q for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
+        prompts = comparison_prompts(args)
         c = forward_time_ratio(pair)
         window = args.window or pearl_window(c)
         vanilla_gamma = args.vanilla_gamma or window
@@ -217,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    summary = table(runs, [v.name for v in rows], window, vanilla_gamma, c)
+    summary = table(runs, [v.label for v in rows], window, vanilla_gamma, c)
     machine = describe_machine(pair.info.get("device", "cpu"))
     header = (f"PEARL comparison: pair {pair.name} on {machine['device']} ({machine.get('threads')} intra-op threads), "
               f"{len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "

@@ -96,10 +96,10 @@ def measure(args, argv) -> dict:
     """Time the forward passes (and the micro-benchmark the fit starts from): the raw result."""
     import torch
 
-    from specviz.bench import describe_machine
     from specviz.cost import get_shape, measure_this_machine
     from specviz.cost.hardware import PRESETS
     from specviz.cost.measure import measure_forward_times, random_model
+    from specviz.harness import describe_machine
     from specviz.models.devices import resolve_device, resolve_dtype
 
     if args.threads:

@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from specviz import metrics
 from specviz.datastore import DEFAULT_PATH
 from specviz.errors import SpecvizError
+from specviz.harness import Variant, mark_parity, run_interleaved
 from specviz.prompts import add_prompt_args
 
 Proposer = Callable[[list[int], int, int], tuple[list[int], list[int]]]  # (ids, size, depth) -> (tokens, parents)
@@ -136,29 +138,19 @@ def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 
     return refs
 
 
-def speed_b1(pair, refs: list[dict], options: dict, max_new_tokens: int) -> list[dict]:
-    """AR and sssd on every prompt, interleaved with alternating order; plain per-run numbers.
+def speed_b1(pair, prompts: list, refs: list[dict], options: dict, max_new_tokens: int) -> list[dict]:
+    """AR and sssd on every prompt, interleaved (`specviz.harness`); plain per-run numbers.
     `matches_reference`: the output equals the (batched) greedy reference and AR's own output."""
-    from specviz.runner import generate
-
-    generate("sssd", pair, refs[0]["prompt_ids"], max_new_tokens=8, **options)  # warm-up
+    variants = [Variant("autoregressive", "autoregressive"), Variant("sssd", "sssd", options)]
+    done = run_interleaved(pair, variants, prompts, max_new_tokens=max_new_tokens, keep_records=True, progress=False)
+    reference = {r["prompt_id"]: r["output_ids"] for r in refs}
     runs = []
-    for i, r in enumerate(refs):
-        order = [("autoregressive", {}), ("sssd", options)]
-        for method, opts in order if i % 2 == 0 else order[::-1]:
-            result = generate(method, pair, r["prompt_ids"], max_new_tokens=max_new_tokens, **opts)
-            s = result.summary
-            draft_ms = sum(x.draft_ms for x in result.records)
-            verify_ms = sum(x.verify_ms for x in result.records)
-            runs.append({"suite": r["suite"], "prompt_id": r["prompt_id"], "method": method, "new_tokens": s.new_tokens,
-                         "wall_s": s.wall_s, "target_forwards": s.target_forwards, "draft_ms": draft_ms, "verify_ms": verify_ms,
-                         "output_ids": list(s.output_ids)})
-    ar = {r["prompt_id"]: r["output_ids"] for r in runs if r["method"] == "autoregressive"}
-    for run in runs:
-        ref = next(r["output_ids"] for r in refs if r["prompt_id"] == run["prompt_id"])
-        out = run.pop("output_ids")
-        n = min(len(out), len(ref))
-        run["matches_reference"] = out == ar[run["prompt_id"]] and out[:n] == ref[:n]
+    for run in mark_parity(done, pair, prompts):
+        ref = reference[run.prompt_id]
+        n = min(len(run.output_ids), len(ref))
+        runs.append({**run.to_dict(("suite", "prompt_id", "method", "new_tokens", "wall_s", "target_forwards")),
+                     "draft_ms": sum(x.draft_ms for x in run.records), "verify_ms": sum(x.verify_ms for x in run.records),
+                     "matches_reference": bool(run.matches_autoregressive) and run.output_ids[:n] == ref[:n]})  # fmt: skip
     return runs
 
 
@@ -166,13 +158,13 @@ def speed_table(runs: list[dict]) -> list[dict]:
     rows = []
     for suite in [*dict.fromkeys(r["suite"] for r in runs), "all"]:
         sel = [r for r in runs if suite in ("all", r["suite"])]
-        tps = {m: sum(r["new_tokens"] for r in sel if r["method"] == m) / sum(r["wall_s"] for r in sel if r["method"] == m)
-               for m in ("autoregressive", "sssd")}
+        tps = {m: metrics.tokens_per_s(sum(r["new_tokens"] for r in sel if r["method"] == m), sum(r["wall_s"] for r in sel if r["method"] == m))
+               for m in ("autoregressive", "sssd")}  # fmt: skip
         sssd_runs = [r for r in sel if r["method"] == "sssd"]
         rows.append({
             "suite": suite, "prompts": len(sssd_runs), "ar_tokens_per_s": tps["autoregressive"], "sssd_tokens_per_s": tps["sssd"],
-            "speedup": tps["sssd"] / tps["autoregressive"],
-            "mean_accepted_length": sum(r["new_tokens"] for r in sssd_runs) / sum(r["target_forwards"] for r in sssd_runs),
+            "speedup": metrics.speedup(tps["autoregressive"], tps["sssd"]),
+            "mean_accepted_length": metrics.mean_accepted_length(sum(r["new_tokens"] for r in sssd_runs), sum(r["target_forwards"] for r in sssd_runs)),
             "retrieval_share": sum(r["draft_ms"] for r in sssd_runs) / sum(r["draft_ms"] + r["verify_ms"] for r in sssd_runs),
             "greedy_parity": all(r["matches_reference"] for r in sel),
         })
@@ -335,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     if "speed" in stages:
         per_suite = {}
         speed_refs = [r for r in refs if per_suite.setdefault(r["suite"], []).append(r) or len(per_suite[r["suite"]]) <= args.speed_limit]
-        results["speed_runs"] = speed_b1(pair, speed_refs, options, args.speed_new_tokens)
+        speed_ids = {r["prompt_id"] for r in speed_refs}
+        results["speed_runs"] = speed_b1(pair, [p for p in prompts if p.id in speed_ids], speed_refs, options, args.speed_new_tokens)
         results["speed_b1"] = speed_table(results["speed_runs"])
         write_outputs(args.out, results)
     if "fig6" in stages:

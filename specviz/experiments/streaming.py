@@ -16,18 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import asdict
 
-from specviz.prompts import add_prompt_args
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str  # row label
-    method: str  # registry name
-    options: dict[str, Any] = field(default_factory=dict)
+from specviz import metrics
+from specviz.harness import Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, run_interleaved
 
 
 def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> list[Variant]:
@@ -45,27 +37,13 @@ def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> l
 
 
 def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
-    from tqdm.auto import tqdm
+    """One dict per variant x prompt (parity is judged per baseline in `table`)."""
+    done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress, desc="streaming")
+    return [r.to_dict(RUN_KEYS) for r in done]
 
-    from specviz.runner import generate
 
-    if warmup:
-        for v in rows:
-            generate(v.method, pair, prompts[0].text, max_new_tokens=8, **v.options)
-    runs = []
-    bar = tqdm(total=len(prompts) * len(rows), desc="streaming", unit="run", disable=not progress)
-    for i, prompt in enumerate(prompts):
-        rotation = i % len(rows)
-        for v in rows[rotation:] + rows[:rotation]:
-            bar.set_postfix_str(f"{v.name} on {prompt.id}")
-            s = generate(v.method, pair, prompt.text, max_new_tokens=max_new_tokens, **v.options).summary
-            runs.append({"variant": v.name, "method": v.method, "suite": prompt.suite, "prompt_id": prompt.id,
-                         "new_tokens": s.new_tokens, "wall_s": s.wall_s, "target_forwards": s.target_forwards,
-                         "draft_forwards": s.draft_forwards, "drafted": s.drafted, "accepted": s.accepted,
-                         "output_ids": list(s.output_ids)})  # fmt: skip
-            bar.update()
-    bar.close()
-    return runs
+RUN_KEYS = ("variant", "method", "suite", "prompt_id", "new_tokens", "wall_s", "target_forwards", "draft_forwards", "drafted",
+            "accepted", "output_ids")  # a run's fields in results.json (output_ids left out there)
 
 
 def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> list[dict]:
@@ -79,23 +57,24 @@ def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> l
             rs = [r for r in mine if r["variant"] == name]
             ref_name = order[1] if rs and rs[0]["method"] == "streaming" else order[0]
             ref = refs[ref_name]
-            tokens, forwards = sum(r["new_tokens"] for r in rs), sum(r["target_forwards"] for r in rs)
-            ms, ref_ms = _ms_per_token(rs), _ms_per_token(list(ref.values()))
+            tokens, wall, forwards = _total(rs, "new_tokens"), _total(rs, "wall_s"), _total(rs, "target_forwards")
+            ref_tokens, ref_wall = _total(ref.values(), "new_tokens"), _total(ref.values(), "wall_s")
             rows.append({
                 "suite": suite, "label": name, "method": rs[0]["method"], "runs": len(rs), "tokens": tokens,
-                "target_forwards": forwards, "draft_forwards": sum(r["draft_forwards"] for r in rs),
-                "tokens_per_target_forward": tokens / forwards if forwards else None,
-                "ms_per_token": ms, "baseline": ref_name, "speedup": ref_ms / ms if ms and ref_ms else None,
-                "acceptance_rate": sum(r["accepted"] for r in rs) / max(1, sum(r["drafted"] for r in rs)),
+                "target_forwards": forwards, "draft_forwards": _total(rs, "draft_forwards"),
+                "tokens_per_target_forward": metrics.mean_accepted_length(tokens, forwards),
+                "ms_per_token": metrics.ms_per_token(tokens, wall), "baseline": ref_name,
+                "speedup": metrics.speedup(metrics.tokens_per_s(ref_tokens, ref_wall), metrics.tokens_per_s(tokens, wall)),
+                "acceptance_rate": metrics.acceptance_rate(_total(rs, "accepted"), _total(rs, "drafted")) or 0.0,  # 0, not None, for AR
                 "extra_params": extra_params.get(rs[0]["method"], 0),
                 "matches_baseline": all(r["output_ids"] == ref[r["prompt_id"]]["output_ids"] for r in rs),
             })  # fmt: skip
     return rows
 
 
-def _ms_per_token(runs: list[dict]) -> float | None:
-    tokens = sum(r["new_tokens"] for r in runs)
-    return 1e3 * sum(r["wall_s"] for r in runs) / tokens if tokens else None
+def _total(runs, key: str) -> float:
+    """The sum of one field over runs."""
+    return sum(r[key] for r in runs)
 
 
 def tuned_agreement(runs: list[dict], original: str, tuned: str) -> dict[str, float]:
@@ -127,29 +106,23 @@ def markdown(rows: list[dict], agreement: dict, header: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench streaming", description=__doc__.split("\n\n")[0])
-    p.add_argument("--pair", default="default", help="default | tiny-random | a preset (the draft is optional)")
-    add_prompt_args(p, "humaneval,gsm8k")
-    p.add_argument("--limit", type=int, default=4, help="prompts per suite")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    add_comparison_args(p, suites="humaneval,gsm8k", limit=4, max_new_tokens=64,
+                        pair_help="default | tiny-random | a preset (the draft is optional)")
     p.add_argument("--gamma", type=int, default=3, help="streams used (at most the adapter's)")
     p.add_argument("--tree-width", type=int, default=3, help="top tokens per stream for the tree variant (1: no tree row)")
     p.add_argument("--tree-nodes", type=int, default=12)
     p.add_argument("--adapter", default="auto", help="auto | untrained | a .safetensors path")
-    p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--out", type=Path, default=Path("results/streaming"))
-    p.add_argument("--quiet", action="store_true")
+    add_output_args(p, "streaming")
     args = p.parse_args(argv)
 
-    from specviz.bench import describe_machine
     from specviz.errors import SpecvizError
     from specviz.models.pair import load_target_pair
     from specviz.methods.streaming import streaming_model
-    from specviz.prompts import prompt_sources, take
+    from specviz.prompts import prompt_sources
 
     try:
         pair = load_target_pair(args.pair)
-        prompts = [q for s in prompt_sources(args) for q in take(s, args.limit, args.offset)]
+        prompts = comparison_prompts(args)
         rows = variants(args.gamma, args.tree_width, args.tree_nodes, args.adapter, pair.draft is not None)
         lm = streaming_model(pair.target, args.adapter)
         extra = {"streaming": lm.extra_parameters(), "vanilla": pair.info.get("draft_params", 0)}
@@ -157,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    summary = table(runs, [v.name for v in rows], extra)
-    agreement = tuned_agreement(runs, rows[0].name, rows[1].name)
+    summary = table(runs, [v.label for v in rows], extra)
+    agreement = tuned_agreement(runs, rows[0].label, rows[1].label)
     header = (f"Speculative streaming: pair {pair.name}, adapter '{args.adapter}' (N_s={lm.cfg.stream_layers}, "
               f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset "
               f"{args.offset}), greedy, max {args.max_new_tokens} new tokens, on {str(pair.device)} ({describe_machine(str(pair.device))['threads']} threads)")
