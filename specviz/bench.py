@@ -116,7 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m specviz.bench",
         description=__doc__.split("\n\n")[0],
         epilog="paper experiments and tools (agreement, load): python -m specviz.bench EXPERIMENT --help, with EXPERIMENT one of: "
-        + (", ".join(experiments()) or "none yet"),
+        + (", ".join(subcommands()) or "none yet"),
     )
     p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")
     p.add_argument("--methods", default="autoregressive,vanilla", help="comma-separated registry names, or 'all'")
@@ -250,22 +250,26 @@ def check_writable(path: Path) -> None:
         raise SpecvizError(f"cannot write {path} ({e.strerror or e}): choose a file in a folder you can write to") from None
 
 
-def experiments() -> list[str]:
-    """The paper experiments: modules of `specviz.experiments`, each with `main(argv) -> int`."""
+def subcommands() -> dict[str, str]:
+    """name -> module of the paper experiments (`specviz.experiments`) and tools (`specviz.tools`),
+    each with `main(argv) -> int`."""
     import pkgutil
 
-    import specviz.experiments as pkg
+    import specviz.experiments
+    import specviz.tools
 
-    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+    found = {m.name: f"{pkg.__name__}.{m.name}" for pkg in (specviz.experiments, specviz.tools)
+             for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")}  # fmt: skip
+    return dict(sorted(found.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in experiments():  # python -m specviz.bench <experiment> [options]
+    if argv and argv[0] in subcommands():  # python -m specviz.bench <experiment> [options]
         import importlib
 
         try:
-            return importlib.import_module(f"specviz.experiments.{argv[0]}").main(argv[1:])
+            return importlib.import_module(subcommands()[argv[0]]).main(argv[1:])
         except SpecvizError as e:  # a user's mistake: one line, no traceback
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.experiments.load import free_port
+from specviz.tools.load import free_port
 
 pytestmark = pytest.mark.browser  # deselect locally with -m 'not browser'; CI runs every test
 

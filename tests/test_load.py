@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from specviz.experiments import load
+from specviz.tools import load
 
 
 def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monkeypatch):

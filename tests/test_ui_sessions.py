@@ -11,7 +11,7 @@ import sys
 import gradio as gr
 import pytest
 
-from specviz.experiments.load import free_port
+from specviz.tools.load import free_port
 from specviz.ui.sessions import drop_deep_link_configs, drop_idle_sessions, drop_update_copies, tidy
 
 
@@ -89,7 +89,7 @@ def test_tidy_before_serving_does_nothing():
 
 TRIM = """
 import os
-from specviz.experiments.load import rss_mb
+from specviz.tools.load import rss_mb
 from specviz.ui.sessions import give_back_freed_memory
 blocks = [bytes(100_000) for _ in range(3000)]  # ~300 MB in pieces below glibc's mmap threshold: on the heap
 keep = blocks[::50]; del blocks  # survivors pin the heap's top, so free() alone leaves the rest resident
