@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from specviz.extras import CommitExtra
 from specviz.models.devices import synchronize
 from specviz.models.pair import ModelPair
 from specviz.records import IterationRecord
@@ -101,8 +102,7 @@ class Decoding:
             t_end=t_end,
             draft_ms=(t_drafted - t_start) * 1e3,
             verify_ms=(t_end - t_drafted) * 1e3,
-            extra={**(extra or {}), **({"u": list(verdict.uniforms[:kept])} if verdict.uniforms and drafted else {}),
-                   **({"stop": stop} if stop else {})},
+            extra={**(extra or {}), **CommitExtra(u=verdict.uniforms[:kept] if verdict.uniforms and drafted else None, stop=stop).to_extra()},
         )
         self.iteration += 1
         return record

@@ -75,7 +75,7 @@ def summarize(records: Sequence[IterationRecord]) -> RunSummary:
         accepted=sum(r.accepted for r in records),
         target_forwards=sum(r.target_forwards for r in records),
         draft_forwards=sum(r.draft_forwards for r in records),
-        stop_reason=records[-1].extra.get("stop", "max_new_tokens"),
+        stop_reason=records[-1].stop or "max_new_tokens",
         output_ids=output,
     )
 

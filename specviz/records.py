@@ -2,7 +2,9 @@
 
 Every method yields `IterationRecord`s; the UI, plots, benchmark and tests consume nothing else.
 Records hold plain Python values only, so `json.dumps(dataclasses.asdict(r))` always works and a
-run can be saved, replayed and diffed.
+run can be saved, replayed and diffed. `extra` holds each method's own fields, declared in
+`specviz.extras` (a dataclass per family) and read through typed accessors (`record.tree()`,
+`record.pearl()`, `record.stop`, ...); `from_dict` checks a record from a file field by field.
 
 Vocabulary (the papers'): the *draft* proposes `drafted` tokens, the *target* verifies them in one
 forward pass and `accepted` of them survive; the step then `emitted` those accepted tokens plus
@@ -12,8 +14,27 @@ a full acceptance). p is the target distribution, q the draft distribution.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
+
+from specviz import extras
+from specviz.errors import SpecvizError
+from specviz.extras import CommitExtra, PearlExtra, TreeExtra
+
+F = TypeVar("F", bound=extras.Extra)
+
+
+@dataclass(frozen=True)
+class RunBounds:
+    """What one run's records must fit in, where it is known (a saved race knows all but the vocabulary)."""
+
+    method: str | None = None  # the run's method: every record's `method`
+    records: int | None = None  # how many records the run has: each `iteration` is below it
+    prompt_tokens: int | None = None  # the prompt's length: the first position
+    max_new_tokens: int | None = None  # the run's budget: position + emitted stays within prompt_tokens + max_new_tokens
+    vocab_size: int | None = None  # token ids are below it
+    families: tuple[type, ...] = extras.FAMILIES  # the extra families the method writes (specviz.extras)
 
 
 @dataclass(frozen=True)
@@ -36,7 +57,7 @@ class IterationRecord:
     draft_ms: float  # wall milliseconds spent drafting
     verify_ms: float  # wall milliseconds spent in the target's verification (incl. acceptance rule)
     oracle_sl: int | None = None  # tokens the draft would have got right from `position` (filled after the run)
-    extra: dict[str, Any] = field(default_factory=dict)  # method-specific plain values
+    extra: dict[str, Any] = field(default_factory=dict)  # method-specific plain values, declared in specviz.extras
 
     @property
     def rejected(self) -> tuple[int, ...]:
@@ -46,14 +67,82 @@ class IterationRecord:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def extras(self, family: type[F]) -> F | None:
+        """This record's fields of one family of `specviz.extras`, typed (None: it has none)."""
+        return extras.of(self.extra, family)
+
+    def tree(self) -> TreeExtra | None:
+        """The tree a tree method verified in this iteration (SSSD, Speculative Streaming)."""
+        return self.extras(TreeExtra)
+
+    def pearl(self) -> PearlExtra | None:
+        """PEARL's mode and rounds in this iteration."""
+        return self.extras(PearlExtra)
+
+    @property
+    def stop(self) -> str | None:
+        """Why the run ended at this iteration ("eos" or "max_new_tokens"); None before its last."""
+        return self.extras(CommitExtra).stop
+
+    @property
+    def uniforms(self) -> tuple[float, ...] | None:
+        """Sampling: the u each kept draft was tested with (u < min(1, p/q) accepts); None under greedy decoding."""
+        return self.extras(CommitExtra).u
+
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> IterationRecord:
-        """Inverse of `to_dict` (JSON turns tuples into lists; this turns them back)."""
-        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
-        for name in ("drafted", "emitted", "p_target", "q_draft"):
-            if kw.get(name) is not None:
-                kw[name] = tuple(kw[name])
-        return cls(**kw)
+    def from_dict(cls, d: Any, bounds: RunBounds = RunBounds(), where: str = "a record") -> IterationRecord:
+        """Inverse of `to_dict` (JSON turns tuples into lists; this turns them back), checking every
+        field against its type and `bounds`: a record from a file is a SpecvizError naming the field
+        ("{where}: ..."), never an exception further on."""
+        if not isinstance(d, Mapping):
+            raise SpecvizError(f"{where} is not an object")
+        try:
+            r = cls(**_fields_of(d), extra=d.get("extra", {}))
+            _check(r, bounds)
+            extras.checked(r.extra, r, bounds.families, bounds.vocab_size)
+        except SpecvizError as e:
+            raise SpecvizError(f"{where}: {e}") from None
+        return r
+
+
+def _fields_of(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's fields of `d`, each of its type (tuples for lists) and within int64."""
+    types_ = extras.hints(IterationRecord)
+    out = {}
+    for f in fields(IterationRecord):
+        if f.name == "extra" or (f.name not in d and f.default is None):
+            continue
+        if f.name not in d:
+            raise SpecvizError(f"'{f.name}' is missing")
+        out[f.name] = extras.typed(d[f.name], types_[f.name], f"'{f.name}'")
+    return out
+
+
+def _check(r: IterationRecord, b: RunBounds) -> None:
+    """What the fields' types do not say: the run's bounds, and the fields' agreement with each other."""
+    k = len(r.drafted)
+    room = None if b.prompt_tokens is None or b.max_new_tokens is None else b.prompt_tokens + b.max_new_tokens
+    problems = {
+        "belongs to another method": b.method is not None and r.method != b.method,
+        f"'iteration' must be below the run's {b.records} records": b.records is not None and r.iteration >= b.records,
+        f"'position' must be at least the prompt's {b.prompt_tokens} tokens": b.prompt_tokens is not None and r.position < b.prompt_tokens,
+        f"'position' and 'emitted' go past the prompt and max_new_tokens ({room} tokens)": room is not None and r.position + len(r.emitted) > room,
+        "accepts more tokens than it drafted": r.accepted > k,
+        "'drafted' holds more tokens than 'speculation_length'": k > r.speculation_length,
+        "'emitted' must be the accepted drafts and at most one token of the target's own":
+            r.emitted[: r.accepted] != r.drafted[: r.accepted] or not r.accepted <= len(r.emitted) <= r.accepted + 1,
+        "token ids in 'drafted' and 'emitted' must be below the vocabulary's size":
+            b.vocab_size is not None and any(t >= b.vocab_size for t in (*r.drafted, *r.emitted)),
+        "'p_target' and 'q_draft' must be null or hold one probability (0 to 1) per drafted token": any(
+            x is not None and (len(x) != k or not all(0.0 <= v <= 1.0 + 1e-6 for v in x)) for x in (r.p_target, r.q_draft)),
+        f"'oracle_sl' must be at most max_new_tokens ({b.max_new_tokens})":
+            r.oracle_sl is not None and b.max_new_tokens is not None and r.oracle_sl > b.max_new_tokens,
+        "'t_start', 'draft_ms' and 'verify_ms' must not be negative": min(r.t_start, r.draft_ms, r.verify_ms) < 0,
+        "'t_end' must not come before 't_start'": r.t_end < r.t_start,
+    }  # fmt: skip
+    problem = next((p for p, bad in problems.items() if bad), None)
+    if problem:
+        raise SpecvizError(problem)
 
 
 @dataclass(frozen=True)

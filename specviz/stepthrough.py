@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.extras import OnlineExtra
 from specviz.records import IterationRecord
 
 TOP_K = 5
@@ -146,7 +147,7 @@ def _top(dist: Any, text: Any, k: int = TOP_K) -> tuple[tuple[int, str, float], 
 
 
 def _checks(r: IterationRecord, greedy: bool, text: Any, dists: dict | None) -> tuple[DraftCheck, ...]:
-    uniforms = r.extra.get("u")
+    uniforms = r.uniforms
     out = []
     for j, token in enumerate(r.drafted):
         p = r.p_target[j] if r.p_target and j < len(r.p_target) else None
@@ -186,7 +187,7 @@ def _target_token(r: IterationRecord, greedy: bool, text: Any, dists: dict | Non
     else:
         role = "bonus"
     if len(r.emitted) <= n:
-        why = "EOS or the token budget ended the run here" if r.extra.get("stop") else (
+        why = "EOS or the token budget ended the run here" if r.stop else (
             "none: every draft was accepted and the method already holds drafts for the next position (PEARL's post-verify)")
         return "", why, ()
     if greedy:
@@ -209,7 +210,8 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
     """The target's KV cache through the iteration (the draft's follows the same prefix)."""
     held = r.position - 1 if r.iteration else 0
     fed = "the prompt" if not r.iteration else "the last context token (the target's own token from the previous iteration)"
-    nodes = len(r.extra.get("tree_tokens", ())) or k
+    tree = r.tree()
+    nodes = (len(tree.tree_tokens) if tree else 0) or k
     if not k and not nodes:
         return (f"before: the target's cache holds {held} tokens",
                 f"pass: {fed} is fed; the cache grows to {r.position} and the target predicts the next token",
@@ -227,14 +229,14 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
 
 
 def _notes(r: IterationRecord) -> tuple[str, ...]:
-    notes = []
-    if "tree_tokens" in r.extra:
-        notes.append(f"a tree of {len(r.extra['tree_tokens'])} candidate tokens was verified in one pass; shown: the path "
+    notes, tree, pearl, online = [], r.tree(), r.pearl(), r.extras(OnlineExtra)
+    if tree is not None:
+        notes.append(f"a tree of {len(tree.tree_tokens)} candidate tokens was verified in one pass; shown: the path "
                      "the verification took (accepted) and the main branch after it")  # fmt: skip
-    if "mode" in r.extra:
-        notes.append(f"PEARL mode: {r.extra['mode']}")
-    if "draft_version" in r.extra:
-        notes.append(f"the online draft after {r.extra['draft_version']} update(s) drafted this iteration")
+    if pearl is not None:
+        notes.append(f"PEARL mode: {pearl.mode}")
+    if online is not None:
+        notes.append(f"the online draft after {online.draft_version} update(s) drafted this iteration")
     return tuple(notes)
 
 

@@ -50,7 +50,8 @@ def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
     the tree, a row of height per leaf."""
     record = {"iteration": 3, "position": 40, "extra": {
         "tree_tokens": [1, 2, 3, 4, 5, 6], "tree_parents": [-1, -1, 0, 1, 2, 3], "accepted_path": [0, 2, 4],
-        "tree_sources": ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3", "stream 3"]}}  # fmt: skip
+        "tree_sources": ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3", "stream 3"],
+        "tree_scores": [0.9, 0.1, 0.8, 0.1, 0.7, 0.1], "sources": ["stream 1", "stream 2", "stream 3"]}}  # fmt: skip
     text = {1: " def", 2: "\n", 3: " is", 4: "_", 5: "pal", 6: "\t"}
     fig = record_tree_figure(record, decode=text.get, colour_of=tab.stream_colour)
     nodes = {t.name: t for t in fig.data if (t.name or "").startswith("from stream")}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.extras import CommitExtra
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,12 @@ class MethodSpec:
     # (pair) -> options shared by a series of runs, for methods that carry state from one request
     # to the next (OSD's online learner). The app and the benchmark call it once per series.
     session: Callable[[Any], dict[str, Any]] | None = None
+    # the families of extra fields its records carry besides Decoding.commit's (specviz.extras), e.g. (TreeExtra,)
+    extras: tuple[type, ...] = ()
+
+    def extra_families(self) -> tuple[type, ...]:
+        """Every family of extra fields its records may carry: Decoding.commit's, then its own."""
+        return (CommitExtra, *self.extras)
 
     def option_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.options)]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specviz.decoding import Decoding
+from specviz.extras import ConfidenceExtra, DiscoExtra
 from specviz.methods import register
 from specviz.methods.drafting import Draft, Drafter, ModelDrafter
 from specviz.methods.options import check_fields, count, number
@@ -64,14 +65,15 @@ class ConfidenceLength(ScoredLength):
 
 
 class ScoredDrafter:
-    """A drafter whose drafts carry the policy's per-token scores in the record's `extra`."""
+    """A drafter whose drafts carry the policy's per-token scores in the record's `extra`
+    (`family`: DiscoExtra or ConfidenceExtra, whose one field holds them)."""
 
-    def __init__(self, inner: Drafter, key: str):
-        self.inner, self.key = inner, key
+    def __init__(self, inner: Drafter, family: type[DiscoExtra | ConfidenceExtra]):
+        self.inner, self.family = inner, family
 
     def propose(self, k: int, policy: ScoredLength) -> Draft:
         draft = self.inner.propose(k, policy)
-        draft.extra[self.key] = list(policy.scores)
+        draft.extra.update(self.family(tuple(policy.scores)).to_extra())
         return draft
 
     def rollback(self, position: int, accepted: int) -> None:
@@ -95,6 +97,7 @@ class DiscoOptions:
     paper="Mamou et al. 2024 (DISCO: dynamic speculation lookahead)",
     options=DiscoOptions,
     rank=40,
+    extras=(DiscoExtra,),
 )
 def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
     model = load_disco(opts.classifier) if opts.classifier else classifier_for(dec.pair.name)
@@ -103,7 +106,7 @@ def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
         threshold=model.threshold if opts.threshold is None else opts.threshold,
         model=model,
     )
-    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), "disco_scores"), policy)
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), DiscoExtra), policy)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,8 @@ class ConfidenceOptions:
     paper="Hugging Face assisted generation (assistant_confidence_threshold); DISCO's unsupervised variant",
     options=ConfidenceOptions,
     rank=35,
+    extras=(ConfidenceExtra,),
 )
 def confidence(dec: Decoding, opts: ConfidenceOptions) -> Iterator[IterationRecord]:
     policy = ConfidenceLength(max_length=opts.max_speculation_length, threshold=opts.threshold)
-    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), "confidence_scores"), policy)
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), ConfidenceExtra), policy)

@@ -15,6 +15,7 @@ from typing import Any
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
+from specviz.extras import OnlineExtra
 from specviz.methods import register
 from specviz.methods.drafting import ModelDrafter, StaticLength
 from specviz.methods.options import check_fields, count
@@ -50,6 +51,7 @@ def osd_session(pair: Any) -> dict[str, Any]:
     options=OsdOptions,
     rank=15,
     session=osd_session,
+    extras=(OnlineExtra,),
 )
 def osd(dec: Decoding, opts: OsdOptions) -> Iterator[IterationRecord]:
     learner = opts.learner
@@ -61,5 +63,5 @@ def osd(dec: Decoding, opts: OsdOptions) -> Iterator[IterationRecord]:
     buffer = learner.request_buffer()  # R: filled by the loop after each verification
     steps = speculative_decoding(dec, ModelDrafter(dec, draft), StaticLength(opts.speculation_length), updater=buffer)
     for record in steps:
-        yield dataclasses.replace(record, extra={**record.extra, "draft_version": version})
+        yield dataclasses.replace(record, extra={**record.extra, **OnlineExtra(draft_version=version).to_extra()})
     learner.end_request(buffer, dec.ids)  # R -> Q; every I requests: update the draft

@@ -21,8 +21,9 @@ output is distributed as the target's and greedy output equals autoregressive de
 Real concurrency: the target's job runs in a second thread (torch releases the GIL inside its
 kernels) and, on CUDA, each model issues its kernels on its own stream. `concurrent=False` runs the
 two jobs of a round one after the other (same tokens): with it, each forward's time is measured
-without interference, and `extra["ideal_s"]` says how long the step would take if the shorter job
-hid behind the longer one, as on hardware with separate resources for the two models.
+without interference, and the record's `ideal_s` (`extras.PearlExtra`) says how long the step
+would take if the shorter job hid behind the longer one, as on hardware with separate resources
+for the two models.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from specviz.decoding import Decoding
+from specviz.extras import PearlExtra, Phase
 from specviz.methods import register
 from specviz.methods.drafting import Draft, ModelDrafter, StaticLength
 from specviz.methods.options import check_fields, count
@@ -83,7 +85,7 @@ class Pearl:
         first = draft.tokens[:1]
         verdict = verify(first, rows, draft.q[:1].to(rows.device) if first else None, dec.sampling, dec.generator)
         accepted = bool(first) and verdict.accepted == 1
-        record = self.record(first, verdict, "pre-verify", {"dropped": [] if accepted else draft.tokens[1:]})
+        record = self.record(first, verdict, "pre-verify", dropped=() if accepted else tuple(draft.tokens[1:]))
         if accepted:
             self.pending = Draft(draft.tokens[1:], draft.q[1:], 0)
         else:
@@ -105,7 +107,7 @@ class Pearl:
         keep_ahead = ahead is not None and verdict.accepted == m
         if keep_ahead:
             verdict = replace(verdict, next_token=None)  # the drafts ahead stand where the bonus token would
-        record = self.record(pending.tokens, verdict, mode, {"drafted_ahead": ahead.tokens if ahead else [], "ahead_kept": keep_ahead})
+        record = self.record(pending.tokens, verdict, mode, drafted_ahead=tuple(ahead.tokens) if ahead else (), ahead_kept=keep_ahead)
         if keep_ahead:
             self.pending = ahead
         else:
@@ -133,16 +135,19 @@ class Pearl:
         self.log.add(mode, start, self.dec.now(), self.draft_lm.take_intervals(), self.target.take_intervals(), parallel)
         return drafted, rows
 
-    def record(self, drafted: list[int], verdict: Verdict, mode: str, extra: dict[str, Any]) -> IterationRecord:
+    def record(self, drafted: list[int], verdict: Verdict, mode: str, **mode_fields: Any) -> IterationRecord:
+        """The record of the rounds since the last one; `mode_fields`: the mode's own PearlExtra fields."""
         log = self.log
         r = self.dec.commit(
             drafted=drafted, verdict=verdict, speculation_length=len(drafted), t_start=self.t_start, t_drafted=self.t_start,
             draft_forwards=len(log.draft), target_forwards=len(log.target),
-            extra={"mode": mode, "window": self.gamma, "parallel_threads": list(self.lanes.threads), "draft_intervals": log.draft,
-                   "target_intervals": log.target, "phases": log.phases, **extra},
         )  # fmt: skip
-        wall = r.t_end - r.t_start
-        r = replace(r, draft_ms=busy(log.draft) * 1e3, verify_ms=busy(log.target) * 1e3, extra={**r.extra, "ideal_s": wall - log.deficit})
+        pearl = PearlExtra(
+            mode=mode, window=self.gamma, parallel_threads=self.lanes.threads, draft_intervals=tuple(map(tuple, log.draft)),
+            target_intervals=tuple(map(tuple, log.target)), phases=tuple(Phase(**p) for p in log.phases),
+            ideal_s=r.t_end - r.t_start - log.deficit, **mode_fields,
+        )  # fmt: skip
+        r = replace(r, draft_ms=busy(log.draft) * 1e3, verify_ms=busy(log.target) * 1e3, extra={**pearl.to_extra(), **r.extra})
         self.log, self.t_start = Round(), self.dec.now()
         return r
 
@@ -172,6 +177,7 @@ PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Leng
     paper=PAPER,
     options=PearlOptions,
     rank=30,
+    extras=(PearlExtra,),
 )
 def pearl(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     return pearl_decoding(dec, opts)
@@ -184,6 +190,7 @@ def pearl(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     paper=PAPER + ", Table 3 ablation",
     options=PearlOptions,
     rank=31,
+    extras=(PearlExtra,),
 )
 def pearl_no_pre(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     return pearl_decoding(dec, opts, pre_verify=False)
@@ -196,6 +203,7 @@ def pearl_no_pre(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]
     paper=PAPER + ", Table 3 ablation",
     options=PearlOptions,
     rank=32,
+    extras=(PearlExtra,),
 )
 def pearl_no_post(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     return pearl_decoding(dec, opts, post_verify=False)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specviz.decoding import Decoding
+from specviz.extras import NgramExtra
 from specviz.methods import register
 from specviz.methods.drafting import Draft, SpeculationPolicy, StaticLength
 from specviz.methods.options import check_fields, count
@@ -48,7 +49,7 @@ class PromptLookupDrafter:
 
     def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
         tokens, n = ngram_continuation(self.dec.ids, k, self.opts.max_ngram, self.opts.min_ngram)
-        return Draft(tokens, None, forwards=0, extra={"ngram": n})
+        return Draft(tokens, None, forwards=0, extra=NgramExtra(ngram=n).to_extra())
 
     def rollback(self, position: int, accepted: int) -> None:
         pass  # stateless: it reads the committed ids afresh every time
@@ -62,6 +63,7 @@ class PromptLookupDrafter:
     options=PromptLookupOptions,
     needs_draft=False,
     rank=30,
+    extras=(NgramExtra,),
 )
 def prompt_lookup(dec: Decoding, opts: PromptLookupOptions) -> Iterator:
     return speculative_decoding(dec, PromptLookupDrafter(dec, opts), StaticLength(opts.speculation_length))

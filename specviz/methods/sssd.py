@@ -21,6 +21,7 @@ from typing import Any
 from specviz.datastore import DEFAULT_PATH, Datastore, load_datastore, tokenizer_fingerprint
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
+from specviz.extras import TreeExtra
 from specviz.methods import register
 from specviz.methods.ngram_tree import FusionWeights, InputIndex, SourceConfig, TokenTree, scored_candidates, top_tree
 from specviz.methods.options import check_fields, choice, count, number
@@ -101,6 +102,7 @@ class NgramTreeDrafter:
     options=SSSDOptions,
     needs_draft=False,
     rank=40,
+    extras=(TreeExtra,),
 )
 def sssd(dec: Decoding, opts: SSSDOptions) -> Iterator[IterationRecord]:
     datastore = resolve_datastore(opts.datastore, dec.pair.tokenizer) if opts.sources != "input" else None
@@ -150,7 +152,7 @@ def decode_batch(
         logits = target.forward_trees(new, [(t.tokens, t.parents) for t in trees])
         paths = []
         for i, b in enumerate(active):
-            record, tv = commit_tree(decs[b], trees[i], logits[i], t_start[i], t_drafted[i], extra={"batch_size": len(active)})
+            record, tv = commit_tree(decs[b], trees[i], logits[i], t_start[i], t_drafted[i], batch_size=len(active))
             records[b].append(record)
             paths.append(list(tv.path[: record.accepted]))
         target.keep_paths(paths)

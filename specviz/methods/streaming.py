@@ -26,6 +26,7 @@ from torch import nn
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
+from specviz.extras import TreeExtra
 from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.options import check_fields, count
@@ -99,6 +100,7 @@ def _load(target: nn.Module, adapter: str) -> msa.StreamingLM:
     options=StreamingOptions,
     needs_draft=False,
     rank=40,
+    extras=(TreeExtra,),
     lossless_against=lambda pair, options: tuned_target(pair, options.get("adapter", "auto")),
 )
 def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from specviz.decoding import Decoding
+from specviz.extras import TreeExtra
 from specviz.methods.ngram_tree import TokenTree
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
@@ -44,23 +45,25 @@ class TreeDrafter(Protocol):
         is set, the hidden states entering that layer for the pass's rows [1 + n, H]."""
 
 
-def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int]) -> dict[str, Any]:
-    """Plain values for the record: the whole tree (for the tree plot) and each drafted token's source."""
-    return {
-        "tree_tokens": list(tree.tokens),
-        "tree_parents": list(tree.parents),
-        "tree_scores": [round(s, 4) for s in tree.scores],
-        "tree_sources": list(tree.sources),
-        "accepted_path": list(path),
-        "sources": [tree.sources[i] for i in drafted_nodes],
-    }
+def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int], batch_size: int | None = None) -> TreeExtra:
+    """The record's tree fields: the whole tree (for the tree plot) and each drafted token's source."""
+    return TreeExtra(
+        tree_tokens=tuple(tree.tokens),
+        tree_parents=tuple(tree.parents),
+        tree_scores=tuple(round(s, 4) for s in tree.scores),
+        tree_sources=tuple(tree.sources),
+        accepted_path=tuple(path),
+        sources=tuple(tree.sources[i] for i in drafted_nodes),
+        batch_size=batch_size,
+    )
 
 
 def commit_tree(
-    dec: Decoding, tree: TokenTree, logits: torch.Tensor, t_start: float, t_drafted: float, extra: dict[str, Any] | None = None
+    dec: Decoding, tree: TokenTree, logits: torch.Tensor, t_start: float, t_drafted: float, batch_size: int | None = None
 ) -> tuple[IterationRecord, TreeVerdict]:
     """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
-    commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep)."""
+    commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep).
+    `batch_size`: the sequences verified in the same forward (SSSD's static batch), for the record."""
     tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
     drafted, verdict = tv.linear(tree.tokens, tree.parents)
     record = dec.commit(
@@ -70,7 +73,7 @@ def commit_tree(
         t_start=t_start,
         t_drafted=t_drafted,
         draft_forwards=0,
-        extra={**tree_extra(tree, tv.path, tv.main_path(tree.parents)), **(extra or {})},
+        extra=tree_extra(tree, tv.path, tv.main_path(tree.parents), batch_size).to_extra(),
     )
     return record, tv
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from specviz.errors import SpecvizError
+from specviz.extras import OnlineExtra
 from specviz.prompts import Prompt, load_source, load_suite
 
 
@@ -114,7 +115,7 @@ def simulate(
             "verify_ms": sum(r.verify_ms for r in records),
             "draft_forwards": s.draft_forwards,
             "target_forwards": s.target_forwards,
-            "draft_version": records[0].extra.get("draft_version", 0),
+            "draft_version": online.draft_version if (online := records[0].extras(OnlineExtra)) else 0,
         }
         sequence = list(prompt_ids) + list(s.output_ids)
         hits = draft_predictions(initial, sequence, len(prompt_ids)) == np.asarray(s.output_ids)

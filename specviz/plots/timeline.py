@@ -1,10 +1,10 @@
 """Timeline (Gantt) of which model runs when: a draft lane and a target lane per method.
 
-Pure functions of records (dicts as `IterationRecord.to_dict()` gives them, or a DataFrame of
-them): no torch. Methods that note every forward pass (PEARL: `extra["draft_intervals"]` and
-`extra["target_intervals"]`) are drawn pass by pass; for the others a step is its drafting
-(`t_start` .. `t_start + draft_ms`) followed by its verification (.. `t_end`). The gaps in a lane
-are that model's waiting ("mutual waiting" in PEARL's words), shaded grey.
+Pure functions of records (`IterationRecord`s, or dicts as `IterationRecord.to_dict()` gives them,
+rebuilt with `IterationRecord.from_dict`): no torch. Methods that note every forward pass (PEARL:
+`record.pearl()`'s draft and target intervals) are drawn pass by pass; for the others a step is
+its drafting (`t_start` .. `t_start + draft_ms`) followed by its verification (.. `t_end`). The
+gaps in a lane are that model's waiting ("mutual waiting" in PEARL's words), shaded grey.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+
+from specviz.records import IterationRecord
 
 LANES = ("draft", "target")
 # Okabe-Ito colours: draft orange, target blue; PEARL's modes in lighter/darker shades.
@@ -30,42 +32,44 @@ COLOURS = {
 IDLE = "rgba(128, 128, 128, 0.18)"
 
 
-def _rows(records: Sequence[Mapping[str, Any]] | pd.DataFrame) -> list[Mapping[str, Any]]:
-    return records.to_dict("records") if isinstance(records, pd.DataFrame) else list(records)
+Records = Sequence[IterationRecord | Mapping[str, Any]]
 
 
-def busy_intervals(records: Sequence[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+def _rows(records: Records) -> list[IterationRecord]:
+    return [r if isinstance(r, IterationRecord) else IterationRecord.from_dict(r) for r in records]
+
+
+def busy_intervals(records: Records) -> pd.DataFrame:
     """One row per forward pass (or per drafting / verification span): lane, start, end (seconds
     since the run started), iteration, mode."""
     out = []
     for r in _rows(records):
-        extra = r.get("extra") or {}
-        if "draft_intervals" in extra or "target_intervals" in extra:
-            phases = extra.get("phases") or []
-            for lane in LANES:
-                for start, end in extra.get(f"{lane}_intervals", []):
-                    mode = next((p["mode"] for p in phases if p["start"] <= start <= p["end"]), extra.get("mode", ""))
-                    out.append({"lane": lane, "start": start, "end": end, "iteration": r["iteration"], "mode": mode})
+        pearl = r.pearl()
+        if pearl is not None:
+            for lane, intervals in zip(LANES, (pearl.draft_intervals, pearl.target_intervals)):
+                for start, end in intervals:
+                    mode = next((p.mode for p in pearl.phases if p.start <= start <= p.end), pearl.mode)
+                    out.append({"lane": lane, "start": start, "end": end, "iteration": r.iteration, "mode": mode})
             continue
-        drafted_until = r["t_start"] + r["draft_ms"] / 1e3
-        if r.get("draft_forwards", 0) > 0:
-            out.append({"lane": "draft", "start": r["t_start"], "end": drafted_until, "iteration": r["iteration"], "mode": ""})
-        out.append({"lane": "target", "start": drafted_until, "end": r["t_end"], "iteration": r["iteration"], "mode": ""})
+        drafted_until = r.t_start + r.draft_ms / 1e3
+        if r.draft_forwards > 0:
+            out.append({"lane": "draft", "start": r.t_start, "end": drafted_until, "iteration": r.iteration, "mode": ""})
+        out.append({"lane": "target", "start": drafted_until, "end": r.t_end, "iteration": r.iteration, "mode": ""})
     return pd.DataFrame(out, columns=["lane", "start", "end", "iteration", "mode"])
 
 
-def idle_fractions(records: Sequence[Mapping[str, Any]] | pd.DataFrame) -> dict[str, float]:
+def idle_fractions(records: Records) -> dict[str, float]:
     """Share of the run's wall time (first step's start to last step's end) each model spends waiting."""
     rows = _rows(records)
     if not rows:
         return dict.fromkeys(LANES, 0.0)
-    wall = rows[-1]["t_end"] - rows[0]["t_start"]
+    wall = rows[-1].t_end - rows[0].t_start
     spans = busy_intervals(rows)
     busy = {lane: float((part["end"] - part["start"]).sum()) for lane, part in spans.groupby("lane")}
     return {lane: max(0.0, 1.0 - busy.get(lane, 0.0) / wall) if wall > 0 else 0.0 for lane in LANES}
 
 
-def timeline(runs: Mapping[str, Sequence[Mapping[str, Any]] | pd.DataFrame], title: str | None = None) -> go.Figure:
+def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure:
     """Gantt chart: for each method (label -> its records) a draft lane and a target lane, busy
     spans coloured by model (and PEARL's mode), idle time grey; each lane's idle share in its label."""
     fig = go.Figure()
@@ -74,8 +78,8 @@ def timeline(runs: Mapping[str, Sequence[Mapping[str, Any]] | pd.DataFrame], tit
         rows = _rows(records)
         spans = busy_intervals(rows)
         idle = idle_fractions(rows)
-        t0 = rows[0]["t_start"] if rows else 0.0
-        t1 = rows[-1]["t_end"] if rows else 0.0
+        t0 = rows[0].t_start if rows else 0.0
+        t1 = rows[-1].t_end if rows else 0.0
         for lane in LANES:
             y = f"{label} · {lane} (idle {100 * idle[lane]:.0f}%)"
             categories.append(y)

@@ -1,7 +1,7 @@
 """An SSSD or Speculative Streaming iteration's tree: nodes by depth, colour by source (or stream), the
 accepted path drawn in thick black.
 
-Pure: plain lists (as stored in a record's `extra`) -> plotly Figure. No torch.
+Pure: plain lists (a record's `extras.TreeExtra`) -> plotly Figure. No torch.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from specviz.extras import TreeExtra, of
 from specviz.plots.theme import empty, finish
 from specviz.text import visible as visible_text
 
@@ -101,13 +102,18 @@ def add_nodes(fig: go.Figure, where: list[tuple[int, float]], label: list[str], 
         ))  # fmt: skip
 
 
+def record_tree(record: dict[str, Any]) -> TreeExtra:
+    """The tree of a record as a dict (`IterationRecord.to_dict()`, plain data in a tab's state); empty when it has none."""
+    return of(record.get("extra", {}), TreeExtra) or TreeExtra((), (), (), (), (), ())
+
+
 def record_tree_figure(record: dict[str, Any], decode: Callable[[Any], str] | None = None,
                        colour_of: Callable[[str], str] | None = None) -> go.Figure:  # fmt: skip
-    """The tree of one SSSD or Streaming record (`IterationRecord.to_dict()` or a records-frame row's fields)."""
-    extra = record.get("extra", record)
-    return tree_figure(extra.get("tree_tokens", []), extra.get("tree_parents", []), extra.get("accepted_path", []),
-                       extra.get("tree_sources"), extra.get("tree_scores"), decode, title=f"Iteration {record.get('iteration', '?')}",
-                       colour_of=colour_of, subtitle=f"at output position {record.get('position', '?')}")  # fmt: skip
+    """The tree of one SSSD or Streaming record (`IterationRecord.to_dict()`)."""
+    tree = record_tree(record)
+    return tree_figure(tree.tree_tokens, tree.tree_parents, tree.accepted_path, tree.tree_sources, tree.tree_scores, decode,
+                       title=f"Iteration {record.get('iteration', '?')}", colour_of=colour_of,
+                       subtitle=f"at output position {record.get('position', '?')}")  # fmt: skip
 
 
 def visible(text: str) -> str:

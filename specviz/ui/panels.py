@@ -93,6 +93,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
     so the page can replay every finished run on one clock without asking the server again."""
     records, status = run.records, run.status
     m = live_metrics(records, None if run.name == BASELINE else baseline_tps)
+    pearl = records[-1].pearl() if records else None
     speed = "1.00×" if run.name == BASELINE and records else _fmt(m["speedup"], ".2f") + ("×" if m["speedup"] else "")
     metrics = "".join(
         [
@@ -104,7 +105,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
             _metric(f"{m['target_forwards']} / {m['draft_forwards']}", "target / draft fwd"),
         ]
         # methods with modes (PEARL: pre-verify / post-verify) show the latest step's
-        + ([_metric(html.escape(str(records[-1].extra["mode"])), "mode")] if records and "mode" in records[-1].extra else [])
+        + ([_metric(html.escape(pearl.mode), "mode")] if pearl else [])
     )
     progress = min(100.0, 100.0 * m["tokens"] / max(1, max_new_tokens))
     message = "".join(f'<div class="sv-message">{html.escape(m)}</div>' for m in (run.note, run.message) if m)

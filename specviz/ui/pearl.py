@@ -44,20 +44,19 @@ def compare(pair: Any, prompt: str, window: int, concurrent: bool, max_new_token
     rows, records, steps = [], {}, []
     for label, (method, options) in runs.items():
         result = generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
-        recs = [r.to_dict() for r in result.records]
-        s, idle = result.summary, idle_fractions(recs)
-        ideal = sum(r["extra"].get("ideal_s", r["t_end"] - r["t_start"]) for r in recs)
+        s, idle = result.summary, idle_fractions(result.records)
+        ideal = sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in result.records)
         rows.append({"method": label, "runs (median shown)": repeats, "tokens": s.new_tokens, "steps": s.iterations,
                      "measured ms/token": round(1e3 * s.wall_s / max(1, s.new_tokens), 1),
                      "parallel-ideal ms/token": round(1e3 * ideal / max(1, s.new_tokens), 1),
                      "draft idle": f"{idle['draft']:.0%}", "target idle": f"{idle['target']:.0%}"})  # fmt: skip
-        records[label] = recs
+        records[label] = [r.to_dict() for r in result.records]  # plain data: the timeline is drawn where the page is
         if method == "pearl":
             decode = pair.tokenizer.decode
-            steps = [{"step": r["iteration"], "mode": r["extra"]["mode"], "verified drafts": decode(r["drafted"]),
-                      "accepted": r["accepted"], "emitted": decode(r["emitted"]),
-                      "dropped / drafted ahead": decode(r["extra"].get("dropped") or r["extra"].get("drafted_ahead") or []),
-                      "ran in parallel": any(p["parallel"] for p in r["extra"]["phases"])} for r in recs]  # fmt: skip
+            steps = [{"step": r.iteration, "mode": p.mode, "verified drafts": decode(list(r.drafted)), "accepted": r.accepted,
+                      "emitted": decode(list(r.emitted)), "dropped / drafted ahead": decode(list(p.dropped or p.drafted_ahead or ())),
+                      "ran in parallel": any(phase.parallel for phase in p.phases)}
+                     for r in result.records if (p := r.pearl())]  # fmt: skip
     return {"rows": rows, "records": records, "steps": steps}
 
 

@@ -330,7 +330,7 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
                 stream.close()  # closed from outside (the app went away): the run ends after its iteration
         if records:
             yield "oracle", workers.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
-        if reference is not None and records and records[-1].extra.get("stop") in ("eos", "max_new_tokens"):
+        if reference is not None and records and records[-1].stop is not None:
             output = [t for r in records for t in r.emitted]
             parity = workers.on(MODELS).call(compare, pair, prompt_ids, reference, output)
             yield "parity", {"verdict": parity.verdict, "first_difference": parity.first_difference}

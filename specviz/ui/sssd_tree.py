@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from specviz.plots.tree import SOURCE_COLOURS, record_tree_figure
+from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
 from specviz.errors import SpecvizError
 from specviz.limits import AppLimits, check_count
 from specviz.ui.feedback import problem_text
@@ -27,7 +27,7 @@ def run_sssd(pair_name: str, prompt: str, max_new_tokens: int, speculation_lengt
     pair = (load_pair or specviz.load_pair)(pair_name)
     records = [r.to_dict() for r in specviz.run("sssd", pair, prompt, max_new_tokens=int(max_new_tokens),
                                                  speculation_length=int(speculation_length), sources=sources)]
-    vocab = {t for r in records for t in (*r["extra"].get("tree_tokens", []), *r["emitted"])}
+    vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r["emitted"])}
     return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}}
 
 
@@ -35,7 +35,7 @@ def coloured_output(state: dict[str, Any]) -> str:
     """HTML of the emitted text: accepted drafts coloured by their source, the target's own tokens grey."""
     spans = []
     for r in state["records"]:
-        sources = r["extra"].get("sources", [])
+        sources = record_tree(r).sources
         for i, token in enumerate(r["emitted"]):
             source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
             colour = SOURCE_COLOURS.get(source, TARGET_COLOUR)
@@ -67,7 +67,7 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
         return None, "Run SSSD first."
     r = state["records"][min(int(iteration), len(state["records"]) - 1)]
     fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
-    tree = r["extra"].get("tree_tokens", [])
+    tree = record_tree(r).tree_tokens
     return fig, (f"iteration {r['iteration']}: {len(tree)} candidate nodes, {r['accepted']} accepted, "
                  f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms")
 

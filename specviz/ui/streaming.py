@@ -12,7 +12,7 @@ from typing import Any
 
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
-from specviz.plots.tree import record_tree_figure
+from specviz.plots.tree import record_tree, record_tree_figure
 
 TAB_TITLE = "Streaming tree"
 TAB_ORDER = 65
@@ -29,7 +29,7 @@ def run_streaming(pair_name: str, prompt: str, max_new_tokens: int, streams: int
     pair = (load_pair or specviz.load_pair)(pair_name)
     records = [r.to_dict() for r in specviz.run("streaming", pair, prompt, max_new_tokens=int(max_new_tokens),
                                                  speculation_length=int(streams), tree_width=int(tree_width))]
-    vocab = {t for r in records for t in (*r["extra"].get("tree_tokens", []), *r["emitted"])}
+    vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r["emitted"])}
     return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}, "against": tuned_target(pair)}
 
 
@@ -45,7 +45,7 @@ def coloured_output(state: dict[str, Any]) -> str:
     """HTML of the emitted text: accepted drafts coloured by the stream that proposed them."""
     spans, used = [], set()
     for r in state["records"]:
-        sources = r["extra"].get("sources", [])
+        sources = record_tree(r).sources
         for i, token in enumerate(r["emitted"]):
             source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
             used.add(source)
@@ -60,7 +60,7 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
         return None, "Run streaming first."
     r = state["records"][min(int(iteration), len(state["records"]) - 1)]
     fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)), colour_of=stream_colour)
-    tree = r["extra"].get("tree_tokens", [])
+    tree = record_tree(r).tree_tokens
     return fig, (f"iteration {r['iteration']}: {len(tree)} tree nodes from the streams, {r['accepted']} accepted, "
                  f"{len(r['emitted'])} emitted in one target forward; streams took {r['draft_ms']:.2f} ms, "
                  f"verification {r['verify_ms']:.1f} ms")
