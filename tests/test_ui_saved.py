@@ -120,3 +120,121 @@ def test_any_one_field_replaced_either_loads_and_draws_or_is_refused_clearly(sav
                 step_html(explain_iteration(run.records, i, race.prompt_ids, race.options, token_text=str))
             except SpecvizError:
                 pass
+
+
+@pytest.fixture(scope="module", params=[0.0, 1.0], ids=["greedy", "sampling"])
+def saved_all(request, perturbed_pair):
+    """A race of every registered method (the oracle is skipped under sampling), through JSON."""
+    race = None
+    settings_ = RaceSettings("def fibonacci(n):", METHODS, max_new_tokens=12, temperature=request.param, seed=1)
+    for race in run_race(perturbed_pair, settings_, {}, threading.Event()):
+        pass
+    return race, json.loads(json.dumps(race_to_dict(race)))
+
+
+def test_every_methods_race_round_trips_with_its_typed_extras(saved_all, tmp_path):
+    from specviz.methods import get_method
+
+    race, data = saved_all
+    assert {r.name for r in race.runs if r.records} >= set(METHODS) - {"oracle"}
+    path = tmp_path / "race_records.json"
+    path.write_text(json.dumps(data))
+    loaded = load_race(path, METHODS, most_runs=13)
+    assert loaded == race and race_html(loaded) == race_html(race)
+    for run, mine in zip(loaded.runs, race.runs):
+        for r, o in zip(run.records, mine.records, strict=True):
+            assert r.tree() == o.tree() and r.pearl() == o.pearl() and (r.stop, r.uniforms) == (o.stop, o.uniforms)
+            assert all(r.extras(f) == o.extras(f) for f in get_method(run.name).extra_families())
+
+
+def record_of(data: dict, method: str) -> dict:
+    """The first record of a method's run in a saved race (to be edited)."""
+    return next(r for r in data["runs"] if r["name"] == method)["records"][0]
+
+
+@pytest.mark.parametrize("field", ["iteration", "position", "draft_forwards", "target_forwards", "speculation_length"])
+def test_a_number_past_int64_is_one_clear_error_not_an_overflow(saved, field):
+    data = copy.deepcopy(saved[1])
+    data["runs"][1]["records"][0][field] = 2**64
+    with pytest.raises(SpecvizError, match=f"'{field}'"):
+        race_from_dict(data, METHODS, most_runs=13)
+
+
+def test_json_nested_past_the_parsers_depth_is_one_clear_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SpecvizError, match="nested too deep"):
+        load_race(path, METHODS, most_runs=13)
+
+
+@pytest.mark.parametrize("digits", [25, 5000])
+def test_a_number_with_absurdly_many_digits_is_one_clear_error(saved, tmp_path, digits):
+    text = json.dumps(saved[1]).replace('"position": ', f'"position": {"9" * digits}', 1)  # the first record's
+    path = tmp_path / "digits.json"
+    path.write_text(text)
+    with pytest.raises(SpecvizError, match="position|thousands of digits"):
+        load_race(path, METHODS, most_runs=13)
+
+
+CRAFTED = {
+    "'max_new_tokens' must be a whole number from 1": lambda d: d.update(max_new_tokens=0),
+    "max_new_tokens.* not -5": lambda d: d.update(max_new_tokens=-5),
+    "prompt_ids": lambda d: d.update(prompt_ids=[10**30]),
+    "'drafted'": lambda d: d["runs"][1]["records"][0].update(drafted=[10**30]),
+    "'emitted'": lambda d: d["runs"][0]["records"][0].update(emitted=[10**30]),
+    "token_id": lambda d: d["runs"][0]["spans"][0].update(token_id=10**30),
+    "'iteration' must be one of the run's": lambda d: d["runs"][0]["spans"][0].update(iteration=10**6),
+    "past the prompt and max_new_tokens": lambda d: d["runs"][1]["records"][0].update(position=10**6),
+    "'draft_ms' and 'verify_ms' must not be negative": lambda d: d["runs"][1]["records"][0].update(draft_ms=-1.0),
+    "'t_end' must not come before": lambda d: d["runs"][1]["records"][0].update(t_end=-1.0),
+    "extra 'ngram'": lambda d: d["runs"][2]["records"][0]["extra"].update(ngram=2**64),
+    "extra 'tree_tokens' is not a field this method writes": lambda d: d["runs"][1]["records"][0]["extra"].update(tree_tokens=[1]),
+}
+
+
+@pytest.mark.parametrize("message", CRAFTED)
+def test_a_crafted_field_is_one_clear_error(saved, message):
+    data = broken(saved[1], CRAFTED[message])
+    with pytest.raises(SpecvizError, match=message):
+        race_from_dict(data, METHODS, most_runs=13)
+
+
+NOT_FINITE = {
+    "pearl": ("ideal_s", float("inf")),
+    "sssd": ("tree_scores", [float("nan")]),
+    "disco": ("disco_scores", [float("-inf")]),
+    "confidence": ("confidence_scores", [float("nan")]),
+}
+
+
+@pytest.mark.parametrize("method", NOT_FINITE)
+def test_an_infinite_or_nan_extra_is_one_clear_error(saved_all, method):
+    key, value = NOT_FINITE[method]
+    data = copy.deepcopy(saved_all[1])
+    record_of(data, method)["extra"][key] = value
+    with pytest.raises(SpecvizError, match=f"record 0 of '{method}': extra '{key}'"):
+        race_from_dict(data, METHODS, most_runs=13)
+
+
+@pytest.fixture(scope="module")
+def load_saved():
+    """The Race tab's 'Load a saved race' handler, as gradio calls it."""
+    from specviz.limits import AppLimits
+    from specviz.ui import build_app
+
+    demo = build_app(pair="tiny-perturbed", limits=AppLimits())
+    return next(f.fn for f in demo.fns.values() if getattr(f.fn, "__module__", None) == "specviz.ui.race" and f.fn.__name__ == "load_saved")
+
+
+def test_the_race_tab_shows_a_bad_file_as_one_message(load_saved, saved, tmp_path, monkeypatch):
+    import gradio as gr
+
+    path = tmp_path / "race_records.json"
+    path.write_text(json.dumps(broken(saved[1], lambda d: d["runs"][1]["records"][0].update(position=2**64))))
+    with pytest.raises(gr.Error, match="'position'"):
+        list(load_saved(str(path)))
+    path.write_text(json.dumps(saved[1]))
+    assert list(load_saved(str(path)))  # a good file draws the board
+    monkeypatch.setattr("specviz.ui.race.race_outputs", lambda race: 1 / 0)  # the board itself failing: a message too
+    with pytest.raises(gr.Error, match="specviz failed"):
+        list(load_saved(str(path)))

@@ -353,13 +353,13 @@ def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
         """Show a race saved by the download below (here or on another machine), ready to replay."""
         if not path:
             return
-        try:
+        try:  # the board too: whatever a file holds, the page shows one message, never a traceback
             race = load_race(path, tuple(ui.panels), ctx.limits.methods_per_race)
+            status = (f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
+                      "Press **Replay race** to watch it on one clock.")  # fmt: skip
+            yield from finished_board(ctx, ui, race, status, {ui.saved: None}, reveal=True)  # the box is ready for the next file
         except Exception as e:
             raise user_error(e) from None
-        status = (f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
-                  "Press **Replay race** to watch it on one clock.")  # fmt: skip
-        yield from finished_board(ctx, ui, race, status, {ui.saved: None}, reveal=True)  # the box is ready for the next file
 
     ui.saved.upload(load_saved, ui.saved, [*board_outputs(ctx, ui), ui.saved], api_name="load_race")
 

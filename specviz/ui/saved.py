@@ -3,19 +3,24 @@
 The file holds everything the board, the plots and the replay draw from (records, and each
 token's text as the race showed it), so a race recorded elsewhere (on a GPU, with a model this
 machine does not have) is shown and replayed here without loading a model. Files come from
-strangers on a public page: every field is checked, and a bad file is one SpecvizError.
+strangers on a public page, and a bad file is one SpecvizError: the file's size is bounded, so are
+its nesting and numbers' digits where the parser meets them, and every value kept is checked
+against its type (so none nests deeper, or is longer, than a record's fields), records by
+`IterationRecord.from_dict`, against the run's lengths and the extra fields their method declares.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.records import IterationRecord
+from specviz.extras import INT64_MAX
+from specviz.methods import get_method
+from specviz.records import IterationRecord, RunBounds
 from specviz.ui.panels import MethodRun, Race
 from specviz.ui.racing import app_options
 from specviz.ui.tokens import TokenSpan
@@ -25,8 +30,6 @@ VERSION = 1
 MAX_FILE_BYTES = 50 * 2**20  # far above a 13-method, 1024-token race (~10 MB)
 STATUSES = ("done", "stopped", "skipped", "error")  # how a finished race's runs can end
 KINDS = ("accepted", "target", "rejected")
-RECORD_INTS = ("iteration", "position", "speculation_length", "accepted", "draft_forwards", "target_forwards")
-RECORD_REALS = ("t_start", "t_end", "draft_ms", "verify_ms")
 
 
 def race_to_dict(race: Race) -> dict[str, Any]:
@@ -56,6 +59,10 @@ def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int) -> Rac
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SpecvizError(f"not a saved race: the file is not JSON ({e})") from None
+    except RecursionError:  # lists or objects nested deeper than Python's parser goes (a saved race nests 8 deep)
+        raise SpecvizError("not a saved race: nested too deep") from None
+    except ValueError:  # a whole number longer than Python's digit limit (4300 digits; an int64 has at most 19)
+        raise SpecvizError("not a saved race: it holds a number thousands of digits long") from None
     return race_from_dict(data, methods, most_runs)
 
 
@@ -68,13 +75,18 @@ def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
     runs = _field(data, "runs", list)
     if not 1 <= len(runs) <= most_runs:
         raise SpecvizError(f"the saved race has {len(runs)} runs; a race here has 1 to {most_runs}")
+    prompt_ids = _ints(_field(data, "prompt_ids", list), "prompt_ids")
+    max_new_tokens = _field(data, "max_new_tokens", int)
+    if not 1 <= max_new_tokens <= INT64_MAX:
+        raise SpecvizError(f"the saved race's 'max_new_tokens' must be a whole number from 1 to 2**63 - 1, not {str(max_new_tokens)[:20]}")
+    bounds = RunBounds(prompt_tokens=len(prompt_ids), max_new_tokens=max_new_tokens)
     race = Race(
         pair=_field(data, "pair", str),
         prompt=_field(data, "prompt", str),
-        prompt_ids=_ints(_field(data, "prompt_ids", list), "prompt_ids"),
-        max_new_tokens=_field(data, "max_new_tokens", int),
+        prompt_ids=prompt_ids,
+        max_new_tokens=max_new_tokens,
         options=_field(data, "options", dict),
-        runs=[_run(r, methods) for r in runs],
+        runs=[_run(r, methods, bounds) for r in runs],
     )
     if not all(isinstance(k, str) and _is_real(v) for k, v in race.options.items()):
         raise SpecvizError("the saved race's 'options' must map names to numbers (speculation length, temperature, ...)")
@@ -84,7 +96,7 @@ def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
     return race
 
 
-def _run(data: Any, methods: tuple[str, ...]) -> MethodRun:
+def _run(data: Any, methods: tuple[str, ...], bounds: RunBounds) -> MethodRun:
     if not isinstance(data, dict):
         raise SpecvizError("a run of the saved race is not an object")
     name = _field(data, "name", str)
@@ -93,11 +105,13 @@ def _run(data: Any, methods: tuple[str, ...]) -> MethodRun:
     status = _field(data, "status", str)
     if status not in STATUSES:
         raise SpecvizError(f"run '{name}' has status {status[:20]!r}; a saved race's runs are {', '.join(STATUSES)}")
+    records = _field(data, "records", list)
+    bounds = replace(bounds, method=name, records=len(records), families=get_method(name).extra_families())
     return MethodRun(
         name=name, label=_field(data, "label", str), paper=_field(data, "paper", str), status=status,
         message=_field(data, "message", str), note=_field(data, "note", str), options=_options(data.get("options", {}), name),
-        records=[_record(r, name) for r in _field(data, "records", list)],
-        spans=[_span(s, name) for s in _field(data, "spans", list)],
+        records=[IterationRecord.from_dict(r, bounds, f"record {i} of '{name}'") for i, r in enumerate(records)],
+        spans=[_span(s, name, len(records)) for s in _field(data, "spans", list)],
     )  # fmt: skip
 
 
@@ -109,42 +123,16 @@ def _options(data: Any, method: str) -> dict[str, Any]:
     return app_options(method, data)
 
 
-def _record(data: Any, method: str) -> IterationRecord:
-    where = f"a record of '{method}'"
-    if not isinstance(data, dict):
-        raise SpecvizError(f"{where} is not an object")
-    for key in RECORD_INTS:
-        if not _is_int(data.get(key)) or data[key] < 0:
-            raise SpecvizError(f"{where}: '{key}' must be a whole number, not negative")
-    for key in RECORD_REALS:
-        if not _is_real(data.get(key)):
-            raise SpecvizError(f"{where}: '{key}' must be a finite number")
-    for key in ("drafted", "emitted"):
-        _ints(_field(data, key, list), f"{where}: '{key}'")
-    for key in ("p_target", "q_draft"):
-        if data.get(key) is not None and not all(_is_real(x) for x in _field(data, key, list)):
-            raise SpecvizError(f"{where}: '{key}' must be a list of numbers or null")
-    if data.get("oracle_sl") is not None and not isinstance(data["oracle_sl"], int):
-        raise SpecvizError(f"{where}: 'oracle_sl' must be a whole number or null")
-    extra = data.get("extra", {})
-    if not isinstance(extra, dict):
-        raise SpecvizError(f"{where}: 'extra' must be an object")
-    for key in ("u", "tree_tokens"):  # the extras the page reads (the step-through)
-        if key in extra and not (isinstance(extra[key], list) and all(_is_real(x) for x in extra[key])):
-            raise SpecvizError(f"{where}: extra '{key}' must be a list of numbers")
-    if data.get("method") != method or not 0 <= data["accepted"] <= len(data["drafted"]):
-        raise SpecvizError(f"{where} belongs to another method or accepts more tokens than it drafted")
-    return IterationRecord.from_dict(data)
-
-
-def _span(data: Any, method: str) -> TokenSpan:
+def _span(data: Any, method: str, records: int) -> TokenSpan:
     where = f"a token of '{method}'"
     if not isinstance(data, dict) or data.get("kind") not in KINDS:
         raise SpecvizError(f"{where} is not an object with a kind ({', '.join(KINDS)})")
     if not (isinstance(data.get("text"), str) and isinstance(data.get("role", ""), str)):
         raise SpecvizError(f"{where}: 'text' and 'role' must be text")
-    if not (_is_int(data.get("iteration")) and _is_int(data.get("token_id"))):
-        raise SpecvizError(f"{where}: 'iteration' and 'token_id' must be whole numbers")
+    if not (_is_int(data.get("iteration")) and data["iteration"] < records and _is_int(data.get("token_id"))):
+        raise SpecvizError(f"{where}: 'iteration' must be one of the run's and 'token_id' a whole number from 0 to 2**63 - 1")
+    if not isinstance(data.get("greedy", True), bool):
+        raise SpecvizError(f"{where}: 'greedy' must be true or false")
     if not all(data.get(k) is None or _is_real(data[k]) for k in ("p", "q")):
         raise SpecvizError(f"{where}: 'p' and 'q' must be numbers or null")
     return TokenSpan(**{f.name: data[f.name] for f in fields(TokenSpan) if f.name in data})
@@ -159,13 +147,14 @@ def _field(data: dict, key: str, kind: type) -> Any:
 
 def _ints(values: list, where: str) -> list[int]:
     if not all(_is_int(v) for v in values):
-        raise SpecvizError(f"{where} must be a list of whole numbers")
+        raise SpecvizError(f"{where} must be a list of whole numbers from 0 to 2**63 - 1")
     return values
 
 
 def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """A whole number that fits int64, not negative (token ids, counts)."""
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= INT64_MAX
 
 
 def _is_real(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= INT64_MAX
