@@ -5,9 +5,9 @@
     specviz --device cuda --dtype bfloat16     # float32 is the default wherever the pair fits (lossless)
 
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured (Hugging Face Spaces sets them). What one
-visitor may ask for is bounded (specviz/limits.py; SPECVIZ_LIMIT_* environment variables). On a ZeroGPU
-Space the pair loads at start-up and every model call runs in a worker with a GPU (`spaces.GPU`,
-specviz/ui/gpu.py).
+visitor may ask for is bounded (specviz/serving/limits.py; SPECVIZ_LIMIT_* environment variables).
+On a ZeroGPU Space the pair loads at start-up and every model call runs in a worker with a GPU
+(`spaces.GPU`, specviz/ui/gpu.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import os
 
 from specviz.errors import SpecvizError
-from specviz.limits import app_limits
+from specviz.serving.limits import app_limits
 from specviz.ui import build_app, launch
 
 

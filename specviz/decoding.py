@@ -1,4 +1,5 @@
-"""The state every method shares during one run: committed tokens, stop rules, the clock, the RNG.
+"""The state every method shares during one run: committed tokens, stop rules, the clock, the RNG,
+and what the caller lends the run (a stateful method's session, an executor for a second lane).
 
 Methods decide what to draft and how to verify it; `Decoding.commit` is the one place that turns
 a verification verdict into emitted tokens, applies EOS and `max_new_tokens`, and writes the record.
@@ -28,6 +29,8 @@ class Decoding:
         max_new_tokens: int,
         sampling: SamplingConfig,
         seed: int,
+        session: Any = None,
+        executor: Any = None,
     ):
         self.pair = pair
         self.method = method
@@ -41,6 +44,8 @@ class Decoding:
         self.iteration = 0
         self.done = False
         self._t0: float | None = None
+        self.session = session  # what a series of runs carries (the method's `session`: OSD's learner); None: a lone run
+        self.executor = executor  # submit(fn, *args) -> Future: where a method runs a second lane (PEARL's target); None: its own
 
     def now(self) -> float:
         """Seconds since the run started; the clock starts at the first call (the first step). On a

@@ -148,6 +148,7 @@ def saved_race(pair, prompt, max_new_tokens: int) -> dict:
     from specviz.methods import all_methods
     from specviz.models.pair import encode_prompt
     from specviz.runner import run, without_autograd
+    from specviz.serving import threads
     from specviz.ui.panels import MethodRun, Race
     from specviz.ui.saved import race_to_dict
     from specviz.ui.tokens import SpanBuilder
@@ -155,12 +156,12 @@ def saved_race(pair, prompt, max_new_tokens: int) -> dict:
     prompt_ids = encode_prompt(pair, prompt.text)
     device = pair.info.get("device", "")
     name = torch_device_name(device)
-    runs = []
+    runs, lane = [], threads.on(threads.PEARL_TARGET)  # PEARL's target lane: the thread the race lends it
     for spec in all_methods():
-        for _ in run(spec.name, pair, prompt_ids, max_new_tokens=4):  # warm-up, as the race does
+        for _ in run(spec.name, pair, prompt_ids, max_new_tokens=4, executor=lane):  # warm-up, as the race does
             pass
         builder, records = SpanBuilder(pair.tokenizer, prompt_ids), []
-        for record in without_autograd(run(spec.name, pair, prompt_ids, max_new_tokens=max_new_tokens)):
+        for record in without_autograd(run(spec.name, pair, prompt_ids, max_new_tokens=max_new_tokens, executor=lane)):
             records.append(record)
             builder.add(record)
         runs.append(MethodRun(spec.name, spec.label, spec.paper, status="done", records=records, spans=builder.finish(),

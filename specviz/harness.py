@@ -115,30 +115,34 @@ def run_interleaved(
 ) -> list[RunRow]:
     """Every variant on every prompt, `repeats` times (seed + repeat), interleaved: prompt by prompt,
     the variants' order rotating (A B C, B C A, ...) so that no variant always goes first. One row
-    per run, in the order they ran; `keep_records`: each row keeps its iteration records."""
+    per run, in the order they ran; `keep_records`: each row keeps its iteration records. The runs
+    share one thread for a second lane (PEARL's target), warmed up with the rest."""
     from tqdm.auto import tqdm
 
-    runners = [(v, _runner(pair, v, keep_records)) for v in variants]
-    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-    if warmup:
-        for _, run in runners:
-            run(prompts[0], dict(sampling, max_new_tokens=WARMUP_TOKENS), seed, 0)
-    rows = []
-    bar = tqdm(total=len(prompts) * repeats * len(variants), desc=desc, unit="run", disable=not progress)
-    for i, prompt in enumerate(prompts):
-        for repeat in range(repeats):
-            rotation = (i * repeats + repeat) % len(variants)
-            for v, run in runners[rotation:] + runners[:rotation]:
-                bar.set_postfix_str(f"{v.label} on {prompt.id}")
-                rows.append(run(prompt, sampling, seed + repeat, repeat))
-                bar.update()
-    bar.close()
-    return rows
+    from specviz.runner import series_executor
+
+    with series_executor() as lane:
+        runners = [(v, _runner(pair, v, keep_records, lane)) for v in variants]
+        sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        if warmup:
+            for _, run in runners:
+                run(prompts[0], dict(sampling, max_new_tokens=WARMUP_TOKENS), seed, 0)
+        rows = []
+        bar = tqdm(total=len(prompts) * repeats * len(variants), desc=desc, unit="run", disable=not progress)
+        for i, prompt in enumerate(prompts):
+            for repeat in range(repeats):
+                rotation = (i * repeats + repeat) % len(variants)
+                for v, run in runners[rotation:] + runners[:rotation]:
+                    bar.set_postfix_str(f"{v.label} on {prompt.id}")
+                    rows.append(run(prompt, sampling, seed + repeat, repeat))
+                    bar.update()
+        bar.close()
+        return rows
 
 
-def _runner(pair, v: Variant, keep_records: bool) -> Callable[[Prompt, dict, int, int], RunRow]:
+def _runner(pair, v: Variant, keep_records: bool, lane: Any = None) -> Callable[[Prompt, dict, int, int], RunRow]:
     """(prompt, sampling, seed, repeat) -> the row of one run of `v`; a method's session (e.g. OSD's
-    learner) is made here, once, and carried across its runs."""
+    learner) is made here, once, and carried across its runs; `lane`: the executor its runs are lent."""
     if v.kind == "peer":
         from specviz.models.pair import encode_prompt
         from specviz.peers import run_peer
@@ -154,7 +158,7 @@ def _runner(pair, v: Variant, keep_records: bool) -> Callable[[Prompt, dict, int
     session = new_session(get_method(v.method), pair)
 
     def method(prompt: Prompt, sampling: dict, seed: int, repeat: int) -> RunRow:
-        result = generate(v.method, pair, prompt.text, seed=seed, **sampling, **v.options, **session)
+        result = generate(v.method, pair, prompt.text, seed=seed, **sampling, **v.options, session=session, executor=lane)
         return RunRow.of(result, v, prompt, repeat, keep_records)
 
     return method

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,8 @@ def run(
     top_p: float = 1.0,
     seed: int = 0,
     chat: bool | None = None,
+    session: Any = None,
+    executor: Executor | None = None,
     **options: Any,
 ) -> Iterator[IterationRecord]:
     """Decode `prompt` with `method`, yielding one record per speculative iteration.
@@ -35,11 +39,17 @@ def run(
     Every argument is checked here, before the first step, so a bad input fails at once with a
     `SpecvizError`. `options` are the method's own (e.g. speculation_length for vanilla).
     `chat`: apply the chat template to a text prompt (default: when the pair is a chat model).
+    `session`: the state a stateful method carries across a series of runs (made once per series
+    with `specviz.methods.new_session`: OSD's online learner); None: a lone run, which learns nothing.
+    `executor`: where a method runs its second lane (PEARL's target), e.g. a thread kept across runs
+    so that no run pays a new thread's first calls; None: the method starts one for the run.
     """
     spec, opts, prompt_ids, sampling, max_new_tokens, seed = _checked(
         method, pair, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, chat=chat,
         **options)  # fmt: skip
-    dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed)
+    if session is not None and spec.session is None:
+        raise SpecvizError(f"method '{spec.name}' carries nothing from one run to the next: give it no session")
+    dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed, session=session, executor=executor)
     return spec.generate(dec, opts)
 
 
@@ -101,17 +111,26 @@ def generate(method: str, pair: ModelPair, prompt: str | Sequence[int], *, chat:
 
 
 def generate_median(method: str, pair: ModelPair, prompt: str | Sequence[int], *, repeats: int = 3, chat: bool | None = None,
-                    **kwargs: Any) -> RunResult:  # fmt: skip
+                    executor: Executor | None = None, **kwargs: Any) -> RunResult:  # fmt: skip
     """`generate` timed for a fair one-prompt comparison: a short untimed warm-up run (first calls pay
     one-off costs), then `repeats` runs; the run with the median wall time is kept. Greedy runs emit
-    the same tokens every time, so only the clock differs between them."""
+    the same tokens every time, so only the clock differs between them. Without an `executor` the
+    runs share one made here, so the warm-up also warms a second lane's thread (PEARL's target)."""
     repeats = check_count("repeats", repeats, most=MAX_REPEATS)
     prompt_ids = encode_prompt(pair, prompt, chat)
-    for _ in run(method, pair, prompt_ids, **{**kwargs, "max_new_tokens": WARMUP_TOKENS}):
-        pass
-    runs = sorted((list(run(method, pair, prompt_ids, **kwargs)) for _ in range(repeats)), key=lambda rs: rs[-1].t_end)
+    with nullcontext(executor) if executor is not None else series_executor() as lane:
+        for _ in run(method, pair, prompt_ids, **{**kwargs, "max_new_tokens": WARMUP_TOKENS}, executor=lane):
+            pass
+        runs = sorted((list(run(method, pair, prompt_ids, **kwargs, executor=lane)) for _ in range(repeats)), key=lambda rs: rs[-1].t_end)
     records = fill_oracle_sl(pair, prompt_ids, runs[len(runs) // 2])
     return RunResult(method, tuple(prompt_ids), tuple(records), summarize(records))
+
+
+def series_executor() -> ThreadPoolExecutor:
+    """One thread for the second lane (PEARL's target) of a series of runs (`run(..., executor=)`):
+    made on first use and kept until the series ends (`shutdown`, or `with`), so only the series'
+    first run, a warm-up, pays a new thread's first model calls."""
+    return ThreadPoolExecutor(1, thread_name_prefix="specviz-lane")
 
 
 MAX_REPEATS = 9

@@ -87,7 +87,7 @@ def test_the_command_line_reads_prompt_files_and_the_app_never_does(tmp_path):
     import pytest
 
     from specviz.errors import SpecvizError
-    from specviz.osd.stream import StreamConfig, request_stream
+    from specviz.serving.stream import StreamConfig, request_stream
     from specviz.prompts import load_suite, take
 
     mine = tmp_path / "mine.txt"

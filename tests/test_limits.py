@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import specviz
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits, app_limits, check_count, check_number
+from specviz.limits import check_count, check_number
+from specviz.serving.limits import AppLimits, app_limits
 from specviz.ui.racing import run_race
 
 

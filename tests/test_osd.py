@@ -14,9 +14,9 @@ from specviz.osd.learner import OnlineLearner, OsdConfig, load_adapted_draft
 from specviz.oracle import draft_predictions
 from specviz.osd.analysis import moving_alpha, token_table
 from specviz.osd.losses import LOSSES, distillation_loss
-from specviz.osd.stream import StreamConfig, replay_greedy, request_stream, simulate
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, shift_points, token_precision
 from specviz.prompts import Prompt
+from specviz.serving.stream import StreamConfig, replay_greedy, request_stream, simulate
 
 PROMPT = "def fibonacci(n):"
 
@@ -81,7 +81,7 @@ def test_request_buffer_records_the_rejected_positions(perturbed_pair):
     rejected = [r.position + r.accepted for r in result.records if r.accepted < len(r.drafted)]
     assert rejected, "the perturbed pair rejects some drafts"
     # the same run through the learner's buffer
-    specviz.generate("osd", perturbed_pair, PROMPT, max_new_tokens=40, learner=learner)
+    specviz.generate("osd", perturbed_pair, PROMPT, max_new_tokens=40, session=learner)
     sample = learner.replay.samples[0]
     assert list(sample.positions) == rejected
     assert list(sample.ids) == list(result.prompt_ids) + list(result.summary.output_ids)
@@ -175,7 +175,7 @@ def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random
         learner = OnlineLearner(pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1))
         for prompt in (PROMPT, "Janet's ducks lay 16 eggs per day.", PROMPT):
             ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=24).summary.output_ids
-            got = specviz.generate("osd", pair, prompt, max_new_tokens=24, learner=learner)
+            got = specviz.generate("osd", pair, prompt, max_new_tokens=24, session=learner)
             assert got.summary.output_ids == ref
             assert {r.extra["draft_version"] for r in got.records} == {learner.version - 1}  # one draft per request
         assert learner.version == 3
@@ -188,7 +188,7 @@ def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random
 
 def test_background_updates_swap_in_between_requests(random_pair):
     learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, background=True, steps=2, lr=1e-2))
-    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learner)
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learner)
     assert learner.version == 0  # the update runs in the worker; nothing is swapped mid-stream
     learner.wait()
     assert learner.version == 1 and learner.updates[0]["ms"] > 0
@@ -204,7 +204,7 @@ def test_the_draft_learns_when_requests_run_without_autograd(random_pair, backgr
     ids = specviz.encode_prompt(random_pair, PROMPT)
     ref = [t for r in specviz.run("autoregressive", random_pair, ids, max_new_tokens=12) for t in r.emitted]
     for _ in range(3):
-        got = [t for r in without_autograd(specviz.run("osd", random_pair, ids, max_new_tokens=12, learner=learner)) for t in r.emitted]
+        got = [t for r in without_autograd(specviz.run("osd", random_pair, ids, max_new_tokens=12, session=learner)) for t in r.emitted]
         assert got == ref
     learner.wait()
     assert learner.version == 3 and len(learner.updates) == 3
@@ -213,7 +213,7 @@ def test_the_draft_learns_when_requests_run_without_autograd(random_pair, backgr
 
 def test_save_and_load_roundtrip(tmp_path, random_pair):
     learner = OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1))
-    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learner)
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learner)
     path = learner.save(tmp_path / "draft.safetensors")
     fresh = OnlineLearner(random_pair.draft)
     fresh.load(path)
@@ -226,42 +226,44 @@ def test_save_and_load_roundtrip(tmp_path, random_pair):
 def test_the_session_gives_each_series_its_own_learner(random_pair):
     """Learners copy on write: they serve the pair's draft until their first update, then their own."""
     spec = get_method("osd")
-    a, b = new_session(spec, random_pair)["learner"], new_session(spec, random_pair)["learner"]
+    a, b = new_session(spec, random_pair), new_session(spec, random_pair)
     assert a is not b and a.serving is random_pair.draft and a._trainee is None  # no copy held yet
     before = [p.clone() for p in random_pair.draft.parameters()]
     a.config = OsdConfig(update_interval=1, lr=1e-2, steps=1)
-    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=a)
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=a)
     assert a.version == 1 and a.serving is not random_pair.draft and b.serving is random_pair.draft
     assert all(torch.equal(x, y) for x, y in zip(before, random_pair.draft.parameters()))  # the pair's draft untouched
 
 
-def test_at_most_capacity_learners_hold_their_own_weights(random_pair, monkeypatch):
-    """The app's bound on adapted drafts: one more learner taking its weights makes the least
+def test_at_most_capacity_learners_hold_their_own_weights(random_pair):
+    """A server's bound on adapted drafts: one more learner taking its weights makes the least
     recently used give its own back; that learner serves the pair's draft again, still losslessly."""
-    from specviz.osd import pool
+    from specviz.serving.pools import AdaptedDrafts
 
-    monkeypatch.setattr(pool.ADAPTED_DRAFTS, "capacity", 2)
-    learners = [OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1)) for _ in range(3)]
+    pool = AdaptedDrafts(capacity=2)
+    learners = [OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1), pool=pool) for _ in range(3)]
     ref = specviz.generate("autoregressive", random_pair, PROMPT, max_new_tokens=16).summary.output_ids
     for learner in learners[:2]:
-        specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learner)
-    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learners[0])  # learner 1 is now the least recent
-    assert [x.adapted for x in learners] == [True, True, False] and len(pool.ADAPTED_DRAFTS) == 2
-    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=learners[2])
+        specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learner)
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learners[0])  # learner 1 is now the least recent
+    assert [x.adapted for x in learners] == [True, True, False] and len(pool) == 2
+    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learners[2])
     first, second, third = learners
-    assert first.adapted and third.adapted and not second.adapted and len(pool.ADAPTED_DRAFTS) == 2
+    assert first.adapted and third.adapted and not second.adapted and len(pool) == 2
     assert second.serving is random_pair.draft and second._trainee is None and second._optimizer is None
     assert second.releases == 1 and second.version == 0 and len(second.updates) == 1  # its history stays
-    again = specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, learner=second)
+    again = specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=second)
     assert again.summary.output_ids == ref and {r.extra["draft_version"] for r in again.records} == {0}
     assert second.adapted and not first.adapted  # it learns again, from the pair's draft; the least recent gave way
 
 
-def test_bad_options_raise_a_clear_error():
+def test_bad_options_raise_a_clear_error(random_pair):
     with pytest.raises(specviz.SpecvizError, match="loss"):
         OsdConfig(loss="mse")
-    with pytest.raises(specviz.SpecvizError, match="learner"):
-        get_method("osd").make_options(learner="not a learner")
+    with pytest.raises(specviz.SpecvizError, match="OnlineLearner"):
+        specviz.run("osd", random_pair, PROMPT, session="not a learner")
+    with pytest.raises(specviz.SpecvizError, match="no session"):
+        specviz.run("vanilla", random_pair, PROMPT, session=new_session(get_method("osd"), random_pair))
 
 
 def test_the_experiment_reports_alpha_at_the_start_and_end_of_each_suite_stretch():

@@ -61,8 +61,9 @@ def test_every_methods_records_carry_exactly_its_declared_extra_fields(method, p
     families = spec.extra_families()
     declared = extras.keys(families)
     sampling = {"temperature": 1.0, "seed": 5} if spec.supports_sampling else {}
-    opts = {**spec.select({"speculation_length": 3}), **new_session(spec, perturbed_pair)}  # OSD: with its learner
-    result = specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=20, **sampling, **opts)
+    opts = spec.select({"speculation_length": 3})
+    session = new_session(spec, perturbed_pair)  # OSD: its learner
+    result = specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=20, **sampling, **opts, session=session)
     bounds = RunBounds(method=method, records=len(result.records), prompt_tokens=len(result.prompt_ids), max_new_tokens=20,
                        vocab_size=perturbed_pair.vocab_size, families=families)  # fmt: skip
     for r in result.records:

@@ -34,7 +34,7 @@ def test_the_tab_offers_a_short_stream_within_the_limits():
     """Defaults a lecture can wait for (8 requests of 32 tokens, two updates: 16 took over two minutes
     on the default pair, 12 three minutes on a busy CPU), the requests slider capped at the
     deployment's limit, and the three losses of the paper."""
-    from specviz.limits import AppLimits
+    from specviz.serving.limits import AppLimits
 
     with gr.Blocks() as demo:
         online.build_tab(tab_context(limits=AppLimits()))

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits
+from specviz.serving.limits import AppLimits
 from specviz.ui.blocks import discover_tabs
 from specviz.ui.panels import live_metrics, race_html
 from specviz.ui.racing import RaceSettings, run_race
@@ -205,17 +205,17 @@ def test_the_option_widgets_come_from_the_options_classes():
 def test_an_online_learner_taken_back_by_the_server_is_named_on_its_panel(perturbed_pair, monkeypatch):
     """At most SPECVIZ_LIMIT_ADAPTED_DRAFTS learners keep their weights: a visitor whose learner gave
     its own back reads why on the OSD panel (its α starts over from the pair's draft)."""
-    from specviz.osd import pool
+    from specviz.serving import pools
 
-    monkeypatch.setattr(pool.ADAPTED_DRAFTS, "capacity", 1)
+    monkeypatch.setattr(pools.ADAPTED_DRAFTS, "capacity", 1)
     settings = RaceSettings("def add(a, b):", ("autoregressive", "osd"), max_new_tokens=12)
     mine, theirs = {}, {}
     for sessions in (mine, theirs):
         for race in run_race(perturbed_pair, settings, sessions, threading.Event()):
             pass
-        learner = sessions[(perturbed_pair.name, "osd")]["learner"]
+        learner = sessions[(perturbed_pair.name, "osd")]
         learner.update()  # as after the 8th request: the learner takes weights of its own
-    assert mine[(perturbed_pair.name, "osd")]["learner"].releases == 1  # the other visitor's learner took its place
+    assert mine[(perturbed_pair.name, "osd")].releases == 1  # the other visitor's learner took its place
     for race in run_race(perturbed_pair, settings, mine, threading.Event()):
         pass
     osd = {r.name: r for r in race.runs}["osd"]
@@ -234,7 +234,7 @@ def test_osd_learns_across_a_visitors_races_and_a_failing_method_is_logged(rando
         for race in run_race(random_pair, settings, sessions, threading.Event()):
             pass
         assert race.runs[0].status == "done", race.runs[0].message
-    learner = sessions[(random_pair.name, "osd")]["learner"]
+    learner = sessions[(random_pair.name, "osd")]
     assert learner.version == 1 and len(learner.updates) == 1
 
     def broken(samples):

@@ -219,7 +219,7 @@ def test_an_infinite_or_nan_extra_is_one_clear_error(saved_all, method):
 @pytest.fixture(scope="module")
 def load_saved():
     """The Race tab's 'Load a saved race' handler, as gradio calls it."""
-    from specviz.limits import AppLimits
+    from specviz.serving.limits import AppLimits
     from specviz.ui import build_app
 
     demo = build_app(pair="tiny-perturbed", limits=AppLimits())

@@ -10,17 +10,18 @@ import os
 import select
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from specviz import workers
+from specviz.serving import threads
+from specviz.serving.threads import MODELS, PEARL_TARGET
 from specviz.ui.racing import RaceSettings, run_race
-from specviz.workers import MODELS
 
 
 def test_a_worker_runs_calls_in_order_on_one_thread_and_hands_back_errors():
-    worker = workers.on("test-worker")
-    assert workers.on("test-worker") is worker
+    worker = threads.on("test-worker")
+    assert threads.on("test-worker") is worker
     seen: list[tuple[int, str]] = []
     futures = [worker.submit(lambda i=i: seen.append((i, threading.current_thread().name))) for i in range(5)]
     for f in futures:
@@ -32,12 +33,12 @@ def test_a_worker_runs_calls_in_order_on_one_thread_and_hands_back_errors():
 
 
 def test_a_forked_child_gets_its_own_worker_threads():
-    workers.on("test-forked").call(lambda: None)  # the parent's thread is running
+    threads.on("test-forked").call(lambda: None)  # the parent's thread is running
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: the parent's thread did not come along, a new one must serve
         try:
-            name = workers.on("test-forked").call(lambda: threading.current_thread().name)
+            name = threads.on("test-forked").call(lambda: threading.current_thread().name)
             os.write(write, name.encode())
         finally:
             os._exit(0)
@@ -66,8 +67,30 @@ def test_every_forward_pass_of_a_race_runs_on_the_same_long_lived_threads(pertur
     finally:
         for h in hooks:
             h.remove()
-    assert {name for name, _ in calls} == {MODELS, "pearl-target"}
+    assert {name for name, _ in calls} == {MODELS, PEARL_TARGET}
     assert len(set(calls)) == 2  # one thread each, for both races: no thread started per run
+
+
+def test_pearl_runs_its_target_lane_on_the_executor_it_is_lent_else_on_a_thread_of_its_own(perturbed_pair):
+    """The library lends PEARL nothing: a run starts a thread for its target lane and ends it; a
+    caller's executor (the app's long-lived thread, the bench's) serves every run it is lent to."""
+    import specviz
+
+    names: list[str] = []
+    hook = perturbed_pair.target.register_forward_pre_hook(lambda module, args: names.append(threading.current_thread().name))
+    try:
+        alone = [t for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12) for t in r.emitted]
+        assert any(n.startswith("pearl-target-run") for n in names)
+        assert not any(t.name.startswith("pearl-target-run") for t in threading.enumerate())  # ended with the run
+        names.clear()
+        with ThreadPoolExecutor(1, thread_name_prefix="lent") as lent:
+            for _ in range(2):
+                lent_out = [t for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12, executor=lent)
+                            for t in r.emitted]  # fmt: skip
+                assert lent_out == alone
+        assert "lent_0" in names and not any(n.startswith("pearl-target") for n in names)
+    finally:
+        hook.remove()
 
 
 LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("label", default="unset")
@@ -78,9 +101,9 @@ def test_a_handler_runs_on_the_models_thread_in_the_callers_context():
         return x + 1, threading.current_thread().name, LABEL.get()
 
     LABEL.set("this request")
-    assert workers.running_on(MODELS, handler)(1) == (2, MODELS, "this request")
+    assert threads.running_on(MODELS, handler)(1) == (2, MODELS, "this request")
     with pytest.raises(KeyError):
-        workers.running_on(MODELS, lambda: {}["missing"])()
+        threads.running_on(MODELS, lambda: {}["missing"])()
 
 
 def test_a_streaming_handler_is_stepped_on_the_models_thread_and_closed_there():
@@ -95,7 +118,7 @@ def test_a_streaming_handler_is_stepped_on_the_models_thread_and_closed_there():
             closed.append(threading.current_thread().name)
 
     LABEL.set("streamed")
-    wrapped = workers.running_on(MODELS, handler)
+    wrapped = threads.running_on(MODELS, handler)
     assert inspect.isgeneratorfunction(wrapped)  # gradio and one_at_a_time see a streaming handler
     assert list(wrapped(3)) == [0, 1, 2]
     assert where == [(MODELS, "streamed")] * 3 and closed == [MODELS]
@@ -106,7 +129,7 @@ def test_a_streaming_handler_is_stepped_on_the_models_thread_and_closed_there():
 
 
 def test_a_call_from_the_workers_own_thread_runs_at_once():
-    worker = workers.on("test-nested")
+    worker = threads.on("test-nested")
     assert worker.call(lambda: worker.call(lambda: threading.current_thread().name)) == "test-nested"
 
 

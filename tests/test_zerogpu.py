@@ -23,7 +23,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from specviz.limits import AppLimits
+from specviz.serving.limits import AppLimits
 from specviz.ui.gpu import MOST_S, gpu_seconds
 from specviz.ui.panels import Race
 

@@ -6,7 +6,7 @@
 
 Greedy decoding. Every request is served for real by `osd` (the learner updates the draft every
 --update-interval requests, between requests); the static draft's acceptance on the same request
-is replayed from the target's output (exact for greedy, see `specviz.osd.stream`), and over the
+is replayed from the target's output (exact for greedy, see `specviz.serving.stream`), and over the
 last --measure-last requests the static draft also serves for real, for a measured speedup beside
 the one OSD's formula implies. Writes results.json, rows.csv, tokens.md and figures (HTML) under --out.
 """
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     from specviz.errors import SpecvizError
     from specviz.models.pair import load_pair
     from specviz.osd.learner import OnlineLearner, OsdConfig
-    from specviz.osd.stream import StreamConfig, request_stream, simulate
+    from specviz.serving.stream import StreamConfig, request_stream, simulate
 
     args = parse_args(argv)
     try:

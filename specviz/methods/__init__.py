@@ -30,9 +30,10 @@ class MethodSpec:
     # "" : lossless against the target's own output (distribution); else the model it is lossless
     # against, or a function (pair, options) -> that text ("" when, for this pair and options, it is the target)
     lossless_against: str | Callable[[Any, dict[str, Any]], str] = ""
-    # (pair) -> options shared by a series of runs, for methods that carry state from one request
-    # to the next (OSD's online learner). The app and the benchmark call it once per series.
-    session: Callable[[Any], dict[str, Any]] | None = None
+    # (pair) -> the state a series of runs shares, for methods that carry it from one request to the
+    # next (OSD's online learner), passed to each run as `run(..., session=)`. The app and the
+    # benchmark call it (`new_session`) once per series.
+    session: Callable[[Any], Any] | None = None
     # the families of extra fields its records carry besides Decoding.commit's (specviz.extras), e.g. (TreeExtra,)
     extras: tuple[type, ...] = ()
 
@@ -89,9 +90,10 @@ def all_methods() -> list[MethodSpec]:
     return sorted(_REGISTRY.values(), key=lambda s: (s.is_oracle, s.rank, s.name))
 
 
-def new_session(spec: MethodSpec, pair: Any) -> dict[str, Any]:
-    """Options that carry a stateful method's state across the runs of one series (empty for most)."""
-    return spec.session(pair) if spec.session is not None else {}
+def new_session(spec: MethodSpec, pair: Any) -> Any:
+    """The state a stateful method carries across the runs of one series (`run(..., session=)`);
+    None for most methods, which carry nothing."""
+    return spec.session(pair) if spec.session is not None else None
 
 
 def method_names() -> list[str]:

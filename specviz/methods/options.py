@@ -3,8 +3,9 @@ widget by the app and parsed from the bench's `--option METHOD.NAME=VALUE`.
 
 An options dataclass marks a tunable field with `count(...)`, `number(...)` or `choice(...)`; its
 help text is the field's end-of-line comment. Fields without a mark (a bool aside) are for the
-library and the CLI only: file paths and live objects (OSD's learner) never become widgets, so a
-visitor of a public page cannot point a method at a file.
+library and the CLI only: file paths never become widgets, so a visitor of a public page cannot
+point a method at a file. Live objects are no options: a run is lent them (`run(..., session=,
+executor=)`).
 """
 
 from __future__ import annotations

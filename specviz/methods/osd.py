@@ -1,9 +1,10 @@
 """Online Speculative Decoding (Liu et al. 2023, Algorithm 1): vanilla speculative decoding whose
 draft keeps learning from the target's distributions on the requests it serves.
 
-The learner lives across requests: the benchmark and the app create one per series with the
-method's `session` (per user in the app, per run of the CLI), so one user's adaptation never changes
-another's draft. Without a session a run has nothing to carry its lessons to: it is vanilla SD.
+The learner lives across requests: it is the method's session (`run(..., session=learner)`), made
+once per series with `new_session` (per visitor in the app, per variant in the benchmark), so one
+user's adaptation never changes another's draft. Without a session a run has nothing to carry its
+lessons to: it is vanilla SD.
 """
 
 from __future__ import annotations
@@ -26,21 +27,16 @@ from specviz.records import IterationRecord
 @dataclass(frozen=True)
 class OsdOptions:
     speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration
-    learner: Any = None  # the session's OnlineLearner, shared by a series of requests; None: no learning
 
     def __post_init__(self) -> None:
         check_fields(self)
-        from specviz.osd.learner import OnlineLearner
-
-        if self.learner is not None and not isinstance(self.learner, OnlineLearner):
-            raise SpecvizError(f"learner must be an OnlineLearner (from the method's session), got {type(self.learner).__name__}")
 
 
-def osd_session(pair: Any) -> dict[str, Any]:
+def osd_session(pair: Any) -> Any:
     """One learner for a series of requests, starting from the pair's draft."""
     from specviz.osd.learner import OnlineLearner
 
-    return {"learner": OnlineLearner(pair.draft)}
+    return OnlineLearner(pair.draft)
 
 
 @register(
@@ -54,7 +50,15 @@ def osd_session(pair: Any) -> dict[str, Any]:
     extras=(OnlineExtra,),
 )
 def osd(dec: Decoding, opts: OsdOptions) -> Iterator[IterationRecord]:
-    learner = opts.learner
+    from specviz.osd.learner import OnlineLearner
+
+    if dec.session is not None and not isinstance(dec.session, OnlineLearner):  # checked before the first step
+        raise SpecvizError(f"osd's session must be an OnlineLearner (from new_session), got {type(dec.session).__name__}")
+    return online_decoding(dec, opts, dec.session)
+
+
+def online_decoding(dec: Decoding, opts: OsdOptions, learner: Any) -> Iterator[IterationRecord]:
+    """Algorithm 1 for one request: serve with the learner's draft, fill R, hand it to the learner."""
     if learner is None:  # a lone request: nothing to learn for
         yield from speculative_decoding(dec, ModelDrafter(dec), StaticLength(opts.speculation_length))
         return

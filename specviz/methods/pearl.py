@@ -19,11 +19,12 @@ the run's generator; the draft samples with its own generator (it runs in anothe
 output is distributed as the target's and greedy output equals autoregressive decoding.
 
 Real concurrency: the target's job runs in a second thread (torch releases the GIL inside its
-kernels) and, on CUDA, each model issues its kernels on its own stream. `concurrent=False` runs the
-two jobs of a round one after the other (same tokens): with it, each forward's time is measured
-without interference, and the record's `ideal_s` (`extras.PearlExtra`) says how long the step
-would take if the shorter job hid behind the longer one, as on hardware with separate resources
-for the two models.
+kernels: the executor the caller lends, `run(..., executor=)`, else one the run starts) and, on
+CUDA, each model issues its kernels on its own stream. `concurrent=False` runs the two jobs of a
+round one after the other (same tokens): with it, each forward's time is measured without
+interference, and the record's `ideal_s` (`extras.PearlExtra`) says how long the step would take if
+the shorter job hid behind the longer one, as on hardware with separate resources for the two
+models.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Pearl:
         seed = int(torch.randint(2**62, (1,), generator=dec.generator, device=dec.generator.device))  # the draft samples in its own thread
         self.drafter = ModelDrafter(dec, lm=self.draft_lm, generator=torch.Generator(self.draft_lm.device).manual_seed(seed))
         self.policy = StaticLength(self.gamma)
-        self.lanes = Lanes(opts.concurrent, self.draft_lm.device, self.target.device)
+        self.lanes = Lanes(opts.concurrent, self.draft_lm.device, self.target.device, dec.executor)
         self.pending = NO_DRAFT  # drafts after dec.ids that no verification has seen yet
         self.log, self.t_start = Round(), dec.now()
 
@@ -158,13 +159,16 @@ NO_DRAFT = Draft([], None, 0)
 def pearl_decoding(dec: Decoding, opts: PearlOptions, pre_verify: bool = True, post_verify: bool = True) -> Iterator[IterationRecord]:
     """PEARL's loop (Algorithm 1); with pre_verify=False or post_verify=False, the ablations of its Table 3."""
     run = Pearl(dec, opts)
-    while not dec.done:
-        if run.pending.tokens:
-            yield run.post_verify(draft_ahead=post_verify)
-        elif pre_verify or run.window() == 0:
-            yield run.pre_verify()
-        else:
-            run.draft_alone()
+    try:
+        while not dec.done:
+            if run.pending.tokens:
+                yield run.post_verify(draft_ahead=post_verify)
+            elif pre_verify or run.window() == 0:
+                yield run.pre_verify()
+            else:
+                run.draft_alone()
+    finally:
+        run.lanes.close()
 
 
 PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Length (PEARL)"

@@ -1,9 +1,9 @@
 """PEARL's machinery for running a draft and a target at the same time, and for timing it.
 
 `TimedLM` notes when each forward pass really ran; `Lanes` runs a round's draft job and target job
-concurrently (the target's in a second thread; its own CUDA stream on GPU; the CPU's intra-op
-threads split between them) or one after the other; `Round` gathers the passes between two records
-and the time full overlap would have saved. `optimal_window` is Theorem 1's window γ = round(c),
+concurrently (the target's on an executor's thread: the caller's, or one the run starts; its own
+CUDA stream on GPU; the CPU's intra-op threads split between them) or one after the other; `Round`
+gathers the passes between two records and the time full overlap would have saved. `optimal_window` is Theorem 1's window γ = round(c),
 with c = target / draft forward time measured once per pair.
 """
 
@@ -13,11 +13,11 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from specviz import workers
 from specviz.cost.formulas import pearl_window
 from specviz.models.devices import synchronize
 from specviz.models.kv import CachedLM
@@ -71,14 +71,19 @@ def optimal_window(pair: Any) -> int:
 
 
 class Lanes:
-    """Runs a round's draft job and target job at the same time (the target's in a second thread that
-    lives as long as the process, `specviz.workers`; each on its own CUDA stream on GPU), or one after
-    the other when not concurrent. On CPU the intra-op threads are split between the two jobs (OpenMP
-    thread counts are per thread); with one thread in all (OMP_NUM_THREADS=1) each job gets one, i.e.
-    a core each."""
+    """Runs a round's draft job and target job at the same time (the target's on `executor`'s thread,
+    each on its own CUDA stream on GPU), or one after the other when not concurrent. On CPU the
+    intra-op threads are split between the two jobs (OpenMP thread counts are per thread); with one
+    thread in all (OMP_NUM_THREADS=1) each job gets one, i.e. a core each.
 
-    def __init__(self, concurrent: bool, draft_device: torch.device, target_device: torch.device):
-        self.target_lane = workers.on("pearl-target") if concurrent else None
+    `executor` (submit(fn, *args) -> Future, as `concurrent.futures`' do) is lent by the caller, who
+    keeps it across runs (the app: a thread as old as the process, so that no run pays a new thread's
+    first model calls inside its timing); without one the lanes start their own thread for the run
+    and `close` ends it."""
+
+    def __init__(self, concurrent: bool, draft_device: torch.device, target_device: torch.device, executor: Any = None):
+        self._owned = ThreadPoolExecutor(1, thread_name_prefix="pearl-target-run") if concurrent and executor is None else None
+        self.target_lane = (executor if executor is not None else self._owned) if concurrent else None
         cuda = concurrent and draft_device.type == "cuda" and target_device.type == "cuda"
         self.streams = (torch.cuda.Stream(draft_device), torch.cuda.Stream(target_device)) if cuda else (None, None)
         self.total = torch.get_num_threads()  # a job that runs alone gets them all
@@ -113,6 +118,11 @@ class Lanes:
         finally:
             target = future.result()  # never leave the target's thread running on our caches
         return drafted, target, True
+
+    def close(self) -> None:
+        """End the thread these lanes started (none when the caller lent its executor)."""
+        if self._owned is not None:
+            self._owned.shutdown(wait=True)
 
 
 def overlap(a: list[list[float]], b: list[list[float]]) -> float:

@@ -6,7 +6,8 @@ steps on Q with a distillation loss, Q is cleared, and the trainee's weights are
 serving copy. The copy happens only between requests, so every request is served by one draft from
 start to finish, and the output is the target's whatever the draft learns (verification decides).
 With `background=True` the update runs in a worker thread off the request path; its weights are
-swapped in at the start of the first request after it finishes.
+swapped in at the start of the first request after it finishes. A server bounds how many learners
+hold weights of their own by giving each its pool (`specviz.serving.pools`); the library's have none.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import torch
 from specviz.errors import SpecvizError
 from specviz.osd.buffers import POSITIONS, ReplayBuffer, RequestBuffer, Sample
 from specviz.osd.losses import LOSSES, distillation_loss
-from specviz.osd.pool import ADAPTED_DRAFTS
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -67,8 +67,11 @@ class OsdConfig:
 class OnlineLearner:
     """One adapting draft: a serving copy, a trainee copy, the replay buffer Q and the update history."""
 
-    def __init__(self, draft: torch.nn.Module, config: OsdConfig | None = None):
+    def __init__(self, draft: torch.nn.Module, config: OsdConfig | None = None, pool: Any = None):
         self.config = config or OsdConfig()
+        # what bounds the learners holding weights of their own (hold(self) / drop(self): the server's
+        # AdaptedDrafts, which may `release` this one); None: unbounded, as in the library
+        self.pool = pool
         # Copies on write: until its first update a learner serves the pair's own draft (read only)
         # and holds no trainee, so a visitor who never learns costs no memory (a draft copy, its
         # float32 trainee and Adam's two moments would be ~4x the draft's size).
@@ -84,7 +87,7 @@ class OnlineLearner:
         self._last_update_at = 0  # self.requests when the last update started
         self._worker: threading.Thread | None = None
         self._pending: dict[str, Any] | None = None  # a finished update not yet swapped in
-        self.releases = 0  # times the server's bound on adapted drafts took this learner's weights back
+        self.releases = 0  # times its pool took this learner's weights back
 
     @property
     def adapted(self) -> bool:
@@ -97,7 +100,7 @@ class OnlineLearner:
         if self._trainee is None:
             self._trainee = copy.deepcopy(self._draft).float().eval().requires_grad_(True)
             self._optimizer = _optimizer(self.config, self._trainee.parameters())
-            ADAPTED_DRAFTS.hold(self)
+            self._hold()
         return self._trainee
 
     @property
@@ -110,7 +113,7 @@ class OnlineLearner:
         """The serving draft, copied from the pair's before this learner first changes it."""
         if self.serving is self._draft:
             self.serving = copy.deepcopy(self._draft).eval().requires_grad_(False)
-            ADAPTED_DRAFTS.hold(self)
+            self._hold()
         return self.serving
 
     def release(self) -> None:
@@ -122,7 +125,13 @@ class OnlineLearner:
         self.serving, self._trainee, self._optimizer = self._draft, None, None
         self.version = 0
         self.releases += 1
-        ADAPTED_DRAFTS.drop(self)
+        if self.pool is not None:
+            self.pool.drop(self)
+
+    def _hold(self) -> None:
+        """Tell the pool that this learner holds (or keeps using) weights of its own."""
+        if self.pool is not None:
+            self.pool.hold(self)
 
     # -- serving ---------------------------------------------------------------------------------
     def begin_request(self) -> torch.nn.Module:
@@ -130,7 +139,7 @@ class OnlineLearner:
         if self._worker is not None and not self._worker.is_alive():
             self._swap()
         if self.adapted:
-            ADAPTED_DRAFTS.hold(self)  # the most recently used: the last to give its weights back
+            self._hold()  # the most recently used: the last to give its weights back
         return self.serving
 
     def request_buffer(self) -> RequestBuffer:

@@ -15,10 +15,10 @@ from typing import Any
 
 import gradio as gr
 
-from specviz import workers
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits, app_limits
-from specviz.osd.pool import ADAPTED_DRAFTS
+from specviz.serving import threads
+from specviz.serving.limits import AppLimits, app_limits
+from specviz.serving.pools import size_pools
 from specviz.ui.feedback import said_where_raised, user_error
 from specviz.ui.gpu import no_gpu
 from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choices, resolve_pair
@@ -41,7 +41,7 @@ class TabContext:
     # (fn, duration=seconds or fn(*args) -> seconds) -> fn made to run where the GPU is: spaces.GPU on a
     # ZeroGPU Space (a forked worker per call: plain data in and out, specviz.ui.gpu), else the identity
     gpu: Callable[..., Callable] = no_gpu
-    limits: AppLimits = AppLimits()  # what one visitor may ask for (specviz.limits; environment overrides)
+    limits: AppLimits = AppLimits()  # what one visitor may ask for (specviz.serving.limits; environment overrides)
     allowed_pairs: tuple[str, ...] | None = None  # None: any pair name; else only these (limits.presets_only)
     # name -> (pair, notice) of the pairs loaded at start-up: on ZeroGPU the only ones served (a worker
     # inherits them; a pair loaded later, in a request's thread, could not be moved to the GPU)
@@ -56,11 +56,11 @@ class TabContext:
 
     def run_models(self, fn: Callable, seconds: Callable[..., int] | int | None = None) -> Callable:
         """`fn` made a model call: it waits for its turn on the models (specviz.ui.turns, in this
-        process), then runs on the models' thread (specviz.workers); on a ZeroGPU Space in a worker
-        with a GPU for at most `seconds` (or `seconds(*args)`), so `fn` takes and returns plain data
-        and the caller draws the page. Its errors arrive as gr.Errors. The Race takes turns per method
-        instead."""
-        return one_at_a_time(self.gpu(workers.running_on(workers.MODELS, said_where_raised(fn)), duration=seconds))
+        process), then runs on the models' thread (specviz.serving.threads); on a ZeroGPU Space in a
+        worker with a GPU for at most `seconds` (or `seconds(*args)`), so `fn` takes and returns plain
+        data and the caller draws the page. Its errors arrive as gr.Errors. The Race takes turns per
+        method instead."""
+        return one_at_a_time(self.gpu(threads.running_on(threads.MODELS, said_where_raised(fn)), duration=seconds))
 
     def models_queue(self) -> dict[str, Any]:
         """The event options of every handler that runs models: one gradio queue, `admitted_runs` at once."""
@@ -127,7 +127,7 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
               placement: Placement = Placement()) -> gr.Blocks:  # fmt: skip
     """The whole app. `pair`: the pair selected when the page opens (loaded on first visit).
     `gpu`: spaces.GPU on a ZeroGPU Space (the pairs it serves are loaded here, now), else None.
-    `limits`: what one visitor may ask for (default: specviz.limits.app_limits(), from the environment).
+    `limits`: what one visitor may ask for (default: specviz.serving.limits.app_limits(), from the environment).
     `placement`: the device and dtype every pair is loaded with."""
     limits = limits or app_limits()
     allowed = tuple(pair_choices(pair)) if limits.presets_only else None
@@ -164,7 +164,7 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                     gr.Markdown(f"The module `specviz.ui.{name}` failed to import:\n```\n{error}\n```")
         # Load the pair when the page opens and when it changes (the race waits behind a load); a
         # loaded pair is described without a GPU call.
-        status = one_at_a_time(workers.running_on(workers.MODELS, lambda name: _load_status(ctx, name)))
+        status = one_at_a_time(threads.running_on(threads.MODELS, lambda name: _load_status(ctx, name)))
         for trigger in (demo.load, pair_box.change):
             trigger(status, pair_box, pair_status, **ctx.models_queue(), show_progress="minimal")
         demo.unload(_visitor_left)
@@ -188,7 +188,7 @@ def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     limits = getattr(demo, "specviz_limits", AppLimits())
     kwargs.setdefault("ssr_mode", False)
     kwargs.setdefault("state_session_capacity", limits.sessions)
-    ADAPTED_DRAFTS.capacity = limits.adapted_drafts  # server-wide: the least recently used learner gives its weights back
+    size_pools(limits)  # server-wide: past its bound, the least recently used learner gives its weights back
     limit_malloc_arenas()  # before gradio starts its worker threads
     start_janitor(demo, limits.session_ttl_s)
     # Gradio's start-up self-check (one HEAD request to the local URL with a 3 s timeout) fails on

@@ -1,10 +1,11 @@
 """The "Online learning" tab: serve a stream of requests with OSD and watch the draft learn.
 
-Each visitor gets their own learner (kept in `gr.State`): their adaptation never changes anyone
-else's draft, and the adapted draft can be downloaded as safetensors. On a ZeroGPU Space the stream
-is served in a GPU worker (specviz.ui.gpu), where the learner lives and is lost: the page gets plain
-rows, and the token analysis and the download, which need the learner, answer with a note. Handlers
-are plain functions of widget values (tested without a server); no torch at import.
+Each visitor gets their own learner (kept in `gr.State`, its adapted weights counted against the
+server's bound, `specviz.serving.pools`): their adaptation never changes anyone else's draft, and
+the adapted draft can be downloaded as safetensors. On a ZeroGPU Space the stream is served in a GPU
+worker (specviz.ui.gpu), where the learner lives and is lost: the page gets plain rows, and the
+token analysis and the download, which need the learner, answer with a note. Handlers are plain
+functions of widget values (tested without a server); no torch at import.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits, check_count
+from specviz.limits import check_count
+from specviz.osd.analysis import window_alpha
+from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import problem_text, user_error
 from specviz.ui.gpu import gpu_seconds
-from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 
 TAB_TITLE = "Online learning"
@@ -50,14 +52,15 @@ def serve_stream(
     the learner, the rows, and `stats`: what the summary shows of the learner, plain)."""
     import specviz
     from specviz.osd.learner import OnlineLearner, OsdConfig
-    from specviz.osd.stream import StreamConfig, request_stream, simulate
+    from specviz.serving.pools import ADAPTED_DRAFTS
+    from specviz.serving.stream import StreamConfig, request_stream, simulate
 
     pair = (load_pair or specviz.load_pair)(pair_name)
     if pair.draft is None:
         raise specviz.SpecvizError(f"the pair '{pair.name}' has no draft model to adapt")
     prompts = request_stream(StreamConfig(tuple(suites), int(requests), int(shift_every), bool(mixed), int(distinct)))
     cfg = OsdConfig(update_interval=int(update_interval), lr=float(lr), loss=loss, background=bool(background))
-    learner = OnlineLearner(pair.draft, cfg)
+    learner = OnlineLearner(pair.draft, cfg, pool=ADAPTED_DRAFTS)
     state = {"pair": pair, "learner": learner, "rows": [], "requests": len(prompts)}
     for row in simulate(pair, prompts, learner, max_new_tokens=int(max_new_tokens), speculation_length=int(speculation_length)):
         state["rows"].append(row)

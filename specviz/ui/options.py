@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.limits import AppLimits
+from specviz.serving.limits import AppLimits
 from specviz.methods.options import OptionField, option_fields
 
 

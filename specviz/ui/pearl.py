@@ -33,17 +33,20 @@ STEP_COLUMNS = ["step", "mode", "verified drafts", "accepted", "emitted", "dropp
 
 def compare(pair: Any, prompt: str, window: int, concurrent: bool, max_new_tokens: int, repeats: int = 3) -> dict[str, Any]:
     """Run vanilla (γ = PEARL's window) and PEARL on one prompt, each warmed up and timed `repeats`
-    times (the median run is shown); rows, per-step modes and the records."""
+    times (the median run is shown); rows, per-step modes and the records. PEARL's target lane runs
+    on the app's thread for it, as in a race."""
     from specviz.methods.pearl_lanes import optimal_window
     from specviz.plots.timeline import idle_fractions
     from specviz.runner import generate_median
+    from specviz.serving import threads
 
     gamma = int(window) or optimal_window(pair)
     runs = {f"vanilla (γ={gamma})": ("vanilla", {"speculation_length": gamma}),
             f"PEARL (γ={gamma})": ("pearl", {"window": gamma, "concurrent": bool(concurrent)})}  # fmt: skip
     rows, records, steps = [], {}, []
     for label, (method, options) in runs.items():
-        result = generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
+        result = generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens),
+                                 executor=threads.on(threads.PEARL_TARGET), **options)  # fmt: skip
         s, idle = result.summary, idle_fractions(result.records)
         ideal = sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in result.records)
         rows.append({"method": label, "runs (median shown)": repeats, "tokens": s.new_tokens, "steps": s.iterations,

@@ -3,9 +3,9 @@ turns with other visitors' runs, `specviz.ui.turns`), each stepped by the models
 
 Each method's clock (`Decoding.now`) runs only while its own generator runs, and the generator is
 drained by the models' thread (`MODELS`, one for the process: a new thread would pay its first-use
-costs inside the run's timing, `specviz.workers`), so drawing the page never pauses a run (a paused
-generator would count the drawing as decoding time). The page thread wakes a few times a second to
-draw what has arrived.
+costs inside the run's timing, `specviz.serving.threads`; PEARL's target lane is lent another,
+`PEARL_TARGET`), so drawing the page never pauses a run (a paused generator would count the drawing
+as decoding time). The page thread wakes a few times a second to draw what has arrived.
 
 A race has two sides (`specviz.ui.gpu`): `run_race` (the app's process: settings, turns, the board)
 and, for each method, one call of `method_runner`'s function (where the models are: a ZeroGPU
@@ -23,14 +23,16 @@ from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from specviz import workers
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits, check_count, check_unique
+from specviz.limits import check_count, check_unique
+from specviz.serving import threads
+from specviz.serving.limits import AppLimits
+from specviz.serving.sessions import held_session, method_session
+from specviz.serving.threads import MODELS, PEARL_TARGET
 from specviz.ui.gpu import StopKey, forget_stop, gpu_seconds, new_stop_key, request_stop
 from specviz.ui.panels import BASELINE, MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.turns import TURNS, Turns
-from specviz.workers import MODELS
 
 log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
@@ -106,14 +108,14 @@ def skip_reason(spec: Any, pair: Any, settings: RaceSettings) -> str | None:
     return None
 
 
-def session_note(session: dict) -> str:
+def session_note(state: Any) -> str:
     """What a visitor should know of a method's state carried across their races: an online learner
-    whose adapted draft the server took back (specviz.osd.pool) learns again from the pair's draft."""
-    learner = session.get("learner")
-    if learner is None or not learner.releases:
+    whose adapted draft the server took back (specviz.serving.pools) learns again from the pair's draft."""
+    releases = getattr(state, "releases", 0)
+    if not releases:
         return ""
     return (f"Your online draft learns across your races, but this server keeps only a few adapted drafts at once "
-            f"(SPECVIZ_LIMIT_ADAPTED_DRAFTS) and took yours back {learner.releases} time(s): it learns again from the pair's draft.")
+            f"(SPECVIZ_LIMIT_ADAPTED_DRAFTS) and took yours back {releases} time(s): it learns again from the pair's draft.")
 
 
 def stream_records(gen: Iterator[Any], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S) -> Iterator[list[Any]]:
@@ -139,7 +141,7 @@ def stream_records(gen: Iterator[Any], stop: threading.Event | StopKey, refresh_
             gen.close()
             q.put(_END)
 
-    pumped = workers.on(MODELS).submit(pump)
+    pumped = threads.on(MODELS).submit(pump)
     batch: list[Any] = []
     deadline = time.monotonic() + refresh_s
     worker_done = False  # the worker has finished (normally or with an exception)
@@ -178,16 +180,17 @@ def run_race(
     app's process) and gives it back when done, so other visitors' runs go between this race's
     methods. In its turn a method runs through `runner` (`method_runner`'s function, wrapped in
     `spaces.GPU` on a ZeroGPU Space; default: on `pair`, here). `sessions` keeps stateful methods'
-    state across the races of one visitor (keyed by pair and method) in the process that runs the
+    state across the races of one visitor (`specviz.serving.sessions`) in the process that runs the
     models: here, or in a ZeroGPU worker (`forks`), where it ends with the run and the panel says so.
     Raises SpecvizError before anything runs when the input is bad.
     """
     import specviz
-    from specviz.methods import get_method
+    from specviz.methods import all_methods, get_method
     from specviz.runner import check_run
 
     settings.check(limits)
-    specs = sorted((get_method(m) for m in settings.methods), key=lambda s: (s.is_oracle, s.rank, s.name))
+    chosen = {get_method(m).name for m in settings.methods}  # an unknown name fails here
+    specs = [s for s in all_methods() if s.name in chosen]  # in registry order
     prompt_ids = specviz.encode_prompt(pair, settings.prompt)
     if len(prompt_ids) > limits.prompt_tokens:
         raise SpecvizError(f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it")
@@ -209,13 +212,12 @@ def run_race(
             continue
         run.options = settings.method_options(spec.name, limits)
         check_run(spec.name, pair, prompt_ids, **settings.sampling(), **run.options)  # a bad option fails now, not in its turn
-        session = sessions.get((pair.name, spec.name), {})
-        against = spec.lossless_note(pair, {**run.options, **session})
+        against = spec.lossless_note(pair, run.options)
         lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
         if against:
             lossy.add(spec.name)
         restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
-        run.note = " ".join(filter(None, [lossless, session_note(session), restarts]))
+        run.note = " ".join(filter(None, [lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts]))
         runnable.add(spec.name)
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
@@ -303,19 +305,17 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
         target alone's greedy tokens; a run that ends on its own is compared with them, ("parity",
         {"verdict": same | tie | differs, "first_difference": k}) (specviz.parity)."""
         import specviz
-        from specviz.methods import get_method, new_session
+        from specviz.methods import get_method
         from specviz.parity import compare
 
         records: list[Any] = []
         stream = None
         try:
             pair, spec = load_pair(pair_name), get_method(method)
-            key = (pair.name, spec.name)
-            if spec.session is not None and key not in sessions:
-                sessions[key] = new_session(spec, pair)
-            gen = specviz.run(spec.name, pair, prompt_ids, **sampling, **options, **sessions.get(key, {}))
+            gen = specviz.run(spec.name, pair, prompt_ids, **sampling, **options, session=method_session(sessions, spec, pair),
+                              executor=threads.on(PEARL_TARGET))  # fmt: skip
             if warm_up or pair.name not in _WARMED:
-                workers.on(MODELS).call(_warm_up, pair, prompt_ids)
+                threads.on(MODELS).call(_warm_up, pair, prompt_ids)
             stream = stream_records(gen, StopKey(stop_key))
             for batch in stream:
                 records += batch
@@ -329,10 +329,10 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
             if stream is not None:
                 stream.close()  # closed from outside (the app went away): the run ends after its iteration
         if records:
-            yield "oracle", workers.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
+            yield "oracle", threads.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
         if reference is not None and records and records[-1].stop is not None:
             output = [t for r in records for t in r.emitted]
-            parity = workers.on(MODELS).call(compare, pair, prompt_ids, reference, output)
+            parity = threads.on(MODELS).call(compare, pair, prompt_ids, reference, output)
             yield "parity", {"verdict": parity.verdict, "first_difference": parity.first_difference}
 
     return run_method

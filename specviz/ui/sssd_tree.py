@@ -11,7 +11,8 @@ from typing import Any
 
 from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
 from specviz.errors import SpecvizError
-from specviz.limits import AppLimits, check_count
+from specviz.limits import check_count
+from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
 

@@ -2,10 +2,12 @@
 
 Requests come from prompt suites, one suite after another every `shift_every` requests (the
 paper's distribution shift, appendix A.5) or mixed at random (appendix A.4). Each request is served
-for real by `osd` with the session's learner; the static draft's acceptance on the same request is
-replayed from the target's greedy output (one teacher-forced draft pass, no second target run):
-greedy verification accepts exactly the leading drafts that equal the target's tokens, so a draft
-that drafts greedily from the same prefix would have had these acceptances.
+for real by `osd` with the stream's learner as its session; the static draft's acceptance on the
+same request is replayed from the target's greedy output (one teacher-forced draft pass, no second
+target run): greedy verification accepts exactly the leading drafts that equal the target's tokens,
+so a draft that drafts greedily from the same prefix would have had these acceptances. The
+Online-learning tab serves its visitors' streams with it, the OSD experiment
+(`python -m specviz.bench osd`) its own.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def simulate(
         prompt_ids = encode_prompt(pair, prompt.text, None)
         updates_before = len(learner.updates)
         records = list(run("osd", pair, prompt_ids, max_new_tokens=max_new_tokens,
-                           speculation_length=speculation_length, learner=learner))
+                           speculation_length=speculation_length, session=learner))
         s = summarize(records)
         row = {
             "request": i,

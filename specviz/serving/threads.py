@@ -6,7 +6,8 @@ tokens, median of 6, 0.153 s on a new thread against 0.111 s on one kept alive (
 the difference was within the noise). A server that started a thread per run also kept some memory
 of each: eight visitors, nine races each, in-process, +34 MB against +29 MB once their sessions were
 dropped. So the app makes every model call on one thread that lives as long as the process (a
-race's runs, and the other tabs' handlers through `running_on`), and PEARL's target lane is another.
+race's runs, and the other tabs' handlers through `running_on`), and lends PEARL another for its
+target lane (`run(..., executor=on(PEARL_TARGET))`: a `Worker` submits as an executor does).
 
 Work submitted to a thread runs in order, one item at a time. Threads are daemons (a run still going
 at exit does not hold the process) and are started again in a forked child (ZeroGPU's workers).
@@ -26,6 +27,7 @@ from concurrent.futures import Future
 from typing import Any
 
 MODELS = "specviz-models"  # the app's thread for model calls: every race's, every tab's
+PEARL_TARGET = "pearl-target"  # the app's thread for PEARL's target lane (the draft's is MODELS)
 _DONE = object()
 
 

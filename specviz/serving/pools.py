@@ -1,4 +1,4 @@
-"""A bound on the online learners that hold weights of their own, server-wide.
+"""The server's bound on the online learners that hold weights of their own, all visitors together.
 
 A learner serves the pair's draft (shared, read only) until its first update; from then on it
 holds a serving copy of the draft, a float32 trainee and the optimiser's two moments (gradients
@@ -7,8 +7,9 @@ update, measured (~535 MB while the gradients were kept). On a public page every
 OSD eight times, or opens the Online-learning tab, would keep that much for as long as their session
 lives. `ADAPTED_DRAFTS` keeps at most `capacity` such learners: when one more takes its weights,
 the least recently used other learner gives its own back and serves the pair's draft again
-(`OnlineLearner.release`). The library leaves it unbounded; the app sets the capacity from its
-limits (`SPECVIZ_LIMIT_ADAPTED_DRAFTS`).
+(`OnlineLearner.release`). A learner counts against a pool only when it is given one
+(`OnlineLearner(..., pool=)`, or `bounded`): the library's learners have none and are unbounded.
+The app sizes the pool from its limits at launch (`size_pools`, `SPECVIZ_LIMIT_ADAPTED_DRAFTS`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class AdaptedDrafts:
     """Learners holding weights of their own, least recently used first."""
 
     def __init__(self, capacity: int | None = None):
-        self.capacity = capacity  # None: no bound (the library's default)
+        self.capacity = capacity  # None: no bound
         self._held: OrderedDict[int, weakref.ref] = OrderedDict()
         self._lock = threading.RLock()  # a weakref's callback may run while this thread holds it
 
@@ -64,4 +65,20 @@ class AdaptedDrafts:
             return sum(ref() is not None for ref in self._held.values())
 
 
-ADAPTED_DRAFTS = AdaptedDrafts()
+ADAPTED_DRAFTS = AdaptedDrafts()  # the server's: unbounded until `size_pools` sets its capacity
+
+
+def size_pools(limits: Any) -> None:
+    """Size the server-wide pools from the app's limits (`specviz.serving.limits.AppLimits`), at launch."""
+    ADAPTED_DRAFTS.capacity = limits.adapted_drafts
+
+
+def bounded(state: Any) -> Any:
+    """A stateful method's state, its adapted weights counted against `ADAPTED_DRAFTS` where it is an
+    online learner without a pool of its own (a visitor's learner: the least recently used gives
+    its weights back first)."""
+    from specviz.osd.learner import OnlineLearner
+
+    if isinstance(state, OnlineLearner) and state.pool is None:
+        state.pool = ADAPTED_DRAFTS
+    return state

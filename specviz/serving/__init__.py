@@ -1,0 +1,14 @@
+"""What serving the methods to many people needs, apart from the methods themselves.
+
+- `threads`: long-lived threads for model work (every model call, and PEARL's target lane, which
+  the app lends to PEARL as its executor).
+- `pools`: server-wide bounds on what visitors' state may hold (the online learners' adapted drafts).
+- `limits`: what the app grants one visitor (`AppLimits`, the SPECVIZ_LIMIT_* variables).
+- `sessions`: a visitor's state for the stateful methods, passed to each run as `session=`.
+- `stream`: the serving simulator, a stream of requests served by OSD (the Online-learning tab, the
+  OSD experiment).
+
+The library (`specviz.methods`, `specviz.runner`, ...) never imports this package: a method takes
+what it is lent (an executor, a session) as arguments of `specviz.run`, and without them makes its
+own for the run. Nothing here imports torch at import.
+"""
