@@ -181,22 +181,23 @@ def test_sampling_through_post_verify_chains_follows_the_target(perturbed_pair):
     must be the target's (exact, by enumerating its top-4 paths)."""
     import numpy as np
 
-    from tests.test_sampling_methods import CFG, PROMPT
+    from specviz.sampling import SamplingConfig, probabilities
     from tests.test_verify import chi_square_pvalue
-    from specviz.sampling import probabilities
+
+    cfg, prompt = SamplingConfig(temperature=1.0, top_k=4), [5, 17, 300, 42, 5, 17]
 
     def dist(ids):
-        return probabilities(perturbed_pair.target(input_ids=torch.tensor([ids])).logits[0, -1], CFG)
+        return probabilities(perturbed_pair.target(input_ids=torch.tensor([ids])).logits[0, -1], cfg)
 
     exact: dict[tuple[int, int], float] = {}
     paths = [((), 1.0)]
     for _ in range(4):
-        paths = [(ids + (x,), w * float(p[x])) for ids, w in paths for p in [dist(PROMPT + list(ids))] for x in torch.nonzero(p).flatten().tolist()]
+        paths = [(ids + (x,), w * float(p[x])) for ids, w in paths for p in [dist(prompt + list(ids))] for x in torch.nonzero(p).flatten().tolist()]
     for ids, w in paths:
         exact[ids[2:]] = exact.get(ids[2:], 0.0) + w
     runs, counts, kept = 800, dict.fromkeys(exact, 0), 0
     for seed in range(runs):
-        records = list(specviz.run("pearl", perturbed_pair, PROMPT, max_new_tokens=4, temperature=1.0, top_k=4, seed=seed, window=2, concurrent=False))
+        records = list(specviz.run("pearl", perturbed_pair, prompt, max_new_tokens=4, temperature=cfg.temperature, top_k=cfg.top_k, seed=seed, window=2, concurrent=False))
         tokens = tuple(t for r in records for t in r.emitted)
         counts[tokens[2:]] += 1
         kept += any(r.extra.get("ahead_kept") for r in records)
