@@ -15,8 +15,16 @@ import functools  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 from specviz.models import tiny  # noqa: E402
+
+# Property tests draw the same examples on every run, so a run passes or fails by the code, never by
+# chance (a crash found once is pinned as an @example next to its test); HYPOTHESIS_PROFILE=explore
+# (or pytest --hypothesis-profile=explore) draws fresh ones to hunt for new failures.
+settings.register_profile("deterministic", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 tiny_pair = functools.partial(
     tiny.tiny_pair,

@@ -8,7 +8,7 @@ import json
 import threading
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from specviz.errors import SpecvizError
@@ -98,10 +98,18 @@ def paths(value, prefix=()):
 
 @settings(max_examples=100, deadline=None)
 @given(where=st.integers(min_value=0), value=JSON)
+# Crashes this test found, replayed on every run: a count past int64 raised an OverflowError (issue 37).
+@example(where=("runs", 1, "records", 0, "iteration"), value=2**64)
+@example(where=("runs", 1, "records", 0, "position"), value=2**64)
+@example(where=("runs", 1, "records", 0, "draft_forwards"), value=2**64)
+@example(where=("runs", 1, "records", 0, "target_forwards"), value=2**64)
+@example(where=("runs", 1, "records", 0, "speculation_length"), value=2**64)
 def test_any_one_field_replaced_either_loads_and_draws_or_is_refused_clearly(saved, where, value):
+    """`where`: an index into the saved race's places (any int, taken modulo their number), or the
+    place itself in a pinned example."""
     data = copy.deepcopy(saved[1])
     places = [p for p in paths(data) if p]
-    *parent, key = places[where % len(places)]
+    *parent, key = where if isinstance(where, tuple) else places[where % len(places)]
     node = data
     for k in parent:
         node = node[k]
