@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specviz import metrics
+from specviz.methods import BASELINE
 from specviz.prompts import Prompt, add_prompt_args, prompt_sources, take
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from specviz.runner import RunResult
 
 WARMUP_TOKENS = 8  # new tokens of each variant's untimed warm-up run
-REFERENCE = "autoregressive"  # the target alone: every greedy output must equal its output
+REFERENCE = BASELINE  # the target alone: every greedy output must equal its output
 HF_REFERENCE = "hf_greedy"  # Hugging Face generate() greedy (specviz.peers), when it runs alongside
 
 

@@ -1,7 +1,8 @@
 """The peers: Hugging Face `generate()` run on the same pair, prompts and settings as our methods.
 
-Each peer has a counterpart among our methods, so the benchmark can answer "is specviz faster or
-slower than what I already have?" with a ratio measured side by side:
+Each peer has a counterpart among our methods, the one whose registry entry lists it
+(`register(..., hf_peers=...)`), so the benchmark can answer "is specviz faster or slower than what
+I already have?" with a ratio measured side by side:
 
     hf_greedy              generate(do_sample=False)                       <-> autoregressive
     hf_assisted            generate(assistant_model=draft), gamma fixed     <-> vanilla
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from specviz.methods import all_methods
 from specviz.models.pair import ModelPair
 
 
@@ -28,26 +30,30 @@ from specviz.models.pair import ModelPair
 class Peer:
     name: str
     label: str
-    counterpart: str  # our method it is compared with
     description: str
     needs_draft: bool
     assistant: dict[str, Any] | None = None  # assistant generation-config fields (None: no draft model)
     prompt_lookup: bool = False
 
+    @property
+    def counterpart(self) -> str:
+        """Our method it is compared with: the one whose registry entry lists it in `hf_peers`."""
+        return next(s.name for s in all_methods() if self.name in s.hf_peers)
+
 
 PEERS: dict[str, Peer] = {
     p.name: p
     for p in (
-        Peer("hf_greedy", "HF generate", "autoregressive", "transformers generate(), plain decoding", False),
-        Peer("hf_assisted", "HF assisted (same γ)", "vanilla",
+        Peer("hf_greedy", "HF generate", "transformers generate(), plain decoding", False),
+        Peer("hf_assisted", "HF assisted (same γ)",
              "generate(assistant_model=draft) with num_assistant_tokens = γ, constant schedule", True,
              assistant={"num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}),
-        Peer("hf_assisted_heuristic", "HF assisted (heuristic)", "heuristic",
+        Peer("hf_assisted_heuristic", "HF assisted (heuristic)",
              "generate(assistant_model=draft) with HF's +2/-1 schedule starting at γ", True,
              assistant={"num_assistant_tokens_schedule": "heuristic_transient", "assistant_confidence_threshold": 0.0}),
-        Peer("hf_assisted_default", "HF assisted (defaults)", "vanilla",
+        Peer("hf_assisted_default", "HF assisted (defaults)",
              "generate(assistant_model=draft) with transformers' default settings", True, assistant={}),
-        Peer("hf_prompt_lookup", "HF prompt lookup", "prompt_lookup",
+        Peer("hf_prompt_lookup", "HF prompt lookup",
              "generate(prompt_lookup_num_tokens=γ, max_matching_ngram_size=3)", False, prompt_lookup=True),
     )
 }
@@ -55,7 +61,8 @@ PEERS: dict[str, Peer] = {
 
 def peers_for(methods: list[str]) -> list[str]:
     """The peers whose counterpart is among `methods` (the AR peer always: it is the reference)."""
-    chosen = [p.name for p in PEERS.values() if p.counterpart in methods]
+    listed = {peer for s in all_methods() if s.name in methods for peer in s.hf_peers}
+    chosen = [name for name in PEERS if name in listed]
     return ["hf_greedy", *[n for n in chosen if n != "hf_greedy"]]
 
 

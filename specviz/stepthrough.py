@@ -6,9 +6,9 @@ the target emitted. `explain_iteration` adds what the record does not keep, by r
 context once more through the models (deterministic: no sampling happens here): the top-k of p at
 each drafted position from one target pass, the top-k of q from one pass of the pair's draft (when
 the method drafted with it unchanged), and the distribution the target's own token came from: the
-residual norm(max(0, p − q)) after a rejection under sampling, p for a bonus token, p's argmax
-under greedy decoding. Without the models (a race recorded elsewhere) it explains from the record
-alone. The result is plain values; `specviz.ui.stepthrough` draws it.
+residual norm(max(0, p − q)) after a rejection under sampling (`specviz.verify.residual`, the
+function the run drew it from), p for a bonus token, p's argmax under greedy decoding. Without the
+models (a race recorded elsewhere) it explains from the record alone. The result is plain values; `specviz.ui.stepthrough` draws it.
 """
 
 from __future__ import annotations
@@ -195,14 +195,12 @@ def _target_token(r: IterationRecord, greedy: bool, text: Any, dists: dict | Non
     if role == "correction":
         if dists is None:
             return role, "drawn from norm(max(0, p − q)): what p has beyond q, at the rejected position", ()
-        residual = dists["p"][n].clone()
-        if "q" in dists:
-            residual = (residual - dists["q"][n]).clamp_min(0)
-        elif r.q_draft is None:
-            residual[r.drafted[n]] = 0.0  # one-hot q: p without the rejected token
-        else:  # q from a draft we cannot rerun (OSD's online copy): show p
+        if "q" not in dists and r.q_draft is not None:  # q from a draft we cannot rerun (OSD's online copy): show p
             return role, "drawn from norm(max(0, p − q)) at the rejected position (q of that moment is not kept; p shown)", _top(dists["p"][n], text)
-        return role, "drawn from norm(max(0, p − q)) at the rejected position", _top(residual / residual.sum(), text)
+        from specviz.verify import residual
+
+        q_n = dists["q"][n] if "q" in dists else None  # None: a one-hot q, so p without the rejected token
+        return role, "drawn from norm(max(0, p − q)) at the rejected position", _top(residual(dists["p"][n], q_n, r.drafted[n]), text)
     return role, f"drawn from p at position {n}" + (" (every draft accepted: a bonus token)" if role == "bonus" else ""), _top(dists["p"][n], text) if dists else ()
 
 
@@ -242,11 +240,12 @@ def _notes(r: IterationRecord) -> tuple[str, ...]:
 
 def recompute_for(spec: Any, pair: Any, options: dict[str, Any]) -> str:
     """What explain_iteration may rerun for a method (a MethodSpec) run on `pair` with `options`:
-    "target+draft" when it drafts with the pair's draft unchanged, "target" when only its verifier
-    is the pair's target, "" when it verifies with another model (Speculative Streaming's tuned target)."""
+    "target+draft" when it drafts with the pair's draft as loaded (its registry entry says so),
+    "target" when only its verifier is the pair's target, "" when it verifies with another model
+    (Speculative Streaming's tuned target)."""
     if spec.lossless_note(pair, options):
         return ""
-    return "target+draft" if spec.needs_draft and spec.session is None else "target"
+    return "target+draft" if spec.drafts_with_pair_draft else "target"
 
 
 def _why_record_only(pair: Any, recompute: str) -> str:

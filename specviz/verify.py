@@ -94,16 +94,28 @@ def _leading_true(flags) -> int:
     return n
 
 
-def _residual(p_n: torch.Tensor, q: torch.Tensor | None, n: int, drafted: list[int]) -> torch.Tensor:
-    """norm(max(0, p - q)) at the first rejected position n (q one-hot at x_n when q is None)."""
-    if q is None:
-        residual = p_n.clone()
-        residual[drafted[n]] = 0.0
-    else:
-        residual = (p_n - q[n]).clamp_min(0.0)
-    total = residual.sum()
+def residual(p_n: torch.Tensor, q_n: torch.Tensor | None, x_n: int) -> torch.Tensor:
+    """norm(max(0, p - q)): where the target's token comes from after x_n is rejected at a position
+    with distributions p_n, q_n ([V] each; q_n None: a deterministic drafter, one-hot at x_n). The
+    step-through shows the same distribution. No host sync."""
+    excess = _excess(p_n, q_n, x_n)
+    total = excess.sum()
     # total is 0 only when p == q, where a rejection cannot happen; keep p as a safe fallback (on the device: no sync)
-    return torch.where(total > 0, residual / total, p_n)
+    return torch.where(total > 0, excess / total, p_n)
+
+
+def _residual(p_n: torch.Tensor, q: torch.Tensor | None, n: int, drafted: list[int]) -> torch.Tensor:
+    """The residual at the first rejected position n of a chain ([k, V] q, or None)."""
+    return residual(p_n, q[n] if q is not None else None, drafted[n])
+
+
+def _excess(p: torch.Tensor, q_x: torch.Tensor | None, x: int) -> torch.Tensor:
+    """max(0, p - q), unnormalised; q None: one-hot at x, so p without x."""
+    if q_x is None:
+        excess = p.clone()
+        excess[x] = 0.0
+        return excess
+    return (p - q_x).clamp_min(0.0)
 
 
 @dataclass(frozen=True)
@@ -177,14 +189,10 @@ def _try_children(
         q_c = q[c] if q is not None else None
         r = torch.rand(1, generator=generator, device=p.device)
         accept = r * (q_c[x] if q_c is not None else 1.0) < p[x]  # [1]
-        if q_c is not None:
-            residual = (p - q_c).clamp_min(0.0)
-        else:
-            residual = p.clone()
-            residual[x] = 0.0
-        total = residual.sum()
+        excess = _excess(p, q_c, x)
+        total = excess.sum()
         accepted, mass = _read(accept, total)
         if accepted[0] or mass[0] <= 0:  # a mass of 0: p was (numerically) equal to q_c, where a rejection cannot happen
             return c, p
-        p = residual / total
+        p = excess / total  # the residual, normalised by the mass just read
     return None, p

@@ -10,6 +10,7 @@ import pytest
 
 from specviz.cost import cost_curve_rows, forward_time, get_hardware, get_shape
 from specviz.cost.calibrate import fit_roofline, relative_errors, split_fit_holdout
+from specviz.cost.families import CHAIN
 from specviz.cost.from_records import estimate_alpha, explain_run
 from specviz.records import IterationRecord
 from tests.conftest import tab_context
@@ -74,8 +75,8 @@ def _race_records():
 def test_explain_run_turns_records_into_the_formula_inputs():
     base, spec = _race_records()
     assert estimate_alpha(spec) == pytest.approx(7 / 10)  # 7 accepted, 3 iterations ended by a rejection
-    row = explain_run(spec, base)
-    assert row["gamma"] == 4 and row["c"] == pytest.approx(0.1) and row["verify_ratio"] == pytest.approx(1.2)
+    row = explain_run(spec, base, CHAIN)
+    assert row["family"] == "chain" and row["length"] == 4 and row["c"] == pytest.approx(0.1) and row["verify_ratio"] == pytest.approx(1.2)
     assert row["predicted_speedup"] == pytest.approx((1 - 0.7**5) / 0.3 / (4 * 0.1 + 1.2))
     assert row["measured_speedup"] == pytest.approx((11 / 0.064) / (4 / 0.04))
 
@@ -105,7 +106,7 @@ def test_figures_build_without_a_server():
         improvement_curves_figure([0.6], 0.0, 12, verify_ratio=lambda g: 1 + 0.1 * g),
         speedup_heatmap_figure(0.05, 8, n_alpha=10),
         speedup_vs_alpha_figure([0.01, 0.1], fixed_gamma=4),
-        predicted_vs_measured_speedup_figure([explain_run(*reversed(_race_records()))]),
+        predicted_vs_measured_speedup_figure([explain_run(*reversed(_race_records()), CHAIN)]),
     ]
     for fig in figs:
         assert isinstance(fig, go.Figure) and fig.data and fig.layout.title.text
@@ -137,7 +138,7 @@ def test_theory_handlers_and_tab():
     runs = [MethodRun("autoregressive", "Autoregressive", "", status="done", records=base),
             MethodRun("vanilla", "Vanilla SD", "", status="done", records=spec)]  # fmt: skip
     fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs))
-    assert fig.data and "| Vanilla SD | 0.70 |" in table and ("pays" in table or "loses" in table)
+    assert fig.data and "| Vanilla SD | chain | 0.70 | γ = 4.0 | 0.100 | T(γ+1)/T(1) = 1.20 |" in table and ("pays" in table or "loses" in table)
     fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs[1:]))  # no baseline: says what is missing
     assert fig is None and "include *Autoregressive*" in table
     with gr.Blocks():

@@ -11,6 +11,7 @@ import pytest
 
 import specviz
 from specviz import methods
+from specviz.cost.families import TREE
 from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models.kv import CachedLM
@@ -58,7 +59,7 @@ def followers(dec, opts: FollowersOptions):
 @pytest.fixture
 def toy_method():
     methods.register("followers-toy", label="Followers (toy)", description="A toy tree method.", paper="this test",
-                     options=FollowersOptions, needs_draft=False)(followers)
+                     options=FollowersOptions, family=TREE, needs_draft=False)(followers)
     yield "followers-toy"
     methods._REGISTRY.pop("followers-toy")
 

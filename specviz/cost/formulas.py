@@ -121,6 +121,15 @@ def pearl_speedup(alpha: float, c_pearl: float, gamma: int | None = None) -> flo
     return pearl_tokens_per_step(alpha, g) / max(1.0, g / c_pearl)
 
 
+def pearl_speedup_with_verify_cost(alpha: float, gamma: int, c: float, verify_ratio: float, side_by_side: bool = True) -> float:
+    """PEARL's speedup in Leviathan's c (T_draft / T_target) with a measured verification cost: tokens
+    per step / the step's time in decoding steps, max(γc, T(pass)/T(1)) when the two models run side
+    by side, γc + T(pass)/T(1) when they take turns. `pearl_speedup` is the side-by-side case with
+    verify_ratio = 1 and c = 1 / c_pearl."""
+    step = max(gamma * c, verify_ratio) if side_by_side else gamma * c + verify_ratio
+    return pearl_tokens_per_step(alpha, gamma) / step
+
+
 def vanilla_speedup_pearl_units(alpha: float, c_pearl: float, gamma: int) -> float:
     """Leviathan's improvement factor written with PEARL's c (T_target / T_draft): E / (γ/c + 1)."""
     return improvement_factor(alpha, gamma, 1.0 / c_pearl)

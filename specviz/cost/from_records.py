@@ -1,15 +1,28 @@
-"""From a run's records to the formula's inputs (α, γ, c, verify cost) and its predicted speedup.
+"""From a run's records to the formula's inputs (α, speculation length, c, verify cost) and its predicted speedup.
 
 Counting is separate from costing: records say what happened (drafted, accepted, milliseconds);
-this turns them into Leviathan's quantities so a race can be explained by the theory.
+this turns them into the papers' quantities so a race can be explained by the theory. Which formula
+explains a method is its family's (`specviz.cost.families`), named by its registry entry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from specviz.cost.formulas import expected_tokens
+
+@dataclass(frozen=True)
+class Family:
+    """How a family of methods drafts and verifies, and the formula that predicts its speedup."""
+
+    name: str  # shown next to each method: "chain", "tree", "parallel", ...
+    formula: str  # its predicted speedup, in the papers' notation
+    unit: str  # what one of its iterations is called in a reading: "iteration", "tree pass", "step"
+    verify_label: str  # its verify cost: "T(γ+1)/T(1)" for a chain of γ drafts, "T(S+1)/T(1)" for a tree of S nodes
+    # (records, T(1) in ms) -> α, the speculation length, c, the verify cost, E[tokens], the cost of one
+    # iteration in decoding steps and the predicted speedup; None when it drafted nothing to explain
+    predict: Callable[[Sequence[Any], float], dict[str, Any] | None]
 
 
 def estimate_alpha(records: Sequence[Any]) -> float | None:
@@ -26,28 +39,33 @@ def step_ms(baseline_records: Sequence[Any]) -> float | None:
     return sum(steps) / len(steps) if steps else None
 
 
-def explain_run(records: Sequence[Any], baseline_records: Sequence[Any]) -> dict[str, Any] | None:
-    """α, mean γ, c = draft ms per drafted token / T(1), verify ratio T(γ+1)/T(1), and the predicted
-    speedup E[tokens](α, γ) / (γc + ratio) next to the measured one (tokens/s over the baseline's)."""
-    drafting = [r for r in records if r.drafted]
+def explain_run(records: Sequence[Any], baseline_records: Sequence[Any], family: Family) -> dict[str, Any] | None:
+    """The speedup `family`'s formula predicts from this run's counts and timings (the method's family:
+    its registry entry's), next to the one measured (tokens/s over the baseline's); None when there
+    is nothing to explain (no baseline, or nothing drafted)."""
     t1 = step_ms(baseline_records)
-    alpha = estimate_alpha(drafting)
-    if not drafting or not t1 or alpha is None or not records[-1].t_end or not baseline_records[-1].t_end:
+    if not records or not t1 or not records[-1].t_end or not baseline_records[-1].t_end:
         return None
-    gamma = sum(len(r.drafted) for r in drafting) / len(drafting)
-    c = sum(r.draft_ms for r in drafting) / sum(len(r.drafted) for r in drafting) / t1
-    ratio = sum(r.verify_ms for r in drafting) / len(drafting) / t1
-    g = max(1, round(gamma))
+    predicted = family.predict(records, t1)
+    if predicted is None:
+        return None
     tps = sum(len(r.emitted) for r in records) / records[-1].t_end
     base_tps = sum(len(r.emitted) for r in baseline_records) / baseline_records[-1].t_end
     return {
         "method": records[0].method,
-        "alpha": alpha,
-        "gamma": gamma,
-        "c": c,
-        "verify_ratio": ratio,
-        "expected_tokens": expected_tokens(alpha, g),
+        "family": family.name,
+        "formula": family.formula,
+        "unit": family.unit,
+        "verify_label": family.verify_label,
+        **predicted,
         "measured_tokens_per_iteration": sum(len(r.emitted) for r in records) / len(records),
-        "predicted_speedup": expected_tokens(alpha, g) / (g * c + ratio),
         "measured_speedup": tps / base_tps,
     }
+
+
+def reading(row: dict[str, Any]) -> str:
+    """One plain sentence from an `explain_run` row: tokens per iteration against what an iteration costs."""
+    pays = row["expected_tokens"] > row["iteration_cost"]
+    return (f"{row['expected_tokens']:.2f} tokens per {row['unit']} for the price of {row['iteration_cost']:.2f} steps "
+            f"({row['cost_terms']}): " + ("pays" if pays else "loses")
+            + (", as measured" if pays == (row["measured_speedup"] > 1) else ", the measurement disagrees"))  # fmt: skip

@@ -1,6 +1,11 @@
 """The method registry. Each module in this package registers its methods with `@register`;
 every module here is imported on first use, so a new method file shows up everywhere (the app's
-checkboxes, the benchmark's --methods all, the parity tests) without further changes."""
+checkboxes, the benchmark's --methods all, the parity tests) without further changes.
+
+A method describes itself here, so that nothing outside this package and `specviz.ui` names one:
+its family (and with it the formula that explains its speed, `specviz.cost.families`), whether its
+speculation length is dynamic, whether it drafts with the pair's draft model as loaded, whether the
+Race tab ticks it at first, and which Hugging Face setups it is compared with (`specviz.peers`)."""
 
 from __future__ import annotations
 
@@ -9,10 +14,15 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.extras import CommitExtra
+
+if TYPE_CHECKING:
+    from specviz.cost.from_records import Family
+
+BASELINE = "autoregressive"  # the target alone: every speedup divides by its tokens/s, every greedy output must equal its output
 
 
 @dataclass(frozen=True)
@@ -23,7 +33,12 @@ class MethodSpec:
     paper: str  # where it comes from
     options: type  # dataclass of the method's own options (with defaults)
     generate: Callable[..., Iterator[Any]]  # (Decoding, options) -> Iterator[IterationRecord]
-    needs_draft: bool = True  # uses the pair's draft model
+    family: Family  # how it drafts and verifies, and the formula that explains its speed: specviz.cost.families.CHAIN, TREE, ...
+    needs_draft: bool = True  # the pair must have a draft model (it drafts with it, or with a copy that learns)
+    drafts_with_pair_draft: bool = False  # its q is the pair's draft model as loaded (the step-through reruns it); not OSD's online copy
+    dynamic_length: bool = False  # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
+    in_default_race: bool = False  # ticked when the Race tab opens (the baseline and one method per paper)
+    hf_peers: tuple[str, ...] = ()  # the Hugging Face generate() setups it is compared with (specviz.peers)
     is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
     rank: int = 50  # display order in tables and the app (baseline first, oracles last)
     supports_sampling: bool = True  # False: greedy only (e.g. an oracle that peeks at greedy output)
@@ -88,6 +103,11 @@ def all_methods() -> list[MethodSpec]:
     """Every registered method, the autoregressive baseline first."""
     _load_all()
     return sorted(_REGISTRY.values(), key=lambda s: (s.is_oracle, s.rank, s.name))
+
+
+def default_race() -> list[str]:
+    """The methods the Race tab ticks when it opens, in registry order."""
+    return [s.name for s in all_methods() if s.in_default_race]
 
 
 def new_session(spec: MethodSpec, pair: Any) -> Any:

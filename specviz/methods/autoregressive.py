@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from specviz.cost.families import TARGET_ALONE
 from specviz.decoding import Decoding
-from specviz.methods import register
+from specviz.methods import BASELINE, register
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
 from specviz.verify import verify
@@ -18,12 +19,15 @@ class NoOptions:
 
 
 @register(
-    "autoregressive",
+    BASELINE,
     label="Autoregressive",
     description="The target model alone, one token per forward pass: the baseline every speedup is measured against.",
     paper="-",
     options=NoOptions,
+    family=TARGET_ALONE,
     needs_draft=False,
+    in_default_race=True,
+    hf_peers=("hf_greedy",),
     rank=0,
 )
 def autoregressive(dec: Decoding, opts: NoOptions) -> Iterator[IterationRecord]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
 from specviz.extras import ConfidenceExtra, DiscoExtra
 from specviz.methods import register
@@ -96,6 +97,10 @@ class DiscoOptions:
     description="A tiny classifier on the draft's distribution decides after each draft token whether to keep drafting.",
     paper="Mamou et al. 2024 (DISCO: dynamic speculation lookahead)",
     options=DiscoOptions,
+    family=CHAIN,
+    drafts_with_pair_draft=True,
+    dynamic_length=True,
+    in_default_race=True,
     rank=40,
     extras=(DiscoExtra,),
 )
@@ -124,6 +129,9 @@ class ConfidenceOptions:
     description="Keep drafting while the draft's top-1 probability stays above a threshold (0.4).",
     paper="Hugging Face assisted generation (assistant_confidence_threshold); DISCO's unsupervised variant",
     options=ConfidenceOptions,
+    family=CHAIN,
+    drafts_with_pair_draft=True,
+    dynamic_length=True,
     rank=35,
     extras=(ConfidenceExtra,),
 )

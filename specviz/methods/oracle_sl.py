@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, register
@@ -59,6 +60,9 @@ class OracleLength(StaticLength):
     description="ORACLE, not a real method: peeks at the target's greedy output and drafts exactly as many tokens as will be accepted.",
     paper="Mamou et al. 2024 (DISCO's oracle speculation length)",
     options=OracleOptions,
+    family=CHAIN,
+    drafts_with_pair_draft=True,
+    dynamic_length=True,
     is_oracle=True,
     supports_sampling=False,
     rank=90,

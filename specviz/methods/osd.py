@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.extras import OnlineExtra
@@ -45,6 +46,8 @@ def osd_session(pair: Any) -> Any:
     description="Vanilla SD whose draft is distilled online, every few requests, on the target's distributions where it was wrong.",
     paper="Liu et al. 2023, Online Speculative Decoding",
     options=OsdOptions,
+    family=CHAIN,
+    in_default_race=True,
     rank=15,
     session=osd_session,
     extras=(OnlineExtra,),

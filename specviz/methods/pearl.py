@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from specviz.cost.families import PARALLEL
 from specviz.decoding import Decoding
 from specviz.extras import PearlExtra, Phase
 from specviz.methods import register
@@ -180,6 +181,10 @@ PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Leng
     description="Draft and target run at the same time: pre-verify the first draft while drafting, keep drafting while verifying.",
     paper=PAPER,
     options=PearlOptions,
+    family=PARALLEL,
+    drafts_with_pair_draft=True,
+    dynamic_length=True,
+    in_default_race=True,
     rank=30,
     extras=(PearlExtra,),
 )
@@ -193,6 +198,9 @@ def pearl(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     description="PEARL without pre-verify: the target waits while the first drafts of a phase are drafted.",
     paper=PAPER + ", Table 3 ablation",
     options=PearlOptions,
+    family=PARALLEL,
+    drafts_with_pair_draft=True,
+    dynamic_length=True,
     rank=31,
     extras=(PearlExtra,),
 )
@@ -206,6 +214,9 @@ def pearl_no_pre(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]
     description="PEARL without post-verify: the draft waits while the target verifies.",
     paper=PAPER + ", Table 3 ablation",
     options=PearlOptions,
+    family=PARALLEL,
+    drafts_with_pair_draft=True,
+    dynamic_length=True,
     rank=32,
     extras=(PearlExtra,),
 )

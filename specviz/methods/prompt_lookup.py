@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
 from specviz.extras import NgramExtra
 from specviz.methods import register
@@ -61,7 +62,10 @@ class PromptLookupDrafter:
     description="Drafts by copying what followed the last matching n-gram of the prompt (as the model reads it: with the chat template and its system prompt) and output; no draft model.",
     paper="Saxena 2023 (prompt lookup decoding)",
     options=PromptLookupOptions,
+    family=CHAIN,
     needs_draft=False,
+    in_default_race=True,
+    hf_peers=("hf_prompt_lookup",),
     rank=30,
     extras=(NgramExtra,),
 )

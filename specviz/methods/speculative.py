@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
 from specviz.methods import register
 from specviz.methods.drafting import Drafter, HeuristicLength, ModelDrafter, SpeculationPolicy, StaticLength, Updater
@@ -63,6 +64,10 @@ def speculative_decoding(
     description="A draft model proposes a fixed number of tokens, the target verifies them in one pass.",
     paper="Leviathan et al. 2023; Chen et al. 2023",
     options=SpeculativeOptions,
+    family=CHAIN,
+    drafts_with_pair_draft=True,
+    in_default_race=True,
+    hf_peers=("hf_assisted", "hf_assisted_default"),
     rank=10,
 )
 def vanilla(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord]:
@@ -75,6 +80,10 @@ def vanilla(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord
     description="Hugging Face's schedule: draft 2 more tokens after a full acceptance, 1 fewer otherwise.",
     paper="Hugging Face assisted generation; DISCO's dynHeur baseline",
     options=SpeculativeOptions,
+    family=CHAIN,
+    drafts_with_pair_draft=True,
+    dynamic_length=True,
+    hf_peers=("hf_assisted_heuristic",),
     rank=20,
 )
 def heuristic(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord]:

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from specviz.cost.families import TREE
 from specviz.datastore import DEFAULT_PATH, Datastore, load_datastore, tokenizer_fingerprint
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
@@ -100,7 +101,9 @@ class NgramTreeDrafter:
     description="Training-free: a token tree from n-gram matches in the prompt, its own output and a datastore, verified in one pass.",
     paper="Marzollo et al. 2024 (SSSD: Simply-Scalable Speculative Decoding)",
     options=SSSDOptions,
+    family=TREE,
     needs_draft=False,
+    in_default_race=True,
     rank=40,
     extras=(TreeExtra,),
 )

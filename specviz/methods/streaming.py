@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specviz.cost.families import SELF_DRAFTING_TREE
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.extras import TreeExtra
@@ -98,6 +99,7 @@ def _load(target: nn.Module, adapter: str) -> msa.StreamingLM:
     description="The target drafts its own next tokens with extra attention streams in its top layers; no draft model.",
     paper="Bhendawade et al. 2024 (Speculative Streaming)",
     options=StreamingOptions,
+    family=SELF_DRAFTING_TREE,
     needs_draft=False,
     rank=40,
     extras=(TreeExtra,),

@@ -26,7 +26,7 @@ def speedup_by_suite(by_suite: list[dict[str, Any]]) -> go.Figure:
         peer = part["kind"].iloc[0] == "peer"
         fig.add_bar(x=part["suite"], y=part["speedup_vs_autoregressive"], name=method,
                     marker_pattern_shape="/" if peer else "")
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive decoding")
     fig.update_layout(title="Speedup over autoregressive decoding, per suite", barmode="group",
                       xaxis_title="prompt suite", yaxis_title="speedup (× autoregressive tokens/s)",
                       legend_title="method (hatched: Hugging Face peer)")

@@ -34,7 +34,7 @@ def improvement_curves_figure(
         fig.add_scatter(x=[g], y=[ys[g - 1]], mode="markers", marker=dict(symbol="star", size=14, color=colour),
                         name=f"best γ={g}", legendgroup=f"{a}", showlegend=False,
                         hovertemplate=f"α={a:.2f}: best γ={g}, speedup %{{y:.2f}}×")
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
     cost = "T(γ+1)/T(1) from the roofline" if verify_ratio is not None else "verification as cheap as one step"
     fig.update_layout(title={"text": "Expected speedup vs speculation length",
                              "subtitle": {"text": f"c = {c:g}; {cost}; ★ = optimal γ"}},
@@ -76,14 +76,15 @@ def speedup_heatmap_figure(c: float, max_gamma: int = 16, verify_ratio: VerifyRa
 
 
 def predicted_vs_measured_speedup_figure(rows: Sequence[dict[str, Any]]) -> go.Figure:
-    """Per method: the speedup the formula predicts from its measured α, γ, c and verify cost, next
-    to the speedup measured in the race. Rows: method, predicted_speedup, measured_speedup, alpha, c."""
+    """Per method: the speedup its family's formula predicts from its measured α, speculation length,
+    c and verify cost, next to the speedup measured in the race. Rows (`specviz.cost.from_records.explain_run`):
+    method, predicted_speedup, measured_speedup, alpha, length_text, c."""
     methods = [r["method"] for r in rows]
     fig = go.Figure()
     fig.add_bar(x=methods, y=[r["predicted_speedup"] for r in rows], name="predicted", marker_color=PALETTE[0],
-                text=[f"α={r['alpha']:.2f}, γ={r['gamma']:.1f}, c={r['c']:.2f}" for r in rows], textposition="outside")
+                text=[f"α={r['alpha']:.2f}, {r['length_text']}, c={r['c']:.2f}" for r in rows], textposition="outside")
     fig.add_bar(x=methods, y=[r["measured_speedup"] for r in rows], name="measured", marker_color=PALETTE[1])
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive")
-    fig.update_layout(title="Predicted (E[tokens] / (γc + T(γ+1)/T(1))) vs measured speedup", barmode="group",
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
+    fig.update_layout(title="Predicted (by each method's family's formula) vs measured speedup", barmode="group",
                       xaxis_title="method", yaxis_title="speedup (× autoregressive)", legend_title="")
     return fig

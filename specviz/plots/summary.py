@@ -6,10 +6,9 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from specviz.methods import BASELINE
 from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
-
-BASELINE = "autoregressive"
 
 
 def summary_table(runs: Mapping[str, Sequence[IterationRecord]], labels: Mapping[str, str] | None = None) -> pd.DataFrame:

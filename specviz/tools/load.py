@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.methods import BASELINE, default_race
 
-DEFAULT_METHODS = "autoregressive,vanilla,prompt_lookup,pearl,sssd,disco,osd"  # the Race tab's defaults
 PROMPTS = ["def add(a, b):", "Write a haiku about the sea.", "What is 12 * 7? Explain.", "List three prime numbers."]
 
 
@@ -162,7 +162,7 @@ def short_race(url: str, cfg: argparse.Namespace) -> tuple[float, list[str]]:
     from gradio_client import Client
 
     start = time.perf_counter()
-    job = Client(url, verbose=False).submit(*race_args(cfg.pair, ["autoregressive"], 8, 0), api_name="/race")
+    job = Client(url, verbose=False).submit(*race_args(cfg.pair, [BASELINE], 8, 0), api_name="/race")
     final = job.result(timeout=600)[0]
     return time.perf_counter() - start, [o[0] for o in job.outputs()] + [final]
 
@@ -225,7 +225,7 @@ def percentile(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench load", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="tiny-random")
-    p.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated registry names")
+    p.add_argument("--methods", default="", help="comma-separated registry names (default: the Race tab's defaults)")
     p.add_argument("--sessions", type=int, default=8, help="concurrent clients")
     p.add_argument("--races", type=int, default=25, help="races per client")
     p.add_argument("--fresh", action="store_true", help="a new client (a new visitor) for every race")
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = p.parse_args(argv)
     if not (1 <= cfg.sessions <= 64 and 1 <= cfg.races <= 1000):
         raise SpecvizError("--sessions must be from 1 to 64 and --races from 1 to 1000 (loopback only, bounded)")
-    methods = [m.strip() for m in cfg.methods.split(",") if m.strip()]
+    methods = [m.strip() for m in cfg.methods.split(",") if m.strip()] or default_race()
     cfg.out.mkdir(parents=True, exist_ok=True)
     log = cfg.out / "server.log"
     ttl = {"SPECVIZ_LIMIT_SESSION_TTL_S": str(cfg.session_ttl)} if cfg.session_ttl else {}

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specviz.methods import BASELINE
 from specviz.methods.drafting import fit_vocab
 from specviz.models.kv import CachedLM
 from specviz.models.disco import ASSET_DIR, DiscoClassifier, DiscoModel, asset_name, draft_features
@@ -94,7 +95,7 @@ def generate_teacher(pair, prompts_path: Path, n: int, max_new_tokens: int) -> l
     with prompts_path.open(encoding="utf-8") as f:
         texts = [json.loads(line)["prompt"] for line in f if line.strip()][:n]
     for index, text in enumerate(texts):
-        result = specviz.generate("autoregressive", pair, text, max_new_tokens=max_new_tokens)
+        result = specviz.generate(BASELINE, pair, text, max_new_tokens=max_new_tokens)
         out.append(Sequence(index, list(result.prompt_ids) + list(result.summary.output_ids), len(result.prompt_ids)))
     return out
 
@@ -117,7 +118,7 @@ def heldout_text(pair, prompts_path: Path, lines: range, out: Path, max_new_toke
         prompt_ids = encode_prompt(pair, texts[index], None)
         if len(prompt_ids) > max_prompt_tokens:
             continue
-        result = specviz.generate("autoregressive", pair, prompt_ids, max_new_tokens=max_new_tokens)
+        result = specviz.generate(BASELINE, pair, prompt_ids, max_new_tokens=max_new_tokens)
         record = {"prompt_index": index, "prompt": texts[index], "prompt_ids": list(prompt_ids),
                   "output_ids": list(result.summary.output_ids), "temperature": 0.0}
         with out.open("a", encoding="utf-8") as f:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from specviz.methods import BASELINE
 from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
 from specviz.ui.tokens import TokenSpan, tokens_html
-
-BASELINE = "autoregressive"
 
 
 @dataclass

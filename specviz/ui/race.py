@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
-from specviz.methods import all_methods
+from specviz.methods import all_methods, get_method
 from specviz.plots.acceptance import TITLE as ACCEPTANCE_TITLE
 from specviz.plots.acceptance import running_acceptance
 from specviz.plots.accepted_histogram import TITLE as HISTOGRAM_TITLE
@@ -40,11 +40,7 @@ from specviz.ui.why import glossary_html, why_markdown
 TAB_TITLE = "Race"
 TAB_ORDER = 0
 
-# Ticked when the page opens: the baseline and one method per paper, so the first race is short.
-DEFAULT_METHODS = ("autoregressive", "vanilla", "prompt_lookup", "pearl", "sssd", "disco", "osd")
-
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
-DYNAMIC_FIRST = ("disco", "heuristic", "confidence", "pearl", "osd")  # methods whose speculation length varies
 FAILED_NOTE = "Failed (the panel says why)"  # in a finished race's status line, before the failed methods' labels
 EXAMPLES_SHOWN = 40  # examples listed per suite (Shuffle draws from the whole suite)
 OWN = "your prompts"  # the example suite that stands for the visitor's uploaded prompt file
@@ -135,19 +131,24 @@ def race_outputs(race: Race) -> dict[str, Any]:
     labels = {r.name: r.label for r in race.runs}
     finished = race.finished()
     df = records_frame([rec for r in finished for rec in r.records], labels)
-    drafting = [(r.label, r.name) for r in finished if any(rec.drafted for rec in r.records)]
-    names = [name for _, name in drafting]
-    # the plot opens on a method that chooses its length (a flat line at γ teaches nothing)
-    chosen = next((m for m in DYNAMIC_FIRST if m in names), names[0] if names else None)
+    drafting = [r for r in finished if any(rec.drafted for rec in r.records)]
+    chosen = sl_opening(drafting)
     return {
         "table": summary_table({r.name: r.records for r in finished}, labels),
         "time": tokens_vs_time(df),
         "acceptance": running_acceptance(df),
         "histogram": accepted_histogram(df),
-        "sl_choices": gr.update(choices=drafting, value=chosen),
+        "sl_choices": gr.update(choices=[(r.label, r.name) for r in drafting], value=chosen),
         "sl": speculation_length_vs_oracle(df, chosen or ""),
         "frame": df,
     }
+
+
+def sl_opening(drafting: list[Any]) -> str | None:
+    """The method the speculation-length plot opens on: one whose length is dynamic (its registry entry
+    says so: a flat line at γ teaches nothing) and, of those, the one whose length took the most values."""
+    best = max(drafting, key=lambda r: (get_method(r.name).dynamic_length, len({rec.speculation_length for rec in r.records})), default=None)
+    return best.name if best else None
 
 
 def write_downloads(race: Race, df: Any, folder: Path) -> list[str]:
@@ -173,7 +174,8 @@ def build_tab(ctx: Any) -> None:
 
 def _settings(ui: SimpleNamespace) -> None:
     """Prompt, Run and Stop, examples, methods and decoding settings."""
-    defaults = [s.name for s in ui.specs if s.name in DEFAULT_METHODS] or [s.name for s in ui.specs if not s.is_oracle]
+    # ticked when the page opens (the registry's default race: the baseline and one method per paper, so the first race is short)
+    defaults = [s.name for s in ui.specs if s.in_default_race] or [s.name for s in ui.specs if not s.is_oracle]
     limits = ui.limits
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):

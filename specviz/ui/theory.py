@@ -5,7 +5,8 @@
    the memory- and compute-bound parts, the knee, the speculation budget; this machine's measured
    points overlaid when it is selected; what the GPU engines were calibrated on and their error;
 3. published vs predicted: Spec-Bench's GPU speedups next to what the calibrated model predicts;
-4. the last race: measured α, γ, c, verify cost per method -> predicted vs measured speedup.
+4. the last race: measured α, speculation length, c, verify cost per method -> the speedup its
+   family's formula predicts vs the one measured.
 
 Handlers are plain functions of widget values (tested without a server); no torch at import.
 """
@@ -220,7 +221,7 @@ def build_tab(ctx: Any) -> None:
     published_text = gr.Markdown()
     show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
-    gr.Markdown("### The last race through the formula: measured α, γ, c and verify cost → predicted speedup")
+    gr.Markdown("### The last race through its methods' formulas: measured α, speculation length, c and verify cost → predicted speedup")
     explain = gr.Button("Explain the last race")
     race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False)
     race_table = gr.Markdown()

@@ -1,17 +1,20 @@
 """Why each method of a race was fast or slow, in the formula's terms, and what the numbers mean.
 
-One line per drafting method: α (how often a drafted token is accepted), mean γ, the draft cost c,
-the verify cost T(γ+1)/T(1), the speedup Leviathan's formula predicts from them next to the one
-measured, and a plain reading: an iteration emits E[tokens] = (1 − α^(γ+1)) / (1 − α) tokens for
-the price of γc + T(γ+1)/T(1) decoding steps, so the method pays when the first exceeds the second.
-Shared by the Race tab (under the board) and the Theory tab. No torch here.
+One line per drafting method: its family, α (how often a drafted token is accepted), its speculation
+length (γ drafts, or a tree of S nodes), the draft cost c, the verify cost, the speedup its family's
+formula predicts from them (`specviz.cost.families`, named by its registry entry) next to the one
+measured, and a plain reading: an iteration of a chain emits E[tokens] = (1 − α^(γ+1)) / (1 − α)
+tokens for the price of γc + T(γ+1)/T(1) decoding steps, so the method pays when the first exceeds
+the second. Shared by the Race tab (under the board) and the Theory tab. No torch here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from specviz.cost.from_records import explain_run
+from specviz.cost.families import FAMILIES, TARGET_ALONE
+from specviz.cost.from_records import explain_run, reading
+from specviz.methods import get_method
 from specviz.ui.panels import BASELINE, Race
 
 # Shown in the Race tab; every metric label of a panel links to its entry (#sv-term-<key>).
@@ -23,8 +26,11 @@ GLOSSARY = {
     "accepted-length": ("tokens / target fwd (mean accepted length)", "new tokens per forward pass of the target: 1 for "
                         "autoregressive decoding, up to γ + 1 for speculation."),
     "c": ("c (draft cost)", "one draft token's time ÷ one target decoding step: what drafting costs per token."),
-    "verify": ("verify cost T(γ+1)/T(1)", "a verification pass over γ drafts and the bonus token ÷ one decoding step. "
+    "verify": ("verify cost", "a verification pass ÷ one decoding step: T(γ+1)/T(1) over γ drafts and the bonus token, "
+               "T(S+1)/T(1) over a tree of S nodes, T(pass)/T(1) for PEARL's mean target pass. "
                "Memory-bound hardware keeps it near 1; this CPU pays more."),
+    "family": ("family", "how a method drafts and verifies, which decides the formula that explains its speed: "
+               + "; ".join(f"{f.name}: {f.formula}" for f in FAMILIES if f is not TARGET_ALONE) + "."),
     "oracle-sl": ("oracle speculation length", "how many of the following tokens the draft would have guessed right at "
                   "that iteration: the length a perfect policy would have drafted (DISCO's oracle)."),
     "speedup": ("speedup vs AR", "this method's tokens/s ÷ the autoregressive run's tokens/s, on this prompt, each run alone."),
@@ -46,20 +52,10 @@ def explain_race(race: Race) -> list[dict[str, Any]]:
         return []
     rows = []
     for name, run in runs.items():
-        row = explain_run(run.records, base.records) if name != BASELINE else None
+        row = explain_run(run.records, base.records, get_method(name).family)  # the baseline's family explains nothing
         if row:
             rows.append({**row, "method": run.label})
     return rows
-
-
-def verdict(row: dict[str, Any]) -> str:
-    """One plain sentence: tokens per iteration against what an iteration costs."""
-    g = max(1, round(row["gamma"]))
-    cost = g * row["c"] + row["verify_ratio"]
-    pays = row["expected_tokens"] > cost
-    return (f"{row['expected_tokens']:.2f} tokens per iteration for the price of {cost:.2f} steps "
-            f"({g}×{row['c']:.3f} drafting + {row['verify_ratio']:.2f} verifying): "
-            + ("pays" if pays else "loses") + (", as measured" if pays == (row["measured_speedup"] > 1) else ", the measurement disagrees"))  # fmt: skip
 
 
 def why_markdown(race: Race | None) -> str:
@@ -70,11 +66,13 @@ def why_markdown(race: Race | None) -> str:
     if not rows:
         return ("**Why fast or slow:** include *Autoregressive* in the race (it is the baseline every speedup "
                 "divides by) and at least one drafting method.")
-    lines = ["**Why each method was fast or slow** — Leviathan's formula from this race's own counts and timings "
-             "([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)). The counts (α, γ) say what the draft "
-             "did; the timings (c, verify cost) come from one run each and move from run to run on a shared CPU, so two "
+    lines = ["**Why each method was fast or slow** — its [family](#sv-term-family)'s formula from this race's own counts and "
+             "timings ([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)). The counts (α, γ) say what the "
+             "draft did; the timings (c, verify cost) come from one run each and move from run to run on a shared CPU, so two "
              "methods with the same counts can show different c and speedups:", "",
-             "| method | α | mean γ | c | T(γ+1)/T(1) | predicted | measured | reading |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    lines += [f"| {r['method']} | {r['alpha']:.2f} | {r['gamma']:.1f} | {r['c']:.3f} | {r['verify_ratio']:.2f} | "
-              f"{r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× | {verdict(r)} |" for r in rows]  # fmt: skip
+             "| method | family | α | speculation length | c | verify cost | predicted | measured | reading |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['method']} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | {r['c']:.3f} | {r['verify_label']} = "
+              f"{r['verify_ratio']:.2f} | {r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× | {reading(r)} |" for r in rows]  # fmt: skip
+    lines += ["", "Predicted by " + "; ".join(dict.fromkeys(f"{r['family']}: {r['formula']}" for r in rows)) + "."]
     return "\n".join(lines)
