@@ -29,7 +29,7 @@ class AppLimits:
     tree_nodes: int = 64  # nodes of one verification tree (SSSD's S)
     methods_per_race: int = 13  # methods in one race, each listed once
     osd_requests: int = 100  # requests in one Online-learning stream
-    adapted_drafts: int = 4  # online learners holding their own draft weights at once, all visitors (~440 MB each on the default pair)
+    adapted_drafts: int = 4  # online learners holding their own draft weights at once, all visitors (size: benchmarks/reliability/README.md)
     queue_size: int = 32  # visitors waiting for the models; more are asked to come back later
     admitted_runs: int = 8  # runs in the models' line at once (they take turns); later ones wait in gradio's queue
     sessions: int = 64  # visitors whose session is kept (~1 MB each on the tiny pair); beyond this the least recently active are dropped

@@ -2,8 +2,8 @@
 
 A learner serves the pair's draft (shared, read only) until its first update; from then on it
 holds a serving copy of the draft, a float32 trainee and the optimiser's two moments (gradients
-only while it updates): for the default pair's 25M-parameter float32 draft ~440 MB of RSS after one
-update, measured (~535 MB while the gradients were kept). On a public page every visitor who runs
+only while it updates): hundreds of MB of RSS for the default pair's 25M-parameter float32 draft
+(measured in benchmarks/reliability/README.md). On a public page every visitor who runs
 OSD eight times, or opens the Online-learning tab, would keep that much for as long as their session
 lives. `ADAPTED_DRAFTS` keeps at most `capacity` such learners: when one more takes its weights,
 the least recently used other learner gives its own back and serves the pair's draft again

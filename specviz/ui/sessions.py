@@ -97,8 +97,8 @@ def drop_idle_sessions(demo: Any, idle_s: float, now: datetime.datetime | None =
 def give_back_freed_memory() -> None:
     """Return the heap pages freed since the last call to the OS (glibc's malloc_trim; elsewhere
     nothing). Without it a dropped session or an online learner that gave its weights back
-    leaves the server's RSS as high as before (measured on a default-pair learner that kept its gradients,
-    ~540 MB: ~310 MB stayed resident after it was freed, ~7 MB after a trim)."""
+    leaves the server's RSS as high as before (most of a freed default-pair learner stayed resident
+    without a trim: measured in benchmarks/reliability/README.md)."""
     if libc := _glibc():
         libc.malloc_trim(0)
 
