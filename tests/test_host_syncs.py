@@ -68,15 +68,13 @@ def test_a_tree_verification_reads_once_greedy_and_once_per_sibling_tried_sampli
     assert verdict.accepted == 0 and reads.count == 1 + 3 + 1  # p and q of the nodes, one per sibling, the draw
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("method", [s.name for s in all_methods() if s.name != "oracle"])
+@pytest.mark.parametrize(("method", "temperature"), [(s.name, t) for s in all_methods() if not s.is_oracle
+                                                     for t in (0.0, 1.0) if not t or s.supports_sampling])  # fmt: skip
 def test_a_method_reads_the_device_about_once_an_iteration_plus_once_per_draft_token(method, temperature):
     """Reads per run <= the draft model's forward passes (each drafted token is fed back) + 3 per
     iteration (+ one per tree node when sampling: recursive rejection reads once per sibling it
     tries). The oracle is left out: it replays the target's greedy output to find each length."""
     spec = get_method(method)
-    if temperature and not spec.supports_sampling:
-        pytest.skip(f"{method} is greedy only")
     pair, options = tiny_pair(draft="perturbed"), spec.select({"speculation_length": 4})
     list(specviz.run(method, pair, PROMPT, max_new_tokens=8, temperature=temperature, **options))  # loads its parts
     with HostReads() as reads:
