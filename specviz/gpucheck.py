@@ -147,6 +147,7 @@ def saved_race(pair, prompt, max_new_tokens: int) -> dict:
     """Every method on one prompt, one after another, as the Race tab saves a race (its JSON download)."""
     from specviz.methods import all_methods
     from specviz.models.pair import encode_prompt
+    from specviz.oracle import fill_oracle_sl
     from specviz.runner import run, without_autograd
     from specviz.serving import threads
     from specviz.ui.panels import MethodRun, Race
@@ -164,6 +165,7 @@ def saved_race(pair, prompt, max_new_tokens: int) -> dict:
         for record in without_autograd(run(spec.name, pair, prompt_ids, max_new_tokens=max_new_tokens, executor=lane)):
             records.append(record)
             builder.add(record)
+        records = fill_oracle_sl(pair, prompt_ids, records)  # as the race fills them: the speculation-length plot needs them
         runs.append(MethodRun(spec.name, spec.label, spec.paper, status="done", records=records, spans=builder.finish(),
                               note=f"recorded on {name} ({pair.info.get('dtype')})"))  # fmt: skip
     race = Race(pair=f"{pair.name} (recorded on {name})", prompt=prompt.text, prompt_ids=prompt_ids, max_new_tokens=max_new_tokens,

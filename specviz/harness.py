@@ -165,22 +165,24 @@ def _runner(pair, v: Variant, keep_records: bool, lane: Any = None) -> Callable[
     return method
 
 
-def mark_parity(rows: Sequence[RunRow], pair, prompts: Sequence[Prompt], greedy: bool = True) -> list[RunRow]:
+def mark_parity(rows: Sequence[RunRow], pair, prompts: Sequence[Prompt], greedy: bool = True, judge: bool = True) -> list[RunRow]:
     """The rows with their greedy outputs compared with AR's (and HF greedy's) on the same prompt and
-    repeat; where one differs from AR's: is the first differing token a tie of the target's dtype or
-    a real difference (`specviz.parity`)? Sampled rows (greedy False) are left unjudged (None)."""
+    repeat; where one differs from AR's and `judge`: is the first differing token a tie of the
+    target's dtype or a real difference (`specviz.parity`, one target forward pass per such row)?
+    Callers that report only whether outputs match pass judge=False. Sampled rows (greedy False) are
+    left unjudged (None)."""
     from specviz.models.pair import encode_prompt
     from specviz.parity import compare
 
     refs = {name: {(r.prompt_id, r.repeat): r.output_ids for r in rows if r.method == name} for name in (REFERENCE, HF_REFERENCE)}
-    texts = {p.id: p.text for p in prompts}
+    prompt_ids = {p.id: encode_prompt(pair, p.text) for p in prompts} if judge else {}
     out = []
     for r in rows:
         ar, hf = (refs[name].get((r.prompt_id, r.repeat)) for name in (REFERENCE, HF_REFERENCE))
         same = r.output_ids == ar if greedy and ar is not None else None
         parity, first = ("same" if same else None), None
-        if same is False:
-            judged = compare(pair, encode_prompt(pair, texts[r.prompt_id]), ar, r.output_ids)
+        if same is False and judge:
+            judged = compare(pair, prompt_ids[r.prompt_id], ar, r.output_ids)
             parity, first = judged.verdict, judged.first_difference
         out.append(replace(r, matches_autoregressive=same, matches_hf_greedy=r.output_ids == hf if greedy and hf is not None else None,
                            parity=parity, first_difference=first))  # fmt: skip

@@ -41,7 +41,7 @@ def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: boo
     """Returns (runs: one dict per variant x prompt, iterations: one dict per record)."""
     done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, keep_records=True,
                            progress=progress, desc="disco")  # fmt: skip
-    runs = [r.to_dict(RUN_KEYS) for r in mark_parity(done, pair, prompts)]
+    runs = [r.to_dict(RUN_KEYS) for r in mark_parity(done, pair, prompts, judge=False)]
     iterations = [{"variant": run.variant, "method": run.method, "suite": run.suite, "prompt_id": run.prompt_id,
                    "iteration": r.iteration, "position": r.position, "speculation_length": r.speculation_length,
                    "accepted": r.accepted, "oracle_sl": r.oracle_sl, "ms": round(1e3 * (r.t_end - r.t_start), 3),

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     variants += [Variant(f"vanilla γ={g}", "vanilla", {"speculation_length": g}) for g in gammas]
     key = dict(zip((v.label for v in variants), ["autoregressive", *gammas]))  # label -> this module's key
     done = mark_parity(run_interleaved(pair, variants, prompts, max_new_tokens=args.max_new_tokens, keep_records=True,
-                                       progress=not args.quiet, desc="draft quality"), pair, prompts)  # fmt: skip
+                                       progress=not args.quiet, desc="draft quality"), pair, prompts, judge=False)  # fmt: skip
     mismatches = sum(not r.matches_autoregressive for r in done)
     runs: dict[str, dict[object, list]] = {s: {m: [] for m in ["autoregressive", *gammas]} for s in suites}
     for r in done:

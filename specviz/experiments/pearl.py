@@ -63,7 +63,7 @@ def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: boo
     done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, keep_records=True,
                            progress=progress, desc="pearl")  # fmt: skip
     runs = []
-    for run in mark_parity(done, pair, prompts):
+    for run in mark_parity(done, pair, prompts, judge=False):
         records = [r.to_dict() for r in run.records]
         runs.append({**run.to_dict(RUN_KEYS), "ideal_s": ideal_seconds(records),
                      "phases": tokens_per_phase(records) if run.method != "autoregressive" else [],

@@ -145,7 +145,7 @@ def speed_b1(pair, prompts: list, refs: list[dict], options: dict, max_new_token
     done = run_interleaved(pair, variants, prompts, max_new_tokens=max_new_tokens, keep_records=True, progress=False)
     reference = {r["prompt_id"]: r["output_ids"] for r in refs}
     runs = []
-    for run in mark_parity(done, pair, prompts):
+    for run in mark_parity(done, pair, prompts, judge=False):
         ref = reference[run.prompt_id]
         n = min(len(run.output_ids), len(ref))
         runs.append({**run.to_dict(("suite", "prompt_id", "method", "new_tokens", "wall_s", "target_forwards")),
