@@ -53,6 +53,11 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
         k *= 2
 
 
+def compact_suffix_array(tokens: np.ndarray) -> np.ndarray:
+    """`suffix_array` stored as small as it goes: uint32 positions below 2**32 tokens."""
+    return suffix_array(tokens).astype(np.uint32 if len(tokens) < 2**32 else np.int64)
+
+
 def cached_suffix_array(tokens: np.ndarray) -> np.ndarray:
     """The suffix array of `tokens` from the user cache, keyed by the tokens' hash; built and saved
     there when missing (seconds for the shipped one); without a writable cache, every load rebuilds it."""
@@ -69,7 +74,7 @@ def cached_suffix_array(tokens: np.ndarray) -> np.ndarray:
                 return sa
         except (OSError, ValueError, EOFError):  # unreadable or truncated: rebuild it
             pass
-    sa = suffix_array(tokens).astype(np.uint32 if len(tokens) < 2**32 else np.int64)
+    sa = compact_suffix_array(tokens)
     if path is not None:
         partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
         try:
@@ -96,7 +101,7 @@ class Datastore:
         flat = [t for d in docs for t in (*d, separator)]
         dtype = np.uint16 if separator <= 65535 else np.int32
         tokens = np.asarray(flat, dtype=dtype)
-        sa = suffix_array(tokens).astype(np.uint32 if len(tokens) < 2**32 else np.int64)
+        sa = compact_suffix_array(tokens)
         return cls(tokens, sa, separator, fingerprint, {**(info or {}), "documents": len(docs), "tokens": len(tokens)})
 
     def save(self, path: str | Path, with_suffix_array: bool = True) -> Path:

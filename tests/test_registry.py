@@ -112,7 +112,7 @@ def fixed_three(dec, opts: FixedOptions):
 def fourteenth():
     """A 14th method, registered the way a new method file registers itself, and nothing else."""
     methods.register("toy-fixed-3", label="Fixed γ = 3 (toy)", description="Vanilla SD with γ fixed at 3.", paper="this test",
-                     options=FixedOptions, family=CHAIN, drafts_with_pair_draft=True, in_default_race=True, rank=12)(fixed_three)  # fmt: skip
+                     options=FixedOptions, family=CHAIN, in_default_race=True, rank=12)(fixed_three)  # fmt: skip
     yield "toy-fixed-3"
     methods._REGISTRY.pop("toy-fixed-3")
 

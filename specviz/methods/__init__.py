@@ -35,7 +35,6 @@ class MethodSpec:
     generate: Callable[..., Iterator[Any]]  # (Decoding, options) -> Iterator[IterationRecord]
     family: Family  # how it drafts and verifies, and the formula that explains its speed: specviz.cost.families.CHAIN, TREE, ...
     needs_draft: bool = True  # the pair must have a draft model (it drafts with it, or with a copy that learns)
-    drafts_with_pair_draft: bool = False  # its q is the pair's draft model as loaded (the step-through reruns it); not OSD's online copy
     dynamic_length: bool = False  # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
     in_default_race: bool = False  # ticked when the Race tab opens (the baseline and one method per paper)
     hf_peers: tuple[str, ...] = ()  # the Hugging Face generate() setups it is compared with (specviz.peers)
@@ -51,6 +50,11 @@ class MethodSpec:
     session: Callable[[Any], Any] | None = None
     # the families of extra fields its records carry besides Decoding.commit's (specviz.extras), e.g. (TreeExtra,)
     extras: tuple[type, ...] = ()
+
+    @property
+    def drafts_with_pair_draft(self) -> bool:
+        """Its q is the pair's draft model as loaded (the step-through reruns it); not a learner's copy (OSD)."""
+        return self.needs_draft and self.session is None
 
     def extra_families(self) -> tuple[type, ...]:
         """Every family of extra fields its records may carry: Decoding.commit's, then its own."""

@@ -61,7 +61,6 @@ class OracleLength(StaticLength):
     paper="Mamou et al. 2024 (DISCO's oracle speculation length)",
     options=OracleOptions,
     family=CHAIN,
-    drafts_with_pair_draft=True,
     dynamic_length=True,
     is_oracle=True,
     supports_sampling=False,

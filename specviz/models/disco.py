@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specviz.errors import SpecvizError
+from specviz.models.devices import HOST
 from specviz.paths import ASSETS
 
 TOP_K = 10  # top probabilities of q_i used as features
@@ -41,12 +42,12 @@ def draft_features(q: torch.Tensor, position: torch.Tensor | int) -> torch.Tenso
 class DiscoClassifier(torch.nn.Module):
     """Standardise the 12 features, then Linear -> ReLU -> Linear -> one logit (accept vs reject)."""
 
-    def __init__(self, hidden: int = 32, device: torch.device | str = "cpu"):
-        super().__init__()
-        self.register_buffer("mean", torch.zeros(N_FEATURES, device=device))  # feature standardisation, from training data
-        self.register_buffer("std", torch.ones(N_FEATURES, device=device))
-        self.fc1 = torch.nn.Linear(N_FEATURES, hidden, device=device)
-        self.fc2 = torch.nn.Linear(hidden, 1, device=device)
+    def __init__(self, hidden: int = 32):
+        super().__init__()  # on the host: one classifier serves every pair, on any device (see `score`)
+        self.register_buffer("mean", torch.zeros(N_FEATURES, device=HOST))  # feature standardisation, from training data
+        self.register_buffer("std", torch.ones(N_FEATURES, device=HOST))
+        self.fc1 = torch.nn.Linear(N_FEATURES, hidden, device=HOST)
+        self.fc2 = torch.nn.Linear(hidden, 1, device=HOST)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """[N, 12] features -> [N] logits of P(draft token accepted)."""

@@ -27,7 +27,6 @@ import torch
 class LoopConfig:
     steps: int  # optimiser steps in total (a resumed run continues up to this)
     clip: float | None = None  # max gradient norm (None: gradients are not clipped)
-    log_every: int = 1  # a CSV row every this many steps (and after the last)
     save_every: int = 0  # checkpoint every this many steps (0: not by steps)
     save_minutes: float | None = None  # checkpoint when this many minutes passed since the last one (None: not by time)
 
@@ -121,7 +120,7 @@ def run(
         state["step"] = done = step + 1
         state["seconds"] = time.monotonic() - started
         row = after_step(done, stats) if after_step else None
-        if log is not None and row is not None and (done % loop.log_every == 0 or done == loop.steps):
+        if log is not None and row is not None:
             log.write(row)
         if bar is not None:
             bar.set_postfix({k: f"{stats.get(k, 0.0):.3f}" for k in show})

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
-from specviz.methods import all_methods, get_method
+from specviz.methods import all_methods, default_race, get_method
 from specviz.plots.acceptance import TITLE as ACCEPTANCE_TITLE
 from specviz.plots.acceptance import running_acceptance
 from specviz.plots.accepted_histogram import TITLE as HISTOGRAM_TITLE
@@ -175,7 +175,7 @@ def build_tab(ctx: Any) -> None:
 def _settings(ui: SimpleNamespace) -> None:
     """Prompt, Run and Stop, examples, methods and decoding settings."""
     # ticked when the page opens (the registry's default race: the baseline and one method per paper, so the first race is short)
-    defaults = [s.name for s in ui.specs if s.in_default_race] or [s.name for s in ui.specs if not s.is_oracle]
+    defaults = default_race() or [s.name for s in ui.specs if not s.is_oracle]
     limits = ui.limits
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
