@@ -39,7 +39,9 @@ class BenchConfig:
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int = 0
-    speculation_length: int | None = None  # for every method with a speculation_length option (None: each its own default)
+    speculation_length: int | None = (
+        None  # for every method with a speculation_length option (None: each its own default)
+    )
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its own options (override the above)
     repeats: int = 1  # runs of each (method, prompt); all are reported
     warmup: bool = True  # one short untimed run of each method first
@@ -53,8 +55,18 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     from specviz.models.pair import load_pair
 
     pair = load_pair(cfg.pair, device=cfg.device, dtype=cfg.dtype)
-    rows = run_interleaved(pair, variants(cfg), cfg.prompts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                           top_p=cfg.top_p, seed=cfg.seed, repeats=cfg.repeats, warmup=cfg.warmup, progress=progress)  # fmt: skip
+    rows = run_interleaved(
+        pair,
+        variants(cfg),
+        cfg.prompts,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=cfg.seed,
+        repeats=cfg.repeats,
+        warmup=cfg.warmup,
+        progress=progress,
+    )
     rows = mark_parity(rows, pair, cfg.prompts, greedy=cfg.temperature == 0)
     names = [*cfg.methods, *cfg.peers]
     columns = dict.fromkeys(column_of(r.category) for r in rows if r.category)  # Spec-Bench's layout
@@ -64,10 +76,16 @@ def run_benchmark(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         "config": {**asdict(cfg), "prompts": [p.id for p in cfg.prompts]},
         "runs": [r.to_dict() for r in rows],
         "summary": summary_rows(rows, names),
-        "by_suite": [dict(row, suite=suite) for suite in dict.fromkeys(r.suite for r in rows)
-                     for row in summary_rows([r for r in rows if r.suite == suite], names)],
-        "by_category": [dict(row, category=col) for col in columns
-                        for row in summary_rows([r for r in rows if r.category and column_of(r.category) == col], names)],
+        "by_suite": [
+            dict(row, suite=suite)
+            for suite in dict.fromkeys(r.suite for r in rows)
+            for row in summary_rows([r for r in rows if r.suite == suite], names)
+        ],
+        "by_category": [
+            dict(row, category=col)
+            for col in columns
+            for row in summary_rows([r for r in rows if r.category and column_of(r.category) == col], names)
+        ],
     }
 
 
@@ -80,8 +98,9 @@ def variants(cfg: BenchConfig) -> list[Variant]:
     out = [Variant(m, m, method_options(cfg, m)) for m in cfg.methods]
     for name in cfg.peers:
         counterpart = PEERS[name].counterpart
-        gamma = method_options(cfg, counterpart).get("speculation_length",
-                                                     getattr(get_method(counterpart).options(), "speculation_length", None))
+        gamma = method_options(cfg, counterpart).get(
+            "speculation_length", getattr(get_method(counterpart).options(), "speculation_length", None)
+        )
         out.append(Variant(name, name, {} if gamma is None else {"speculation_length": gamma}, kind="peer"))
     return out
 
@@ -99,11 +118,18 @@ def format_table(summary: list[dict[str, Any]]) -> str:
     import pandas as pd
 
     df = pd.DataFrame(summary).set_index("method")
-    columns = {"runs": "runs", "new_tokens": "tokens", "tokens_per_s": "tok/s", "median_tokens_per_s": "median tok/s",
-               "speedup_vs_autoregressive": "speedup", "acceptance_rate": "accept",
-               "mean_accepted_length": "mean acc. len", "target_forwards_per_token": "target fwd/tok",
-               "matches_autoregressive": "= AR"}
-    if "ties" in df and (df["ties"] > 0).any() or "differs" in df and (df["differs"] > 0).any():
+    columns = {
+        "runs": "runs",
+        "new_tokens": "tokens",
+        "tokens_per_s": "tok/s",
+        "median_tokens_per_s": "median tok/s",
+        "speedup_vs_autoregressive": "speedup",
+        "acceptance_rate": "accept",
+        "mean_accepted_length": "mean acc. len",
+        "target_forwards_per_token": "target fwd/tok",
+        "matches_autoregressive": "= AR",
+    }
+    if ("ties" in df and (df["ties"] > 0).any()) or ("differs" in df and (df["differs"] > 0).any()):
         columns |= {"ties": "ties", "differs": "differs"}  # outputs parted from AR at a tie of the dtype / for real
     if (df["kind"] == "peer").any():
         columns |= {"matches_hf_greedy": "= HF", "peer": "peer", "ratio_to_peer": "× peer"}
@@ -123,32 +149,64 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--suite", help=f"comma-separated suites: {', '.join(SUITES)}")
-    src.add_argument("--prompts", type=Path, metavar="FILE",
-                     help="a prompt file: JSON lines with a 'prompt' or 'turns' field (and optionally 'category', "
-                          "'id'), or plain text, one prompt per line")  # fmt: skip
-    p.add_argument("--category", default="", help="comma-separated categories to keep (Spec-Bench's: translation, qa, ...)")
-    p.add_argument("--limit", type=int, help="prompts per suite, or per category where prompts have one "
-                                             "(default: 5 of a suite, all of a file)")  # fmt: skip
+    src.add_argument(
+        "--prompts",
+        type=Path,
+        metavar="FILE",
+        help="a prompt file: JSON lines with a 'prompt' or 'turns' field (and optionally 'category', "
+        "'id'), or plain text, one prompt per line",
+    )
+    p.add_argument(
+        "--category", default="", help="comma-separated categories to keep (Spec-Bench's: translation, qa, ...)"
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        help="prompts per suite, or per category where prompts have one (default: 5 of a suite, all of a file)",
+    )
     p.add_argument("--offset", type=int, default=0, help="skip this many prompts of each suite (or category) first")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--speculation-length", "--gamma", type=int, dest="speculation_length",
-                   help="for every method with a speculation_length option (default: each method's own)")
-    p.add_argument("--option", action="append", default=[], metavar="METHOD.NAME=VALUE",
-                   help="one option of one method, e.g. sssd.speculation_length=8 or disco.threshold=0.9 (repeatable); "
-                        "a method's options are the fields of its options class (python -m specviz.bench --list-options)")
+    p.add_argument(
+        "--speculation-length",
+        "--gamma",
+        type=int,
+        dest="speculation_length",
+        help="for every method with a speculation_length option (default: each method's own)",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="METHOD.NAME=VALUE",
+        help="one option of one method, e.g. sssd.speculation_length=8 or disco.threshold=0.9 (repeatable); "
+        "a method's options are the fields of its options class (python -m specviz.bench --list-options)",
+    )
     p.add_argument("--list-options", action="store_true", help="print every method's options and exit")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--device", default="auto", help="auto (a CUDA GPU, else MPS, else the CPU) | cpu | cuda | cuda:N | mps")
-    p.add_argument("--dtype", default="auto", help="auto (float32 unless the pair is too big for it: lossless) | float32 | bfloat16 | float16")
-    p.add_argument("--peers", action="store_true",
-                   help="also run Hugging Face generate() peers (greedy, assisted, prompt lookup) in the same run")
+    p.add_argument(
+        "--device", default="auto", help="auto (a CUDA GPU, else MPS, else the CPU) | cpu | cuda | cuda:N | mps"
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (float32 unless the pair is too big for it: lossless) | float32 | bfloat16 | float16",
+    )
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run Hugging Face generate() peers (greedy, assisted, prompt lookup) in the same run",
+    )
     p.add_argument("--json", type=Path, help="write the full result here")
-    p.add_argument("--report", type=Path, metavar="DIR",
-                   help="write results.json, summary.csv, summary.md and report.html (plotly figures) into DIR")
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write results.json, summary.csv, summary.md and report.html (plotly figures) into DIR",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -159,7 +217,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
     methods = method_names() if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
-        raise SpecvizError(f"--methods names no method: give comma-separated names or 'all' ({', '.join(method_names())})")
+        raise SpecvizError(
+            f"--methods names no method: give comma-separated names or 'all' ({', '.join(method_names())})"
+        )
     for name in methods:
         get_method(name)  # an unknown name fails now, before any model loads
     check_unique("--methods", methods)
@@ -230,7 +290,11 @@ def options_listing() -> str:
         if fields_:
             lines.append(f"{spec.name} ({spec.label})")
         for f in fields_:
-            span = f" in [{f.least:g}, {f.most:g}]" if f.kind in ("int", "float") else (" one of " + "|".join(f.choices) if f.choices else "")
+            span = (
+                f" in [{f.least:g}, {f.most:g}]"
+                if f.kind in ("int", "float")
+                else (" one of " + "|".join(f.choices) if f.choices else "")
+            )
             default = "tuned" if f.default is None else repr(f.default) if f.kind == "text" else f.default
             lines.append(f"  {spec.name}.{f.name}  {f.kind}{span}, default {default}: {f.help}")
     return "\n".join(lines)
@@ -247,7 +311,9 @@ def check_writable(path: Path) -> None:
         with tempfile.TemporaryFile(dir=folder):  # permissions alone say little (root, read-only mounts)
             pass
     except OSError as e:
-        raise SpecvizError(f"cannot write {path} ({e.strerror or e}): choose a file in a folder you can write to") from None
+        raise SpecvizError(
+            f"cannot write {path} ({e.strerror or e}): choose a file in a folder you can write to"
+        ) from None
 
 
 def subcommands() -> dict[str, str]:
@@ -258,8 +324,12 @@ def subcommands() -> dict[str, str]:
     import specviz.experiments
     import specviz.tools
 
-    found = {m.name: f"{pkg.__name__}.{m.name}" for pkg in (specviz.experiments, specviz.tools)
-             for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")}  # fmt: skip
+    found = {
+        m.name: f"{pkg.__name__}.{m.name}"
+        for pkg in (specviz.experiments, specviz.tools)
+        for m in pkgutil.iter_modules(pkg.__path__)
+        if not m.name.startswith("_")
+    }
     return dict(sorted(found.items()))
 
 
@@ -283,8 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"pair {result['pair']['name']} on {result['device']['device']} in {result['pair']['dtype']}, {len(cfg.prompts)} prompts, "
-          f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}")
+    print(
+        f"pair {result['pair']['name']} on {result['device']['device']} in {result['pair']['dtype']}, {len(cfg.prompts)} prompts, "
+        f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}"
+    )
     print(format_table(result["summary"]))
     try:
         if args.json:

@@ -38,15 +38,25 @@ def zerogpu():
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pair", default=os.environ.get("SPECVIZ_PAIR", "default"), help="model pair shown first (default: %(default)s)")
+    parser.add_argument(
+        "--pair",
+        default=os.environ.get("SPECVIZ_PAIR", "default"),
+        help="model pair shown first (default: %(default)s)",
+    )
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="also serve on a public gradio.live link")
-    parser.add_argument("--device", default=os.environ.get("SPECVIZ_DEVICE", "auto"),
-                        help="where the models run: auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda, cuda:N or mps")
-    parser.add_argument("--dtype", default=os.environ.get("SPECVIZ_DTYPE", "auto"),
-                        help="auto (float32 unless the pair is too big for it: greedy output then equals the target's "
-                             "token for token), float32, bfloat16 or float16")  # fmt: skip
+    parser.add_argument(
+        "--device",
+        default=os.environ.get("SPECVIZ_DEVICE", "auto"),
+        help="where the models run: auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda, cuda:N or mps",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=os.environ.get("SPECVIZ_DTYPE", "auto"),
+        help="auto (float32 unless the pair is too big for it: greedy output then equals the target's "
+        "token for token), float32, bfloat16 or float16",
+    )
     args = parser.parse_args(argv)
     log_lines()
     gpu = zerogpu()  # before torch is imported (ZeroGPU patches it)
@@ -68,7 +78,6 @@ def log_lines() -> None:
     logger = logging.getLogger("specviz")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-
 
 
 if __name__ == "__main__":

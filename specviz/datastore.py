@@ -149,7 +149,9 @@ class Datastore:
         picks = lo + (np.arange(m) * (hi - lo)) // m if spread else lo + np.arange(m)
         starts = self.sa[picks].astype(np.int64) + len(pattern)  # [m]
         window = starts[:, None] + np.arange(depth)  # [m, depth]
-        rows = np.where(window < len(self.tokens), self.tokens[np.minimum(window, len(self.tokens) - 1)], self.separator)
+        rows = np.where(
+            window < len(self.tokens), self.tokens[np.minimum(window, len(self.tokens) - 1)], self.separator
+        )
         out = []
         for row in rows.tolist():
             cut = row.index(self.separator) if self.separator in row else depth

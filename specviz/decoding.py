@@ -44,8 +44,12 @@ class Decoding:
         self.iteration = 0
         self.done = False
         self._t0: float | None = None
-        self.session = session  # what a series of runs carries (the method's `session`: OSD's learner); None: a lone run
-        self.executor = executor  # submit(fn, *args) -> Future: where a method runs a second lane (PEARL's target); None: its own
+        self.session = (
+            session  # what a series of runs carries (the method's `session`: OSD's learner); None: a lone run
+        )
+        self.executor = (
+            executor  # submit(fn, *args) -> Future: where a method runs a second lane (PEARL's target); None: its own
+        )
 
     def now(self) -> float:
         """Seconds since the run started; the clock starts at the first call (the first step). On a
@@ -107,7 +111,12 @@ class Decoding:
             t_end=t_end,
             draft_ms=(t_drafted - t_start) * 1e3,
             verify_ms=(t_end - t_drafted) * 1e3,
-            extra={**(extra or {}), **CommitExtra(u=verdict.uniforms[:kept] if verdict.uniforms and drafted else None, stop=stop).to_extra()},
+            extra={
+                **(extra or {}),
+                **CommitExtra(
+                    u=verdict.uniforms[:kept] if verdict.uniforms and drafted else None, stop=stop
+                ).to_extra(),
+            },
         )
         self.iteration += 1
         return record

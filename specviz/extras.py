@@ -42,7 +42,9 @@ class Extra:
 
     def to_extra(self) -> dict[str, Any]:
         """The plain JSON form of these fields (for `IterationRecord.extra`); fields left at None are not written."""
-        return {f.name: _wire(getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+        return {
+            f.name: _wire(getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) is not None
+        }
 
     def check(self, record: Any) -> str | None:
         """What is wrong with these fields on `record` (an IterationRecord), or None."""
@@ -53,7 +55,9 @@ class Extra:
 class CommitExtra(Extra):
     """What `Decoding.commit` adds to every record."""
 
-    u: tuple[float, ...] | None = None  # sampling: the uniform each kept draft was tested with (u < min(1, p/q) accepts)
+    u: tuple[float, ...] | None = (
+        None  # sampling: the uniform each kept draft was tested with (u < min(1, p/q) accepts)
+    )
     stop: str | None = None  # why the run ended here, on its last record: "eos" or "max_new_tokens"
 
     def check(self, record: Any) -> str | None:
@@ -71,7 +75,9 @@ class TreeExtra(Extra):
 
     tree_tokens: tuple[TokenId, ...]  # the token of each node
     tree_parents: tuple[Parent, ...]  # each node's parent: -1 for a child of the committed context
-    tree_scores: tuple[float, ...]  # each node's drafting score (SSSD: fused n-gram probability; streams: product of probabilities)
+    tree_scores: tuple[
+        float, ...
+    ]  # each node's drafting score (SSSD: fused n-gram probability; streams: product of probabilities)
     tree_sources: tuple[str, ...]  # where each node came from ("input", "datastore", "stream 2", ...)
     accepted_path: tuple[int, ...]  # the nodes the target accepted, from the root down
     sources: tuple[str, ...]  # the source of each token on the main path (before a cut at EOS or the budget)
@@ -79,11 +85,20 @@ class TreeExtra(Extra):
 
     def check(self, record: Any) -> str | None:
         n = len(self.tree_tokens)
-        if not len(self.tree_parents) == len(self.tree_scores) == len(self.tree_sources) == n == record.speculation_length:
+        if (
+            not len(self.tree_parents)
+            == len(self.tree_scores)
+            == len(self.tree_sources)
+            == n
+            == record.speculation_length
+        ):
             return "extra 'tree_tokens', 'tree_parents', 'tree_scores' and 'tree_sources' must each hold one value per tree node (speculation_length)"
         if not all(-1 <= p < i for i, p in enumerate(self.tree_parents)):
             return "extra 'tree_parents' must name -1 or an earlier node for each node"
-        if any(node >= n or self.tree_parents[node] != parent for node, parent in zip(self.accepted_path, (-1, *self.accepted_path))):
+        if any(
+            node >= n or self.tree_parents[node] != parent
+            for node, parent in zip(self.accepted_path, (-1, *self.accepted_path))
+        ):
             return "extra 'accepted_path' must be a path of the tree from its root"
         if len(self.sources) > n:
             return "extra 'sources' has more entries than the tree has nodes"
@@ -111,7 +126,9 @@ class PearlExtra(Extra):
     target_intervals: tuple[tuple[float, float], ...]  # the same for the target
     phases: tuple[Phase, ...]  # the rounds, in order
     ideal_s: float  # seconds the record would take with each round's shorter job hidden behind the longer one
-    dropped: tuple[TokenId, ...] | None = None  # pre-verify: the drafts dropped after the first one (none when it was accepted)
+    dropped: tuple[TokenId, ...] | None = (
+        None  # pre-verify: the drafts dropped after the first one (none when it was accepted)
+    )
     drafted_ahead: tuple[TokenId, ...] | None = None  # post-verify: the drafts past the pending ones
     ahead_kept: bool | None = None  # post-verify: every pending draft was accepted, so the drafts ahead stand
 
@@ -151,10 +168,20 @@ class DiscoExtra(Extra):
 class ConfidenceExtra(Extra):
     """Hugging Face's confidence rule (`methods.disco`)."""
 
-    confidence_scores: tuple[float, ...]  # the draft's top-1 probability after each drafted token; drafting stopped below the threshold
+    confidence_scores: tuple[
+        float, ...
+    ]  # the draft's top-1 probability after each drafted token; drafting stopped below the threshold
 
 
-FAMILIES: tuple[type[Extra], ...] = (CommitExtra, TreeExtra, PearlExtra, OnlineExtra, NgramExtra, DiscoExtra, ConfidenceExtra)
+FAMILIES: tuple[type[Extra], ...] = (
+    CommitExtra,
+    TreeExtra,
+    PearlExtra,
+    OnlineExtra,
+    NgramExtra,
+    DiscoExtra,
+    ConfidenceExtra,
+)
 F = TypeVar("F", bound=Extra)
 
 
@@ -176,10 +203,14 @@ def of(extra: Mapping[str, Any], family: type[F], vocab_size: int | None = None)
     if not required(family) <= extra.keys():
         return None
     types_ = hints(family)
-    return family(**{name: typed(extra[name], tp, f"extra '{name}'", vocab_size) for name, tp in types_.items() if name in extra})
+    return family(
+        **{name: typed(extra[name], tp, f"extra '{name}'", vocab_size) for name, tp in types_.items() if name in extra}
+    )
 
 
-def checked(extra: Any, record: Any, families: tuple[type[Extra], ...] = FAMILIES, vocab_size: int | None = None) -> None:
+def checked(
+    extra: Any, record: Any, families: tuple[type[Extra], ...] = FAMILIES, vocab_size: int | None = None
+) -> None:
     """Raise a SpecvizError (naming the field) unless `extra` holds only the families' keys, each
     family whole, every value of its type and consistent with `record` (an IterationRecord)."""
     if not isinstance(extra, Mapping):
@@ -219,7 +250,9 @@ def _typed(value: Any, tp: Any, vocab_size: int | None) -> Any:
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or (args[-1] is not Ellipsis and len(value) != len(args)):
             raise _Mismatch
-        if args[-1] is Ellipsis and args[0] in SCALARS:  # the common case, a list of numbers: no type to unpack per item
+        if (
+            args[-1] is Ellipsis and args[0] in SCALARS
+        ):  # the common case, a list of numbers: no type to unpack per item
             return tuple(_scalar(v, args[0], vocab_size) for v in value)
         items = args[:1] * len(value) if args[-1] is Ellipsis else args
         return tuple(_typed(v, a, vocab_size) for v, a in zip(value, items))
@@ -257,8 +290,13 @@ def words(tp: Any, vocab_size: int | None = None) -> str:
     if dataclasses.is_dataclass(tp):
         return f"an object with {', '.join(hints(tp))}"
     most = f"{vocab_size - 1}" if tp is TokenId and vocab_size else "2**63 - 1"
-    return {bool: "true or false", str: "text", float: "a finite number", TokenId: f"a token id (a whole number from 0 to {most})",
-            Parent: "a node index (a whole number, -1 for the root)"}.get(tp, "a whole number from 0 to 2**63 - 1")  # fmt: skip
+    return {
+        bool: "true or false",
+        str: "text",
+        float: "a finite number",
+        TokenId: f"a token id (a whole number from 0 to {most})",
+        Parent: "a node index (a whole number, -1 for the root)",
+    }.get(tp, "a whole number from 0 to 2**63 - 1")
 
 
 @functools.cache
@@ -273,4 +311,3 @@ def _wire(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
         return {f.name: _wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
-

@@ -35,8 +35,14 @@ import time
 from pathlib import Path
 
 STASH = Path(os.environ.get("SPECVIZ_GPUCHECK_STASH", "/tmp/specviz-gpucheck"))  # parts kept between calls there
-TEST_FILES = ("tests/test_device.py", "tests/test_host_syncs.py", "tests/test_parity.py", "tests/test_sampling_methods.py",
-              "tests/test_verify.py", "tests/test_kv.py")  # fmt: skip
+TEST_FILES = (
+    "tests/test_device.py",
+    "tests/test_host_syncs.py",
+    "tests/test_parity.py",
+    "tests/test_sampling_methods.py",
+    "tests/test_verify.py",
+    "tests/test_kv.py",
+)
 NOT_IN_HALF = "not test_greedy_output_equals_autoregressive and not test_eos_inside"  # greedy parity: ties expected
 CARRY_LIMIT_MIB = 64  # what one call of a lent machine takes: the tree and the carried folder together
 RACE_PROMPTS = ("humaneval", "gsm8k", "mtbench")
@@ -48,8 +54,17 @@ def run_tests(out: Path, device: str) -> int:
     with open(out / "tests.log", "w") as log:
         for dtype, select in (("float32", ""), ("bfloat16", NOT_IN_HALF)):
             env = {**os.environ, "SPECVIZ_TEST_DEVICE": device, "SPECVIZ_TEST_DTYPE": dtype}
-            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TEST_FILES, *(["-k", select] if select else []),
-                   *(["-n", "8"] if importlib.util.find_spec("xdist") else [])]  # a GPU machine's cores share the work  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *TEST_FILES,
+                *(["-k", select] if select else []),
+                *(["-n", "8"] if importlib.util.find_spec("xdist") else []),
+            ]  # a GPU machine's cores share the work
             log.write(f"== {dtype} on {device}: {' '.join(cmd)}\n")
             log.flush()
             code = subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -79,7 +94,9 @@ def gguf_from_parts(folder: Path) -> Path:
     parts = sorted(folder.glob("target.gguf.xz.*"), key=lambda p: int(p.suffix[1:]))
     expected = json.loads((folder / "gguf.json").read_text())
     if len(parts) != expected["parts"]:
-        raise SystemExit(f"{len(parts)} of the GGUF's {expected['parts']} parts are in {folder}: was a call skipped, or the machine given back between calls?")
+        raise SystemExit(
+            f"{len(parts)} of the GGUF's {expected['parts']} parts are in {folder}: was a call skipped, or the machine given back between calls?"
+        )
     data = lzma.decompress(b"".join(p.read_bytes() for p in parts))
     if hashlib.sha256(data).hexdigest() != expected["sha256"]:
         raise SystemExit("the reassembled GGUF does not match its checksum")
@@ -101,11 +118,19 @@ def race(out: Path, device: str, prompts_per_suite: int, max_new_tokens: int) ->
     prompts = tuple(p for suite in RACE_PROMPTS for p in take(suite, prompts_per_suite))
     for dtype in ("float32", "bfloat16"):
         t0 = time.perf_counter()
-        cfg = BenchConfig(pair="default", methods=tuple(method_names()), prompts=prompts, max_new_tokens=max_new_tokens,
-                          device=device, dtype=dtype)  # fmt: skip
+        cfg = BenchConfig(
+            pair="default",
+            methods=tuple(method_names()),
+            prompts=prompts,
+            max_new_tokens=max_new_tokens,
+            device=device,
+            dtype=dtype,
+        )
         result = run_benchmark(cfg, progress=False)
         (out / f"bench-{dtype}.json").write_text(json.dumps(result, indent=1))
-        print(f"== bench, default pair in {dtype} on {result['device'].get('gpu', device)} ({time.perf_counter() - t0:.0f} s)")
+        print(
+            f"== bench, default pair in {dtype} on {result['device'].get('gpu', device)} ({time.perf_counter() - t0:.0f} s)"
+        )
         print(format_table(result["summary"]), flush=True)
         if dtype == "float32":
             pair = load_pair("default", device=device, dtype=dtype)
@@ -137,10 +162,14 @@ def forward_times(pair, context: int = 256) -> dict:
         "device": torch_device_name(pair.info.get("device", "")),
         "dtype": pair.info.get("dtype"),
         "context": context,
-        **{role: [{"tokens": t.n_tokens, "ms": t.seconds * 1e3} for t in
-                  measure_forward_times(model, batch_sizes=(1,), n_tokens=tokens, context_len=context, repeats=5)]
-           for role, model in (("target", pair.target), ("draft", pair.draft))},
-    }  # fmt: skip
+        **{
+            role: [
+                {"tokens": t.n_tokens, "ms": t.seconds * 1e3}
+                for t in measure_forward_times(model, batch_sizes=(1,), n_tokens=tokens, context_len=context, repeats=5)
+            ]
+            for role, model in (("target", pair.target), ("draft", pair.draft))
+        },
+    }
 
 
 def saved_race(pair, prompt, max_new_tokens: int) -> dict:
@@ -165,11 +194,28 @@ def saved_race(pair, prompt, max_new_tokens: int) -> dict:
         for record in without_autograd(run(spec.name, pair, prompt_ids, max_new_tokens=max_new_tokens, executor=lane)):
             records.append(record)
             builder.add(record)
-        records = fill_oracle_sl(pair, prompt_ids, records)  # as the race fills them: the speculation-length plot needs them
-        runs.append(MethodRun(spec.name, spec.label, spec.paper, status="done", records=records, spans=builder.finish(),
-                              note=f"recorded on {name} ({pair.info.get('dtype')})"))  # fmt: skip
-    race = Race(pair=f"{pair.name} (recorded on {name})", prompt=prompt.text, prompt_ids=prompt_ids, max_new_tokens=max_new_tokens,
-                options={"temperature": 0.0}, runs=runs)  # fmt: skip
+        records = fill_oracle_sl(
+            pair, prompt_ids, records
+        )  # as the race fills them: the speculation-length plot needs them
+        runs.append(
+            MethodRun(
+                spec.name,
+                spec.label,
+                spec.paper,
+                status="done",
+                records=records,
+                spans=builder.finish(),
+                note=f"recorded on {name} ({pair.info.get('dtype')})",
+            )
+        )
+    race = Race(
+        pair=f"{pair.name} (recorded on {name})",
+        prompt=prompt.text,
+        prompt_ids=prompt_ids,
+        max_new_tokens=max_new_tokens,
+        options={"temperature": 0.0},
+        runs=runs,
+    )
     return race_to_dict(race)
 
 
@@ -196,7 +242,9 @@ def pack(folder: Path, repo: Path, calls: int | None, wheel: bool = True) -> Non
     n = calls or -(-len(packed) // room)
     size = -(-len(packed) // n)
     if size > room:
-        raise SystemExit(f"{n} calls carry {size / 2**20:.1f} MiB each beside a {tree / 2**20:.1f} MiB tree: more than {room / 2**20:.1f} MiB")
+        raise SystemExit(
+            f"{n} calls carry {size / 2**20:.1f} MiB each beside a {tree / 2**20:.1f} MiB tree: more than {room / 2**20:.1f} MiB"
+        )
     shutil.rmtree(folder, ignore_errors=True)
     for i in range(n):
         part = folder / f"call-{i + 1}"
@@ -209,8 +257,20 @@ def pack(folder: Path, repo: Path, calls: int | None, wheel: bool = True) -> Non
         return
     from importlib.metadata import version
 
-    subprocess.check_call([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(last),
-                           f"gguf=={version('gguf')}"])  # fmt: skip
+    subprocess.check_call(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(last),
+            f"gguf=={version('gguf')}",
+        ]
+    )
 
 
 def tracked_bytes(repo: Path) -> int:
@@ -237,15 +297,21 @@ def unstash_wheel(site: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specviz.gpucheck", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m specviz.gpucheck",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tests", help="the device tests with the tiny pairs on the GPU")
     r = sub.add_parser("race", help="the default pair on the GPU: bench, saved races, forward times")
     for s in (t, r):
         s.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpucheck-out")))
         s.add_argument("--device", default="cuda")
-    r.add_argument("--gguf", type=Path, help="the default target's GGUF, or a folder of parts from `pack` (default: the stash)")
+    r.add_argument(
+        "--gguf", type=Path, help="the default target's GGUF, or a folder of parts from `pack` (default: the stash)"
+    )
     r.add_argument("--prompts", type=int, default=2, help="prompts per suite (HumanEval, GSM8K, MT-Bench)")
     r.add_argument("--max-new-tokens", type=int, default=128)
     k = sub.add_parser("pack", help="here: carry folders with the default target's GGUF for a lent machine")

@@ -66,10 +66,14 @@ class RunRow:
     category: str = ""  # Spec-Bench's category, or a prompt file's; "" for none
     prompt_id: str = ""
     repeat: int = 0  # which of the runs of this (variant, prompt); its seed is seed + repeat
-    matches_autoregressive: bool | None = None  # greedy output == AR's, same prompt and repeat (None: sampled or no AR run)
+    matches_autoregressive: bool | None = (
+        None  # greedy output == AR's, same prompt and repeat (None: sampled or no AR run)
+    )
     matches_hf_greedy: bool | None = None  # greedy output == Hugging Face greedy's (None: sampled or no such peer)
     parity: str | None = None  # "same" | "tie" | "differs" against AR (specviz.parity); None: not judged
-    first_difference: int | None = None  # index of the first new token where a "tie" or "differs" output parts from AR's
+    first_difference: int | None = (
+        None  # index of the first new token where a "tie" or "differs" output parts from AR's
+    )
     variant: str = ""  # the variant's label (in memory only)
     records: tuple[IterationRecord, ...] = ()  # the run's records, where run_interleaved keeps them (in memory only)
 
@@ -79,11 +83,21 @@ class RunRow:
         s = result.summary
         oracle = [r.oracle_sl for r in result.records if r.oracle_sl is not None]
         return cls(
-            method=variant.method, kind="method", output_ids=list(s.output_ids), new_tokens=s.new_tokens, wall_s=s.wall_s,
-            target_forwards=s.target_forwards, draft_forwards=s.draft_forwards, drafted=s.drafted, accepted=s.accepted,
-            iterations=s.iterations, stop_reason=s.stop_reason, oracle_sl_mean=sum(oracle) / len(oracle) if oracle else None,
-            **_where(variant, prompt, repeat), records=tuple(result.records) if keep_records else (),
-        )  # fmt: skip
+            method=variant.method,
+            kind="method",
+            output_ids=list(s.output_ids),
+            new_tokens=s.new_tokens,
+            wall_s=s.wall_s,
+            target_forwards=s.target_forwards,
+            draft_forwards=s.draft_forwards,
+            drafted=s.drafted,
+            accepted=s.accepted,
+            iterations=s.iterations,
+            stop_reason=s.stop_reason,
+            oracle_sl_mean=sum(oracle) / len(oracle) if oracle else None,
+            **_where(variant, prompt, repeat),
+            records=tuple(result.records) if keep_records else (),
+        )
 
     def to_dict(self, keys: Sequence[str] | None = None) -> dict[str, Any]:
         """The benchmark's JSON row; or, given `keys`, those fields in that order (an experiment's row)."""
@@ -150,7 +164,9 @@ def _runner(pair, v: Variant, keep_records: bool, lane: Any = None) -> Callable[
 
         def peer(prompt: Prompt, sampling: dict, seed: int, repeat: int) -> RunRow:
             ids = encode_prompt(pair, prompt.text)
-            return RunRow(**run_peer(v.method, pair, ids, seed=seed, **sampling, **v.options), **_where(v, prompt, repeat))
+            return RunRow(
+                **run_peer(v.method, pair, ids, seed=seed, **sampling, **v.options), **_where(v, prompt, repeat)
+            )
 
         return peer
     from specviz.methods import get_method, new_session
@@ -159,13 +175,17 @@ def _runner(pair, v: Variant, keep_records: bool, lane: Any = None) -> Callable[
     session = new_session(get_method(v.method), pair)
 
     def method(prompt: Prompt, sampling: dict, seed: int, repeat: int) -> RunRow:
-        result = generate(v.method, pair, prompt.text, seed=seed, **sampling, **v.options, session=session, executor=lane)
+        result = generate(
+            v.method, pair, prompt.text, seed=seed, **sampling, **v.options, session=session, executor=lane
+        )
         return RunRow.of(result, v, prompt, repeat, keep_records)
 
     return method
 
 
-def mark_parity(rows: Sequence[RunRow], pair, prompts: Sequence[Prompt], greedy: bool = True, judge: bool = True) -> list[RunRow]:
+def mark_parity(
+    rows: Sequence[RunRow], pair, prompts: Sequence[Prompt], greedy: bool = True, judge: bool = True
+) -> list[RunRow]:
     """The rows with their greedy outputs compared with AR's (and HF greedy's) on the same prompt and
     repeat; where one differs from AR's and `judge`: is the first differing token a tie of the
     target's dtype or a real difference (`specviz.parity`, one target forward pass per such row)?
@@ -174,7 +194,10 @@ def mark_parity(rows: Sequence[RunRow], pair, prompts: Sequence[Prompt], greedy:
     from specviz.models.pair import encode_prompt
     from specviz.parity import compare
 
-    refs = {name: {(r.prompt_id, r.repeat): r.output_ids for r in rows if r.method == name} for name in (REFERENCE, HF_REFERENCE)}
+    refs = {
+        name: {(r.prompt_id, r.repeat): r.output_ids for r in rows if r.method == name}
+        for name in (REFERENCE, HF_REFERENCE)
+    }
     prompt_ids = {p.id: encode_prompt(pair, p.text) for p in prompts} if judge else {}
     out = []
     for r in rows:
@@ -184,8 +207,15 @@ def mark_parity(rows: Sequence[RunRow], pair, prompts: Sequence[Prompt], greedy:
         if same is False and judge:
             judged = compare(pair, prompt_ids[r.prompt_id], ar, r.output_ids)
             parity, first = judged.verdict, judged.first_difference
-        out.append(replace(r, matches_autoregressive=same, matches_hf_greedy=r.output_ids == hf if greedy and hf is not None else None,
-                           parity=parity, first_difference=first))  # fmt: skip
+        out.append(
+            replace(
+                r,
+                matches_autoregressive=same,
+                matches_hf_greedy=r.output_ids == hf if greedy and hf is not None else None,
+                parity=parity,
+                first_difference=first,
+            )
+        )
     return out
 
 
@@ -199,7 +229,11 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
         mine = [r for r in rows if r.method == method]
         if not mine:
             continue
-        new, wall, tf = sum(r.new_tokens for r in mine), sum(r.wall_s for r in mine), sum(r.target_forwards for r in mine)
+        new, wall, tf = (
+            sum(r.new_tokens for r in mine),
+            sum(r.wall_s for r in mine),
+            sum(r.target_forwards for r in mine),
+        )
         drafted = [r.drafted for r in mine if r.drafted is not None]
         per_prompt = [metrics.tokens_per_s(r.new_tokens, r.wall_s) for r in mine]
         out.append(
@@ -210,8 +244,12 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
                 "new_tokens": new,
                 "wall_s": wall,
                 "tokens_per_s": metrics.tokens_per_s(new, wall),
-                "median_tokens_per_s": statistics.median(t for t in per_prompt if t is not None) if any(per_prompt) else None,
-                "acceptance_rate": metrics.acceptance_rate(sum(r.accepted for r in mine), sum(drafted)) if drafted else None,
+                "median_tokens_per_s": statistics.median(t for t in per_prompt if t is not None)
+                if any(per_prompt)
+                else None,
+                "acceptance_rate": metrics.acceptance_rate(sum(r.accepted for r in mine), sum(drafted))
+                if drafted
+                else None,
                 "mean_accepted_length": metrics.mean_accepted_length(new, tf),
                 "target_forwards_per_token": metrics.target_forwards_per_token(tf, new),
                 "matches_autoregressive": _all_or_none(r.matches_autoregressive for r in mine),
@@ -223,8 +261,14 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
     ar = next((r["tokens_per_s"] for r in out if r["method"] == REFERENCE), None)
     for row in out:
         row["speedup_vs_autoregressive"] = metrics.speedup(ar, row["tokens_per_s"])
-        peer = next((p.name for p in PEERS.values() if p.counterpart == row["method"] and p.name in methods
-                     and p.assistant != {}), None)  # HF's own defaults are a different algorithm: not a peer
+        peer = next(
+            (
+                p.name
+                for p in PEERS.values()
+                if p.counterpart == row["method"] and p.name in methods and p.assistant != {}
+            ),
+            None,
+        )  # HF's own defaults are a different algorithm: not a peer
         row["peer"] = peer
         row["ratio_to_peer"] = _median_paired_ratio(rows, row["method"], peer) if peer else None
     return out
@@ -241,8 +285,13 @@ def _median_paired_ratio(rows: Sequence[RunRow], method: str, peer: str) -> floa
     ratios = []
     for (name, prompt_id, repeat), r in by_key.items():
         other = by_key.get((peer, prompt_id, repeat))
-        ratio = metrics.speedup(metrics.tokens_per_s(other.new_tokens, other.wall_s), metrics.tokens_per_s(r.new_tokens, r.wall_s)) \
-            if name == method and other else None  # fmt: skip
+        ratio = (
+            metrics.speedup(
+                metrics.tokens_per_s(other.new_tokens, other.wall_s), metrics.tokens_per_s(r.new_tokens, r.wall_s)
+            )
+            if name == method and other
+            else None
+        )
         if ratio is not None:
             ratios.append(ratio)
     return statistics.median(ratios) if ratios else None
@@ -260,8 +309,9 @@ def describe_machine(device: str) -> dict[str, Any]:
     return info
 
 
-def add_comparison_args(p: argparse.ArgumentParser, *, suites: str, limit: int, max_new_tokens: int,
-                        pair_help: str | None = None) -> None:  # fmt: skip
+def add_comparison_args(
+    p: argparse.ArgumentParser, *, suites: str, limit: int, max_new_tokens: int, pair_help: str | None = None
+) -> None:
     """An experiment's first options: --pair, its prompts (--suites or --prompts, --limit, --offset), --max-new-tokens."""
     p.add_argument("--pair", default="default", help=pair_help)
     add_prompt_args(p, suites)

@@ -59,7 +59,9 @@ def draft_agreement_runs(draft: torch.nn.Module, sequence: Sequence[int], start:
     return agreement_runs(draft_predictions(draft, sequence, start) == np.asarray(sequence[start:]))
 
 
-def fill_oracle_sl(pair: ModelPair, prompt_ids: Sequence[int], records: Sequence[IterationRecord]) -> list[IterationRecord]:
+def fill_oracle_sl(
+    pair: ModelPair, prompt_ids: Sequence[int], records: Sequence[IterationRecord]
+) -> list[IterationRecord]:
     """Copies of `records` with `oracle_sl` set (left None when the pair has no draft model)."""
     if pair.draft is None or not records:
         return list(records)

@@ -45,16 +45,34 @@ PEERS: dict[str, Peer] = {
     p.name: p
     for p in (
         Peer("hf_greedy", "HF generate", "transformers generate(), plain decoding", False),
-        Peer("hf_assisted", "HF assisted (same γ)",
-             "generate(assistant_model=draft) with num_assistant_tokens = γ, constant schedule", True,
-             assistant={"num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}),
-        Peer("hf_assisted_heuristic", "HF assisted (heuristic)",
-             "generate(assistant_model=draft) with HF's +2/-1 schedule starting at γ", True,
-             assistant={"num_assistant_tokens_schedule": "heuristic_transient", "assistant_confidence_threshold": 0.0}),
-        Peer("hf_assisted_default", "HF assisted (defaults)",
-             "generate(assistant_model=draft) with transformers' default settings", True, assistant={}),
-        Peer("hf_prompt_lookup", "HF prompt lookup",
-             "generate(prompt_lookup_num_tokens=γ, max_matching_ngram_size=3)", False, prompt_lookup=True),
+        Peer(
+            "hf_assisted",
+            "HF assisted (same γ)",
+            "generate(assistant_model=draft) with num_assistant_tokens = γ, constant schedule",
+            True,
+            assistant={"num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0},
+        ),
+        Peer(
+            "hf_assisted_heuristic",
+            "HF assisted (heuristic)",
+            "generate(assistant_model=draft) with HF's +2/-1 schedule starting at γ",
+            True,
+            assistant={"num_assistant_tokens_schedule": "heuristic_transient", "assistant_confidence_threshold": 0.0},
+        ),
+        Peer(
+            "hf_assisted_default",
+            "HF assisted (defaults)",
+            "generate(assistant_model=draft) with transformers' default settings",
+            True,
+            assistant={},
+        ),
+        Peer(
+            "hf_prompt_lookup",
+            "HF prompt lookup",
+            "generate(prompt_lookup_num_tokens=γ, max_matching_ngram_size=3)",
+            False,
+            prompt_lookup=True,
+        ),
     )
 }
 
@@ -127,14 +145,18 @@ def run_peer(
     input_ids = torch.tensor([prompt_ids], device=pair.device)
     torch.manual_seed(seed)
     null = contextlib.nullcontext([0])
-    with _counting(target) as t_calls, (_counting(draft) if peer.needs_draft else null) as d_calls, \
-            (_assistant_config(draft, settings) if peer.needs_draft else contextlib.nullcontext()), torch.inference_mode():
+    with (
+        _counting(target) as t_calls,
+        _counting(draft) if peer.needs_draft else null as d_calls,
+        _assistant_config(draft, settings) if peer.needs_draft else contextlib.nullcontext(),
+        torch.inference_mode(),
+    ):
         _sync(pair.device)
         t0 = time.perf_counter()
         out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         _sync(pair.device)
         wall = time.perf_counter() - t0
-    output = out[0, len(prompt_ids):].tolist()
+    output = out[0, len(prompt_ids) :].tolist()
     return {
         "method": name,
         "kind": "peer",

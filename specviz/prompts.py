@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from specviz.errors import SpecvizError
@@ -49,7 +49,16 @@ def _specbench(r: dict, i: int) -> Prompt:
 
 # Spec-Bench's leaderboard columns: its 13 categories in six groups (hemingkx/Spec-Bench Leaderboard.md).
 SPEC_BENCH_COLUMNS = {
-    "Multi-turn Conversation": ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"),
+    "Multi-turn Conversation": (
+        "writing",
+        "roleplay",
+        "reasoning",
+        "math",
+        "coding",
+        "extraction",
+        "stem",
+        "humanities",
+    ),
     "Translation": ("translation",),
     "Summarization": ("summarization",),
     "Question Answering": ("qa",),
@@ -72,7 +81,7 @@ SUITES = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_suite(name: str) -> tuple[Prompt, ...]:
     """A shipped suite by name (never a file: the app passes names a visitor sent)."""
     if name not in SUITES:
@@ -99,13 +108,17 @@ def take(name: str, limit: int | None = None, offset: int = 0, categories: tuple
     return select(load_source(name), limit, offset, categories)
 
 
-def select(prompts: tuple[Prompt, ...], limit: int | None = None, offset: int = 0, categories: tuple[str, ...] = ()) -> list[Prompt]:
+def select(
+    prompts: tuple[Prompt, ...], limit: int | None = None, offset: int = 0, categories: tuple[str, ...] = ()
+) -> list[Prompt]:
     """`take` for any prompts: a slice of each category (of all, when they have none)."""
     known = dict.fromkeys(p.category for p in prompts)
     unknown = [c for c in categories if c not in known]
     if unknown:
-        raise SpecvizError(f"unknown categor{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
-                           f"these prompts have: {', '.join(c or '(none)' for c in known)}")  # fmt: skip
+        raise SpecvizError(
+            f"unknown categor{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
+            f"these prompts have: {', '.join(c or '(none)' for c in known)}"
+        )
     out = []
     for category in known:
         if categories and category not in categories:
@@ -150,11 +163,17 @@ def shuffled(name: str, seed: int) -> Prompt:
 
 def add_prompt_args(parser, suites: str) -> None:
     """A paper experiment's --suites (shipped suites, or prompt files by path) and --prompts FILE."""
-    parser.add_argument("--suites", default=suites,
-                        help=f"comma-separated prompt suites ({', '.join(SUITES)}) or prompt files (default: %(default)s)")
-    parser.add_argument("--prompts", metavar="FILE",
-                        help="a prompt file of your own instead of --suites: JSON lines with a 'prompt' or 'turns' "
-                             "field, or plain text, one prompt per line")  # fmt: skip
+    parser.add_argument(
+        "--suites",
+        default=suites,
+        help=f"comma-separated prompt suites ({', '.join(SUITES)}) or prompt files (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="a prompt file of your own instead of --suites: JSON lines with a 'prompt' or 'turns' "
+        "field, or plain text, one prompt per line",
+    )
 
 
 def prompt_sources(args) -> list[str]:

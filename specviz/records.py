@@ -32,7 +32,9 @@ class RunBounds:
     method: str | None = None  # the run's method: every record's `method`
     records: int | None = None  # how many records the run has: each `iteration` is below it
     prompt_tokens: int | None = None  # the prompt's length: the first position
-    max_new_tokens: int | None = None  # the run's budget: position + emitted stays within prompt_tokens + max_new_tokens
+    max_new_tokens: int | None = (
+        None  # the run's budget: position + emitted stays within prompt_tokens + max_new_tokens
+    )
     vocab_size: int | None = None  # token ids are below it
     families: tuple[type, ...] = extras.FAMILIES  # the extra families the method writes (specviz.extras)
 
@@ -125,21 +127,27 @@ def _check(r: IterationRecord, b: RunBounds) -> None:
     problems = {
         "belongs to another method": b.method is not None and r.method != b.method,
         f"'iteration' must be below the run's {b.records} records": b.records is not None and r.iteration >= b.records,
-        f"'position' must be at least the prompt's {b.prompt_tokens} tokens": b.prompt_tokens is not None and r.position < b.prompt_tokens,
-        f"'position' and 'emitted' go past the prompt and max_new_tokens ({room} tokens)": room is not None and r.position + len(r.emitted) > room,
+        f"'position' must be at least the prompt's {b.prompt_tokens} tokens": b.prompt_tokens is not None
+        and r.position < b.prompt_tokens,
+        f"'position' and 'emitted' go past the prompt and max_new_tokens ({room} tokens)": room is not None
+        and r.position + len(r.emitted) > room,
         "accepts more tokens than it drafted": r.accepted > k,
         "'drafted' holds more tokens than 'speculation_length'": k > r.speculation_length,
-        "'emitted' must be the accepted drafts and at most one token of the target's own":
-            r.emitted[: r.accepted] != r.drafted[: r.accepted] or not r.accepted <= len(r.emitted) <= r.accepted + 1,
-        "token ids in 'drafted' and 'emitted' must be below the vocabulary's size":
-            b.vocab_size is not None and any(t >= b.vocab_size for t in (*r.drafted, *r.emitted)),
+        "'emitted' must be the accepted drafts and at most one token of the target's own": r.emitted[: r.accepted]
+        != r.drafted[: r.accepted]
+        or not r.accepted <= len(r.emitted) <= r.accepted + 1,
+        "token ids in 'drafted' and 'emitted' must be below the vocabulary's size": b.vocab_size is not None
+        and any(t >= b.vocab_size for t in (*r.drafted, *r.emitted)),
         "'p_target' and 'q_draft' must be null or hold one probability (0 to 1) per drafted token": any(
-            x is not None and (len(x) != k or not all(0.0 <= v <= 1.0 + 1e-6 for v in x)) for x in (r.p_target, r.q_draft)),
-        f"'oracle_sl' must be at most max_new_tokens ({b.max_new_tokens})":
-            r.oracle_sl is not None and b.max_new_tokens is not None and r.oracle_sl > b.max_new_tokens,
+            x is not None and (len(x) != k or not all(0.0 <= v <= 1.0 + 1e-6 for v in x))
+            for x in (r.p_target, r.q_draft)
+        ),
+        f"'oracle_sl' must be at most max_new_tokens ({b.max_new_tokens})": r.oracle_sl is not None
+        and b.max_new_tokens is not None
+        and r.oracle_sl > b.max_new_tokens,
         "'t_start', 'draft_ms' and 'verify_ms' must not be negative": min(r.t_start, r.draft_ms, r.verify_ms) < 0,
         "'t_end' must not come before 't_start'": r.t_end < r.t_start,
-    }  # fmt: skip
+    }
     problem = next((p for p, bad in problems.items() if bad), None)
     if problem:
         raise SpecvizError(problem)

@@ -20,11 +20,20 @@ from specviz.errors import SpecvizError
 
 # Columns a reader needs, in order, with their printed names.
 COLUMNS = {
-    "method": "method", "kind": "kind", "runs": "runs", "new_tokens": "tokens", "tokens_per_s": "tok/s",
-    "median_tokens_per_s": "median tok/s", "speedup_vs_autoregressive": "speedup vs AR",
-    "acceptance_rate": "acceptance", "mean_accepted_length": "mean accepted length",
-    "target_forwards_per_token": "target fwd/token", "matches_autoregressive": "= AR",
-    "matches_hf_greedy": "= HF greedy", "peer": "HF peer", "ratio_to_peer": "× peer (median)",
+    "method": "method",
+    "kind": "kind",
+    "runs": "runs",
+    "new_tokens": "tokens",
+    "tokens_per_s": "tok/s",
+    "median_tokens_per_s": "median tok/s",
+    "speedup_vs_autoregressive": "speedup vs AR",
+    "acceptance_rate": "acceptance",
+    "mean_accepted_length": "mean accepted length",
+    "target_forwards_per_token": "target fwd/token",
+    "matches_autoregressive": "= AR",
+    "matches_hf_greedy": "= HF greedy",
+    "peer": "HF peer",
+    "ratio_to_peer": "× peer (median)",
 }
 
 
@@ -41,7 +50,8 @@ def markdown(result: dict[str, Any], command: str | None = None) -> str:
         lines += ["```", command, "```", ""]
     lines += [
         f"- machine: {dev.get('cpu', '?')}, {dev.get('threads', '?')} threads, device {dev.get('device', '?')}"
-        + (f" ({dev['gpu']})" if dev.get("gpu") else "") + f", torch {dev.get('torch', '?')}",
+        + (f" ({dev['gpu']})" if dev.get("gpu") else "")
+        + f", torch {dev.get('torch', '?')}",
         f"- prompts: {len(cfg.get('prompts', []))}, max {cfg.get('max_new_tokens')} new tokens, "
         + ("greedy" if not cfg.get("temperature") else f"temperature {cfg['temperature']}")
         + f", speculation length {cfg.get('speculation_length') or 'each method’s own'}"
@@ -95,7 +105,8 @@ def html_page(result: dict[str, Any], command: str | None = None) -> str:
         f"</head><body><h1>specviz benchmark: {html.escape(result['pair']['name'])}</h1>"
         + (f"<pre>{html.escape(command)}</pre>" if command else "")
         + f"<pre>{html.escape(json.dumps(result.get('device', {})))}</pre>{table}"
-        + "".join(parts) + "</body></html>"
+        + "".join(parts)
+        + "</body></html>"
     )
 
 
@@ -128,8 +139,10 @@ def read_json(path: str | Path) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specviz.reports",
-                                 description="Write a benchmark's report.html again from its results.json (or .json.gz).")
+    ap = argparse.ArgumentParser(
+        prog="python -m specviz.reports",
+        description="Write a benchmark's report.html again from its results.json (or .json.gz).",
+    )
     ap.add_argument("results", type=Path, help="a folder written by `specviz.bench --report`, or its results file")
     ap.add_argument("--out", type=Path, help="the page to write (default: report.html beside the results)")
     args = ap.parse_args(argv)

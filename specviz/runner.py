@@ -45,8 +45,17 @@ def run(
     so that no run pays a new thread's first calls; None: the method starts one for the run.
     """
     spec, opts, prompt_ids, sampling, max_new_tokens, seed = _checked(
-        method, pair, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, chat=chat,
-        **options)  # fmt: skip
+        method,
+        pair,
+        prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        chat=chat,
+        **options,
+    )
     if session is not None and spec.session is None:
         raise SpecvizError(f"method '{spec.name}' carries nothing from one run to the next: give it no session")
     dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed, session=session, executor=executor)
@@ -59,8 +68,19 @@ def check_run(method: str, pair: ModelPair, prompt: str | Sequence[int], **kwarg
     _checked(method, pair, prompt, **kwargs)
 
 
-def _checked(method: str, pair: ModelPair, prompt: str | Sequence[int], *, max_new_tokens: int = 128, temperature: float = 0.0,
-             top_k: int = 0, top_p: float = 1.0, seed: int = 0, chat: bool | None = None, **options: Any) -> tuple:  # fmt: skip
+def _checked(
+    method: str,
+    pair: ModelPair,
+    prompt: str | Sequence[int],
+    *,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    chat: bool | None = None,
+    **options: Any,
+) -> tuple:
     spec = get_method(method)
     opts = spec.make_options(**options)
     if spec.needs_draft and pair.draft is None:
@@ -102,7 +122,9 @@ class RunResult:
     summary: RunSummary
 
 
-def generate(method: str, pair: ModelPair, prompt: str | Sequence[int], *, chat: bool | None = None, **kwargs: Any) -> RunResult:
+def generate(
+    method: str, pair: ModelPair, prompt: str | Sequence[int], *, chat: bool | None = None, **kwargs: Any
+) -> RunResult:
     """Run to the end, then fill each record's oracle speculation length and summarise."""
     prompt_ids = encode_prompt(pair, prompt, chat)
     records = list(run(method, pair, prompt_ids, **kwargs))
@@ -110,8 +132,16 @@ def generate(method: str, pair: ModelPair, prompt: str | Sequence[int], *, chat:
     return RunResult(method, tuple(prompt_ids), tuple(records), summarize(records))
 
 
-def generate_median(method: str, pair: ModelPair, prompt: str | Sequence[int], *, repeats: int = 3, chat: bool | None = None,
-                    executor: Executor | None = None, **kwargs: Any) -> RunResult:  # fmt: skip
+def generate_median(
+    method: str,
+    pair: ModelPair,
+    prompt: str | Sequence[int],
+    *,
+    repeats: int = 3,
+    chat: bool | None = None,
+    executor: Executor | None = None,
+    **kwargs: Any,
+) -> RunResult:
     """`generate` timed for a fair one-prompt comparison: a short untimed warm-up run (first calls pay
     one-off costs), then `repeats` runs; the run with the median wall time is kept. Greedy runs emit
     the same tokens every time, so only the clock differs between them. Without an `executor` the
@@ -121,7 +151,10 @@ def generate_median(method: str, pair: ModelPair, prompt: str | Sequence[int], *
     with nullcontext(executor) if executor is not None else series_executor() as lane:
         for _ in run(method, pair, prompt_ids, **{**kwargs, "max_new_tokens": WARMUP_TOKENS}, executor=lane):
             pass
-        runs = sorted((list(run(method, pair, prompt_ids, **kwargs, executor=lane)) for _ in range(repeats)), key=lambda rs: rs[-1].t_end)
+        runs = sorted(
+            (list(run(method, pair, prompt_ids, **kwargs, executor=lane)) for _ in range(repeats)),
+            key=lambda rs: rs[-1].t_end,
+        )
     records = fill_oracle_sl(pair, prompt_ids, runs[len(runs) // 2])
     return RunResult(method, tuple(prompt_ids), tuple(records), summarize(records))
 

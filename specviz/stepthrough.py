@@ -86,11 +86,15 @@ def explain_iteration(
     r = records[i]
     context = [*prompt_ids, *(t for rec in records[:i] for t in rec.emitted)]
     if len(context) != r.position:
-        raise SpecvizError("the records do not follow each other (their positions disagree); the run cannot be stepped through")
+        raise SpecvizError(
+            "the records do not follow each other (their positions disagree); the run cannot be stepped through"
+        )
     if pair is not None and recompute:
         ids = [*context, *r.drafted]
         if max(ids) >= pair.vocab_size or min(ids) < 0 or len(ids) > pair.max_context:
-            raise SpecvizError(f"these records hold token ids the pair '{pair.name}' does not have: they were recorded with other models")
+            raise SpecvizError(
+                f"these records hold token ids the pair '{pair.name}' does not have: they were recorded with other models"
+            )
     text = token_text or (lambda t: _readable(pair, t))
     greedy = float(options.get("temperature", 0.0)) == 0.0
     dists = _recompute(pair, context, r, options, recompute) if pair is not None and recompute else None
@@ -102,13 +106,24 @@ def explain_iteration(
     own = r.emitted[r.accepted :]
     k = len(r.drafted)
     return IterationStep(
-        method=r.method, iteration=i, iterations=len(records), greedy=greedy,
-        context=_context_text(context, text), position=r.position, checks=checks, accepted=r.accepted,
-        target_token=text(own[0]) if own else "", target_token_id=own[0] if own else None, target_role=role if own else "",
-        target_from=source_words, target_top=top,
-        cache=_cache_story(r, k), source="recomputed" if dists is not None else _why_record_only(pair, recompute),
-        p_check=p_check, notes=_notes(r),
-    )  # fmt: skip
+        method=r.method,
+        iteration=i,
+        iterations=len(records),
+        greedy=greedy,
+        context=_context_text(context, text),
+        position=r.position,
+        checks=checks,
+        accepted=r.accepted,
+        target_token=text(own[0]) if own else "",
+        target_token_id=own[0] if own else None,
+        target_role=role if own else "",
+        target_from=source_words,
+        target_top=top,
+        cache=_cache_story(r, k),
+        source="recomputed" if dists is not None else _why_record_only(pair, recompute),
+        p_check=p_check,
+        notes=_notes(r),
+    )
 
 
 def _readable(pair: Any, token: int) -> str:
@@ -154,24 +169,51 @@ def _checks(r: IterationRecord, greedy: bool, text: Any, dists: dict | None) -> 
         q = r.q_draft[j] if r.q_draft and j < len(r.q_draft) else None
         u = uniforms[j] if uniforms and j < len(uniforms) else None
         tested, accepted = j <= r.accepted, j < r.accepted
-        out.append(DraftCheck(
-            index=j, token=token, text=text(token), p=p, q=q, u=u, tested=tested, accepted=accepted,
-            rule=_rule(r, j, greedy, p, q, u, text, dists) if tested else "not tested: an earlier draft was rejected",
-            p_top=_top(dists["p"][j], text) if dists else (), q_top=_top(dists["q"][j], text) if dists and "q" in dists else (),
-        ))  # fmt: skip
+        out.append(
+            DraftCheck(
+                index=j,
+                token=token,
+                text=text(token),
+                p=p,
+                q=q,
+                u=u,
+                tested=tested,
+                accepted=accepted,
+                rule=_rule(r, j, greedy, p, q, u, text, dists)
+                if tested
+                else "not tested: an earlier draft was rejected",
+                p_top=_top(dists["p"][j], text) if dists else (),
+                q_top=_top(dists["q"][j], text) if dists and "q" in dists else (),
+            )
+        )
     return tuple(out)
 
 
-def _rule(r: IterationRecord, j: int, greedy: bool, p: float | None, q: float | None, u: float | None, text: Any, dists: dict | None) -> str:
+def _rule(
+    r: IterationRecord,
+    j: int,
+    greedy: bool,
+    p: float | None,
+    q: float | None,
+    u: float | None,
+    text: Any,
+    dists: dict | None,
+) -> str:
     """The acceptance test as applied to draft j (specviz.verify)."""
     accepted = j < r.accepted
     if greedy:
         if accepted:
             return "greedy: the target's most likely token is this one → accepted"
         best = dists["argmax"][j] if dists else (r.emitted[j] if j < len(r.emitted) else None)
-        return f"greedy: the target's most likely token is '{text(best)}', not this one → rejected" if best is not None else "greedy: not the target's most likely token → rejected"
+        return (
+            f"greedy: the target's most likely token is '{text(best)}', not this one → rejected"
+            if best is not None
+            else "greedy: not the target's most likely token → rejected"
+        )
     if u is None or p is None:
-        return "tree walk: a token drawn from p chose which child to follow" + (" → accepted" if accepted else " → this one was not it")
+        return "tree walk: a token drawn from p chose which child to follow" + (
+            " → accepted" if accepted else " → this one was not it"
+        )
     ratio = 1.0 if q is not None and q <= 0 else min(1.0, p / (q if q is not None else 1.0))
     bound = f"min(1, p/q) = min(1, {p:.3f}/{q:.3f})" if q is not None else f"p(x) = {p:.3f} (one-hot q)"
     return f"u = {u:.3f} {'<' if accepted else '≥'} {bound} = {ratio:.3f} → {'accepted' if accepted else 'rejected'}"
@@ -187,41 +229,73 @@ def _target_token(r: IterationRecord, greedy: bool, text: Any, dists: dict | Non
     else:
         role = "bonus"
     if len(r.emitted) <= n:
-        why = "EOS or the token budget ended the run here" if r.stop else (
-            "none: every draft was accepted and the method already holds drafts for the next position (PEARL's post-verify)")
+        why = (
+            "EOS or the token budget ended the run here"
+            if r.stop
+            else (
+                "none: every draft was accepted and the method already holds drafts for the next position (PEARL's post-verify)"
+            )
+        )
         return "", why, ()
     if greedy:
-        return role, f"the target's most likely token after {n} accepted draft{'s' if n != 1 else ''}", _top(dists["p"][n], text) if dists else ()
+        return (
+            role,
+            f"the target's most likely token after {n} accepted draft{'s' if n != 1 else ''}",
+            _top(dists["p"][n], text) if dists else (),
+        )
     if role == "correction":
         if dists is None:
             return role, "drawn from norm(max(0, p − q)): what p has beyond q, at the rejected position", ()
         if "q" not in dists and r.q_draft is not None:  # q from a draft we cannot rerun (OSD's online copy): show p
-            return role, "drawn from norm(max(0, p − q)) at the rejected position (q of that moment is not kept; p shown)", _top(dists["p"][n], text)
+            return (
+                role,
+                "drawn from norm(max(0, p − q)) at the rejected position (q of that moment is not kept; p shown)",
+                _top(dists["p"][n], text),
+            )
         from specviz.verify import residual
 
         q_n = dists["q"][n] if "q" in dists else None  # None: a one-hot q, so p without the rejected token
-        return role, "drawn from norm(max(0, p − q)) at the rejected position", _top(residual(dists["p"][n], q_n, r.drafted[n]), text)
-    return role, f"drawn from p at position {n}" + (" (every draft accepted: a bonus token)" if role == "bonus" else ""), _top(dists["p"][n], text) if dists else ()
+        return (
+            role,
+            "drawn from norm(max(0, p − q)) at the rejected position",
+            _top(residual(dists["p"][n], q_n, r.drafted[n]), text),
+        )
+    return (
+        role,
+        f"drawn from p at position {n}" + (" (every draft accepted: a bonus token)" if role == "bonus" else ""),
+        _top(dists["p"][n], text) if dists else (),
+    )
 
 
 def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
     """The target's KV cache through the iteration (the draft's follows the same prefix)."""
     held = r.position - 1 if r.iteration else 0
-    fed = "the prompt" if not r.iteration else "the last context token (the target's own token from the previous iteration)"
+    fed = (
+        "the prompt"
+        if not r.iteration
+        else "the last context token (the target's own token from the previous iteration)"
+    )
     tree = r.tree()
     nodes = (len(tree.tree_tokens) if tree else 0) or k
     if not k and not nodes:
-        return (f"before: the target's cache holds {held} tokens",
-                f"pass: {fed} is fed; the cache grows to {r.position} and the target predicts the next token",
-                "no rollback: nothing was drafted")  # fmt: skip
+        return (
+            f"before: the target's cache holds {held} tokens",
+            f"pass: {fed} is fed; the cache grows to {r.position} and the target predicts the next token",
+            "no rollback: nothing was drafted",
+        )
     kept, dropped = r.position + r.accepted, nodes - r.accepted
     return (
         f"before: the target's cache holds {held} tokens",
-        (f"verify: one pass feeds {fed} and the {nodes} drafted token{'s' if nodes != 1 else ''}; the cache grows to "
-         f"{r.position + nodes} entries, and every drafted position is scored at once"),
-        (f"rollback: cut back to {kept} entries (the context and {r.accepted} accepted); {dropped} "
-         f"entr{'y' if dropped == 1 else 'ies'} of rejected or unused drafts dropped; the draft's cache is cut to the same prefix"),
-        "after: the target's own token is fed with the next iteration's drafts" if len(r.emitted) > r.accepted
+        (
+            f"verify: one pass feeds {fed} and the {nodes} drafted token{'s' if nodes != 1 else ''}; the cache grows to "
+            f"{r.position + nodes} entries, and every drafted position is scored at once"
+        ),
+        (
+            f"rollback: cut back to {kept} entries (the context and {r.accepted} accepted); {dropped} "
+            f"entr{'y' if dropped == 1 else 'ies'} of rejected or unused drafts dropped; the draft's cache is cut to the same prefix"
+        ),
+        "after: the target's own token is fed with the next iteration's drafts"
+        if len(r.emitted) > r.accepted
         else "after: no token of the target's own this iteration",
     )
 
@@ -229,8 +303,10 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
 def _notes(r: IterationRecord) -> tuple[str, ...]:
     notes, tree, pearl, online = [], r.tree(), r.pearl(), r.extras(OnlineExtra)
     if tree is not None:
-        notes.append(f"a tree of {len(tree.tree_tokens)} candidate tokens was verified in one pass; shown: the path "
-                     "the verification took (accepted) and the main branch after it")  # fmt: skip
+        notes.append(
+            f"a tree of {len(tree.tree_tokens)} candidate tokens was verified in one pass; shown: the path "
+            "the verification took (accepted) and the main branch after it"
+        )
     if pearl is not None:
         notes.append(f"PEARL mode: {pearl.mode}")
     if online is not None:

@@ -142,7 +142,9 @@ class TreeVerdict:
         """The tree verdict as a linear draft and `Verdict` (for `Decoding.commit`)."""
         nodes = self.main_path(parents)
         q = tuple(self.q_nodes[i] for i in nodes) if self.q_nodes is not None else None
-        return [tokens[i] for i in nodes], Verdict(self.accepted, self.next_token, tuple(self.p_nodes[i] for i in nodes), q)
+        return [tokens[i] for i in nodes], Verdict(
+            self.accepted, self.next_token, tuple(self.p_nodes[i] for i in nodes), q
+        )
 
 
 def verify_tree(
@@ -155,7 +157,9 @@ def verify_tree(
 ) -> TreeVerdict:
     n = len(tokens)
     p = probabilities(target_logits, cfg)  # [n+1, V]
-    rows_x = to_device(torch.tensor([[1 + parent for parent in parents], tokens], dtype=torch.long, device=HOST), p.device)
+    rows_x = to_device(
+        torch.tensor([[1 + parent for parent in parents], tokens], dtype=torch.long, device=HOST), p.device
+    )
     rows, x = rows_x[0], rows_x[1]  # [n] each: node i's parent row, its token
     qx = q[torch.arange(n, device=p.device), x] if q is not None else None  # [n]
     choice = target_logits.argmax(dim=-1) if cfg.greedy else None  # [n+1]: the target's token after each row
@@ -192,7 +196,9 @@ def _try_children(
         excess = _excess(p, q_c, x)
         total = excess.sum()
         accepted, mass = _read(accept, total)
-        if accepted[0] or mass[0] <= 0:  # a mass of 0: p was (numerically) equal to q_c, where a rejection cannot happen
+        if (
+            accepted[0] or mass[0] <= 0
+        ):  # a mass of 0: p was (numerically) equal to q_c, where a rejection cannot happen
             return c, p
         p = excess / total  # the residual, normalised by the mass just read
     return None, p

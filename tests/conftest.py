@@ -11,13 +11,13 @@ import os
 # 2-core machines). Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import functools  # noqa: E402
+import functools
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from hypothesis import settings  # noqa: E402
+import pytest
+import torch
+from hypothesis import settings
 
-from specviz.models import tiny  # noqa: E402
+from specviz.models import tiny
 
 # Property tests draw the same examples on every run, so a run passes or fails by the code, never by
 # chance (a crash found once is pinned as an @example next to its test); HYPOTHESIS_PROFILE=explore

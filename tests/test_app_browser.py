@@ -17,9 +17,15 @@ pytestmark = pytest.mark.browser  # deselect locally with -m 'not browser'; CI r
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHOSEN = {"Autoregressive": "autoregressive", "Vanilla SD": "vanilla", "Prompt lookup": "prompt_lookup"}
 TIMEOUT_MS = 120_000
@@ -67,7 +73,12 @@ def test_a_newcomer_sees_the_prompt_and_run_race_without_scrolling(page):
     try:
         page.evaluate("() => window.scrollTo(0, 0)")
         page.wait_for_function("() => window.scrollY === 0")
-        for element, whole in (("#sv-prompt textarea", True), ("#sv-run", True), ("#sv-stop", True), ("#sv-methods", False)):
+        for element, whole in (
+            ("#sv-prompt textarea", True),
+            ("#sv-run", True),
+            ("#sv-stop", True),
+            ("#sv-methods", False),
+        ):
             box = page.locator(element).bounding_box()
             assert box and box["y"] >= 0 and box["y"] + (box["height"] if whole else 40) <= 900, (element, box)
         ARTIFACTS.mkdir(exist_ok=True)
@@ -95,7 +106,12 @@ def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     rejected.hover()  # the page's tooltip (also on focus and on a tap): the rule that decided, as applied
     page.wait_for_selector(".sv-tip:not([hidden]):has-text('rule (greedy)')")
     legend = page.locator(".sv-legend")
-    assert legend.locator(".sv-accepted").count() == legend.locator(".sv-target").count() == legend.locator(".sv-rejected").count() == 1
+    assert (
+        legend.locator(".sv-accepted").count()
+        == legend.locator(".sv-target").count()
+        == legend.locator(".sv-rejected").count()
+        == 1
+    )
     # metrics: in each panel and in the summary table
     assert page.locator("#sv-board .sv-panel").first.locator(".sv-metric").count() == 6
     table = page.locator("#sv-summary").inner_text()
@@ -155,7 +171,15 @@ def test_gradio_client_calls_race(server):
 
     client = Client(server, verbose=False)
     status, track, placeholder, *rest = client.predict(
-        "tiny-perturbed", "def add(a, b):", ["autoregressive", "vanilla"], {"vanilla.speculation_length": 3}, 12, 0.0, 1.0, 0, api_name="/race"
+        "tiny-perturbed",
+        "def add(a, b):",
+        ["autoregressive", "vanilla"],
+        {"vanilla.speculation_length": 3},
+        12,
+        0.0,
+        1.0,
+        0,
+        api_name="/race",
     )
     assert "Race finished" in status
     panels = [x for x in rest if isinstance(x, str) and "data-method" in x]
@@ -173,7 +197,12 @@ def test_a_saved_race_loads_and_replays_without_its_model(page, perturbed_pair, 
     from specviz.ui.racing import RaceSettings, run_race
     from specviz.ui.saved import race_to_dict
 
-    for race in run_race(perturbed_pair, RaceSettings("def add(a, b):", ("autoregressive", "vanilla"), max_new_tokens=20), {}, threading.Event()):
+    for race in run_race(
+        perturbed_pair,
+        RaceSettings("def add(a, b):", ("autoregressive", "vanilla"), max_new_tokens=20),
+        {},
+        threading.Event(),
+    ):
         pass
     data = race_to_dict(race) | {"pair": "Vicuna-7B / EAGLE on an A100 (recorded elsewhere)"}
     path = tmp_path / "race_records.json"
@@ -217,7 +246,9 @@ def test_step_through_shows_each_drafts_test_with_the_runs_values(page, perturbe
         assert shown == [f"{p:.3f}" for p in records[i].p_target]
         assert f"Accepted {records[i].accepted} of" in page.locator("#sv-step-view").inner_text()
         assert "recomputed p(x) within" in page.locator("#sv-step-view").inner_text()
-        page.wait_for_function("() => { const e = document.querySelector('#sv-step-plot .js-plotly-plot'); return e && e.data && e.data.length > 1; }")
+        page.wait_for_function(
+            "() => { const e = document.querySelector('#sv-step-plot .js-plotly-plot'); return e && e.data && e.data.length > 1; }"
+        )
         if i == 0:
             page.click("#sv-step-next")
     page.click("#sv-step-view .sv-step-view")  # a click in the explanation gives the section the keys
@@ -230,7 +261,12 @@ def test_step_through_shows_each_drafts_test_with_the_runs_values(page, perturbe
 def _overlap(a: dict | None, b: dict | None) -> bool:
     if not a or not b:
         return False
-    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
 
 
 @pytest.mark.parametrize("width", [1440, 390])
@@ -239,13 +275,19 @@ def test_plot_titles_are_not_covered_at_desktop_and_phone_widths(page, width):
     page.set_viewport_size({"width": width, "height": 900})
     try:
         tabs = page.get_by_role("tab")
-        assert tabs.count() >= 7 and all(tabs.nth(i).is_visible() for i in range(tabs.count()))  # none behind a "…" menu
+        assert tabs.count() >= 7 and all(
+            tabs.nth(i).is_visible() for i in range(tabs.count())
+        )  # none behind a "…" menu
         for plot in ("time", "acceptance", "histogram", "sl"):
             block = page.locator(f"#sv-plot-{plot}")
             block.scroll_into_view_if_needed()
             title = block.locator(".gtitle").first.bounding_box()
             assert title, plot
-            covers = [block.locator("[data-testid='block-label']"), block.locator(".legend"), block.locator(".modebar-container:visible")]
+            covers = [
+                block.locator("[data-testid='block-label']"),
+                block.locator(".legend"),
+                block.locator(".modebar-container:visible"),
+            ]
             for loc in covers:
                 for i in range(loc.count()):
                     assert not _overlap(title, loc.nth(i).bounding_box()), (plot, width)
@@ -259,10 +301,14 @@ def test_a_prompt_file_of_ones_own_becomes_the_examples(page, tmp_path):
     mine.write_text("Explain a KV cache in one sentence.\nWrite a haiku about drafts.\n")
     page.click("text=Your own prompts")
     page.set_input_files("#sv-prompt-file input[type=file]", str(mine))
-    page.wait_for_function("() => document.querySelector('#sv-prompt textarea').value === 'Explain a KV cache in one sentence.'")
+    page.wait_for_function(
+        "() => document.querySelector('#sv-prompt textarea').value === 'Explain a KV cache in one sentence.'"
+    )
     page.get_by_label("Example", exact=True).click()
     page.get_by_role("option", name="2: Write a haiku about drafts.").click()
-    page.wait_for_function("() => document.querySelector('#sv-prompt textarea').value === 'Write a haiku about drafts.'")
+    page.wait_for_function(
+        "() => document.querySelector('#sv-prompt textarea').value === 'Write a haiku about drafts.'"
+    )
 
 
 def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
@@ -280,6 +326,9 @@ def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
     page.wait_for_selector("#sv-race-status:has-text('Race finished')")
     vanilla = page.locator("#sv-board .sv-panel[data-method=vanilla] .sv-paper")
     assert "speculation_length = 2" in vanilla.inner_text()
-    assert "speculation_length" not in page.locator("#sv-board .sv-panel[data-method=autoregressive] .sv-paper").inner_text()
+    assert (
+        "speculation_length"
+        not in page.locator("#sv-board .sv-panel[data-method=autoregressive] .sv-paper").inner_text()
+    )
     disco = page.locator("#sv-board .sv-panel[data-method=disco]")  # its empty boxes: the tuned τ and SL_max
     assert "sv-done" in disco.get_attribute("class") and "threshold" not in disco.locator(".sv-paper").inner_text()

@@ -38,10 +38,27 @@ def test_the_requirements_resolve_for_the_python_the_space_declares(tmp_path):
     version = re.search(r'python_version: "([0-9.]+)"', front).group(1)
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report), "--python-version", version,
-         "--only-binary=:all:", "--target", str(tmp_path / "t"), "-r", str(ROOT / "requirements.txt")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--report",
+            str(report),
+            "--python-version",
+            version,
+            "--only-binary=:all:",
+            "--target",
+            str(tmp_path / "t"),
+            "-r",
+            str(ROOT / "requirements.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
@@ -54,7 +71,9 @@ def test_the_space_folder_holds_what_the_space_runs(tmp_path):
 
     out = tmp_path / "space"
     assert space.main([str(out)]) == 0
-    assert (out / "app.py").is_file() and (out / "specviz" / "cli.py").is_file() and (out / "assets" / "prompts").is_dir()
+    assert (
+        (out / "app.py").is_file() and (out / "specviz" / "cli.py").is_file() and (out / "assets" / "prompts").is_dir()
+    )
     assert not list(out.rglob("__pycache__"))
     large = [p for p in out.rglob("*") if p.is_file() and p.stat().st_size > space.LFS_BYTES]
     rules = (out / ".gitattributes").read_text() if large else ""
@@ -76,12 +95,27 @@ def test_a_built_wheel_carries_the_assets_and_runs_outside_the_checkout(tmp_path
     for part in ("specviz", "assets"):
         shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     run = dict(capture_output=True, text=True, timeout=600)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                            "-w", str(tmp_path / "dist"), str(src)], **run)  # fmt: skip
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        **run,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("specviz-*.whl")
     site = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), str(wheel)], **run)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), str(wheel)], **run
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     probe = (
         "import torch; from specviz.paths import ASSETS; from specviz.prompts import take;"
@@ -101,7 +135,10 @@ def test_a_built_wheel_carries_the_assets_and_runs_outside_the_checkout(tmp_path
 def test_a_bad_device_or_dtype_is_one_line_before_the_app_starts(capsys):
     from specviz.cli import main
 
-    for argv, words in ((["--dtype", "float8"], "unknown dtype 'float8'"), (["--device", "tpu"], "unknown device 'tpu'")):
+    for argv, words in (
+        (["--dtype", "float8"], "unknown dtype 'float8'"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         assert exit_.value.code == 2

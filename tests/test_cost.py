@@ -39,6 +39,7 @@ LLAMA7B = get_shape("Llama-2-7B")
 
 # ----- formulas ---------------------------------------------------------------------------------
 
+
 def test_expected_tokens_hand_values():
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
     assert expected_tokens(0.8, 4) == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)
@@ -106,6 +107,7 @@ def test_pearl_closed_form_matches_a_simulation_of_its_two_modes():
 
 # ----- shapes -----------------------------------------------------------------------------------
 
+
 def test_shape_counts_the_parameters_of_a_real_model():
     from specviz.models.tiny import TARGET_CONFIG, tiny_model
 
@@ -127,8 +129,19 @@ def test_shape_from_a_gpt2_config():
 
 # ----- operators and the roofline ---------------------------------------------------------------
 
-TINY = ModelShape("hand", n_layers=2, hidden_size=8, n_heads=2, n_kv_heads=1, head_dim=4, intermediate_size=16,
-                  vocab_size=10, mlp_matrices=3, tied_embeddings=True, dtype="float32")
+TINY = ModelShape(
+    "hand",
+    n_layers=2,
+    hidden_size=8,
+    n_heads=2,
+    n_kv_heads=1,
+    head_dim=4,
+    intermediate_size=16,
+    vocab_size=10,
+    mlp_matrices=3,
+    tied_embeddings=True,
+    dtype="float32",
+)
 
 
 def test_operator_flops_and_bytes_against_hand_counts():
@@ -187,7 +200,9 @@ def test_partial_overlap_lies_between_the_roofline_max_and_the_sum():
     partial = replace(fused, overlap_exponent=2.5)
     assert forward_time(LLAMA7B, partial, 1, 1, 0) == pytest.approx(forward_time(LLAMA7B, fused, 1, 1, 0), rel=1e-3)
     knee = knee_tokens(LLAMA7B, fused, 1, 0)
-    assert forward_time(LLAMA7B, partial, 1, knee, 0, overhead=False) > 1.2 * forward_time(LLAMA7B, fused, 1, knee, 0, overhead=False)
+    assert forward_time(LLAMA7B, partial, 1, knee, 0, overhead=False) > 1.2 * forward_time(
+        LLAMA7B, fused, 1, knee, 0, overhead=False
+    )
 
 
 def test_an_eager_engine_pays_for_scores_and_a_growing_cache():
@@ -221,7 +236,9 @@ def test_speculation_budget_shrinks_with_batch():
     assert speculation_budget(LLAMA7B, ideal, 512, 4096) > 0
     # the budget's definition: γ costs ≤ 10% extra, γ + 1 more
     b16 = budgets[2]
-    assert verify_cost_ratio(LLAMA7B, ideal, b16, 16, 1024) <= 1.1 < verify_cost_ratio(LLAMA7B, ideal, b16 + 1, 16, 1024)
+    assert (
+        verify_cost_ratio(LLAMA7B, ideal, b16, 16, 1024) <= 1.1 < verify_cost_ratio(LLAMA7B, ideal, b16 + 1, 16, 1024)
+    )
     # per-forward overhead makes extra tokens relatively cheaper: a larger budget
     no_overhead = replace(H100, overhead_s=0.0, overhead_per_layer_s=0.0)
     assert speculation_budget(LLAMA7B, H100, 16, 1024) > speculation_budget(LLAMA7B, no_overhead, 16, 1024)
@@ -233,7 +250,8 @@ def test_batch_aware_speculation_length_shrinks_with_batch():
     assert lengths[0] > lengths[1] > lengths[2] >= 1
     slower_memory = replace(ideal, memory_bandwidth=ideal.memory_bandwidth / 4)
     assert optimal_speculation_length(0.8, LLAMA7B, slower_memory, 64, 1024) > optimal_speculation_length(
-        0.8, LLAMA7B, ideal, 64, 1024)
+        0.8, LLAMA7B, ideal, 64, 1024
+    )
 
 
 def test_measure_this_machine_returns_positive_rates():

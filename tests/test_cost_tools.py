@@ -20,11 +20,18 @@ SMOL = get_shape("SmolLM2-135M").with_dtype("float32")
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_fit_recovers_a_known_machine_from_its_own_curve(overlap):
-    truth = replace(get_hardware("This machine (2-core CPU)"), overhead_s=0.005, overhead_per_layer_s=0.0, overlap=overlap)
-    points = [{"batch_size": b, "n_tokens": s, "context_len": 256, "seconds": forward_time(SMOL, truth, b, s, 256)}
-              for b in (1, 4, 16) for s in (1, 2, 4, 8, 16, 32, 64)]
+    truth = replace(
+        get_hardware("This machine (2-core CPU)"), overhead_s=0.005, overhead_per_layer_s=0.0, overlap=overlap
+    )
+    points = [
+        {"batch_size": b, "n_tokens": s, "context_len": 256, "seconds": forward_time(SMOL, truth, b, s, 256)}
+        for b in (1, 4, 16)
+        for s in (1, 2, 4, 8, 16, 32, 64)
+    ]
     # the base is off by 2x in both directions; the fit must find e_c = 2, e_m = 0.5 and 5 ms
-    base = replace(truth, peak_flops={k: v / 2 for k, v in truth.peak_flops.items()}, memory_bandwidth=truth.memory_bandwidth * 2)
+    base = replace(
+        truth, peak_flops={k: v / 2 for k, v in truth.peak_flops.items()}, memory_bandwidth=truth.memory_bandwidth * 2
+    )
     fit_pts, held = split_fit_holdout(points, fit_tokens=(1, 64))
     assert len(fit_pts) == 6 and len(held) == 15
     fit = fit_roofline(SMOL, base, fit_pts)
@@ -60,15 +67,30 @@ def test_batched_cache_rolls_back_and_measurement_reports_every_point():
 
 def _rec(method, i, drafted, accepted, draft_ms, verify_ms, t_start, t_end):
     emitted = tuple(drafted[:accepted]) + (7,)
-    return IterationRecord(method=method, iteration=i, position=10 + i, speculation_length=len(drafted),
-                           drafted=tuple(drafted), accepted=accepted, emitted=emitted, p_target=None, q_draft=None,
-                           draft_forwards=len(drafted), target_forwards=1, t_start=t_start, t_end=t_end,
-                           draft_ms=draft_ms, verify_ms=verify_ms)
+    return IterationRecord(
+        method=method,
+        iteration=i,
+        position=10 + i,
+        speculation_length=len(drafted),
+        drafted=tuple(drafted),
+        accepted=accepted,
+        emitted=emitted,
+        p_target=None,
+        q_draft=None,
+        draft_forwards=len(drafted),
+        target_forwards=1,
+        t_start=t_start,
+        t_end=t_end,
+        draft_ms=draft_ms,
+        verify_ms=verify_ms,
+    )
 
 
 def _race_records():
     base = [_rec("autoregressive", i, (), 0, 0.0, 10.0, i * 0.01, (i + 1) * 0.01) for i in range(4)]
-    spec = [_rec("vanilla", i, (1, 2, 3, 4), a, 4.0, 12.0, i * 0.016, (i + 1) * 0.016) for i, a in enumerate((4, 1, 2, 0))]
+    spec = [
+        _rec("vanilla", i, (1, 2, 3, 4), a, 4.0, 12.0, i * 0.016, (i + 1) * 0.016) for i, a in enumerate((4, 1, 2, 0))
+    ]
     return base, spec
 
 
@@ -76,7 +98,12 @@ def test_explain_run_turns_records_into_the_formula_inputs():
     base, spec = _race_records()
     assert estimate_alpha(spec) == pytest.approx(7 / 10)  # 7 accepted, 3 iterations ended by a rejection
     row = explain_run(spec, base, CHAIN)
-    assert row["family"] == "chain" and row["length"] == 4 and row["c"] == pytest.approx(0.1) and row["verify_ratio"] == pytest.approx(1.2)
+    assert (
+        row["family"] == "chain"
+        and row["length"] == 4
+        and row["c"] == pytest.approx(0.1)
+        and row["verify_ratio"] == pytest.approx(1.2)
+    )
     assert row["predicted_speedup"] == pytest.approx((1 - 0.7**5) / 0.3 / (4 * 0.1 + 1.2))
     assert row["measured_speedup"] == pytest.approx((11 / 0.064) / (4 / 0.04))
 
@@ -135,10 +162,16 @@ def test_theory_handlers_and_tab():
     from specviz.ui.panels import MethodRun, Race
 
     base, spec = _race_records()
-    runs = [MethodRun("autoregressive", "Autoregressive", "", status="done", records=base),
-            MethodRun("vanilla", "Vanilla SD", "", status="done", records=spec)]  # fmt: skip
+    runs = [
+        MethodRun("autoregressive", "Autoregressive", "", status="done", records=base),
+        MethodRun("vanilla", "Vanilla SD", "", status="done", records=spec),
+    ]
     fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs))
-    assert fig.data and "| Vanilla SD | chain | 0.70 | γ = 4.0 | 0.100 | T(γ+1)/T(1) = 1.20 |" in table and ("pays" in table or "loses" in table)
+    assert (
+        fig.data
+        and "| Vanilla SD | chain | 0.70 | γ = 4.0 | 0.100 | T(γ+1)/T(1) = 1.20 |" in table
+        and ("pays" in table or "loses" in table)
+    )
     fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs[1:]))  # no baseline: says what is missing
     assert fig is None and "include *Autoregressive*" in table
     with gr.Blocks():
@@ -156,15 +189,41 @@ def test_roofline_experiment_end_to_end_on_a_tiny_shape(tmp_path, monkeypatch):
     fake = get_hardware("This machine (2-core CPU)")  # the micro-benchmark takes seconds: tested on its own
     monkeypatch.setattr("specviz.cost.measure_this_machine", lambda **kw: replace(fake, name=kw.get("name", "fake")))
     out = tmp_path / "roof"
-    assert roofline.main(["--shape", "tiny-test", "--batch-sizes", "1,2", "--tokens", "1,2,4", "--fit-tokens", "1,4",
-                          "--context", "8", "--repeats", "1", "--draft-shape", "tiny-test", "--out", str(out)]) == 0
+    assert (
+        roofline.main(
+            [
+                "--shape",
+                "tiny-test",
+                "--batch-sizes",
+                "1,2",
+                "--tokens",
+                "1,2,4",
+                "--fit-tokens",
+                "1,4",
+                "--context",
+                "8",
+                "--repeats",
+                "1",
+                "--draft-shape",
+                "tiny-test",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads((out / "roofline.json").read_text())
     s = result["summary"]
     assert (s["fit_points"], s["held_out_points"]) == (4, 2) and s["held_out_median_rel_error"] >= 0
     assert len(result["points"]) == 6 and all("predicted_s" in p for p in result["points"])
     budget = result["theory"]["Llama-2-7B"]["ideal"]["H100 SXM"]["budget"]  # JSON keys: batch sizes as strings
     assert budget["1"] > budget["16"] > budget["64"]
-    for name in ("cost_curves.html", "predicted_vs_measured.html", "speedup_measured_cost_B2.html", "budget_Llama-2-7B.html"):
+    for name in (
+        "cost_curves.html",
+        "predicted_vs_measured.html",
+        "speedup_measured_cost_B2.html",
+        "budget_Llama-2-7B.html",
+    ):
         assert (out / name).stat().st_size > 1000
     assert roofline.main(["--from-json", str(out / "roofline.json"), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "cost_ratio.html").exists()
@@ -176,12 +235,24 @@ def test_theory_tab_overlays_this_machines_measurements_with_their_fit(tmp_path,
     from specviz.ui import theory
 
     hw = get_hardware(theory.THIS_MACHINE)
-    points = [{"batch_size": b, "n_tokens": s, "context_len": 256, "seconds": forward_time(SMOL, hw, b, s, 256)}
-              for b in (1, 4) for s in (1, 8, 64)]
-    result = {"shape": {"name": "SmolLM2-135M", "dtype": "float32"}, "config": {"context": 256}, "points": points,
-              "load_average_before": [0.5, 0.4, 0.3],
-              "summary": {"fitted_flops_per_s": 1e10, "fitted_bandwidth": 2e9, "overhead_ms": 3.0, "fit_points": 2,
-                          "held_out_median_rel_error": 0.1}}
+    points = [
+        {"batch_size": b, "n_tokens": s, "context_len": 256, "seconds": forward_time(SMOL, hw, b, s, 256)}
+        for b in (1, 4)
+        for s in (1, 8, 64)
+    ]
+    result = {
+        "shape": {"name": "SmolLM2-135M", "dtype": "float32"},
+        "config": {"context": 256},
+        "points": points,
+        "load_average_before": [0.5, 0.4, 0.3],
+        "summary": {
+            "fitted_flops_per_s": 1e10,
+            "fitted_bandwidth": 2e9,
+            "overhead_ms": 3.0,
+            "fit_points": 2,
+            "held_out_median_rel_error": 0.1,
+        },
+    }
     path = tmp_path / "roofline.json"
     path.write_text(json.dumps(result))
     monkeypatch.setattr(theory, "MEASURED", path)

@@ -70,7 +70,9 @@ def test_training_takes_the_ordinary_path_and_copies_pack_their_own_weights():
     assert twin[0].weight.grad is not None and model[0].weight.grad is None
     with torch.no_grad():
         twin[0].weight -= 0.1 * twin[0].weight.grad
-        torch.testing.assert_close(twin(x), torch.nn.functional.linear(twin[1](twin[0](x)), twin[2].weight), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            twin(x), torch.nn.functional.linear(twin[1](twin[0](x)), twin[2].weight), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_a_packed_model_is_freed_as_soon_as_it_is_dropped():

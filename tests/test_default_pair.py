@@ -11,7 +11,6 @@ from specviz.errors import ModelNotAvailable, SpecvizError
 from specviz.models import default, hub
 
 
-
 def test_without_wheel_cache_or_internet_the_error_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(default, "gguf_path", lambda: None)
@@ -30,11 +29,12 @@ def test_target_loads_offline_and_answers_through_the_chat_template():
     model, tokenizer = default.load_target(torch.device("cpu"), torch.float32)
     assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
     assert default._cache_complete(default.target_cache())  # later loads read the safetensors cache
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                         tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
+    )
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     out = model.generate(input_ids=ids, max_new_tokens=8, do_sample=False)
-    assert "Paris" in tokenizer.decode(out[0, ids.shape[1]:])
+    assert "Paris" in tokenizer.decode(out[0, ids.shape[1] :])
 
 
 @pytest.mark.default_pair
@@ -100,6 +100,8 @@ def test_the_shipped_streaming_adapter_reproduces_the_target_itself():
     assert not streaming_model(pair.target).changes_main_stream() and tuned_target(pair) == ""
     prompt = "Write a Python function that returns the n-th Fibonacci number."
     ar = specviz.generate("autoregressive", pair, prompt, max_new_tokens=48).summary
-    run = specviz.generate("streaming", pair, prompt, max_new_tokens=48, speculation_length=3, tree_width=2, tree_nodes=6).summary
+    run = specviz.generate(
+        "streaming", pair, prompt, max_new_tokens=48, speculation_length=3, tree_width=2, tree_nodes=6
+    ).summary
     assert run.output_ids == ar.output_ids
     assert run.accepted > 0 and run.target_forwards < ar.target_forwards

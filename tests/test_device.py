@@ -46,13 +46,14 @@ def test_a_stray_tensor_fails_beside_the_models():
     """The check itself: a tensor made without a device cannot meet a model's tensor."""
     weight = torch.ones(3, device=DEVICE)
     with strays_on_meta(), pytest.raises(RuntimeError):
-        weight + torch.ones(3)  # noqa: B018
+        weight + torch.ones(3)
         if DEVICE.type != "cpu":
             raise RuntimeError("on a real second device a stray tensor is a CPU tensor: nothing to check here")
 
 
-@pytest.mark.parametrize(("method", "temperature"),
-                         [(s.name, t) for s in all_methods() for t in (0.0, 0.8) if not t or s.supports_sampling])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "temperature"), [(s.name, t) for s in all_methods() for t in (0.0, 0.8) if not t or s.supports_sampling]
+)
 def test_every_method_keeps_its_tensors_on_the_models_device(method, temperature):
     spec = get_method(method)
     options = spec.select({"speculation_length": 4})
@@ -62,10 +63,12 @@ def test_every_method_keeps_its_tensors_on_the_models_device(method, temperature
     for kind in ("perturbed", "reduced"):
         pair = tiny_pair(device=DEVICE, dtype=DTYPE, draft=kind)  # fresh: its method parts load below
         with strays_on_meta():
-            records = list(specviz.run(method, pair, PROMPT, max_new_tokens=24, temperature=temperature, seed=3, **options))
+            records = list(
+                specviz.run(method, pair, PROMPT, max_new_tokens=24, temperature=temperature, seed=3, **options)
+            )
         emitted = [t for r in records for t in r.emitted]
         assert emitted and (len(emitted) == 24 or records[-1].extra.get("stop") == "eos")
-        if not temperature and DTYPE == torch.float32:
+        if not temperature and torch.float32 == DTYPE:
             assert emitted == reference, f"{method} on the {kind} pair"
 
 
@@ -102,7 +105,9 @@ def test_in_bfloat16_every_greedy_difference_is_a_tie():
     for prompt in ("Janet's ducks lay 16 eggs", "x", "import numpy as np", "Once upon a time"):
         ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=64)
         for method in ("vanilla", "heuristic", "streaming", "pearl-no-pre"):
-            out = specviz.generate(method, pair, prompt, max_new_tokens=64, **get_method(method).select({"speculation_length": 4}))
+            out = specviz.generate(
+                method, pair, prompt, max_new_tokens=64, **get_method(method).select({"speculation_length": 4})
+            )
             verdicts.append(compare(pair, ref.prompt_ids, ref.summary.output_ids, out.summary.output_ids).verdict)
         wrong = list(ref.summary.output_ids)
         wrong[5] = (wrong[5] + 1) % pair.vocab_size  # not what the target would pick: a real difference

@@ -21,7 +21,9 @@ PROMPT = "def fibonacci(n):"
 
 def test_features_of_a_hand_made_distribution():
     q = torch.zeros(32)
-    q[[3, 7, 1, 9, 20, 21, 22, 23, 24, 25, 26, 27]] = torch.tensor([0.4, 0.2, 0.1, 0.1, 0.05, 0.05, 0.02, 0.02, 0.02, 0.02, 0.01, 0.01])
+    q[[3, 7, 1, 9, 20, 21, 22, 23, 24, 25, 26, 27]] = torch.tensor(
+        [0.4, 0.2, 0.1, 0.1, 0.05, 0.05, 0.02, 0.02, 0.02, 0.02, 0.01, 0.01]
+    )
     f = draft_features(q, 3)
     assert f.shape == (12,)
     expected_top = [0.4, 0.2, 0.1, 0.1, 0.05, 0.05, 0.02, 0.02, 0.02, 0.02]
@@ -110,8 +112,22 @@ def test_training_cli_end_to_end_on_the_tiny_random_pair(tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"Tell me about topic number {i}."}) + "\n" for i in range(10)))
     out = tmp_path / "tiny.safetensors"
-    code = train.main(["--pair", "tiny-random", "--prompts", str(prompts), "--generate", "10",
-                       "--max-new-tokens", "12", "--epochs", "2", "--out", str(out)])
+    code = train.main(
+        [
+            "--pair",
+            "tiny-random",
+            "--prompts",
+            str(prompts),
+            "--generate",
+            "10",
+            "--max-new-tokens",
+            "12",
+            "--epochs",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     model = load_disco(out)
     split = model.card["split_prompt_indices"]
@@ -125,9 +141,30 @@ def test_training_cli_tunes_on_heldout_greedy_text(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"Tell me about topic number {i}."}) + "\n" for i in range(10)))
     heldout, out = tmp_path / "heldout.jsonl", tmp_path / "tiny.safetensors"
-    code = train.main(["--pair", "tiny-random", "--prompts", str(prompts), "--generate", "6", "--max-new-tokens", "12",
-                       "--epochs", "2", "--exclude-mod", "3", "--heldout", str(heldout), "--heldout-prompts", str(prompts),
-                       "--heldout-lines", "6:10", "--out", str(out)])
+    code = train.main(
+        [
+            "--pair",
+            "tiny-random",
+            "--prompts",
+            str(prompts),
+            "--generate",
+            "6",
+            "--max-new-tokens",
+            "12",
+            "--epochs",
+            "2",
+            "--exclude-mod",
+            "3",
+            "--heldout",
+            str(heldout),
+            "--heldout-prompts",
+            str(prompts),
+            "--heldout-lines",
+            "6:10",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     records = [json.loads(line) for line in heldout.read_text().splitlines()]
     assert [r["prompt_index"] for r in records] == [6, 7, 8, 9] and all(r["output_ids"] for r in records)
@@ -139,22 +176,70 @@ def test_training_cli_tunes_on_heldout_greedy_text(tmp_path):
 def test_training_cli_on_a_slice_of_teacher_records(tmp_path):
     gen = np.random.default_rng(0)
     teacher = tmp_path / "teacher.jsonl"
-    teacher.write_text("".join(json.dumps({"prompt_index": i, "prompt": "x", "prompt_ids": gen.integers(5, 200, 6).tolist(),
-                                           "output_ids": gen.integers(5, 200, 10).tolist()}) + "\n" for i in range(12)))
+    teacher.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt_index": i,
+                    "prompt": "x",
+                    "prompt_ids": gen.integers(5, 200, 6).tolist(),
+                    "output_ids": gen.integers(5, 200, 10).tolist(),
+                }
+            )
+            + "\n"
+            for i in range(12)
+        )
+    )
     out = tmp_path / "tiny.safetensors"
-    assert train.main(["--pair", "tiny-perturbed", "--teacher", str(teacher), "--records", "2:", "--epochs", "2", "--costs", "1,10,2",
-                       "--out", str(out)]) == 0
+    assert (
+        train.main(
+            [
+                "--pair",
+                "tiny-perturbed",
+                "--teacher",
+                str(teacher),
+                "--records",
+                "2:",
+                "--epochs",
+                "2",
+                "--costs",
+                "1,10,2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     card = load_disco(out).card
     assert card["split_prompt_indices"] == {"train": [2, 5, 6, 7, 10, 11], "val": [3, 8], "test": [4, 9]}
     assert "records 2:" in card["training_text"] and len(card["draft_sha256"]) == 64
-    assert card["costs_ms"] == {"draft_ms": 1.0, "verify_ms_1": 10.0, "verify_ms_per_token": 2.0} and card["costs_source"] == "given"
+    assert (
+        card["costs_ms"] == {"draft_ms": 1.0, "verify_ms_1": 10.0, "verify_ms_per_token": 2.0}
+        and card["costs_source"] == "given"
+    )
 
 
 def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
     from specviz.experiments import disco as experiment
 
-    code = experiment.main(["--pair", "tiny-perturbed", "--suites", "humaneval", "--limit", "1", "--max-new-tokens", "10",
-                            "--static", "2", "--no-warmup", "--quiet", "--out", str(tmp_path)])
+    code = experiment.main(
+        [
+            "--pair",
+            "tiny-perturbed",
+            "--suites",
+            "humaneval",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "10",
+            "--static",
+            "2",
+            "--no-warmup",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
     labels = [r["label"] for r in result["summary"] if r["suite"] == "all"]
@@ -168,7 +253,6 @@ def test_the_disco_experiment_writes_its_table_and_figures(tmp_path, capsys):
 
 def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed_pair):
     import gradio as gr
-
     import pandas as pd
 
     from specviz.plots.disco import chosen_vs_oracle_per_iteration
@@ -176,7 +260,9 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
 
     with gr.Blocks() as demo:
         tab.build_tab(tab_context("tiny-perturbed", load_pair=lambda name: perturbed_pair))
-    sliders = {b.label: b.value for b in demo.blocks.values() if isinstance(b, gr.Slider)}  # a minute at the defaults, not seven
+    sliders = {
+        b.label: b.value for b in demo.blocks.values() if isinstance(b, gr.Slider)
+    }  # a minute at the defaults, not seven
     assert sliders["Max new tokens"] <= 32 and sliders["Timed runs of each (after a warm-up; the median is shown)"] <= 3
     out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
     rows = {r["method"]: r for r in out["rows"]}
@@ -186,11 +272,18 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
     assert ar["speedup vs AR (×)"] == 1.0 and ar["acceptance"] is ar["mean SL"] is ar["mean |SL − oracle|"] is None
     disco = rows["DISCO"]
     half = 0.05  # ms/token is shown rounded to 0.1 (a tiny model's ~1 ms moves by 10 % in that rounding)
-    low, high = (ar["ms/token"] - half) / (disco["ms/token"] + half), (ar["ms/token"] + half) / max(disco["ms/token"] - half, 1e-9)
+    low, high = (
+        (ar["ms/token"] - half) / (disco["ms/token"] + half),
+        (ar["ms/token"] + half) / max(disco["ms/token"] - half, 1e-9),
+    )
     assert low - 0.005 <= disco["speedup vs AR (×)"] <= high + 0.005
-    assert tab.AR_LABEL not in {it["method"] for it in out["iterations"]}  # nothing drafted: no speculation length to plot
+    assert tab.AR_LABEL not in {
+        it["method"] for it in out["iterations"]
+    }  # nothing drafted: no speculation length to plot
     fig = chosen_vs_oracle_per_iteration(pd.DataFrame(out["iterations"]), list(rows))
-    assert len(fig.layout.annotations) == 3 and fig.layout.xaxis.dtick == 1  # one panel a drafting method, whole iterations
+    assert (
+        len(fig.layout.annotations) == 3 and fig.layout.xaxis.dtick == 1
+    )  # one panel a drafting method, whole iterations
     assert rows["DISCO"]["mean SL"] <= 3 and rows["Oracle (upper bound)"]["acceptance"] in (None, 1.0)
     oracle = [it for it in out["iterations"] if it["method"].startswith("Oracle")]
     assert all(it["speculation_length"] == it["oracle_sl"] for it in oracle[:-1])  # the last one meets the budget

@@ -76,8 +76,20 @@ def test_unavailable_model_fails_fast_with_advice(monkeypatch):
 
 def test_bench_cli_reports_errors_without_a_traceback():
     out = subprocess.run(
-        [sys.executable, "-m", "specviz.bench", "--pair", "tiny-random", "--methods", "vanilla,medusa", "--prompt", "hi"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "specviz.bench",
+            "--pair",
+            "tiny-random",
+            "--methods",
+            "vanilla,medusa",
+            "--prompt",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 2
     assert "error: unknown method 'medusa'" in out.stderr

@@ -7,9 +7,26 @@ from dataclasses import replace
 from specviz.harness import RunRow, Variant, mark_parity, run_interleaved, summary_rows
 from specviz.prompts import Prompt
 
-BENCH_KEYS = ["method", "kind", "output_ids", "new_tokens", "wall_s", "target_forwards", "draft_forwards", "drafted", "accepted",
-              "iterations", "stop_reason", "oracle_sl_mean", "suite", "category", "prompt_id", "repeat",
-              "matches_autoregressive", "matches_hf_greedy"]  # fmt: skip
+BENCH_KEYS = [
+    "method",
+    "kind",
+    "output_ids",
+    "new_tokens",
+    "wall_s",
+    "target_forwards",
+    "draft_forwards",
+    "drafted",
+    "accepted",
+    "iterations",
+    "stop_reason",
+    "oracle_sl_mean",
+    "suite",
+    "category",
+    "prompt_id",
+    "repeat",
+    "matches_autoregressive",
+    "matches_hf_greedy",
+]
 PROMPTS = [Prompt("mine", "mine/1", "def add(a, b):"), Prompt("mine", "mine/2", "What is 2 + 2?")]
 
 
@@ -22,9 +39,14 @@ def test_a_row_is_the_benchmarks_json_row_and_says_parity_once_judged():
 
 
 def test_variants_rotate_prompt_by_prompt_and_every_greedy_output_equals_ar(random_pair):
-    variants = [Variant("AR", "autoregressive"), Variant("SL-2", "vanilla", {"speculation_length": 2}),
-                Variant("SL-3", "vanilla", {"speculation_length": 3})]  # fmt: skip
-    rows = run_interleaved(random_pair, variants, PROMPTS, max_new_tokens=6, warmup=False, keep_records=True, progress=False)
+    variants = [
+        Variant("AR", "autoregressive"),
+        Variant("SL-2", "vanilla", {"speculation_length": 2}),
+        Variant("SL-3", "vanilla", {"speculation_length": 3}),
+    ]
+    rows = run_interleaved(
+        random_pair, variants, PROMPTS, max_new_tokens=6, warmup=False, keep_records=True, progress=False
+    )
     assert [r.variant for r in rows] == ["AR", "SL-2", "SL-3", "SL-2", "SL-3", "AR"]
     assert all(r.records and sum(len(x.emitted) for x in r.records) == r.new_tokens for r in rows)
     rows = mark_parity(rows, random_pair, PROMPTS)
@@ -33,10 +55,16 @@ def test_variants_rotate_prompt_by_prompt_and_every_greedy_output_equals_ar(rand
     out = rows[1].output_ids  # SL-2 on the first prompt, whose AR run is rows[0]
     wrong = replace(rows[1], output_ids=[*out[:2], 0 if out[2] else 1, *out[3:]])
     judged = mark_parity([rows[0], wrong], random_pair, PROMPTS)[1]
-    assert (judged.matches_autoregressive, judged.parity, judged.first_difference) == (False, "differs", 2)  # float32: no tie
+    assert (judged.matches_autoregressive, judged.parity, judged.first_difference) == (
+        False,
+        "differs",
+        2,
+    )  # float32: no tie
     summary = summary_rows(rows, ["autoregressive", "vanilla"])
     assert [(s["method"], s["runs"], s["speedup_vs_autoregressive"] is not None) for s in summary] == [
-        ("autoregressive", 2, True), ("vanilla", 4, True)]
+        ("autoregressive", 2, True),
+        ("vanilla", 4, True),
+    ]
 
 
 def test_a_series_carries_osds_learner_and_lends_pearl_one_thread(random_pair):
@@ -47,10 +75,18 @@ def test_a_series_carries_osds_learner_and_lends_pearl_one_thread(random_pair):
     from specviz.extras import OnlineExtra
 
     names: list[str] = []
-    hook = random_pair.target.register_forward_pre_hook(lambda module, args: names.append(threading.current_thread().name))
+    hook = random_pair.target.register_forward_pre_hook(
+        lambda module, args: names.append(threading.current_thread().name)
+    )
     try:
-        rows = run_interleaved(random_pair, [Variant("OSD", "osd"), Variant("PEARL", "pearl", {"window": 2})], PROMPTS,
-                               max_new_tokens=6, keep_records=True, progress=False)  # fmt: skip
+        rows = run_interleaved(
+            random_pair,
+            [Variant("OSD", "osd"), Variant("PEARL", "pearl", {"window": 2})],
+            PROMPTS,
+            max_new_tokens=6,
+            keep_records=True,
+            progress=False,
+        )
     finally:
         hook.remove()
     assert all(r.records[0].extras(OnlineExtra) is not None for r in rows if r.method == "osd")

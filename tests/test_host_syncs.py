@@ -40,7 +40,7 @@ class HostReads(TorchFunctionMode):
 def test_the_counter_sees_every_kind_of_read():
     t = torch.arange(4.0)
     with HostReads() as reads:
-        float(t[0]), int(t[1]), bool(t[2] > 1), t.tolist(), t[3].item(), t.cpu()  # noqa: B018
+        float(t[0]), int(t[1]), bool(t[2] > 1), t.tolist(), t[3].item(), t.cpu()
     assert reads.count == 6
 
 
@@ -64,12 +64,16 @@ def test_a_tree_verification_reads_once_greedy_and_once_per_sibling_tried_sampli
         verify_tree(tokens, parents, logits, None, SamplingConfig())
     assert reads.count == 1
     with HostReads() as reads:
-        verdict = verify_tree(tokens, parents, logits, None, SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
+        verdict = verify_tree(
+            tokens, parents, logits, None, SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0)
+        )
     assert verdict.accepted == 0 and reads.count == 1 + 3 + 1  # p and q of the nodes, one per sibling, the draw
 
 
-@pytest.mark.parametrize(("method", "temperature"), [(s.name, t) for s in all_methods() if not s.is_oracle
-                                                     for t in (0.0, 1.0) if not t or s.supports_sampling])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "temperature"),
+    [(s.name, t) for s in all_methods() if not s.is_oracle for t in (0.0, 1.0) if not t or s.supports_sampling],
+)
 def test_a_method_reads_the_device_about_once_an_iteration_plus_once_per_draft_token(method, temperature):
     """Reads per run <= the draft model's forward passes (each drafted token is fed back) + 3 per
     iteration (+ one per tree node when sampling: recursive rejection reads once per sibling it

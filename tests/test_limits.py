@@ -22,7 +22,11 @@ from specviz.ui.racing import run_race
 def test_app_limits_come_from_the_environment():
     assert app_limits({}) == AppLimits()
     limits = app_limits({"SPECVIZ_LIMIT_MAX_NEW_TOKENS": "1024", "SPECVIZ_LIMIT_SESSION_TTL_S": " 60 "})
-    assert limits.max_new_tokens == 1024 and limits.session_ttl_s == 60 and limits.prompt_tokens == AppLimits().prompt_tokens
+    assert (
+        limits.max_new_tokens == 1024
+        and limits.session_ttl_s == 60
+        and limits.prompt_tokens == AppLimits().prompt_tokens
+    )
     with pytest.raises(SpecvizError, match="SPECVIZ_LIMIT_QUEUE_SIZE='many' is not a whole number"):
         app_limits({"SPECVIZ_LIMIT_QUEUE_SIZE": "many"})
     with pytest.raises(SpecvizError, match="SPECVIZ_LIMIT_SESSIONS must be positive"):
@@ -55,7 +59,14 @@ def test_presets_only_refuses_hub_ids_and_paths_before_loading_anything():
 
 @pytest.mark.parametrize(
     "value, message",
-    [(True, "an integer"), (2.0, "an integer"), ("3", "an integer"), (None, "an integer"), (0, "from 1 to 64"), (65, "from 1 to 64")],
+    [
+        (True, "an integer"),
+        (2.0, "an integer"),
+        ("3", "an integer"),
+        (None, "an integer"),
+        (0, "from 1 to 64"),
+        (65, "from 1 to 64"),
+    ],
 )
 def test_check_count(value, message):
     with pytest.raises(SpecvizError, match=f"n must be {message}"):
@@ -79,45 +90,98 @@ def test_a_user_error_is_one_info_line_and_a_fault_is_one_traceback(caplog):
     assert err.message == "the prompt is empty" and err.print_exception is False
     assert "This is a bug" in text
     (info, error) = caplog.records
-    assert info.levelno == logging.INFO and info.getMessage() == "refused: the prompt is empty" and info.exc_info is None
+    assert (
+        info.levelno == logging.INFO and info.getMessage() == "refused: the prompt is empty" and info.exc_info is None
+    )
     assert error.levelno == logging.ERROR and error.exc_info is not None
 
 
 # -- fuzzing ------------------------------------------------------------------------------------
 
-ANY = st.one_of(st.none(), st.booleans(), st.text(max_size=5), st.floats(allow_nan=True, allow_infinity=True),
-                st.integers(-(2**70), 2**70), st.lists(st.integers(-3, 3), max_size=2))  # fmt: skip
-PROMPTS = st.one_of(st.text(max_size=30), st.sampled_from(["abc\ud800", "", "  ", "def f(x):"]),
-                    st.lists(st.integers(-2, 600), max_size=12), ANY)  # fmt: skip
+ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=5),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**70), 2**70),
+    st.lists(st.integers(-3, 3), max_size=2),
+)
+PROMPTS = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["abc\ud800", "", "  ", "def f(x):"]),
+    st.lists(st.integers(-2, 600), max_size=12),
+    ANY,
+)
 SMALL_COUNT = st.one_of(st.integers(-2, 10), ANY)  # valid values stay small, so every run is short
-OPTION_KEYS = st.sampled_from(["vanilla.speculation_length", "pearl.window", "pearl.concurrent", "sssd.sources", "sssd.datastore",
-                               "vanilla.nope", "nope.speculation_length", "speculation_length", ""])  # fmt: skip
-METHOD_OPTIONS = st.one_of(st.dictionaries(OPTION_KEYS, st.one_of(SMALL_COUNT, st.sampled_from(["both", "input"])), max_size=3), ANY)
+OPTION_KEYS = st.sampled_from(
+    [
+        "vanilla.speculation_length",
+        "pearl.window",
+        "pearl.concurrent",
+        "sssd.sources",
+        "sssd.datastore",
+        "vanilla.nope",
+        "nope.speculation_length",
+        "speculation_length",
+        "",
+    ]
+)
+METHOD_OPTIONS = st.one_of(
+    st.dictionaries(OPTION_KEYS, st.one_of(SMALL_COUNT, st.sampled_from(["both", "input"])), max_size=3), ANY
+)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
-    method=st.one_of(st.sampled_from(["autoregressive", "vanilla", "heuristic", "sssd", "prompt_lookup", "pearl", "disco"]), ANY),
-    prompt=PROMPTS, max_new_tokens=SMALL_COUNT, temperature=st.one_of(st.floats(0, 2), ANY), top_p=st.one_of(st.floats(0, 1), ANY),
-    top_k=st.one_of(st.integers(-1, 5), ANY), seed=st.one_of(st.integers(0, 10), ANY), gamma=st.one_of(st.none(), SMALL_COUNT),
-)  # fmt: skip
-def test_the_library_runs_or_says_why(random_pair, method, prompt, max_new_tokens, temperature, top_p, top_k, seed, gamma):
+    method=st.one_of(
+        st.sampled_from(["autoregressive", "vanilla", "heuristic", "sssd", "prompt_lookup", "pearl", "disco"]), ANY
+    ),
+    prompt=PROMPTS,
+    max_new_tokens=SMALL_COUNT,
+    temperature=st.one_of(st.floats(0, 2), ANY),
+    top_p=st.one_of(st.floats(0, 1), ANY),
+    top_k=st.one_of(st.integers(-1, 5), ANY),
+    seed=st.one_of(st.integers(0, 10), ANY),
+    gamma=st.one_of(st.none(), SMALL_COUNT),
+)
+def test_the_library_runs_or_says_why(
+    random_pair, method, prompt, max_new_tokens, temperature, top_p, top_k, seed, gamma
+):
     options = {} if gamma is None else {"speculation_length": gamma}
     try:
-        records = list(specviz.run(method, random_pair, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
-                                   top_p=top_p, top_k=top_k, seed=seed, **options))  # fmt: skip
+        records = list(
+            specviz.run(
+                method,
+                random_pair,
+                prompt,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                seed=seed,
+                **options,
+            )
+        )
     except SpecvizError as e:
         assert str(e).strip()
         return
     assert 1 <= sum(len(r.emitted) for r in records) <= max_new_tokens
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
-    prompt=PROMPTS, methods=st.one_of(st.lists(st.sampled_from(["autoregressive", "vanilla", "pearl", "nope"]), max_size=4), ANY),
-    options=METHOD_OPTIONS, max_new=SMALL_COUNT, temperature=st.one_of(st.floats(0, 2), ANY), top_p=st.one_of(st.floats(0, 1), ANY),
+    prompt=PROMPTS,
+    methods=st.one_of(st.lists(st.sampled_from(["autoregressive", "vanilla", "pearl", "nope"]), max_size=4), ANY),
+    options=METHOD_OPTIONS,
+    max_new=SMALL_COUNT,
+    temperature=st.one_of(st.floats(0, 2), ANY),
+    top_p=st.one_of(st.floats(0, 1), ANY),
     seed=st.one_of(st.integers(0, 10), ANY),
-)  # fmt: skip
+)
 def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, options, max_new, temperature, top_p, seed):
     """What the app's race API does with its inputs (the handler's own steps, without a server)."""
     from specviz.ui.race import settings_from_widgets
@@ -144,8 +208,14 @@ def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, opti
         (["--report", "/proc/specviz-report"], "cannot write /proc/specviz-report/results.json"),
         (["--json", "."], "cannot write"),
         (["--max-new-tokens", "0", "--no-warmup"], "max_new_tokens must be from 1 to"),
-        (["--option", "sssd.speculation_length=99"], "--option 'sssd.speculation_length=99': 'sssd' is not among --methods"),
-        (["--methods", "sssd", "--option", "sssd.speculation_length=99"], "speculation_length must be from 1 to 64, got 99"),
+        (
+            ["--option", "sssd.speculation_length=99"],
+            "--option 'sssd.speculation_length=99': 'sssd' is not among --methods",
+        ),
+        (
+            ["--methods", "sssd", "--option", "sssd.speculation_length=99"],
+            "speculation_length must be from 1 to 64, got 99",
+        ),
         (["--methods", "sssd", "--option", "sssd.sources=all"], "sources must be one of both, input, datastore"),
         (["--methods", "sssd", "--option", "sssd.learner=1"], "no option 'learner'"),
         (["--methods", "pearl", "--option", "pearl.concurrent=maybe"], "concurrent must be true or false"),

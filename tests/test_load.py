@@ -13,14 +13,32 @@ def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monke
     # The long race must outlast gradio's 15 s heartbeat after the page closes, or there is nothing
     # left to stop: 400 tokens of the tiny pair once did, on a faster machine they did not.
     monkeypatch.setenv("SPECVIZ_LIMIT_MAX_NEW_TOKENS", "1500")  # the app runs in a child: it reads this
-    code = load.main(["--pair", "tiny-random", "--sessions", "2", "--races", "2", "--max-new-tokens", "8",
-                      "--stop-tokens", "1500", "--session-ttl", "20", "--out", str(tmp_path)])  # fmt: skip
+    code = load.main(
+        [
+            "--pair",
+            "tiny-random",
+            "--sessions",
+            "2",
+            "--races",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--stop-tokens",
+            "1500",
+            "--session-ttl",
+            "20",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     result = json.loads((tmp_path / "results.json").read_text())
     assert code == 0 and result["done"] == 4 and result["failed"] == 0, result["problems"]
     assert result["stopped"] is True
     assert result["short_race_first"] is True and result["queue_position_shown"] is True
     assert result["visitor_left_logged"] is True
     assert result["tracebacks_in_log"] == 0
-    assert result["sessions_dropped"] >= 3 and result["rss_visitors_left_mb"] > 0  # the racing visitors' and the warm-up's
+    assert (
+        result["sessions_dropped"] >= 3 and result["rss_visitors_left_mb"] > 0
+    )  # the racing visitors' and the warm-up's
     progress = [json.loads(line) for line in (tmp_path / "races.jsonl").read_text().splitlines()]
     assert [row["n"] for row in progress] == [1, 2, 3, 4] and all(row["rss_mb"] > 0 for row in progress)

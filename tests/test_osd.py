@@ -9,10 +9,10 @@ import torch
 import specviz
 from specviz import metrics
 from specviz.methods import get_method, new_session
-from specviz.osd.buffers import ReplayBuffer, RequestBuffer, Sample, TargetDistributions
-from specviz.osd.learner import OnlineLearner, OsdConfig, load_adapted_draft
 from specviz.oracle import draft_predictions
 from specviz.osd.analysis import moving_alpha, token_table
+from specviz.osd.buffers import ReplayBuffer, RequestBuffer, Sample, TargetDistributions
+from specviz.osd.learner import OnlineLearner, OsdConfig, load_adapted_draft
 from specviz.osd.losses import LOSSES, distillation_loss
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, shift_points, token_precision
 from specviz.prompts import Prompt
@@ -122,7 +122,9 @@ def test_the_static_replay_equals_vanilla_decoding(perturbed_pair):
     for prompt, max_new, gamma in ((PROMPT, 40, 4), ("Janet's ducks lay 16 eggs per day.", 7, 4), ("x", 33, 3)):
         result = specviz.generate("vanilla", perturbed_pair, prompt, max_new_tokens=max_new, speculation_length=gamma)
         out = result.summary.output_ids
-        hits = draft_predictions(perturbed_pair.draft, list(result.prompt_ids) + list(out), len(result.prompt_ids)) == np.asarray(out)
+        hits = draft_predictions(
+            perturbed_pair.draft, list(result.prompt_ids) + list(out), len(result.prompt_ids)
+        ) == np.asarray(out)
         tested = sum(metrics.tested(r) for r in result.records)
         assert replay_greedy(hits, gamma, max_new) == (result.summary.drafted, result.summary.accepted, tested)
 
@@ -164,7 +166,17 @@ def test_the_online_figures_build_from_simulator_rows(repetitive_stream_rows):
     assert shift_points(shifted) == [4]
     assert len(acceptance_over_stream(shifted, [], window=3).layout.shapes) == 1  # the shift marker
     assert len(acceptance_per_domain(shifted, window=3).data) == 4
-    tokens = [{"token": 5, "text": "a", "count": 3, "precision_before": 0.2, "precision_after": 0.6, "recall_before": 0.1, "recall_after": 0.3}]
+    tokens = [
+        {
+            "token": 5,
+            "text": "a",
+            "count": 3,
+            "precision_before": 0.2,
+            "precision_after": 0.6,
+            "recall_before": 0.1,
+            "recall_after": 0.3,
+        }
+    ]
     fig = token_precision(tokens)  # bars across: a token's text reads level on a phone
     assert list(fig.data[1].x) == [0.6] and list(fig.data[1].y) == ["'a'"] and fig.data[1].orientation == "h"
     assert fig.layout.legend.orientation == "h" and "precision" in fig.layout.xaxis.title.text
@@ -204,7 +216,11 @@ def test_the_draft_learns_when_requests_run_without_autograd(random_pair, backgr
     ids = specviz.encode_prompt(random_pair, PROMPT)
     ref = [t for r in specviz.run("autoregressive", random_pair, ids, max_new_tokens=12) for t in r.emitted]
     for _ in range(3):
-        got = [t for r in without_autograd(specviz.run("osd", random_pair, ids, max_new_tokens=12, session=learner)) for t in r.emitted]
+        got = [
+            t
+            for r in without_autograd(specviz.run("osd", random_pair, ids, max_new_tokens=12, session=learner))
+            for t in r.emitted
+        ]
         assert got == ref
     learner.wait()
     assert learner.version == 3 and len(learner.updates) == 3
@@ -218,7 +234,9 @@ def test_save_and_load_roundtrip(tmp_path, random_pair):
     fresh = OnlineLearner(random_pair.draft)
     fresh.load(path)
     adapted = load_adapted_draft(random_pair, path)
-    for a, b, c in zip(learner.serving.state_dict().values(), fresh.trainee.state_dict().values(), adapted.draft.state_dict().values()):
+    for a, b, c in zip(
+        learner.serving.state_dict().values(), fresh.trainee.state_dict().values(), adapted.draft.state_dict().values()
+    ):
         assert torch.equal(a, b) and torch.equal(a, c)
     assert not all(torch.equal(a, b) for a, b in zip(adapted.draft.parameters(), random_pair.draft.parameters()))
 
@@ -241,11 +259,15 @@ def test_at_most_capacity_learners_hold_their_own_weights(random_pair):
     from specviz.serving.pools import AdaptedDrafts
 
     pool = AdaptedDrafts(capacity=2)
-    learners = [OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1), pool=pool) for _ in range(3)]
+    learners = [
+        OnlineLearner(random_pair.draft, OsdConfig(update_interval=1, lr=1e-2, steps=1), pool=pool) for _ in range(3)
+    ]
     ref = specviz.generate("autoregressive", random_pair, PROMPT, max_new_tokens=16).summary.output_ids
     for learner in learners[:2]:
         specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learner)
-    specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learners[0])  # learner 1 is now the least recent
+    specviz.generate(
+        "osd", random_pair, PROMPT, max_new_tokens=16, session=learners[0]
+    )  # learner 1 is now the least recent
     assert [x.adapted for x in learners] == [True, True, False] and len(pool) == 2
     specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=learners[2])
     first, second, third = learners
@@ -270,7 +292,14 @@ def test_the_experiment_reports_alpha_at_the_start_and_end_of_each_suite_stretch
     from specviz.experiments.osd import segments
 
     def row(i, suite, osd):
-        return {"request": i, "suite": suite, "osd_accepted": osd, "osd_tested": 4, "static_accepted": 1, "static_tested": 4}
+        return {
+            "request": i,
+            "suite": suite,
+            "osd_accepted": osd,
+            "osd_tested": 4,
+            "static_accepted": 1,
+            "static_tested": 4,
+        }
 
     rows = [row(i, "gsm8k", 1 + (i >= 2)) for i in range(4)] + [row(i, "mbpp", 0 + 2 * (i >= 6)) for i in range(4, 8)]
     segs = segments(rows, window=2)

@@ -32,7 +32,9 @@ def test_greedy_output_equals_autoregressive(method, kind, tiny_pairs):
         for max_new in (1, 7, 40):  # 7 with gamma 4: the budget runs out in the middle of a draft
             ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=max_new).summary.output_ids
             got = outputs(method, pair, prompt, max_new_tokens=max_new)
-            assert got.summary.output_ids == ref, f"{method} on {kind} pair, prompt {prompt!r}, max_new_tokens={max_new}"
+            assert got.summary.output_ids == ref, (
+                f"{method} on {kind} pair, prompt {prompt!r}, max_new_tokens={max_new}"
+            )
             assert got.summary.new_tokens == max_new  # these pairs never emit EOS (id 0) here
 
 
@@ -58,7 +60,11 @@ def test_the_pairs_exercise_accept_and_reject_paths(tiny_pairs):
     assert everything.accepted == everything.drafted > 0
     some = run("perturbed")
     assert 0 < some.accepted < some.drafted
-    rejections = [r for r in specviz.generate("vanilla", tiny_pairs["perturbed"], PROMPTS[1], max_new_tokens=60).records if r.rejected]
+    rejections = [
+        r
+        for r in specviz.generate("vanilla", tiny_pairs["perturbed"], PROMPTS[1], max_new_tokens=60).records
+        if r.rejected
+    ]
     assert rejections, "the perturbed pair must reject some drafts"
 
 
@@ -66,7 +72,9 @@ def test_eos_inside_accepted_drafts_truncates_the_record(tiny_pairs):
     pair = tiny_pairs["self"]
     free = specviz.generate("autoregressive", pair, PROMPTS[0], max_new_tokens=40).summary.output_ids
     eos = free[6]
-    result = specviz.generate("vanilla", dataclasses.replace(pair, eos_token_ids=(eos,)), PROMPTS[0], max_new_tokens=40, speculation_length=8)
+    result = specviz.generate(
+        "vanilla", dataclasses.replace(pair, eos_token_ids=(eos,)), PROMPTS[0], max_new_tokens=40, speculation_length=8
+    )
     last = result.records[-1]
     assert last.emitted[-1] == eos
     assert last.accepted == len(last.drafted) == len(last.emitted)  # nothing after EOS survives

@@ -17,7 +17,9 @@ from tests.conftest import tab_context
 VARIANTS = ["pearl", "pearl-no-pre", "pearl-no-post"]
 
 
-@pytest.mark.parametrize("method, concurrent", [("pearl", True), ("pearl", False), ("pearl-no-pre", True), ("pearl-no-post", True)])
+@pytest.mark.parametrize(
+    "method, concurrent", [("pearl", True), ("pearl", False), ("pearl-no-pre", True), ("pearl-no-post", True)]
+)
 def test_greedy_output_equals_autoregressive_for_every_window(method, concurrent, tiny_pairs):
     for kind in ("random", "perturbed"):
         pair = tiny_pairs[kind]
@@ -112,7 +114,10 @@ def test_each_lane_is_busy_with_one_forward_at_a_time_and_inside_its_step(method
     for r in result.records:
         for s, e in r.extra["draft_intervals"] + r.extra["target_intervals"]:
             assert r.t_start <= s and e <= r.t_end
-        assert r.draft_forwards == len(r.extra["draft_intervals"]) and r.target_forwards == len(r.extra["target_intervals"]) == 1
+        assert (
+            r.draft_forwards == len(r.extra["draft_intervals"])
+            and r.target_forwards == len(r.extra["target_intervals"]) == 1
+        )
         assert 0 < r.extra["ideal_s"] <= r.t_end - r.t_start + 1e-9
     parallel = [p["parallel"] for r in result.records for p in r.extra["phases"]]
     assert any(parallel)  # the concurrent run did overlap the two models
@@ -137,12 +142,36 @@ def test_drafting_phases_end_where_the_target_adds_a_token(self_pair):
 def test_experiment_writes_its_table_and_figures(tmp_path, capsys):
     from specviz.experiments import pearl as experiment
 
-    code = experiment.main(["--pair", "tiny-random", "--suites", "humaneval", "--limit", "1", "--max-new-tokens", "6",
-                            "--modes", "sequential", "--window", "2", "--no-warmup", "--quiet", "--out", str(tmp_path)])
+    code = experiment.main(
+        [
+            "--pair",
+            "tiny-random",
+            "--suites",
+            "humaneval",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--modes",
+            "sequential",
+            "--window",
+            "2",
+            "--no-warmup",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
     variants = {r["variant"] for r in result["summary"]}
-    assert {"autoregressive", "vanilla (γ=2)", "pearl [sequential]", "pearl-no-pre [sequential]", "pearl-no-post [sequential]"} == variants
+    assert {
+        "autoregressive",
+        "vanilla (γ=2)",
+        "pearl [sequential]",
+        "pearl-no-pre [sequential]",
+        "pearl-no-post [sequential]",
+    } == variants
     assert all(r["matches_autoregressive"] for r in result["summary"])
     for name in ("table.md", "timeline.html", "speedup.html", "timeline_records.json"):
         assert (tmp_path / name).stat().st_size > 0
@@ -161,7 +190,9 @@ def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pa
     assert set(out["records"]) == {"vanilla (γ=3)", "PEARL (γ=3)"}
     assert {s["mode"] for s in out["steps"]} <= {"pre-verify", "post-verify", "verify"}
     assert out["steps"][0]["mode"] == "pre-verify"
-    assert all(list(r) == tab.ROW_COLUMNS for r in out["rows"]) and all(list(r) == tab.STEP_COLUMNS for r in out["steps"])
+    assert all(list(r) == tab.ROW_COLUMNS for r in out["rows"]) and all(
+        list(r) == tab.STEP_COLUMNS for r in out["steps"]
+    )
 
 
 def test_the_race_panel_shows_pearls_current_mode(perturbed_pair):
@@ -192,18 +223,37 @@ def test_sampling_through_post_verify_chains_follows_the_target(perturbed_pair):
     exact: dict[tuple[int, int], float] = {}
     paths = [((), 1.0)]
     for _ in range(4):
-        paths = [(ids + (x,), w * float(p[x])) for ids, w in paths for p in [dist(prompt + list(ids))] for x in torch.nonzero(p).flatten().tolist()]
+        paths = [
+            (ids + (x,), w * float(p[x]))
+            for ids, w in paths
+            for p in [dist(prompt + list(ids))]
+            for x in torch.nonzero(p).flatten().tolist()
+        ]
     for ids, w in paths:
         exact[ids[2:]] = exact.get(ids[2:], 0.0) + w
     runs, counts, kept = 800, dict.fromkeys(exact, 0), 0
     for seed in range(runs):
-        records = list(specviz.run("pearl", perturbed_pair, prompt, max_new_tokens=4, temperature=cfg.temperature, top_k=cfg.top_k, seed=seed, window=2, concurrent=False))
+        records = list(
+            specviz.run(
+                "pearl",
+                perturbed_pair,
+                prompt,
+                max_new_tokens=4,
+                temperature=cfg.temperature,
+                top_k=cfg.top_k,
+                seed=seed,
+                window=2,
+                concurrent=False,
+            )
+        )
         tokens = tuple(t for r in records for t in r.emitted)
         counts[tokens[2:]] += 1
         kept += any(r.extra.get("ahead_kept") for r in records)
     assert kept > runs // 4, "the chained post-verify path must be exercised"
     keys = list(exact)
-    stat, pvalue = chi_square_pvalue(np.array([counts[k] for k in keys], float), np.array([exact[k] for k in keys]) * runs)
+    stat, pvalue = chi_square_pvalue(
+        np.array([counts[k] for k in keys], float), np.array([exact[k] for k in keys]) * runs
+    )
     assert pvalue > 1e-3, f"tokens 3-4 do not follow p (chi2={stat:.1f}, p-value={pvalue:.2g})"
 
 

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from specviz import bench
+from specviz import bench, reports
 from specviz.peers import PEERS, peers_for, run_peer
-from specviz import reports
 from specviz.reports import markdown, read_json, write_report
 from specviz.runner import generate
 
@@ -38,15 +37,39 @@ def test_assisted_peer_leaves_the_shared_draft_config_as_it_was(self_pair):
 
 def test_peers_follow_the_chosen_methods():
     assert peers_for(["autoregressive"]) == ["hf_greedy"]
-    assert set(peers_for(["vanilla", "prompt_lookup"])) == {"hf_greedy", "hf_assisted", "hf_assisted_default", "hf_prompt_lookup"}
+    assert set(peers_for(["vanilla", "prompt_lookup"])) == {
+        "hf_greedy",
+        "hf_assisted",
+        "hf_assisted_default",
+        "hf_prompt_lookup",
+    }
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "r.json"
-    assert bench.main(["--pair", "tiny-random", "--methods", "autoregressive,vanilla,prompt_lookup", "--peers",
-                       "--suite", "humaneval,gsm8k", "--limit", "1", "--max-new-tokens", "8", "--no-warmup",
-                       "--quiet", "--json", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--pair",
+                "tiny-random",
+                "--methods",
+                "autoregressive,vanilla,prompt_lookup",
+                "--peers",
+                "--suite",
+                "humaneval,gsm8k",
+                "--limit",
+                "1",
+                "--max-new-tokens",
+                "8",
+                "--no-warmup",
+                "--quiet",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return json.loads(out.read_text())
 
 

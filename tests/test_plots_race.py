@@ -88,8 +88,13 @@ def test_histogram_ticks_stay_few_and_level_on_a_phone(frame):
 
 
 def test_speculation_length_vs_oracle(frame, recorded):
-    fig = check_figure(speculation_length_vs_oracle(frame, "vanilla"), ["chosen (drafted)", "accepted", "oracle (draft guesses that would be accepted)"])
-    assert fig.layout.title.subtitle.text.startswith("Vanilla SD · oracle:")  # the method and what the oracle is, without cutting the title
+    fig = check_figure(
+        speculation_length_vs_oracle(frame, "vanilla"),
+        ["chosen (drafted)", "accepted", "oracle (draft guesses that would be accepted)"],
+    )
+    assert fig.layout.title.subtitle.text.startswith(
+        "Vanilla SD · oracle:"
+    )  # the method and what the oracle is, without cutting the title
     assert list(fig.data[0].y) == [r.speculation_length for r in recorded["vanilla"]]
     assert list(fig.data[2].y) == [r.oracle_sl for r in recorded["vanilla"]]
     empty = speculation_length_vs_oracle(frame, "nope")

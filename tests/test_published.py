@@ -15,14 +15,20 @@ def test_every_row_names_its_source_and_a_number():
     assert len(rows) > 300 and all(r["source"] and r["where"] for r in rows)
     assert all(float(r["value"]) > 0 for r in rows)
     overall = [r for r in rows if r["source"].startswith("Spec-Bench") and r["category"] == "Overall"]
-    assert {(r["chip"], r["shape"]) for r in overall} == {("RTX 3090", "Vicuna-7B"), ("A100 80GB", "Vicuna-7B"),
-                                                          ("A100 80GB", "Vicuna-13B"), ("A100 80GB", "Vicuna-33B")}  # fmt: skip
+    assert {(r["chip"], r["shape"]) for r in overall} == {
+        ("RTX 3090", "Vicuna-7B"),
+        ("A100 80GB", "Vicuna-7B"),
+        ("A100 80GB", "Vicuna-13B"),
+        ("A100 80GB", "Vicuna-33B"),
+    }
     assert all(float(r["mean_accepted"]) >= 1 for r in overall)
 
 
 def test_a_forward_row_is_predicted_as_the_roofline_of_its_engine():
     """The fit's vectorised evaluation and specviz.cost.forward_time are the same formula."""
-    row = next(r for r in pub.load_rows() if r["kind"] == "forward" and r["shape"] == "Llama-2-7B" and r["stack"] == "HF eager")
+    row = next(
+        r for r in pub.load_rows() if r["kind"] == "forward" and r["shape"] == "Llama-2-7B" and r["stack"] == "HF eager"
+    )
     hw = get_hardware(row["chip"], "HF eager")
     expected = forward_time(get_shape("Llama-2-7B").with_dtype("bfloat16"), hw, 1, 1, pub.context_of(row))
     assert pub.predict(row) == pytest.approx(expected, rel=1e-9)
@@ -39,8 +45,14 @@ def test_the_heuristic_schedule_grows_gamma_with_acceptance():
 def test_the_fit_recovers_known_engine_parameters_from_synthetic_rows():
     """Rows whose published values are the model's own predictions under a known engine: the fit
     finds that engine again (to its grid's resolution)."""
-    truth = replace(ENGINES["HF eager"], memory_efficiency=0.8, overlap_exponent=3.0, overhead_s=1e-3,
-                    overhead_per_layer_s=0.2e-3, step_overhead_per_layer_s=0.1e-3)  # fmt: skip
+    truth = replace(
+        ENGINES["HF eager"],
+        memory_efficiency=0.8,
+        overlap_exponent=3.0,
+        overhead_s=1e-3,
+        overhead_per_layer_s=0.2e-3,
+        step_overhead_per_layer_s=0.1e-3,
+    )
     rows = [r for r in pub.load_rows() if r["stack"] == "HF eager" and pub.role(r) in ("fit", "test")]
     synthetic = []
     for r in rows:
@@ -80,7 +92,9 @@ def test_the_compute_rate_is_the_chips_measured_gemm_rate_not_a_fit():
 
     for name in ("RTX 3090", "A100 80GB"):
         chip, hw = PRESETS[name], get_hardware(name, "HF eager")
-        assert hw.flops_per_s("float16") == pytest.approx(chip.gemm_flops["float16"] * ENGINES["HF eager"].compute_efficiency)
+        assert hw.flops_per_s("float16") == pytest.approx(
+            chip.gemm_flops["float16"] * ENGINES["HF eager"].compute_efficiency
+        )
         assert hw.flops_per_s("int8") == hw.flops_per_s("bfloat16")  # weight-only int8 multiplies in 16-bit
         assert hw.ideal().flops_per_s("float16") == chip.peak_flops["float16"]
     assert PRESETS["RTX 3090"].gemm_flops["float16"] > PRESETS["RTX 3090"].peak_flops["float16"]
@@ -100,7 +114,8 @@ def test_the_held_out_speedups_meet_the_issue_goal_on_both_gpus():
     assert min(rtx) < 0 < max(rtx)
     within = pub.held_out_within(pub.comparison())
     assert {chip: len(methods) for chip, (methods, _) in within.items()} == {
-        chip: sum(abs(e["error"]) <= 0.15 for e in rows if e["chip"] == chip) for chip in ("A100 80GB", "RTX 3090")}
+        chip: sum(abs(e["error"]) <= 0.15 for e in rows if e["chip"] == chip) for chip in ("A100 80GB", "RTX 3090")
+    }
     from specviz.ui.theory import calibration_note
 
     note = calibration_note("HF eager")  # the Theory tab says the same, computed, not read from a report

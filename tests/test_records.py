@@ -63,9 +63,17 @@ def test_every_methods_records_carry_exactly_its_declared_extra_fields(method, p
     sampling = {"temperature": 1.0, "seed": 5} if spec.supports_sampling else {}
     opts = spec.select({"speculation_length": 3})
     session = new_session(spec, perturbed_pair)  # OSD: its learner
-    result = specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=20, **sampling, **opts, session=session)
-    bounds = RunBounds(method=method, records=len(result.records), prompt_tokens=len(result.prompt_ids), max_new_tokens=20,
-                       vocab_size=perturbed_pair.vocab_size, families=families)  # fmt: skip
+    result = specviz.generate(
+        method, perturbed_pair, "def f(x):", max_new_tokens=20, **sampling, **opts, session=session
+    )
+    bounds = RunBounds(
+        method=method,
+        records=len(result.records),
+        prompt_tokens=len(result.prompt_ids),
+        max_new_tokens=20,
+        vocab_size=perturbed_pair.vocab_size,
+        families=families,
+    )
     for r in result.records:
         assert r.extra.keys() <= declared, f"{method} writes undeclared extra keys {sorted(r.extra.keys() - declared)}"
         for family in spec.extras:
@@ -84,32 +92,51 @@ def test_each_extra_key_belongs_to_one_family():
 
 
 BOUNDS = RunBounds(method="vanilla", records=3, prompt_tokens=4, max_new_tokens=8, vocab_size=100)
-GOOD = {"method": "vanilla", "iteration": 2, "position": 6, "speculation_length": 3, "drafted": [7, 8, 9], "accepted": 1,
-        "emitted": [7, 5], "p_target": [0.9, 0.1, 0.2], "q_draft": [0.8, 0.5, 0.3], "draft_forwards": 3, "target_forwards": 1,
-        "t_start": 0.5, "t_end": 0.75, "draft_ms": 100.0, "verify_ms": 150.0, "oracle_sl": 1, "extra": {"u": [0.1, 0.95, 0.4]}}  # fmt: skip
+GOOD = {
+    "method": "vanilla",
+    "iteration": 2,
+    "position": 6,
+    "speculation_length": 3,
+    "drafted": [7, 8, 9],
+    "accepted": 1,
+    "emitted": [7, 5],
+    "p_target": [0.9, 0.1, 0.2],
+    "q_draft": [0.8, 0.5, 0.3],
+    "draft_forwards": 3,
+    "target_forwards": 1,
+    "t_start": 0.5,
+    "t_end": 0.75,
+    "draft_ms": 100.0,
+    "verify_ms": 150.0,
+    "oracle_sl": 1,
+    "extra": {"u": [0.1, 0.95, 0.4]},
+}
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("iteration", 3, "below the run's 3 records"),
-    ("position", 3, "at least the prompt's 4"),
-    ("position", 11, "past the prompt and max_new_tokens"),
-    ("speculation_length", 2, "more tokens than 'speculation_length'"),
-    ("emitted", [8, 5], "the accepted drafts"),
-    ("emitted", [7, 5, 6], "at most one token"),
-    ("drafted", [7, 8, 100], "below the vocabulary"),
-    ("p_target", [0.9, 0.1], "one probability"),
-    ("q_draft", [0.8, 1.5, 0.3], "one probability"),
-    ("oracle_sl", 9, "'oracle_sl'"),
-    ("t_end", 0.25, "'t_end' must not come before"),
-    ("verify_ms", -1.0, "must not be negative"),
-    ("draft_forwards", 2**63, "'draft_forwards' must be a whole number from 0 to 2\\*\\*63 - 1"),
-    ("t_start", float("inf"), "'t_start' must be a finite number"),
-    ("method", "sssd", "another method"),
-    ("extra", {"u": [0.1, float("nan"), 0.4]}, "extra 'u'"),
-    ("extra", {"u": [0.1]}, "extra 'u' must hold one number"),
-    ("extra", {"stop": "tired"}, "extra 'stop'"),
-    ("extra", {"tree_tokens": []}, "extra '[a-z_]+' is missing"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("iteration", 3, "below the run's 3 records"),
+        ("position", 3, "at least the prompt's 4"),
+        ("position", 11, "past the prompt and max_new_tokens"),
+        ("speculation_length", 2, "more tokens than 'speculation_length'"),
+        ("emitted", [8, 5], "the accepted drafts"),
+        ("emitted", [7, 5, 6], "at most one token"),
+        ("drafted", [7, 8, 100], "below the vocabulary"),
+        ("p_target", [0.9, 0.1], "one probability"),
+        ("q_draft", [0.8, 1.5, 0.3], "one probability"),
+        ("oracle_sl", 9, "'oracle_sl'"),
+        ("t_end", 0.25, "'t_end' must not come before"),
+        ("verify_ms", -1.0, "must not be negative"),
+        ("draft_forwards", 2**63, "'draft_forwards' must be a whole number from 0 to 2\\*\\*63 - 1"),
+        ("t_start", float("inf"), "'t_start' must be a finite number"),
+        ("method", "sssd", "another method"),
+        ("extra", {"u": [0.1, float("nan"), 0.4]}, "extra 'u'"),
+        ("extra", {"u": [0.1]}, "extra 'u' must hold one number"),
+        ("extra", {"stop": "tired"}, "extra 'stop'"),
+        ("extra", {"tree_tokens": []}, "extra '[a-z_]+' is missing"),
+    ],
+)
 def test_from_dict_refuses_a_field_out_of_its_bounds_naming_it(field, value, message):
     assert IterationRecord.from_dict(GOOD, BOUNDS).extra == GOOD["extra"]
     with pytest.raises(SpecvizError, match=message):

@@ -54,8 +54,11 @@ def method_names_in_code(path: Path, names: set[str]) -> list[tuple[int, str]]:
                 skip.add(id(body[0].value))  # a docstring
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             skip.add(id(node.right))  # a path component
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip]  # fmt: skip
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip
+    ]
 
 
 def test_no_module_outside_methods_and_ui_names_a_method():
@@ -71,32 +74,54 @@ def test_no_module_outside_methods_and_ui_names_a_method():
             allowed_used.add(allowed)
         elif hits:
             found += [f"specviz/{rel}:{line} names {name!r}" for line, name in hits]
-    assert not found, "method knowledge outside the registry (give the registry entry a field instead):\n" + "\n".join(found)
+    assert not found, "method knowledge outside the registry (give the registry entry a field instead):\n" + "\n".join(
+        found
+    )
     stale = [a for a in ALLOWED if a not in allowed_used and (ROOT / a).exists()]
     assert not stale, f"these exceptions no longer name a method: remove them from ALLOWED: {stale}"
 
 
 def test_the_scan_sees_a_name_in_code_and_not_in_docs_or_folders(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text('"""Runs "vanilla"."""\nASSETS = ROOT / "sssd"\n# "disco"\ndef f():\n    """pearl"""\n    return run("vanilla")\n')
+    path.write_text(
+        '"""Runs "vanilla"."""\nASSETS = ROOT / "sssd"\n# "disco"\ndef f():\n    """pearl"""\n    return run("vanilla")\n'
+    )
     assert method_names_in_code(path, {"vanilla", "sssd", "disco", "pearl"}) == [(6, "vanilla")]
 
 
 def test_each_entry_says_its_family_and_the_defaults_are_unchanged():
     families = {s.name: s.family for s in all_methods()}
     assert families == {
-        "autoregressive": TARGET_ALONE, "vanilla": CHAIN, "osd": CHAIN, "heuristic": CHAIN, "pearl": PARALLEL,
-        "prompt_lookup": CHAIN, "pearl-no-pre": PARALLEL, "pearl-no-post": PARALLEL, "confidence": CHAIN, "disco": CHAIN,
-        "sssd": TREE, "streaming": SELF_DRAFTING_TREE, "oracle": CHAIN,
-    }  # fmt: skip
+        "autoregressive": TARGET_ALONE,
+        "vanilla": CHAIN,
+        "osd": CHAIN,
+        "heuristic": CHAIN,
+        "pearl": PARALLEL,
+        "prompt_lookup": CHAIN,
+        "pearl-no-pre": PARALLEL,
+        "pearl-no-post": PARALLEL,
+        "confidence": CHAIN,
+        "disco": CHAIN,
+        "sssd": TREE,
+        "streaming": SELF_DRAFTING_TREE,
+        "oracle": CHAIN,
+    }
     # the Race tab's defaults before the registry held them, in registry order
     before = ("autoregressive", "vanilla", "prompt_lookup", "pearl", "sssd", "disco", "osd")
     assert default_race() == [s.name for s in all_methods() if s.name in before]
-    assert {s.name for s in all_methods() if s.dynamic_length} == {"heuristic", "confidence", "disco", "pearl", "pearl-no-pre",
-                                                                   "pearl-no-post", "oracle"}  # fmt: skip
+    assert {s.name for s in all_methods() if s.dynamic_length} == {
+        "heuristic",
+        "confidence",
+        "disco",
+        "pearl",
+        "pearl-no-pre",
+        "pearl-no-post",
+        "oracle",
+    }
     # what the step-through inferred before (needs the draft, carries no session): now said by each entry
     assert {s.name for s in all_methods() if s.drafts_with_pair_draft} == {
-        s.name for s in all_methods() if s.needs_draft and s.session is None}
+        s.name for s in all_methods() if s.needs_draft and s.session is None
+    }
 
 
 @dataclass(frozen=True)
@@ -111,8 +136,16 @@ def fixed_three(dec, opts: FixedOptions):
 @pytest.fixture
 def fourteenth():
     """A 14th method, registered the way a new method file registers itself, and nothing else."""
-    methods.register("toy-fixed-3", label="Fixed γ = 3 (toy)", description="Vanilla SD with γ fixed at 3.", paper="this test",
-                     options=FixedOptions, family=CHAIN, in_default_race=True, rank=12)(fixed_three)  # fmt: skip
+    methods.register(
+        "toy-fixed-3",
+        label="Fixed γ = 3 (toy)",
+        description="Vanilla SD with γ fixed at 3.",
+        paper="this test",
+        options=FixedOptions,
+        family=CHAIN,
+        in_default_race=True,
+        rank=12,
+    )(fixed_three)
     yield "toy-fixed-3"
     methods._REGISTRY.pop("toy-fixed-3")
 
@@ -132,7 +165,9 @@ def test_a_fourteenth_method_is_listed_raced_and_explained_with_no_other_edit(fo
     race = None
     for race in run_race(perturbed_pair, settings, {}, threading.Event()):
         pass
-    assert [r.name for r in race.runs] == ["autoregressive", fourteenth, "heuristic"] and all(r.status == "done" for r in race.runs)
+    assert [r.name for r in race.runs] == ["autoregressive", fourteenth, "heuristic"] and all(
+        r.status == "done" for r in race.runs
+    )
     row = next(r for r in explain_race(race) if r["method"] == "Fixed γ = 3 (toy)")  # the why table
     assert row["family"] == "chain" and row["verify_label"] == "T(γ+1)/T(1)" and 1 <= row["length"] <= 3
     assert "| Fixed γ = 3 (toy) | chain |" in why_markdown(race)
@@ -140,13 +175,19 @@ def test_a_fourteenth_method_is_listed_raced_and_explained_with_no_other_edit(fo
     assert explain_run(mine, base, get_method(fourteenth).family)["predicted_speedup"] == row["predicted_speedup"]
     assert race_tab.race_outputs(race)["sl_choices"]["value"] == "heuristic"  # the dynamic one opens the SL plot
     assert recompute_for(get_method(fourteenth), perturbed_pair, {}) == "target+draft"
-    step = explain_iteration(mine, 1, race.prompt_ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target+draft")
+    step = explain_iteration(
+        mine, 1, race.prompt_ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target+draft"
+    )
     assert all(c.q_top for c in step.checks)
 
 
 def test_trees_and_pearl_are_explained_by_their_own_formulas(perturbed_pair):
-    settings = RaceSettings("def fibonacci(n): return fibonacci(n - 1) + fibonacci(n - 2)", ("autoregressive", "pearl", "sssd"),
-                            max_new_tokens=24, options={"pearl.window": 3})  # fmt: skip
+    settings = RaceSettings(
+        "def fibonacci(n): return fibonacci(n - 1) + fibonacci(n - 2)",
+        ("autoregressive", "pearl", "sssd"),
+        max_new_tokens=24,
+        options={"pearl.window": 3},
+    )
     race = None
     for race in run_race(perturbed_pair, settings, {}, threading.Event()):
         pass
@@ -159,7 +200,8 @@ def test_trees_and_pearl_are_explained_by_their_own_formulas(perturbed_pair):
     assert pearl["family"] == "parallel" and pearl["length"] == 3
     side_by_side = any(p.parallel for r in race.runs[1].records for p in r.pearl().phases)
     assert pearl["predicted_speedup"] == pytest.approx(
-        pearl_speedup_with_verify_cost(pearl["alpha"], 3, pearl["c"], pearl["verify_ratio"], side_by_side))
+        pearl_speedup_with_verify_cost(pearl["alpha"], 3, pearl["c"], pearl["verify_ratio"], side_by_side)
+    )
     why = why_markdown(race)
     assert "| parallel |" in why and "T(S+1)/T(1) = " in why and "tree: E[tokens](α, D)" in why
 
@@ -167,8 +209,12 @@ def test_trees_and_pearl_are_explained_by_their_own_formulas(perturbed_pair):
 def test_pearls_formula_with_a_measured_verify_cost_is_pearls_own_at_one_step():
     for alpha in (0.0, 0.4, 0.9, 1.0):
         for c_pearl, gamma in ((2.0, 2), (4.0, 4), (4.0, 6)):
-            assert pearl_speedup_with_verify_cost(alpha, gamma, 1 / c_pearl, 1.0) == pytest.approx(pearl_speedup(alpha, c_pearl, gamma))
-    assert pearl_speedup_with_verify_cost(0.5, 4, 0.25, 1.0, side_by_side=False) == pytest.approx(pearl_tokens_per_step(0.5, 4) / 2.0)
+            assert pearl_speedup_with_verify_cost(alpha, gamma, 1 / c_pearl, 1.0) == pytest.approx(
+                pearl_speedup(alpha, c_pearl, gamma)
+            )
+    assert pearl_speedup_with_verify_cost(0.5, 4, 0.25, 1.0, side_by_side=False) == pytest.approx(
+        pearl_tokens_per_step(0.5, 4) / 2.0
+    )
 
 
 def test_the_residual_is_one_function_and_the_step_through_shows_it(perturbed_pair, monkeypatch):
@@ -179,6 +225,9 @@ def test_the_residual_is_one_function_and_the_step_through_shows_it(perturbed_pa
     ids = specviz.encode_prompt(perturbed_pair, "def fibonacci(n):")
     records = list(specviz.run("vanilla", perturbed_pair, ids, max_new_tokens=24, temperature=1.0, seed=3))
     i = next(i for i, r in enumerate(records) if r.accepted < len(r.drafted) and len(r.emitted) > r.accepted)
-    monkeypatch.setattr("specviz.verify.residual", lambda p_n, q_n, x_n: torch.nn.functional.one_hot(torch.tensor(7), p_n.shape[-1]).float())
+    monkeypatch.setattr(
+        "specviz.verify.residual",
+        lambda p_n, q_n, x_n: torch.nn.functional.one_hot(torch.tensor(7), p_n.shape[-1]).float(),
+    )
     step = explain_iteration(records, i, ids, {"temperature": 1.0}, pair=perturbed_pair, recompute="target+draft")
     assert step.target_role == "correction" and step.target_top[0][0] == 7 and len(step.target_top) == 1

@@ -50,7 +50,9 @@ def test_the_schemes_name_their_splits_and_fractions_once():
 def test_the_draft_and_corpus_split_of_every_shipped_answer_is_unchanged(shipped):
     assert len(shipped) == 20072
     held = [r for r in shipped if corpus.held_out(r["source"], r["line"])]
-    assert [old_corpus_held_out(r["source"], r["line"]) for r in shipped] == [corpus.held_out(r["source"], r["line"]) for r in shipped]
+    assert [old_corpus_held_out(r["source"], r["line"]) for r in shipped] == [
+        corpus.held_out(r["source"], r["line"]) for r in shipped
+    ]
     assert len(held) == 372  # the corpus card's and the v2 draft card's "372 held out"
     for s in corpus.SOURCES:  # and every prompt the corpus may yet answer
         for line in range(*s.lines):
@@ -62,8 +64,12 @@ def test_the_streaming_and_disco_splits_of_every_corpus_prompt_are_unchanged(shi
     assert indices[0] < 100000 <= indices[-1] - 100000  # source rank * 100000 + line, as teacher-text writes them
     assert [splits.split_of(splits.DISCO, i) for i in indices] == [old_disco_split(i) for i in indices]
     teacher = tmp_path / "teacher_text.jsonl"  # what the streaming trainer reads, one record per corpus prompt
-    teacher.write_text("".join(json.dumps({"prompt_index": i, "prompt_ids": [i], "output_ids": [2]}) + "\n" for i in indices))
-    trained = {e.ids[0] for e in train_streaming.read_examples(teacher, 160, 96, train=True)}  # ids[0]: the prompt index
+    teacher.write_text(
+        "".join(json.dumps({"prompt_index": i, "prompt_ids": [i], "output_ids": [2]}) + "\n" for i in indices)
+    )
+    trained = {
+        e.ids[0] for e in train_streaming.read_examples(teacher, 160, 96, train=True)
+    }  # ids[0]: the prompt index
     held = {e.ids[0] for e in train_streaming.read_examples(teacher, 160, 96, train=False)}
     assert trained == {i for i in indices if not old_streaming_held_out(i)}
     assert held == {i for i in indices if old_streaming_held_out(i)}

@@ -30,7 +30,10 @@ def test_suffix_array_sorts_every_suffix(tokens):
 
 
 @settings(max_examples=60, deadline=None)
-@given(docs=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=30), min_size=1, max_size=5), pattern=st.lists(st.integers(0, 4), min_size=1, max_size=4))
+@given(
+    docs=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=30), min_size=1, max_size=5),
+    pattern=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+)
 def test_find_returns_exactly_the_occurrences_of_a_pattern(docs, pattern):
     store = Datastore.build(docs, "test")
     flat = store.tokens.tolist()
@@ -113,7 +116,16 @@ def test_datastore_cli_end_to_end_and_drafting_from_it(tmp_path, perturbed_pair)
             f.write(json.dumps({"prompt_index": i, "prompt_ids": ids, "output_ids": list(out)}) + "\n")
     (tmp_path / "exclude.json").write_text("[2]")
     out = tmp_path / "ds.npz"
-    args = ["--teacher", str(teacher), "--tokenizer", "tiny", "--out", str(out), "--exclude-prompt-indices", str(tmp_path / "exclude.json")]
+    args = [
+        "--teacher",
+        str(teacher),
+        "--tokenizer",
+        "tiny",
+        "--out",
+        str(out),
+        "--exclude-prompt-indices",
+        str(tmp_path / "exclude.json"),
+    ]
     assert datastore_cli.main(args) == 0
     store = Datastore.load(out)
     assert store.info["documents"] == 2 and len(store) == 2 * 61
@@ -133,7 +145,9 @@ def test_batched_greedy_output_equals_each_sequence_alone(kind, tiny_pairs):
     """B = 4 prompts of different lengths decoded together (one row stops early at an EOS):
     each row's output equals its own autoregressive decoding, for trees and for batched AR."""
     pair = tiny_pairs[kind]
-    prompts = [pair.tokenizer.encode(p) for p in ["def fibonacci(n):", "Janet's ducks lay 16 eggs per day.", "x"]] + [[5, 17, 300, 42, 42, 42, 7]]
+    prompts = [pair.tokenizer.encode(p) for p in ["def fibonacci(n):", "Janet's ducks lay 16 eggs per day.", "x"]] + [
+        [5, 17, 300, 42, 42, 42, 7]
+    ]
     free = specviz.generate("autoregressive", pair, prompts[1], max_new_tokens=30).summary.output_ids
     pair = dataclasses.replace(pair, eos_token_ids=(free[5],))  # row 1 stops early
     refs = [specviz.generate("autoregressive", pair, p, max_new_tokens=30).summary.output_ids for p in prompts]

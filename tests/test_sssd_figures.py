@@ -43,14 +43,20 @@ def test_replay_matches_real_greedy_runs_and_figures_build(perturbed_pair):
     assert {r["drafter"] for r in rows} == {"input only", "prompt lookup"}
     assert all(r["mean_accepted_length"] >= 1 for r in rows)
     assert len(accepted_length_figure(rows).data) == 2
-    batch = [{"batch_size": b, "variant": v, "mean_latency_s": 1.0 * b, "throughput_tokens_per_s": 10.0 * b} for b in (1, 2) for v in ("AR", "SSSD")]
+    batch = [
+        {"batch_size": b, "variant": v, "mean_latency_s": 1.0 * b, "throughput_tokens_per_s": 10.0 * b}
+        for b in (1, 2)
+        for v in ("AR", "SSSD")
+    ]
     assert len(batch_figure(batch).data) == 2
 
 
 def test_tab_handlers_run_and_show_trees(perturbed_pair):
     from specviz.ui import sssd_tree
 
-    state = sssd_tree.run_sssd("tiny", [5, 17, 300, 42, 5, 17, 300, 42, 5], 16, 8, "input", load_pair=lambda name: perturbed_pair)
+    state = sssd_tree.run_sssd(
+        "tiny", [5, 17, 300, 42, 5, 17, 300, 42, 5], 16, 8, "input", load_pair=lambda name: perturbed_pair
+    )
     assert len(state["records"]) >= 1 and sum(len(r["emitted"]) for r in state["records"]) == 16
     html_text = sssd_tree.coloured_output(state)
     assert html_text.count("<span") >= 16 and "input" in html_text
@@ -64,9 +70,18 @@ def test_tab_handlers_run_and_show_trees(perturbed_pair):
 def test_tab_run_reports_bad_input_instead_of_raising(perturbed_pair):
     from specviz.ui import sssd_tree
 
-    state, out, first, fig, line, count = sssd_tree.run_and_show("tiny", [5, 17, 300], 10**9, 8, "input", load_pair=lambda name: perturbed_pair)
-    assert state is None and fig is None and out.startswith("<p><b>Cannot run:</b>") and "max_new_tokens must be from 1 to" in out
-    state, out, first, fig, line, count = sssd_tree.run_and_show("tiny", [5, 17, 300, 5, 17], 12, 8, "input", load_pair=lambda name: perturbed_pair)
+    state, out, first, fig, line, count = sssd_tree.run_and_show(
+        "tiny", [5, 17, 300], 10**9, 8, "input", load_pair=lambda name: perturbed_pair
+    )
+    assert (
+        state is None
+        and fig is None
+        and out.startswith("<p><b>Cannot run:</b>")
+        and "max_new_tokens must be from 1 to" in out
+    )
+    state, out, first, fig, line, count = sssd_tree.run_and_show(
+        "tiny", [5, 17, 300, 5, 17], 12, 8, "input", load_pair=lambda name: perturbed_pair
+    )
     assert count == len(state["records"]) >= 1 and fig is not None and "<span" in out
 
 

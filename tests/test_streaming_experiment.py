@@ -8,8 +8,22 @@ from specviz.experiments import streaming
 
 
 def test_experiment_end_to_end(tmp_path):
-    argv = ["--pair", "tiny-random", "--suites", "gsm8k", "--limit", "1", "--max-new-tokens", "6", "--tree-width", "2",
-            "--out", str(tmp_path), "--quiet", "--no-warmup"]
+    argv = [
+        "--pair",
+        "tiny-random",
+        "--suites",
+        "gsm8k",
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--tree-width",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--no-warmup",
+    ]
     assert streaming.main(argv) == 0
     result = json.loads((tmp_path / "results.json").read_text())
     rows = [r for r in result["summary"] if r["suite"] == "all"]

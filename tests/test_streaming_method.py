@@ -34,7 +34,15 @@ def test_tuned_greedy_output_equals_autoregressive_of_the_tuned_model(random_pai
         ar_base = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=30).summary.output_ids
         assert ar_tuned != ar_base  # the LoRA changes the model, so this comparison means something
         for gamma, width in ((1, 1), (3, 1), (3, 3)):
-            got = output(random_pair, prompt, max_new_tokens=30, adapter=adapter, speculation_length=gamma, tree_width=width, tree_nodes=8)
+            got = output(
+                random_pair,
+                prompt,
+                max_new_tokens=30,
+                adapter=adapter,
+                speculation_length=gamma,
+                tree_width=width,
+                tree_nodes=8,
+            )
             assert got == ar_tuned, (gamma, width)
 
 
@@ -45,7 +53,15 @@ def test_streams_only_adapter_reproduces_the_original_target(random_pair, tmp_pa
     for prompt in PROMPTS:
         ar = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=30).summary.output_ids
         for gamma, width in ((1, 1), (3, 3)):
-            got = output(random_pair, prompt, max_new_tokens=30, adapter=str(path), speculation_length=gamma, tree_width=width, tree_nodes=8)
+            got = output(
+                random_pair,
+                prompt,
+                max_new_tokens=30,
+                adapter=str(path),
+                speculation_length=gamma,
+                tree_width=width,
+                tree_nodes=8,
+            )
             assert got == ar, (gamma, width)
 
 
@@ -73,7 +89,9 @@ def test_right_and_wrong_streams_keep_the_output(random_pair, monkeypatch):
     forwards = {}
     for width in (1, 2):
         for max_new in (1, 7, 40):
-            run = specviz.generate("streaming", random_pair, prompt, max_new_tokens=max_new, adapter="untrained", tree_width=width)
+            run = specviz.generate(
+                "streaming", random_pair, prompt, max_new_tokens=max_new, adapter="untrained", tree_width=width
+            )
             assert run.summary.output_ids == ref[:max_new], (width, max_new)
         forwards[width] = run.summary.target_forwards
         accepted = [r.accepted for r in run.records]
@@ -82,7 +100,14 @@ def test_right_and_wrong_streams_keep_the_output(random_pair, monkeypatch):
             assert 1 in accepted  # cut at the wrong stream-2 token
     assert forwards[2] < forwards[1] < 40 / 2
     eos = ref[12]
-    stopped = specviz.generate("streaming", dataclasses.replace(random_pair, eos_token_ids=(eos,)), prompt, max_new_tokens=40, adapter="untrained", tree_width=2)
+    stopped = specviz.generate(
+        "streaming",
+        dataclasses.replace(random_pair, eos_token_ids=(eos,)),
+        prompt,
+        max_new_tokens=40,
+        adapter="untrained",
+        tree_width=2,
+    )
     assert stopped.summary.output_ids == ref[: ref.index(eos) + 1] and stopped.summary.stop_reason == "eos"
 
 

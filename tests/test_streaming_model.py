@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from specviz.models.kv import CachedLM
-import pytest
-
-from specviz.models.streaming import StreamingConfig, StreamingLM, load_adapter, read_adapter_meta, stream_mask, trained_for, untrained
+from specviz.models.streaming import (
+    StreamingConfig,
+    StreamingLM,
+    load_adapter,
+    read_adapter_meta,
+    stream_mask,
+    trained_for,
+    untrained,
+)
 from specviz.models.tiny import TARGET_CONFIG, tiny_model
 
 CFG = StreamingConfig(stream_layers=2, gamma=3, lora_rank=4, eta_rank=4)
@@ -120,7 +127,9 @@ def test_streams_only_lora_leaves_the_main_stream_the_original_model():
     _, s_no_lora = lm(IDS)
     assert not torch.allclose(s, s_no_lora, atol=1e-4)
     assert not torch.allclose(both.tuned(input_ids=IDS).logits, want, atol=1e-3)
-    assert both.changes_main_stream() and not lm.changes_main_stream() and not untrained(base, CFG).changes_main_stream()
+    assert (
+        both.changes_main_stream() and not lm.changes_main_stream() and not untrained(base, CFG).changes_main_stream()
+    )
 
 
 @pytest.mark.parametrize("lora_main", [True, False])

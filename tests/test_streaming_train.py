@@ -29,7 +29,9 @@ def write_teacher_text(folder, records=6, answer=24):
                 logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
                 rows.append(logits.numpy().astype(np.float16))
                 ids.append(int(torch.multinomial(logits.softmax(-1), 1, generator=gen)))
-        lines.append({"prompt_index": i + 1, "prompt": "", "prompt_ids": prompt, "output_ids": ids[6:], "logits_row": i * answer})
+        lines.append(
+            {"prompt_index": i + 1, "prompt": "", "prompt_ids": prompt, "output_ids": ids[6:], "logits_row": i * answer}
+        )
     (folder / "teacher_text.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     np.stack(rows).tofile(folder / "teacher_logits.f16")
     return folder / "teacher_text.jsonl"
@@ -38,8 +40,27 @@ def write_teacher_text(folder, records=6, answer=24):
 def test_train_resume_and_decode(tmp_path):
     data = write_teacher_text(tmp_path)
     out = tmp_path / "run"
-    argv = ["--target", "tiny-random", "--data", str(data), "--out", str(out), "--stream-layers", "2", "--gamma", "3",
-            "--lora-rank", "4", "--eta-rank", "4", "--save-every", "2", "--positions", "5", "--quiet"]
+    argv = [
+        "--target",
+        "tiny-random",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--stream-layers",
+        "2",
+        "--gamma",
+        "3",
+        "--lora-rank",
+        "4",
+        "--eta-rank",
+        "4",
+        "--save-every",
+        "2",
+        "--positions",
+        "5",
+        "--quiet",
+    ]
     assert train.main([*argv, "--steps", "3"]) == 0
     assert train.main([*argv, "--steps", "5", "--ship", str(tmp_path / "tiny.safetensors")]) == 0  # resumes at 3
     assert train.main([*argv, "--export", "--ship", str(tmp_path / "again.safetensors")]) == 0
@@ -50,8 +71,17 @@ def test_train_resume_and_decode(tmp_path):
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5]
     assert all(np.isfinite(float(r["loss"])) for r in rows)
     pair = specviz.load_pair("tiny-random")
-    ar = specviz.generate("streaming", pair, [5, 17, 300], max_new_tokens=20, speculation_length=0, adapter=str(tmp_path / "tiny.safetensors"))
-    sd = specviz.generate("streaming", pair, [5, 17, 300], max_new_tokens=20, adapter=str(tmp_path / "tiny.safetensors"))
+    ar = specviz.generate(
+        "streaming",
+        pair,
+        [5, 17, 300],
+        max_new_tokens=20,
+        speculation_length=0,
+        adapter=str(tmp_path / "tiny.safetensors"),
+    )
+    sd = specviz.generate(
+        "streaming", pair, [5, 17, 300], max_new_tokens=20, adapter=str(tmp_path / "tiny.safetensors")
+    )
     assert sd.summary.output_ids == ar.summary.output_ids
 
 
@@ -60,11 +90,23 @@ def test_streams_learn(tmp_path):
     with its target rises (soft and hard targets) and the hard-target loss falls."""
     data = write_teacher_text(tmp_path, records=2)
     for hard in (False, True):
-        cfg = train.TrainConfig(target="tiny-random", data=data, out=tmp_path / f"run{hard}", steps=40, lr=1e-2, warmup=0, hard=hard,
-                                streaming=train.StreamingConfig(stream_layers=2, gamma=2, lora_rank=4, eta_rank=4), save_every=100)
+        cfg = train.TrainConfig(
+            target="tiny-random",
+            data=data,
+            out=tmp_path / f"run{hard}",
+            steps=40,
+            lr=1e-2,
+            warmup=0,
+            hard=hard,
+            streaming=train.StreamingConfig(stream_layers=2, gamma=2, lora_rank=4, eta_rank=4),
+            save_every=100,
+        )
         train.train(cfg, progress=False)
         rows = list(csv.DictReader((cfg.out / "log.csv").open()))
-        first, last = (lambda key: np.mean([float(r[key]) for r in rows[:5]])), (lambda key: np.mean([float(r[key]) for r in rows[-5:]]))
+        first, last = (
+            (lambda key: np.mean([float(r[key]) for r in rows[:5]])),
+            (lambda key: np.mean([float(r[key]) for r in rows[-5:]])),
+        )
         assert last("top1_1") > first("top1_1") + 0.15, (hard, first("top1_1"), last("top1_1"))
         if hard:
             assert last("loss") < 0.7 * first("loss")
@@ -75,11 +117,21 @@ def test_evaluate_held_out(tmp_path):
     stream is the target itself, so it agrees with the target's own most likely token everywhere."""
     data = write_teacher_text(tmp_path, records=2, answer=10)
     examples = train.read_examples(data, 160, 96)
-    cfg = train.TrainConfig(target="tiny-random", data=data, streaming=train.StreamingConfig(stream_layers=2, gamma=2, lora_rank=4, eta_rank=4))
+    cfg = train.TrainConfig(
+        target="tiny-random",
+        data=data,
+        streaming=train.StreamingConfig(stream_layers=2, gamma=2, lora_rank=4, eta_rank=4),
+    )
     lm = train.StreamingLM(train.load_target("tiny-random", "cpu"), cfg.streaming)
-    report = train.evaluate(lm, examples, train.TeacherLogits(tmp_path / "teacher_logits.f16", lm.tuned.config.vocab_size), cfg)
+    report = train.evaluate(
+        lm, examples, train.TeacherLogits(tmp_path / "teacher_logits.f16", lm.tuned.config.vocab_size), cfg
+    )
     assert report["examples"] == 2
-    assert [report[k]["positions"] for k in ("main", "stream1", "stream2")] == [20, 18, 16]  # 10 answer tokens: 10, 9, 8 per record
+    assert [report[k]["positions"] for k in ("main", "stream1", "stream2")] == [
+        20,
+        18,
+        16,
+    ]  # 10 answer tokens: 10, 9, 8 per record
     assert report["main"]["top1"] == 1.0
     assert report["stream1"]["top1"] <= report["stream1"]["top3"] < 1.0
 
@@ -89,8 +141,33 @@ def test_streams_only_training_keeps_the_main_stream(tmp_path):
     the log has no main-stream loss."""
     data = write_teacher_text(tmp_path, records=2)
     out = tmp_path / "run"
-    assert train.main(["--target", "tiny-random", "--data", str(data), "--out", str(out), "--stream-layers", "2", "--gamma", "2",
-                       "--lora-rank", "4", "--eta-rank", "4", "--steps", "6", "--lr", "1e-2", "--streams-only", "--quiet"]) == 0
+    assert (
+        train.main(
+            [
+                "--target",
+                "tiny-random",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--stream-layers",
+                "2",
+                "--gamma",
+                "2",
+                "--lora-rank",
+                "4",
+                "--eta-rank",
+                "4",
+                "--steps",
+                "6",
+                "--lr",
+                "1e-2",
+                "--streams-only",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     cfg, _ = train.parse_args(["--target", "tiny-random", "--data", str(data), "--out", str(out)])
     lm, ckpt = train.from_checkpoint(cfg)
     assert ckpt["streaming"]["lora_main"] is False
@@ -98,6 +175,8 @@ def test_streams_only_training_keeps_the_main_stream(tmp_path):
     assert lora_b and any(float(p.detach().abs().max()) > 0 for p in lora_b)  # trained, not zero
     ids = torch.tensor([[5, 17, 300, 42, 7]])
     with torch.no_grad():
-        torch.testing.assert_close(lm.tuned(input_ids=ids).logits, train.load_target("tiny-random", "cpu")(input_ids=ids).logits)
+        torch.testing.assert_close(
+            lm.tuned(input_ids=ids).logits, train.load_target("tiny-random", "cpu")(input_ids=ids).logits
+        )
     rows = list(csv.DictReader((out / "log.csv").open()))
     assert rows[-1]["loss0"] == "" and rows[-1]["loss1"] != ""

@@ -14,9 +14,11 @@ def recorded(method, pair, **options):
 
 
 def test_lanes_idle_shares_and_figure(perturbed_pair):
-    runs = {"vanilla": recorded("vanilla", perturbed_pair, speculation_length=3),
-            "pearl": recorded("pearl", perturbed_pair, window=3),
-            "autoregressive": recorded("autoregressive", perturbed_pair)}
+    runs = {
+        "vanilla": recorded("vanilla", perturbed_pair, speculation_length=3),
+        "pearl": recorded("pearl", perturbed_pair, window=3),
+        "autoregressive": recorded("autoregressive", perturbed_pair),
+    }
     for label, records in runs.items():
         spans = busy_intervals(records)
         for lane, part in spans.groupby("lane"):

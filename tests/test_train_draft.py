@@ -22,7 +22,10 @@ from specviz.train import draft as train_draft
 
 PROMPTS = {
     "sharegpt_prompts.jsonl": ("prompt", ["Write a haiku about rain.", "Explain what a list is.", "x = [1, 2, 3]"]),
-    "gsm8k_train.jsonl": ("question", ["Janet has 3 apples and buys 2 more.", "How many legs has a spider?", "2 + 2 = ?"]),
+    "gsm8k_train.jsonl": (
+        "question",
+        ["Janet has 3 apples and buys 2 more.", "How many legs has a spider?", "2 + 2 = ?"],
+    ),
     "codealpaca_prompts.jsonl": ("prompt", ["def add(a, b):", "print('hi')", "Sort these numbers: 3 1 2"]),
 }
 
@@ -34,17 +37,63 @@ def write_sources(folder):
 
 
 def generate_cli(tmp_path, *extra) -> list[str]:
-    return ["generate", "--target", "tiny-random", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "work"),
-            "--corpus", "", "--dtype", "float32", "--max-new-tokens", "12", "--batch-size", "4", "--no-progress", *extra]
+    return [
+        "generate",
+        "--target",
+        "tiny-random",
+        "--data",
+        str(tmp_path / "data"),
+        "--work",
+        str(tmp_path / "work"),
+        "--corpus",
+        "",
+        "--dtype",
+        "float32",
+        "--max-new-tokens",
+        "12",
+        "--batch-size",
+        "4",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def train_cli(tmp_path, steps: int, *extra) -> list[str]:
     return [
-        "--target", "tiny-random", "--data", str(tmp_path / "data"), "--corpus", str(tmp_path / "shipped"),
-        "--work", str(tmp_path / "work"), "--out", str(tmp_path / "draft"),
-        "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--intermediate", "64",
-        "--head-vocab", "384", "--embed-rank", "16", "--steps", str(steps), "--batch-tokens", "256",
-        "--warmup", "2", "--val-every", "2", "--no-progress", *extra,
+        "--target",
+        "tiny-random",
+        "--data",
+        str(tmp_path / "data"),
+        "--corpus",
+        str(tmp_path / "shipped"),
+        "--work",
+        str(tmp_path / "work"),
+        "--out",
+        str(tmp_path / "draft"),
+        "--hidden",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--intermediate",
+        "64",
+        "--head-vocab",
+        "384",
+        "--embed-rank",
+        "16",
+        "--steps",
+        str(steps),
+        "--batch-tokens",
+        "256",
+        "--warmup",
+        "2",
+        "--val-every",
+        "2",
+        "--no-progress",
+        *extra,
     ]
 
 
@@ -62,7 +111,7 @@ def built(tmp_path_factory):
 
 
 def test_every_prompt_is_answered_greedily_and_sampled_in_a_mixed_order():
-    prompts = {s.name: {i: "p" for i in range(30)} for s in corpus.SOURCES}
+    prompts = {s.name: dict.fromkeys(range(30), "p") for s in corpus.SOURCES}
     order = corpus.job_order(prompts)
     assert len(order) == len({j.key for j in order}) == 2 * 90
     first = order[:40]
@@ -89,13 +138,18 @@ def test_batched_generation_keeps_the_targets_answers_and_top_k(built):
         p = full[len(prompt) - 1 : -1]  # [n, V]: the distribution each answer token was drawn from
         n = len(r["output_ids"])
         top = torch.from_numpy(ids[r["row"] : r["row"] + n].astype(np.int64))
-        assert torch.allclose(p.gather(1, top), torch.from_numpy(logp[r["row"] : r["row"] + n].astype(np.float32)), atol=2e-2)
+        assert torch.allclose(
+            p.gather(1, top), torch.from_numpy(logp[r["row"] : r["row"] + n].astype(np.float32)), atol=2e-2
+        )
         assert torch.equal(top[:, 0], p.argmax(-1))
 
 
 def test_the_shipped_shards_hold_the_same_answers(built):
     tmp_path, _ = built
-    local = {(r["source"], r["line"], r["temperature"]): r["output_ids"] for r in corpus.WorkFolder(tmp_path / "work", 32).records}
+    local = {
+        (r["source"], r["line"], r["temperature"]): r["output_ids"]
+        for r in corpus.WorkFolder(tmp_path / "work", 32).records
+    }
     shipped = corpus.load_shipped(tmp_path / "shipped")
     assert {(r["source"], r["line"], r["temperature"]): list(r["output_ids"]) for r in shipped} == local
     assert "18 answers" in (tmp_path / "shipped" / "README.md").read_text()
@@ -141,7 +195,9 @@ def test_a_stopped_run_resumes_to_the_weights_and_log_of_one_that_was_not(built,
     once, again = (load_shards(tmp_path / name / "draft") for name in ("once", "stopped"))
     assert once.keys() == again.keys() and all(torch.equal(once[k], again[k]) for k in once)
     logs = [list(csv.DictReader((tmp_path / name / "work" / "train-draft.csv").open())) for name in ("once", "stopped")]
-    assert [{k: v for k, v in r.items() if k != "seconds"} for r in logs[0]] == [{k: v for k, v in r.items() if k != "seconds"} for r in logs[1]]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in logs[0]] == [
+        {k: v for k, v in r.items() if k != "seconds"} for r in logs[1]
+    ]
     assert [int(r["step"]) for r in logs[1]] == [1, 2, 3, 4, 5]
 
 
@@ -200,8 +256,12 @@ def test_the_loss_is_cross_entropy_to_the_sparse_target():
 
 
 def test_shards_split_tensors_larger_than_a_file_and_put_them_back(tmp_path):
-    state = {"embed.weight": torch.randn(100, 8), "norm.weight": torch.randn(8), "scalar": torch.tensor(3.0),
-             "head.vocab_ids": torch.arange(40000, 40100)}
+    state = {
+        "embed.weight": torch.randn(100, 8),
+        "norm.weight": torch.randn(8),
+        "scalar": torch.tensor(3.0),
+        "head.vocab_ids": torch.arange(40000, 40100),
+    }
     paths = save_shards(state, tmp_path, dtype=torch.float16, max_bytes=1000)  # 100 x 8 x 2 B = 1600 B
     assert len(paths) >= 3
     back = load_shards(tmp_path)
@@ -236,8 +296,21 @@ def test_int8_shards_hold_matrices_to_a_quarter_of_a_step(tmp_path):
 
 def test_the_speed_command_measures_each_batch_size(tmp_path, capsys):
     write_sources(tmp_path / "data")
-    args = ["speed", "--target", "tiny-random", "--data", str(tmp_path / "data"), "--dtype", "float32",
-            "--batch-sizes", "2,4", "--prompts", "6", "--max-new-tokens", "5"]
+    args = [
+        "speed",
+        "--target",
+        "tiny-random",
+        "--data",
+        str(tmp_path / "data"),
+        "--dtype",
+        "float32",
+        "--batch-sizes",
+        "2,4",
+        "--prompts",
+        "6",
+        "--max-new-tokens",
+        "5",
+    ]
     assert corpus.main(args) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["batch_size"] for r in rows] == [2, 4] and all(r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in rows)
@@ -246,8 +319,21 @@ def test_the_speed_command_measures_each_batch_size(tmp_path, capsys):
 def test_teacher_text_puts_prompts_back_in_front_of_the_answers(built, tmp_path):
     src, _ = built
     to = tmp_path / "teacher_text.jsonl"
-    args = ["teacher-text", "--target", "tiny-random", "--data", str(src / "data"), "--work", str(src / "work"),
-            "--out", str(src / "shipped"), "--to", str(to), "--split", "all"]
+    args = [
+        "teacher-text",
+        "--target",
+        "tiny-random",
+        "--data",
+        str(src / "data"),
+        "--work",
+        str(src / "work"),
+        "--out",
+        str(src / "shipped"),
+        "--to",
+        str(to),
+        "--split",
+        "all",
+    ]
     assert corpus.main(args) == 0
     rows = [json.loads(line) for line in to.open()]
     assert len(rows) == 18 and len({r["prompt_index"] for r in rows}) == 9  # two answers per prompt
@@ -265,11 +351,25 @@ def test_agreement_breaks_down_the_drafts_top1_hits(built):
 
     tmp_path, _ = built
     out = tmp_path / "agreement"
-    args = ["--draft", str(tmp_path / "draft"), "--target", "tiny-random", "--data", str(tmp_path / "data"),
-            "--corpus", str(tmp_path / "shipped"), "--work", str(tmp_path / "work"), "--out", str(out)]  # fmt: skip
+    args = [
+        "--draft",
+        str(tmp_path / "draft"),
+        "--target",
+        "tiny-random",
+        "--data",
+        str(tmp_path / "data"),
+        "--corpus",
+        str(tmp_path / "shipped"),
+        "--work",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+    ]
     assert agreement.main(args) == 0
     result = json.loads((out / "agreement.json").read_text())
-    ns = Namespace(corpus=tmp_path / "shipped", work=tmp_path / "work", data=tmp_path / "data", top_k=32, answers_only=False)
+    ns = Namespace(
+        corpus=tmp_path / "shipped", work=tmp_path / "work", data=tmp_path / "data", top_k=32, answers_only=False
+    )
     data = train_draft.CorpusData(ns, tiny_pair().tokenizer, 448)
     draft = load_draft(tmp_path / "draft", torch.device("cpu"), torch.float32).eval()
     hits = total = 0
@@ -286,9 +386,17 @@ def test_agreement_breaks_down_the_drafts_top1_hits(built):
 
 @pytest.mark.parametrize(
     "piece, kind",
-    [("Ġthe", "word start"), ("ing", "word piece"), ("Ċ", "space/newline"), ("ĠĠ", "space/newline"), ("123", "digit"),
-     (".", "punctuation"), ("Ġ(", "punctuation"), ("x2", "mixed")],
-)  # fmt: skip
+    [
+        ("Ġthe", "word start"),
+        ("ing", "word piece"),
+        ("Ċ", "space/newline"),
+        ("ĠĠ", "space/newline"),
+        ("123", "digit"),
+        (".", "punctuation"),
+        ("Ġ(", "punctuation"),
+        ("x2", "mixed"),
+    ],
+)
 def test_token_classes(piece, kind):
     from specviz.experiments.agreement import token_class
 

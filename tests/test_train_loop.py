@@ -43,9 +43,17 @@ def toy_run(folder, steps: int, stop_at: int | None = None) -> torch.Tensor:
 
     log = CsvLog(folder / "log.csv", COLUMNS, state["step"])
     try:
-        run(LoopConfig(steps=steps, clip=1.0, save_every=2), opt, list(model.parameters()), loss_at, state,
-            lr_at=lambda step: 0.05 / (1 + step), after_step=lambda step, stats: {"step": step, "seconds": 0, **stats},
-            log=log, save=save)
+        run(
+            LoopConfig(steps=steps, clip=1.0, save_every=2),
+            opt,
+            list(model.parameters()),
+            loss_at,
+            state,
+            lr_at=lambda step: 0.05 / (1 + step),
+            after_step=lambda step, stats: {"step": step, "seconds": 0, **stats},
+            log=log,
+            save=save,
+        )
     finally:
         log.close()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -81,7 +89,14 @@ def test_checkpoints_by_steps_by_time_and_after_the_last_step(tmp_path):
 
     def go(loop: LoopConfig) -> list[int]:
         saves.clear()
-        run(loop, opt, list(model.parameters()), lambda step: (model(torch.ones(1, 2)).sum(), {}), {"step": 0}, save=saves.append)
+        run(
+            loop,
+            opt,
+            list(model.parameters()),
+            lambda step: (model(torch.ones(1, 2)).sum(), {}),
+            {"step": 0},
+            save=saves.append,
+        )
         return list(saves)
 
     assert go(LoopConfig(steps=5, save_every=2)) == [2, 4, 5]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tests.test_verify import N, T1, assert_distributed_as, logits_of
 
 from specviz.models.kv import BatchCachedLM, CachedLM, tree_attention_mask, tree_depths
 from specviz.sampling import SamplingConfig
 from specviz.verify import verify_tree
+from tests.test_verify import T1, N, assert_distributed_as, logits_of
 
 # A hand-built tree over 3 committed tokens:   root ─ a(0) ─ b(1) ─ d(3)
 #                                                  └ c(2) ─ e(4)
@@ -65,7 +65,9 @@ def test_keep_path_of_a_second_branch_and_of_nothing(self_pair):
         lm.keep_path(3, path)
         assert lm.tokens == [5, 6, 7] + kept and lm.cache_length() == 3 + len(kept)
         after = lm.forward([30])
-        torch.testing.assert_close(after[0], model(input_ids=torch.tensor([[5, 6, 7, *kept, 30]])).logits[0, -1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            after[0], model(input_ids=torch.tensor([[5, 6, 7, *kept, 30]])).logits[0, -1], rtol=1e-4, atol=1e-4
+        )
     with pytest.raises(ValueError):
         lm.keep([0, 0])
 
@@ -126,7 +128,14 @@ def test_the_check_catches_a_rule_without_residual():
         p = torch.softmax(logits[0], -1)
         for c in (0, 1):
             if float(torch.rand(1, generator=gen)) < float(p[tokens[c]]):
-                return type("V", (), {"path": (c,), "next_token": int(torch.multinomial(torch.softmax(logits[1 + c], -1), 1, generator=gen))})
+                return type(
+                    "V",
+                    (),
+                    {
+                        "path": (c,),
+                        "next_token": int(torch.multinomial(torch.softmax(logits[1 + c], -1), 1, generator=gen)),
+                    },
+                )
         return type("V", (), {"path": (), "next_token": int(torch.multinomial(p, 1, generator=gen))})
 
     first, _ = emitted_frequencies(naive, None)
@@ -160,4 +169,6 @@ def test_batched_trees_compute_what_each_row_computes_alone(self_pair):
     torch.testing.assert_close(logits[1][0], sequential(prefixes[1] + [61, 62]), rtol=1e-4, atol=1e-4)
     lm.keep_paths([[0], []])
     lm.select_rows([1])  # row 0 finished
-    torch.testing.assert_close(lm.forward_trees([[63]], [([], [])])[0][0], sequential(prefixes[1] + [61, 62, 63]), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        lm.forward_trees([[63]], [([], [])])[0][0], sequential(prefixes[1] + [61, 62, 63]), rtol=1e-4, atol=1e-4
+    )

@@ -58,8 +58,15 @@ def followers(dec, opts: FollowersOptions):
 
 @pytest.fixture
 def toy_method():
-    methods.register("followers-toy", label="Followers (toy)", description="A toy tree method.", paper="this test",
-                     options=FollowersOptions, family=TREE, needs_draft=False)(followers)
+    methods.register(
+        "followers-toy",
+        label="Followers (toy)",
+        description="A toy tree method.",
+        paper="this test",
+        options=FollowersOptions,
+        family=TREE,
+        needs_draft=False,
+    )(followers)
     yield "followers-toy"
     methods._REGISTRY.pop("followers-toy")
 
@@ -72,6 +79,8 @@ def test_a_toy_tree_method_is_lossless_with_no_edit_elsewhere(toy_method, pertur
         run = specviz.generate(toy_method, perturbed_pair, prompt, max_new_tokens=max_new)
         assert run.summary.output_ids == ref
     records = list(specviz.run(toy_method, perturbed_pair, prompt, max_new_tokens=40))
-    assert any(r.drafted for r in records) and all(r.extra["tree_sources"] == ["followers"] * len(r.extra["tree_tokens"]) for r in records)
+    assert any(r.drafted for r in records) and all(
+        r.extra["tree_sources"] == ["followers"] * len(r.extra["tree_tokens"]) for r in records
+    )
     sampled = specviz.generate(toy_method, perturbed_pair, prompt, max_new_tokens=20, temperature=1.0, seed=3)
     assert sampled.summary.new_tokens == 20

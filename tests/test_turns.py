@@ -100,7 +100,9 @@ def _race(pair, methods, turns, stop, log, name):
 def test_a_short_race_goes_between_a_long_races_methods(random_pair):
     turns, log, stop = Turns(), [], threading.Event()
     holder = turns.join()  # the models are busy when both races arrive
-    long = threading.Thread(target=_race, args=(random_pair, ["autoregressive", "vanilla", "prompt_lookup"], turns, stop, log, "long"))
+    long = threading.Thread(
+        target=_race, args=(random_pair, ["autoregressive", "vanilla", "prompt_lookup"], turns, stop, log, "long")
+    )
     long.start()
     while not any(name == "long" and status == "waiting" for name, _, status, _ in log):
         time.sleep(0.01)
@@ -112,7 +114,12 @@ def test_a_short_race_goes_between_a_long_races_methods(random_pair):
     long.join(60)
     short.join(60)
     running = [(name, method) for name, method, status, _ in log if status == "running"]
-    assert running == [("long", "autoregressive"), ("short", "autoregressive"), ("long", "vanilla"), ("long", "prompt_lookup")]
+    assert running == [
+        ("long", "autoregressive"),
+        ("short", "autoregressive"),
+        ("long", "vanilla"),
+        ("long", "prompt_lookup"),
+    ]
     notes = [message for name, _, status, message in log if name == "short" and status == "waiting"]
     assert notes and notes[0].startswith("waiting for the models: 2 runs ahead of you")
 

@@ -11,8 +11,11 @@ from tests.conftest import tab_context
 
 
 def test_serving_a_stream_updates_the_visitors_own_learner(random_pair, tmp_path):
-    states = list(online.serve_stream("tiny-random", ["gsm8k"], 4, 0, False, 1, 8, 3, 2, 3e-3, "jsd", False,
-                                      load_pair=lambda name: random_pair))
+    states = list(
+        online.serve_stream(
+            "tiny-random", ["gsm8k"], 4, 0, False, 1, 8, 3, 2, 3e-3, "jsd", False, load_pair=lambda name: random_pair
+        )
+    )
     final = states[-1]
     assert len(final["rows"]) == 4 and final["learner"].version == 2
     assert final["learner"].serving is not random_pair.draft
@@ -27,7 +30,11 @@ def test_serving_a_stream_updates_the_visitors_own_learner(random_pair, tmp_path
 def test_a_pair_without_a_draft_is_refused(random_pair):
     no_draft = random_pair.with_draft(None)
     with pytest.raises(SpecvizError, match="no draft"):
-        next(online.serve_stream("x", ["gsm8k"], 4, 0, False, 0, 8, 3, 2, 1e-3, "fkl", False, load_pair=lambda name: no_draft))
+        next(
+            online.serve_stream(
+                "x", ["gsm8k"], 4, 0, False, 0, 8, 3, 2, 1e-3, "fkl", False, load_pair=lambda name: no_draft
+            )
+        )
 
 
 def test_the_tab_offers_a_short_stream_within_the_limits():
@@ -45,7 +52,11 @@ def test_the_tab_offers_a_short_stream_within_the_limits():
         online.build_tab(tab_context(limits=AppLimits(osd_requests=4)))
     widgets = {getattr(b, "label", None): b for b in demo.blocks.values()}
     assert widgets["requests in the stream"].value == 4 and widgets["requests in the stream"].maximum == 4
-    assert widgets["distillation loss (p: target, q: draft)"].choices == [("fkl", "fkl"), ("rkl", "rkl"), ("jsd", "jsd")]
+    assert widgets["distillation loss (p: target, q: draft)"].choices == [
+        ("fkl", "fkl"),
+        ("rkl", "rkl"),
+        ("jsd", "jsd"),
+    ]
 
 
 def test_learned_tokens_are_shown_as_text_not_tokenizer_pieces():

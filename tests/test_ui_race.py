@@ -11,8 +11,8 @@ from specviz.serving.limits import AppLimits
 from specviz.ui.blocks import discover_tabs
 from specviz.ui.panels import live_metrics, race_html
 from specviz.ui.racing import RaceSettings, run_race
-from specviz.ui.why import glossary_html, why_markdown
 from specviz.ui.tokens import plain_text
+from specviz.ui.why import glossary_html, why_markdown
 
 THREE = ("prompt_lookup", "vanilla", "autoregressive")
 
@@ -35,13 +35,22 @@ def test_a_race_runs_every_method_alone_in_registry_order(perturbed_pair):
     assert len(texts) == 1  # greedy: every method writes the autoregressive text
     assert race.runs[1].records[0].oracle_sl is not None
     html = race_html(race)
-    assert html.count('data-method=') == 3 and html.count('data-end=') == 3 and "sv-rejected" in html and "sv-accepted" in html
+    assert (
+        html.count("data-method=") == 3
+        and html.count("data-end=") == 3
+        and "sv-rejected" in html
+        and "sv-accepted" in html
+    )
     baseline = race.baseline_tokens_per_s()
     assert live_metrics(race.runs[1].records, baseline)["speedup"] == pytest.approx(
         live_metrics(race.runs[1].records)["tokens_per_s"] / baseline
     )
     why = why_markdown(race)  # under the board: the formula's reading of each drafting method, by its label
-    assert f"| {race.runs[1].label} |" in why and f"| {race.runs[2].label} |" in why and "tokens per iteration for the price of" in why
+    assert (
+        f"| {race.runs[1].label} |" in why
+        and f"| {race.runs[2].label} |" in why
+        and "tokens per iteration for the price of" in why
+    )
     assert 'href="#sv-term-acceptance"' in html and 'id="sv-term-acceptance"' in glossary_html()
 
 
@@ -72,12 +81,24 @@ def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
         (RaceSettings("hi", ()), "no method selected"),
         (RaceSettings("   ", ("vanilla",)), "the prompt is empty"),
         (RaceSettings("hi", ("vanilla",), max_new_tokens=100000), "max new tokens must be from 1 to 512"),
-        (RaceSettings("hi", ("vanilla",), options={"vanilla.speculation_length": 17}), "vanilla.speculation_length must be from 1 to 16"),
-        (RaceSettings("hi", ("sssd",), options={"sssd.speculation_length": 65}), "speculation_length must be from 1 to 64"),
-        (RaceSettings("hi", ("sssd",), options={"sssd.datastore": "/etc/passwd"}), "sssd has no option 'datastore' to set here"),
+        (
+            RaceSettings("hi", ("vanilla",), options={"vanilla.speculation_length": 17}),
+            "vanilla.speculation_length must be from 1 to 16",
+        ),
+        (
+            RaceSettings("hi", ("sssd",), options={"sssd.speculation_length": 65}),
+            "speculation_length must be from 1 to 64",
+        ),
+        (
+            RaceSettings("hi", ("sssd",), options={"sssd.datastore": "/etc/passwd"}),
+            "sssd has no option 'datastore' to set here",
+        ),
         (RaceSettings("hi", ("vanilla",), options={"warp.speed": 3}), "unknown method 'warp'"),
         (RaceSettings("hi", ("disco",), options={"disco.threshold": "high"}), "threshold must be a number"),
-        (RaceSettings("hi", ("disco",), options={"disco.max_speculation_length": "0"}), "max_speculation_length must be from 1"),
+        (
+            RaceSettings("hi", ("disco",), options={"disco.max_speculation_length": "0"}),
+            "max_speculation_length must be from 1",
+        ),
         (RaceSettings("hi", ("vanilla",) * 50), "lists vanilla more than once"),
         (RaceSettings("hi " * 1100, ("vanilla",), max_new_tokens=8), "tokens long; a race here takes at most 1024"),
         (RaceSettings("hi", ("warp_drive",)), "unknown method 'warp_drive'"),
@@ -93,7 +114,15 @@ def test_the_limits_are_the_apps_own(perturbed_pair):
     """A private deployment raises the limits; the model's context still bounds the prompt."""
     roomy = AppLimits(prompt_tokens=4096, max_new_tokens=1024, methods_per_race=1)
     with pytest.raises(SpecvizError, match="exceeds the model's context"):
-        next(run_race(perturbed_pair, RaceSettings("hi " * 1500, ("vanilla",), max_new_tokens=1000), {}, threading.Event(), roomy))
+        next(
+            run_race(
+                perturbed_pair,
+                RaceSettings("hi " * 1500, ("vanilla",), max_new_tokens=1000),
+                {},
+                threading.Event(),
+                roomy,
+            )
+        )
     with pytest.raises(SpecvizError, match="2 methods asked for; a race here takes at most 1"):
         next(run_race(perturbed_pair, RaceSettings("hi", ("autoregressive", "vanilla")), {}, threading.Event(), roomy))
 
@@ -113,7 +142,9 @@ def test_a_missing_default_draft_falls_back_to_tiny_random_and_says_how_to_get_i
 
     monkeypatch.setattr(default, "DRAFTS", tmp_path)  # no draft folder: fails before loading the target
     real = specviz.load_pair
-    monkeypatch.setattr(specviz, "load_pair", lambda name, **kw: default.load_default_pair() if name == "default" else real(name, **kw))
+    monkeypatch.setattr(
+        specviz, "load_pair", lambda name, **kw: default.load_default_pair() if name == "default" else real(name, **kw)
+    )
     pair, notice = resolve_pair("default")
     assert pair.name == "tiny-random"
     assert "draft is missing" in notice and "python -m specviz.train.draft" in notice
@@ -129,7 +160,9 @@ def test_a_method_lossless_against_another_model_says_so_on_its_panel(random_pai
     settings = RaceSettings("def add(a, b):", ("autoregressive", "streaming"), max_new_tokens=8)
     race = race_to_end(random_pair, settings)
     assert not any(r.note for r in race.runs) and "Lossless against" not in race_html(race)
-    monkeypatch.setitem(method._LOADED, random_pair.target, {"auto": perturbed(method.msa.StreamingLM(random_pair.target, CFG))})
+    monkeypatch.setitem(
+        method._LOADED, random_pair.target, {"auto": perturbed(method.msa.StreamingLM(random_pair.target, CFG))}
+    )
     race = race_to_end(random_pair, settings)
     streaming = next(r for r in race.runs if r.name == "streaming")
     assert "Lossless against its own fine-tuned target" in streaming.note
@@ -158,13 +191,21 @@ def test_each_method_runs_with_its_own_options(perturbed_pair):
     """No shared slider: SSSD runs at its own tree size, vanilla at its own γ, each as set for it."""
     from specviz.methods import get_method
 
-    methods, prompt = ("autoregressive", "vanilla", "sssd"), "one two three one two three one two three four five six four five six"
+    methods, prompt = (
+        ("autoregressive", "vanilla", "sssd"),
+        "one two three one two three one two three four five six four five six",
+    )
     race = race_to_end(perturbed_pair, RaceSettings(prompt, methods, max_new_tokens=16))
     runs = {r.name: r for r in race.runs}
     assert runs["sssd"].options == {} and get_method("sssd").options().speculation_length == 8
     assert max(r.speculation_length for r in runs["sssd"].records) == 8  # its default S, not vanilla's γ
     assert max(r.speculation_length for r in runs["vanilla"].records) == 4
-    options = {"vanilla.speculation_length": 2, "sssd.speculation_length": 5.0, "sssd.sources": "input", "disco.threshold": ""}
+    options = {
+        "vanilla.speculation_length": 2,
+        "sssd.speculation_length": 5.0,
+        "sssd.sources": "input",
+        "disco.threshold": "",
+    }
     race = race_to_end(perturbed_pair, RaceSettings(prompt, methods, max_new_tokens=16, options=options))
     runs = {r.name: r for r in race.runs}
     assert max(r.speculation_length for r in runs["vanilla"].records) == 2
@@ -185,18 +226,31 @@ def test_the_option_widgets_come_from_the_options_classes():
     with gr.Blocks():
         ui = SimpleNamespace(specs=all_methods(), limits=AppLimits(), methods=gr.CheckboxGroup(["sssd"]))
         method_option_widgets(ui, ["sssd"])
-    assert "autoregressive" not in ui.option_groups and ui.option_groups["sssd"].visible and not ui.option_groups["vanilla"].visible
+    assert (
+        "autoregressive" not in ui.option_groups
+        and ui.option_groups["sssd"].visible
+        and not ui.option_groups["vanilla"].visible
+    )
+
     def inside(block):
         for child in getattr(block, "children", []):
             yield child
             yield from inside(child)
 
-    widgets = {(name, c.label): c for name, group in ui.option_groups.items() for c in inside(group) if hasattr(c, "info")}
+    widgets = {
+        (name, c.label): c for name, group in ui.option_groups.items() for c in inside(group) if hasattr(c, "info")
+    }
     size = widgets[("sssd", "speculation_length")]
     assert isinstance(size, gr.Slider) and (size.minimum, size.maximum, size.value) == (1, AppLimits().tree_nodes, 8)
     assert "tree nodes" in size.info
-    assert ("sssd", "datastore") not in widgets and ("streaming", "adapter") not in widgets and ("disco", "classifier") not in widgets
-    assert isinstance(widgets[("sssd", "sources")], gr.Dropdown) and isinstance(widgets[("pearl", "concurrent")], gr.Checkbox)
+    assert (
+        ("sssd", "datastore") not in widgets
+        and ("streaming", "adapter") not in widgets
+        and ("disco", "classifier") not in widgets
+    )
+    assert isinstance(widgets[("sssd", "sources")], gr.Dropdown) and isinstance(
+        widgets[("pearl", "concurrent")], gr.Checkbox
+    )
     assert widgets[("vanilla", "speculation_length")].maximum == AppLimits().speculation_length
     tuned = widgets[("disco", "threshold (empty: the tuned value)")]
     assert isinstance(tuned, gr.Textbox) and tuned.value == ""  # empty: the classifier's tuned τ
@@ -263,7 +317,9 @@ def test_a_bfloat16_race_calls_each_parting_from_the_target_a_tie():
 
 
 def test_a_float32_race_adds_no_parity_note(perturbed_pair):
-    race = race_to_end(perturbed_pair, RaceSettings("Once upon a time", ("autoregressive", "vanilla", "sssd"), max_new_tokens=64))
+    race = race_to_end(
+        perturbed_pair, RaceSettings("Once upon a time", ("autoregressive", "vanilla", "sssd"), max_new_tokens=64)
+    )
     assert not any("parts from the target" in r.note for r in race.runs)
 
 

@@ -43,7 +43,9 @@ def test_a_loaded_race_draws_the_same_board_table_and_why(saved, tmp_path):
     assert race_html(loaded) == race_html(race)
     assert why_markdown(loaded) == why_markdown(race) and "Vanilla SD" in why_markdown(loaded)
     labels = {r.name: r.label for r in race.runs}
-    assert summary_table({r.name: r.records for r in loaded.runs}, labels).equals(summary_table({r.name: r.records for r in race.runs}, labels))
+    assert summary_table({r.name: r.records for r in loaded.runs}, labels).equals(
+        summary_table({r.name: r.records for r in race.runs}, labels)
+    )
 
 
 def broken(data: dict, edit) -> dict:
@@ -65,7 +67,9 @@ BAD = {
     "options": lambda d: d["options"].update(temperature="hot"),
     "twice": lambda d: d["runs"].append(d["runs"][0]),
     "has no option 'datastore'": lambda d: d["runs"][1].update(name="sssd", options={"datastore": "/etc/passwd"}),
-    "vanilla.speculation_length must be from 1 to 16": lambda d: d["runs"][1].update(options={"speculation_length": 20}),
+    "vanilla.speculation_length must be from 1 to 16": lambda d: d["runs"][1].update(
+        options={"speculation_length": 20}
+    ),
     "1 to 3": lambda d: d["runs"].extend(d["runs"]),
 }
 
@@ -84,8 +88,11 @@ def test_a_file_that_is_not_json_is_refused(tmp_path):
         load_race(path, METHODS, most_runs=13)
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)  # fmt: skip
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 def paths(value, prefix=()):
@@ -196,7 +203,9 @@ CRAFTED = {
     "'draft_ms' and 'verify_ms' must not be negative": lambda d: d["runs"][1]["records"][0].update(draft_ms=-1.0),
     "'t_end' must not come before": lambda d: d["runs"][1]["records"][0].update(t_end=-1.0),
     "extra 'ngram'": lambda d: d["runs"][2]["records"][0]["extra"].update(ngram=2**64),
-    "extra 'tree_tokens' is not a field this method writes": lambda d: d["runs"][1]["records"][0]["extra"].update(tree_tokens=[1]),
+    "extra 'tree_tokens' is not a field this method writes": lambda d: d["runs"][1]["records"][0]["extra"].update(
+        tree_tokens=[1]
+    ),
 }
 
 
@@ -231,7 +240,11 @@ def load_saved():
     from specviz.ui import build_app
 
     demo = build_app(pair="tiny-perturbed", limits=AppLimits())
-    return next(f.fn for f in demo.fns.values() if getattr(f.fn, "__module__", None) == "specviz.ui.race" and f.fn.__name__ == "load_saved")
+    return next(
+        f.fn
+        for f in demo.fns.values()
+        if getattr(f.fn, "__module__", None) == "specviz.ui.race" and f.fn.__name__ == "load_saved"
+    )
 
 
 def test_the_race_tab_shows_a_bad_file_as_one_message(load_saved, saved, tmp_path, monkeypatch):

@@ -25,7 +25,9 @@ def test_run_and_inspect_a_tree(random_pair):
     assert "target" in html and html.count("<span") >= 12
     assert "12 tokens in" in tab.summary_line(state)
     assert "Lossless against the target itself" in tab.summary_line(state)  # the untrained adapter tunes nothing
-    assert "Lossless against its own fine-tuned target" in tab.summary_line({**state, "against": "its own fine-tuned target"})
+    assert "Lossless against its own fine-tuned target" in tab.summary_line(
+        {**state, "against": "its own fine-tuned target"}
+    )
     assert tab.show_iteration(None, 0)[0] is None
 
 
@@ -48,10 +50,18 @@ def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
     """Labels large and unclipped with their whitespace shown, each stream's nodes in its colour (the
     text's), the accepted path in a colour no stream has (it was stream 3's green), the legend below
     the tree, a row of height per leaf."""
-    record = {"iteration": 3, "position": 40, "extra": {
-        "tree_tokens": [1, 2, 3, 4, 5, 6], "tree_parents": [-1, -1, 0, 1, 2, 3], "accepted_path": [0, 2, 4],
-        "tree_sources": ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3", "stream 3"],
-        "tree_scores": [0.9, 0.1, 0.8, 0.1, 0.7, 0.1], "sources": ["stream 1", "stream 2", "stream 3"]}}  # fmt: skip
+    record = {
+        "iteration": 3,
+        "position": 40,
+        "extra": {
+            "tree_tokens": [1, 2, 3, 4, 5, 6],
+            "tree_parents": [-1, -1, 0, 1, 2, 3],
+            "accepted_path": [0, 2, 4],
+            "tree_sources": ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3", "stream 3"],
+            "tree_scores": [0.9, 0.1, 0.8, 0.1, 0.7, 0.1],
+            "sources": ["stream 1", "stream 2", "stream 3"],
+        },
+    }
     text = {1: " def", 2: "\n", 3: " is", 4: "_", 5: "pal", 6: "\t"}
     fig = record_tree_figure(record, decode=text.get, colour_of=tab.stream_colour)
     nodes = {t.name: t for t in fig.data if (t.name or "").startswith("from stream")}
@@ -63,4 +73,6 @@ def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
     path = {t.line.color for t in fig.data if t.mode == "lines" and t.line.width == 4}
     assert len(path) == 1 and path.isdisjoint(tab.STREAM_COLOURS)
     assert fig.layout.legend.orientation == "h" and fig.layout.height >= 52 * 4
-    assert fig.layout.title.text == "Iteration 3: 6 nodes, 3 accepted" and "position 40" in fig.layout.title.subtitle.text
+    assert (
+        fig.layout.title.text == "Iteration 3: 6 nodes, 3 accepted" and "position 40" in fig.layout.title.subtitle.text
+    )

@@ -48,10 +48,22 @@ def test_peek_shows_a_rejected_continuation_without_committing_it():
 
 def record(iteration, drafted, accepted, emitted, p=None, q=None) -> IterationRecord:
     return IterationRecord(
-        method="vanilla", iteration=iteration, position=0, speculation_length=len(drafted), drafted=tuple(drafted),
-        accepted=accepted, emitted=tuple(emitted), p_target=p, q_draft=q, draft_forwards=len(drafted),
-        target_forwards=1, t_start=0.0, t_end=0.1, draft_ms=1.0, verify_ms=1.0,
-    )  # fmt: skip
+        method="vanilla",
+        iteration=iteration,
+        position=0,
+        speculation_length=len(drafted),
+        drafted=tuple(drafted),
+        accepted=accepted,
+        emitted=tuple(emitted),
+        p_target=p,
+        q_draft=q,
+        draft_forwards=len(drafted),
+        target_forwards=1,
+        t_start=0.0,
+        t_end=0.1,
+        draft_ms=1.0,
+        verify_ms=1.0,
+    )
 
 
 def test_span_kinds_follow_the_record():
@@ -64,9 +76,15 @@ def test_span_kinds_follow_the_record():
     ]
     spans = SpanBuilder(tok, []).extend(records)
     assert [(s.kind, s.text) for s in spans] == [
-        ("accepted", "a"), ("rejected", "bc"), ("rejected", ""), ("target", "d"),
-        ("accepted", "a"), ("accepted", "b"), ("target", "c"), ("target", "d"),
-    ]  # fmt: skip
+        ("accepted", "a"),
+        ("rejected", "bc"),
+        ("rejected", ""),
+        ("target", "d"),
+        ("accepted", "a"),
+        ("accepted", "b"),
+        ("target", "c"),
+        ("target", "d"),
+    ]
     assert [s.role for s in spans if s.kind == "target"] == ["correction", "bonus", "next token"]
     assert plain_text(spans) == "adabcd"
     rejected = spans[1]
@@ -75,7 +93,9 @@ def test_span_kinds_follow_the_record():
     title = rejected.title()
     assert "iteration 0" in title and "p(target) = 0.200" in title and "q(draft) = 0.500" in title
     assert f"token bc (id {rejected.token_id})" in title  # the token's text, not only its id
-    assert "rule (greedy): kept only if it is the target's most likely token: it is not" in title  # the rule that decided
+    assert (
+        "rule (greedy): kept only if it is the target's most likely token: it is not" in title
+    )  # the rule that decided
     sampled = SpanBuilder(tok, [], greedy=False).extend(records)
     assert "rule (sampling): kept with probability min(1, p/q) = 0.400" in sampled[1].title()
 

@@ -34,7 +34,9 @@ def chi_square_pvalue(counts: np.ndarray, expected: np.ndarray) -> tuple[float, 
     """Pearson's chi-square statistic and its p-value (survival function of chi2 with n-1 dof)."""
     stat = float(((counts - expected) ** 2 / expected).sum())
     dof = len(counts) - 1
-    return stat, float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+    return stat, float(
+        torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    )
 
 
 def assert_distributed_as(counts: np.ndarray, p: list[float]) -> None:

@@ -77,16 +77,23 @@ def test_pearl_runs_its_target_lane_on_the_executor_it_is_lent_else_on_a_thread_
     import specviz
 
     names: list[str] = []
-    hook = perturbed_pair.target.register_forward_pre_hook(lambda module, args: names.append(threading.current_thread().name))
+    hook = perturbed_pair.target.register_forward_pre_hook(
+        lambda module, args: names.append(threading.current_thread().name)
+    )
     try:
-        alone = [t for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12) for t in r.emitted]
+        alone = [
+            t for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12) for t in r.emitted
+        ]
         assert any(n.startswith("pearl-target-run") for n in names)
         assert not any(t.name.startswith("pearl-target-run") for t in threading.enumerate())  # ended with the run
         names.clear()
         with ThreadPoolExecutor(1, thread_name_prefix="lent") as lent:
             for _ in range(2):
-                lent_out = [t for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12, executor=lent)
-                            for t in r.emitted]  # fmt: skip
+                lent_out = [
+                    t
+                    for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12, executor=lent)
+                    for t in r.emitted
+                ]
                 assert lent_out == alone
         assert "lent_0" in names and not any(n.startswith("pearl-target") for n in names)
     finally:

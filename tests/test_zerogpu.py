@@ -88,7 +88,7 @@ class FakeSpaces(types.ModuleType):
     def disable_gradio_auto_wrap(self) -> None:
         self.auto_wrap = False
 
-    def GPU(self, fn=None, *, duration=60):  # noqa: N802 (spaces' name)
+    def GPU(self, fn=None, *, duration=60):
         if fn is None:
             return functools.partial(self.GPU, duration=duration)
 
@@ -155,7 +155,11 @@ def app(spaces):
 
 
 def handler(demo, module: str, name: str):
-    return next(f.fn for f in demo.fns.values() if getattr(f.fn, "__module__", None) == module and getattr(f.fn, "__name__", None) == name)
+    return next(
+        f.fn
+        for f in demo.fns.values()
+        if getattr(f.fn, "__module__", None) == module and getattr(f.fn, "__name__", None) == name
+    )
 
 
 def race_through(demo, methods, max_new_tokens, stop=None, seen=None) -> Race:
@@ -163,8 +167,9 @@ def race_through(demo, methods, max_new_tokens, stop=None, seen=None) -> Race:
     from specviz.ui.race import StopSignal
 
     race = None
-    updates = handler(demo, "specviz.ui.race", "race")(PAIR, "def fibonacci(n):", list(methods), {}, max_new_tokens, 0.0, 1.0, 0,
-                                                       stop or StopSignal(), {})  # fmt: skip
+    updates = handler(demo, "specviz.ui.race", "race")(
+        PAIR, "def fibonacci(n):", list(methods), {}, max_new_tokens, 0.0, 1.0, 0, stop or StopSignal(), {}
+    )
     for update in updates:
         race = next((v for v in update.values() if isinstance(v, Race)), race)
         if seen is not None and race is not None:
@@ -181,7 +186,9 @@ def test_a_race_through_zerogpu_writes_what_it_writes_in_one_process(app, spaces
     race = race_through(app, methods, 24)
     assert [name for name, _, _ in spaces.calls[before:]] == ["run_method"] * 4  # one worker call per method
     here = None
-    for here in run_race(specviz.load_pair(PAIR), RaceSettings("def fibonacci(n):", methods, max_new_tokens=24), {}, threading.Event()):
+    for here in run_race(
+        specviz.load_pair(PAIR), RaceSettings("def fibonacci(n):", methods, max_new_tokens=24), {}, threading.Event()
+    ):
         pass
     for forked, local in zip(race.runs, here.runs):
         assert forked.status == local.status == "done", forked.message
@@ -199,7 +206,9 @@ def test_stop_ends_the_method_running_in_the_worker(app):
     slow = target.register_forward_pre_hook(lambda module, args: time.sleep(0.01))
     stop, seen, out = StopSignal(), [], {}
     try:
-        racing = threading.Thread(target=lambda: out.update(race=race_through(app, ("autoregressive", "vanilla"), 400, stop, seen)))
+        racing = threading.Thread(
+            target=lambda: out.update(race=race_through(app, ("autoregressive", "vanilla"), 400, stop, seen))
+        )
         racing.start()
         while not any(runs[0][1] for _, runs in seen) and racing.is_alive():
             time.sleep(0.01)
@@ -228,8 +237,10 @@ def test_two_visitors_races_both_finish_and_no_worker_waits_for_a_turn(app, monk
 
     monkeypatch.setattr(turns.Turns, "wait", wait_here_only)
     races = {}
-    visitors = [threading.Thread(target=lambda v=v: races.update({v: race_through(app, ("autoregressive", "vanilla"), 16)}))
-                for v in ("a", "b")]  # fmt: skip
+    visitors = [
+        threading.Thread(target=lambda v=v: races.update({v: race_through(app, ("autoregressive", "vanilla"), 16)}))
+        for v in ("a", "b")
+    ]
     for v in visitors:
         v.start()
     for v in visitors:
@@ -242,12 +253,18 @@ def test_two_visitors_races_both_finish_and_no_worker_waits_for_a_turn(app, monk
 def test_a_page_load_and_a_pair_change_make_no_gpu_call(app, spaces):
     before = len(spaces.calls)
     for f in app.fns.values():
-        if f.fn is not None and any(event in ("load", "change") for _, event in f.targets) and f.fn.__module__ == "specviz.ui.blocks":
+        if (
+            f.fn is not None
+            and any(event in ("load", "change") for _, event in f.targets)
+            and f.fn.__module__ == "specviz.ui.blocks"
+        ):
             assert "Pair **tiny-self**" in f.fn("tiny-self")
             assert "Pair **tiny-random**" in f.fn(PAIR)
     assert len(spaces.calls) == before
     with pytest.raises(gr.Error, match="listed pairs"):  # a pair not loaded at start-up is not served
-        handler(app, "specviz.ui.race", "race")("smollm2-360m/135m", "hi", ["vanilla"], {}, 8, 0.0, 1.0, 0, None, {}).__next__()
+        handler(app, "specviz.ui.race", "race")(
+            "smollm2-360m/135m", "hi", ["vanilla"], {}, 8, 0.0, 1.0, 0, None, {}
+        ).__next__()
 
 
 def test_a_calls_duration_is_computed_from_its_arguments(app, spaces):
@@ -257,7 +274,7 @@ def test_a_calls_duration_is_computed_from_its_arguments(app, spaces):
     for tokens in (8, 64):
         before = len(spaces.calls)
         race_through(app, ("autoregressive",), tokens)
-        (_, seconds, args), = spaces.calls[before:]
+        ((_, seconds, args),) = spaces.calls[before:]
         assert args[4]["max_new_tokens"] == tokens and seconds == method_seconds(*args)
         asked[tokens] = seconds
     assert asked[8] < asked[64] == gpu_seconds(64)
@@ -277,10 +294,14 @@ def test_every_tabs_model_handler_runs_in_a_worker(app, spaces):
     assert state["records"] and "Cannot" not in html
     state, html, *_ = handler(app, "specviz.ui.streaming", "on_run")(PAIR, "def f(x):", 8, 2, 2)
     assert state["records"] and "Cannot" not in html
-    *_, (state, summary, _, _) = handler(app, "specviz.ui.online", "on_serve")(PAIR, ["gsm8k"], 2, 0, False, 1, 8, 3, 1, 3e-3, "fkl",
-                                                                             False, 5)  # fmt: skip
+    *_, (state, summary, _, _) = handler(app, "specviz.ui.online", "on_serve")(
+        PAIR, ["gsm8k"], 2, 0, False, 1, 8, 3, 1, 3e-3, "fkl", False, 5
+    )
     assert "2 / 2 requests served" in summary and "2 updates" in summary  # the draft learned in its worker
-    assert state["learner"] is None and handler(app, "specviz.ui.online", "on_analyse")(state, 5)[1] == online.NO_LEARNER_NOTE
+    assert (
+        state["learner"] is None
+        and handler(app, "specviz.ui.online", "on_analyse")(state, 5)[1] == online.NO_LEARNER_NOTE
+    )
     race = race_through(app, ("vanilla",), 8)
     number, view, _ = handler(app, "specviz.ui.stepthrough", "here")(race, PAIR, "vanilla", 2)
     assert number == 2 and "recomputed" in view

@@ -20,7 +20,17 @@ from specviz.cost.formulas import (
     speedup_curve,
     speedup_with_verify_cost,
 )
-from specviz.cost.hardware import ENGINES, PRESETS as HARDWARE, THIS_MACHINE, Engine, Hardware, get_hardware, measure_this_machine
+from specviz.cost.hardware import (
+    ENGINES,
+    THIS_MACHINE,
+    Engine,
+    Hardware,
+    get_hardware,
+    measure_this_machine,
+)
+from specviz.cost.hardware import (
+    PRESETS as HARDWARE,
+)
 from specviz.cost.roofline import (
     OperatorCost,
     cost_curve_rows,
@@ -35,9 +45,35 @@ from specviz.cost.roofline import (
 from specviz.cost.shapes import SHAPES, ModelShape, get_shape, shape_from_config, shape_from_model
 
 __all__ = [
-    "ENGINES", "Engine", "HARDWARE", "SHAPES", "THIS_MACHINE", "Hardware", "ModelShape", "OperatorCost", "cost_curve_rows",
-    "alpha_from_tokens_per_iteration", "expected_tokens", "forward_breakdown", "forward_time", "get_hardware",
-    "get_shape", "improvement_factor", "knee_tokens", "measure_this_machine", "operator_costs", "optimal_gamma",
-    "optimal_speculation_length", "osd_speedup", "pearl_speedup", "pearl_tokens_per_step", "pearl_window", "shape_from_config",
-    "shape_from_model", "speculation_budget", "speedup_curve", "speedup_with_verify_cost", "verify_cost_ratio",
+    "ENGINES",
+    "HARDWARE",
+    "SHAPES",
+    "THIS_MACHINE",
+    "Engine",
+    "Hardware",
+    "ModelShape",
+    "OperatorCost",
+    "alpha_from_tokens_per_iteration",
+    "cost_curve_rows",
+    "expected_tokens",
+    "forward_breakdown",
+    "forward_time",
+    "get_hardware",
+    "get_shape",
+    "improvement_factor",
+    "knee_tokens",
+    "measure_this_machine",
+    "operator_costs",
+    "optimal_gamma",
+    "optimal_speculation_length",
+    "osd_speedup",
+    "pearl_speedup",
+    "pearl_tokens_per_step",
+    "pearl_window",
+    "shape_from_config",
+    "shape_from_model",
+    "speculation_budget",
+    "speedup_curve",
+    "speedup_with_verify_cost",
+    "verify_cost_ratio",
 ]

@@ -23,7 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specviz.cost.formulas import expected_tokens, pearl_speedup_with_verify_cost, pearl_tokens_per_step, speedup_with_verify_cost
+from specviz.cost.formulas import (
+    expected_tokens,
+    pearl_speedup_with_verify_cost,
+    pearl_tokens_per_step,
+    speedup_with_verify_cost,
+)
 from specviz.cost.from_records import Family, estimate_alpha
 
 
@@ -42,10 +47,17 @@ def _chain(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
     gamma, c = drafted / len(drafting), sum(r.draft_ms for r in drafting) / drafted / t1
     ratio = sum(r.verify_ms for r in drafting) / len(drafting) / t1
     g = max(1, round(gamma))
-    return {"alpha": alpha, "length": gamma, "length_text": f"γ = {gamma:.1f}", "c": c, "verify_ratio": ratio,
-            "expected_tokens": expected_tokens(alpha, g), "iteration_cost": g * c + ratio,
-            "cost_terms": f"{g}×{c:.3f} drafting + {ratio:.2f} verifying",
-            "predicted_speedup": speedup_with_verify_cost(alpha, g, c, ratio)}  # fmt: skip
+    return {
+        "alpha": alpha,
+        "length": gamma,
+        "length_text": f"γ = {gamma:.1f}",
+        "c": c,
+        "verify_ratio": ratio,
+        "expected_tokens": expected_tokens(alpha, g),
+        "iteration_cost": g * c + ratio,
+        "cost_terms": f"{g}×{c:.3f} drafting + {ratio:.2f} verifying",
+        "predicted_speedup": speedup_with_verify_cost(alpha, g, c, ratio),
+    }
 
 
 def _tree(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
@@ -61,9 +73,17 @@ def _tree(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
     c = sum(r.draft_ms for r, _ in trees) / nodes / t1
     ratio = sum(r.verify_ms for r, _ in trees) / len(trees) / t1
     expected, cost = expected_tokens(alpha, max(1, round(depth))), size * c + ratio
-    return {"alpha": alpha, "length": size, "length_text": f"S = {size:.1f}, depth {depth:.1f}", "c": c, "verify_ratio": ratio,
-            "expected_tokens": expected, "iteration_cost": cost, "cost_terms": f"{size:.1f}×{c:.3f} drafting + {ratio:.2f} verifying",
-            "predicted_speedup": expected / cost}  # fmt: skip
+    return {
+        "alpha": alpha,
+        "length": size,
+        "length_text": f"S = {size:.1f}, depth {depth:.1f}",
+        "c": c,
+        "verify_ratio": ratio,
+        "expected_tokens": expected,
+        "iteration_cost": cost,
+        "cost_terms": f"{size:.1f}×{c:.3f} drafting + {ratio:.2f} verifying",
+        "predicted_speedup": expected / cost,
+    }
 
 
 def _depth(parents: Sequence[int]) -> int:
@@ -86,18 +106,35 @@ def _parallel(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
     c = sum(r.draft_ms for r in records) / draft_forwards / t1 if draft_forwards else 0.0
     ratio = sum(r.verify_ms for r in records) / target_forwards / t1
     side_by_side = any(phase.parallel for p in pearl for phase in p.phases)  # False: run with concurrent=False
-    terms = (f"max({gamma}×{c:.3f} drafting, {ratio:.2f} verifying) side by side" if side_by_side
-             else f"{gamma}×{c:.3f} drafting + {ratio:.2f} verifying, one after the other")  # fmt: skip
-    return {"alpha": alpha, "length": float(gamma), "length_text": f"γ = {gamma} (window)", "c": c, "verify_ratio": ratio,
-            "expected_tokens": pearl_tokens_per_step(alpha, gamma),
-            "iteration_cost": max(gamma * c, ratio) if side_by_side else gamma * c + ratio, "cost_terms": terms,
-            "predicted_speedup": pearl_speedup_with_verify_cost(alpha, gamma, c, ratio, side_by_side)}  # fmt: skip
+    terms = (
+        f"max({gamma}×{c:.3f} drafting, {ratio:.2f} verifying) side by side"
+        if side_by_side
+        else f"{gamma}×{c:.3f} drafting + {ratio:.2f} verifying, one after the other"
+    )
+    return {
+        "alpha": alpha,
+        "length": float(gamma),
+        "length_text": f"γ = {gamma} (window)",
+        "c": c,
+        "verify_ratio": ratio,
+        "expected_tokens": pearl_tokens_per_step(alpha, gamma),
+        "iteration_cost": max(gamma * c, ratio) if side_by_side else gamma * c + ratio,
+        "cost_terms": terms,
+        "predicted_speedup": pearl_speedup_with_verify_cost(alpha, gamma, c, ratio, side_by_side),
+    }
 
 
 TARGET_ALONE = Family("target alone", "1× (the baseline)", "step", "T(1)", _nothing)
 CHAIN = Family("chain", "E[tokens](α, γ) / (γc + T(γ+1)/T(1)) (Leviathan et al.)", "iteration", "T(γ+1)/T(1)", _chain)
-TREE = Family("tree", "E[tokens](α, D) / (Sc + T(S+1)/T(1)), D the tree's depth (SSSD)", "tree pass", "T(S+1)/T(1)", _tree)
-SELF_DRAFTING_TREE = Family("self-drafting tree", "E[tokens](α, D) / (Sc + T(S+1)/T(1)), the target drafting with its own "
-                            "streams (Speculative Streaming)", "tree pass", "T(S+1)/T(1)", _tree)  # fmt: skip
+TREE = Family(
+    "tree", "E[tokens](α, D) / (Sc + T(S+1)/T(1)), D the tree's depth (SSSD)", "tree pass", "T(S+1)/T(1)", _tree
+)
+SELF_DRAFTING_TREE = Family(
+    "self-drafting tree",
+    "E[tokens](α, D) / (Sc + T(S+1)/T(1)), the target drafting with its own streams (Speculative Streaming)",
+    "tree pass",
+    "T(S+1)/T(1)",
+    _tree,
+)
 PARALLEL = Family("parallel", "E_PEARL(α, γ) / max(γc, T(pass)/T(1)) (PEARL)", "step", "T(pass)/T(1)", _parallel)
 FAMILIES = (TARGET_ALONE, CHAIN, TREE, SELF_DRAFTING_TREE, PARALLEL)

@@ -84,6 +84,7 @@ def alpha_from_tokens_per_iteration(tokens: float, gamma: int) -> float:
 
 # ----- PEARL (Liu et al. 2025): parallel drafting and verification -------------------------------
 
+
 def pearl_window(c_pearl: float) -> int:
     """PEARL Theorem 1: the optimal window γ equals c = T_target / T_draft (drafting γ tokens then
     takes exactly one target forward, so neither model waits). Rounded, at least 1."""
@@ -121,7 +122,9 @@ def pearl_speedup(alpha: float, c_pearl: float, gamma: int | None = None) -> flo
     return pearl_tokens_per_step(alpha, g) / max(1.0, g / c_pearl)
 
 
-def pearl_speedup_with_verify_cost(alpha: float, gamma: int, c: float, verify_ratio: float, side_by_side: bool = True) -> float:
+def pearl_speedup_with_verify_cost(
+    alpha: float, gamma: int, c: float, verify_ratio: float, side_by_side: bool = True
+) -> float:
     """PEARL's speedup in Leviathan's c (T_draft / T_target) with a measured verification cost: tokens
     per step / the step's time in decoding steps, max(γc, T(pass)/T(1)) when the two models run side
     by side, γc + T(pass)/T(1) when they take turns. `pearl_speedup` is the side-by-side case with

@@ -66,6 +66,9 @@ def explain_run(records: Sequence[Any], baseline_records: Sequence[Any], family:
 def reading(row: dict[str, Any]) -> str:
     """One plain sentence from an `explain_run` row: tokens per iteration against what an iteration costs."""
     pays = row["expected_tokens"] > row["iteration_cost"]
-    return (f"{row['expected_tokens']:.2f} tokens per {row['unit']} for the price of {row['iteration_cost']:.2f} steps "
-            f"({row['cost_terms']}): " + ("pays" if pays else "loses")
-            + (", as measured" if pays == (row["measured_speedup"] > 1) else ", the measurement disagrees"))  # fmt: skip
+    return (
+        f"{row['expected_tokens']:.2f} tokens per {row['unit']} for the price of {row['iteration_cost']:.2f} steps "
+        f"({row['cost_terms']}): "
+        + ("pays" if pays else "loses")
+        + (", as measured" if pays == (row["measured_speedup"] > 1) else ", the measurement disagrees")
+    )

@@ -24,7 +24,12 @@ TERA = 1e12
 GIGA = 1e9
 # A dtype without its own figure borrows one: float16 <-> bfloat16; weight-only quantised weights
 # (int8, q4) are multiplied in 16-bit after dequantisation.
-DTYPE_ALIASES = {"bfloat16": ("float16",), "float16": ("bfloat16",), "int8": ("bfloat16", "float16"), "q4": ("bfloat16", "float16")}
+DTYPE_ALIASES = {
+    "bfloat16": ("float16",),
+    "float16": ("bfloat16",),
+    "int8": ("bfloat16", "float16"),
+    "q4": ("bfloat16", "float16"),
+}
 
 
 @dataclass(frozen=True)
@@ -67,22 +72,34 @@ class Hardware:
     def ideal(self) -> Hardware:
         """The chip at its datasheet figures with perfect kernels and no framework time (the pure roofline)."""
         base = self.chip or self
-        return replace(base, name=f"{base.name} (no overhead)", overhead_s=0.0, overhead_per_layer_s=0.0,
-                       eager_attention=False, growing_cache=False, overlap_exponent=math.inf, chip=None)  # fmt: skip
+        return replace(
+            base,
+            name=f"{base.name} (no overhead)",
+            overhead_s=0.0,
+            overhead_per_layer_s=0.0,
+            eager_attention=False,
+            growing_cache=False,
+            overlap_exponent=math.inf,
+            chip=None,
+        )
 
     def with_engine(self, engine: Engine) -> Hardware:
         """The chip as `engine` drives it: the GEMM rate it reaches (measured where published), its
         fraction of the bandwidth, its overheads, its extra traffic, how its kernels overlap."""
         chip = self.chip or self
         return replace(
-            chip, name=f"{chip.name} · {engine.name}",
+            chip,
+            name=f"{chip.name} · {engine.name}",
             peak_flops={k: chip.gemm_flops_per_s(k) * engine.compute_efficiency for k in chip.peak_flops},
             memory_bandwidth=chip.memory_bandwidth * engine.memory_efficiency,
-            overhead_s=engine.overhead_s, overhead_per_layer_s=engine.overhead_per_layer_s,
-            eager_attention=engine.eager_attention, growing_cache=engine.growing_cache,
+            overhead_s=engine.overhead_s,
+            overhead_per_layer_s=engine.overhead_per_layer_s,
+            eager_attention=engine.eager_attention,
+            growing_cache=engine.growing_cache,
             overlap_exponent=engine.overlap_exponent,
-            source=f"{chip.source}; {engine.source}", chip=chip,
-        )  # fmt: skip
+            source=f"{chip.source}; {engine.source}",
+            chip=chip,
+        )
 
     def ridge_point(self, dtype: str) -> float:
         """Arithmetic intensity (FLOP/byte) where compute time equals memory time."""
@@ -122,15 +139,30 @@ class Engine:
 ENGINES: dict[str, Engine] = {
     e.name: e
     for e in [
-        Engine("HF eager", memory_efficiency=1.0, compute_efficiency=1.0, overhead_s=0.000188,
-               overhead_per_layer_s=0.0003031, eager_attention=True, growing_cache=True, step_overhead_per_layer_s=0.000172,
-               overlap_exponent=2.5,
-               source="Hugging Face eager PyTorch, fit to PEARL's H800 speeds and Spec-Bench's A100 13B/33B speedups; "
-                      "compute at each chip's published torch.mm rate"),
-        Engine("compiled", memory_efficiency=0.669, compute_efficiency=1.0, overhead_s=0.001312,
-               overhead_per_layer_s=7.8e-06, eager_attention=False, growing_cache=False,
-               source="torch.compile, CUDA graphs and a static cache, fit to gpt-fast's A100 speeds; "
-                      "compute at each chip's published torch.mm rate"),
+        Engine(
+            "HF eager",
+            memory_efficiency=1.0,
+            compute_efficiency=1.0,
+            overhead_s=0.000188,
+            overhead_per_layer_s=0.0003031,
+            eager_attention=True,
+            growing_cache=True,
+            step_overhead_per_layer_s=0.000172,
+            overlap_exponent=2.5,
+            source="Hugging Face eager PyTorch, fit to PEARL's H800 speeds and Spec-Bench's A100 13B/33B speedups; "
+            "compute at each chip's published torch.mm rate",
+        ),
+        Engine(
+            "compiled",
+            memory_efficiency=0.669,
+            compute_efficiency=1.0,
+            overhead_s=0.001312,
+            overhead_per_layer_s=7.8e-06,
+            eager_attention=False,
+            growing_cache=False,
+            source="torch.compile, CUDA graphs and a static cache, fit to gpt-fast's A100 speeds; "
+            "compute at each chip's published torch.mm rate",
+        ),
     ]
 }
 DEFAULT_ENGINE = "HF eager"
@@ -144,14 +176,22 @@ PRESETS: dict[str, Hardware] = {
         # NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense BF16/FP16 tensor (1979 with sparsity),
         # 67 TFLOP/s FP32, 3.35 TB/s HBM3. Measured ("H100 80GB HBM3", two entries): fp16 761.8 and
         # 758.1, bf16 789.2 and 783.7 TFLOP/s (77-80 % of the datasheet).
-        Hardware("H100 SXM", {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
-                 3.35 * TERA, source="NVIDIA H100 datasheet (dense, SXM5)",
-                 gemm_flops={"float16": 760 * TERA, "bfloat16": 786 * TERA}),
+        Hardware(
+            "H100 SXM",
+            {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
+            3.35 * TERA,
+            source="NVIDIA H100 datasheet (dense, SXM5)",
+            gemm_flops={"float16": 760 * TERA, "bfloat16": 786 * TERA},
+        ),
         # NVIDIA H800 SXM (the H100 for the Chinese market): the H100 SXM's compute and 3.35 TB/s;
         # only NVLink is cut (PEARL's measurements ran on it). GEMM rate: the H100 SXM's (same chip).
-        Hardware("H800", {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
-                 3.35 * TERA, source="NVIDIA H800 SXM5 (H100 SXM5 compute and memory)",
-                 gemm_flops={"float16": 760 * TERA, "bfloat16": 786 * TERA}),
+        Hardware(
+            "H800",
+            {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
+            3.35 * TERA,
+            source="NVIDIA H800 SXM5 (H100 SXM5 compute and memory)",
+            gemm_flops={"float16": 760 * TERA, "bfloat16": 786 * TERA},
+        ),
         # NVIDIA GeForce RTX 3090, GA102 whitepaper v2 (Appendix A): 82 SMs at a 1.695 GHz boost
         # clock, 71 TFLOP/s dense FP16 tensor with FP32 accumulate (142 with FP16 accumulate: on
         # GeForce cards FP32 accumulate runs at half rate), 35.6 TFLOP/s FP32, 936 GB/s (19.5 Gbps
@@ -159,44 +199,77 @@ PRESETS: dict[str, Hardware] = {
         # CUDA_R_32F compute type whatever allow_fp16_reduced_precision_reduction says: pytorch/pytorch
         # issue #123157), so 71 is its datasheet ceiling. Measured (three entries): fp16 75.6, 75.9,
         # 75.5, bf16 76.3, 76.7, 76.6 TFLOP/s: 107 % of 71, the card boosting above its rated clock.
-        Hardware("RTX 3090", {"bfloat16": 71 * TERA, "float16": 71 * TERA, "float32": 35.6 * TERA},
-                 936 * GIGA, source="NVIDIA Ampere GA102 whitepaper (RTX 3090)",
-                 gemm_flops={"float16": 75.7 * TERA, "bfloat16": 76.5 * TERA}),
+        Hardware(
+            "RTX 3090",
+            {"bfloat16": 71 * TERA, "float16": 71 * TERA, "float32": 35.6 * TERA},
+            936 * GIGA,
+            source="NVIDIA Ampere GA102 whitepaper (RTX 3090)",
+            gemm_flops={"float16": 75.7 * TERA, "bfloat16": 76.5 * TERA},
+        ),
         # NVIDIA H200 SXM datasheet: same compute as H100 SXM, 4.8 TB/s HBM3e (141 GB). Measured:
         # fp16 759.4, bf16 790.3 TFLOP/s.
-        Hardware("H200", {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
-                 4.8 * TERA, source="NVIDIA H200 datasheet (dense, SXM)",
-                 gemm_flops={"float16": 759 * TERA, "bfloat16": 790 * TERA}),
+        Hardware(
+            "H200",
+            {"bfloat16": 989 * TERA, "float16": 989 * TERA, "float32": 67 * TERA},
+            4.8 * TERA,
+            source="NVIDIA H200 datasheet (dense, SXM)",
+            gemm_flops={"float16": 759 * TERA, "bfloat16": 790 * TERA},
+        ),
         # NVIDIA A100 80GB SXM datasheet: 312 TFLOP/s dense BF16/FP16, 19.5 TFLOP/s FP32, 2.039 TB/s.
         # Measured ("A100 SXM4 80GB"): fp16 258.7, bf16 264.5 TFLOP/s (83-85 % of the datasheet).
-        Hardware("A100 80GB", {"bfloat16": 312 * TERA, "float16": 312 * TERA, "float32": 19.5 * TERA},
-                 2.039 * TERA, source="NVIDIA A100 datasheet (80GB SXM, dense)",
-                 gemm_flops={"float16": 259 * TERA, "bfloat16": 265 * TERA}),
+        Hardware(
+            "A100 80GB",
+            {"bfloat16": 312 * TERA, "float16": 312 * TERA, "float32": 19.5 * TERA},
+            2.039 * TERA,
+            source="NVIDIA A100 datasheet (80GB SXM, dense)",
+            gemm_flops={"float16": 259 * TERA, "bfloat16": 265 * TERA},
+        ),
         # NVIDIA L4 datasheet: 121 TFLOP/s dense BF16/FP16 (242 sparse), 30.3 TFLOP/s FP32, 300 GB/s.
-        Hardware("L4", {"bfloat16": 121 * TERA, "float16": 121 * TERA, "float32": 30.3 * TERA},
-                 300 * GIGA, source="NVIDIA L4 datasheet (dense)"),
+        Hardware(
+            "L4",
+            {"bfloat16": 121 * TERA, "float16": 121 * TERA, "float32": 30.3 * TERA},
+            300 * GIGA,
+            source="NVIDIA L4 datasheet (dense)",
+        ),
         # NVIDIA T4 datasheet: 65 TFLOP/s FP16 tensor (mixed precision), 8.1 TFLOP/s FP32, 320 GB/s.
         # Turing has no bf16 tensor cores; bf16 falls back to the fp16 figure here (optimistic).
-        Hardware("T4", {"float16": 65 * TERA, "float32": 8.1 * TERA}, 320 * GIGA,
-                 source="NVIDIA T4 datasheet"),
+        Hardware("T4", {"float16": 65 * TERA, "float32": 8.1 * TERA}, 320 * GIGA, source="NVIDIA T4 datasheet"),
         # AWS A10G (g5 instances): NVIDIA publishes no datasheet; 600 GB/s GDDR6 and ~70 TFLOP/s
         # dense FP16/BF16 tensor, 31.2 TFLOP/s FP32 are the commonly quoted figures (the A10 is 125).
-        Hardware("A10G", {"bfloat16": 70 * TERA, "float16": 70 * TERA, "float32": 31.2 * TERA},
-                 600 * GIGA, source="commonly quoted AWS g5 figures (no vendor datasheet)"),
+        Hardware(
+            "A10G",
+            {"bfloat16": 70 * TERA, "float16": 70 * TERA, "float32": 31.2 * TERA},
+            600 * GIGA,
+            source="commonly quoted AWS g5 figures (no vendor datasheet)",
+        ),
         # Huawei Ascend 910B4 as used in SSSD (section 3.2): 280 TFLOP/s, 0.8 TB/s.
-        Hardware("Ascend 910B4", {"bfloat16": 280 * TERA, "float16": 280 * TERA}, 0.8 * TERA,
-                 source="SSSD paper, section 3.2"),
+        Hardware(
+            "Ascend 910B4",
+            {"bfloat16": 280 * TERA, "float16": 280 * TERA},
+            0.8 * TERA,
+            source="SSSD paper, section 3.2",
+        ),
         # Apple M2 Max (38-core GPU): Apple quotes 13.6 TFLOP/s (FP32; FP16 runs at the same rate
         # on this GPU) and 400 GB/s unified memory. PyTorch MPS eager overhead is similar to CUDA eager.
-        Hardware("Apple M2 Max", {"bfloat16": 13.6 * TERA, "float16": 13.6 * TERA, "float32": 13.6 * TERA},
-                 400 * GIGA, source="Apple M2 Max press release (38-core GPU)"),
+        Hardware(
+            "Apple M2 Max",
+            {"bfloat16": 13.6 * TERA, "float16": 13.6 * TERA, "float32": 13.6 * TERA},
+            400 * GIGA,
+            source="Apple M2 Max press release (38-core GPU)",
+        ),
         # This project's 2-core AMD EPYC VM, measured with `measure_this_machine(threads=1)` on
         # 2026-11-23 (load average ~1.5-2.8: other agents shared it): fp32 matmul 1024^3 70 GFLOP/s
         # (42 with 2 threads under load), bf16 0.6 GFLOP/s (no bf16 instructions: use fp32 on CPU),
         # copy 9.3 GB/s. The overhead terms are fit by `python -m specviz.bench roofline`.
-        Hardware("This machine (2-core CPU)", {"float32": 70 * GIGA, "bfloat16": 0.6 * GIGA},
-                 9.3 * GIGA, overhead_s=2e-3, overhead_per_layer_s=0.15e-3, overlap=False,
-                 source="measured here with measure_this_machine(); overhead fit by specviz.bench roofline"),
+        Hardware(
+            "This machine (2-core CPU)",
+            {"float32": 70 * GIGA, "bfloat16": 0.6 * GIGA},
+            9.3 * GIGA,
+            overhead_s=2e-3,
+            overhead_per_layer_s=0.15e-3,
+            overlap=False,
+            source="measured here with measure_this_machine(); overhead fit by specviz.bench roofline",
+        ),
     ]
 }
 
@@ -243,8 +316,13 @@ def measure_this_machine(
         dst.copy_(src)
         best = min(_timed(lambda: dst.copy_(src), time) for _ in range(repeats))
         bandwidth = 2 * src.numel() * 4 / best
-        return Hardware(name, flops, bandwidth, source="measure_this_machine()",
-                        extra={"threads": torch.get_num_threads(), "matmul_n": n, "copy_mb": copy_mb})
+        return Hardware(
+            name,
+            flops,
+            bandwidth,
+            source="measure_this_machine()",
+            extra={"threads": torch.get_num_threads(), "matmul_n": n, "copy_mb": copy_mb},
+        )
     finally:
         torch.set_num_threads(old)
 

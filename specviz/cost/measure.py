@@ -31,9 +31,15 @@ def random_model(shape: ModelShape, seed: int = 0) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.n_layers, num_attention_heads=shape.n_heads, num_key_value_heads=shape.n_kv_heads,
-        head_dim=shape.head_dim, tie_word_embeddings=shape.tied_embeddings, max_position_embeddings=8192,
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.n_layers,
+        num_attention_heads=shape.n_heads,
+        num_key_value_heads=shape.n_kv_heads,
+        head_dim=shape.head_dim,
+        tie_word_embeddings=shape.tied_embeddings,
+        max_position_embeddings=8192,
     )
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[shape.dtype]
     with torch.random.fork_rng(devices=[]):
@@ -72,7 +78,7 @@ def measure_forward_times(
     ids = {(B, S): torch.randint(vocab, (B, S), generator=gen) for B, S in grid}
     samples: dict[tuple[int, int], list[float]] = {key: [] for key in grid}
     for r in range(repeats + 1):  # r = 0: the warm-up sweep
-        for B, S in grid[r % len(grid):] + grid[: r % len(grid)]:  # a different starting point each sweep
+        for B, S in grid[r % len(grid) :] + grid[: r % len(grid)]:  # a different starting point each sweep
             lm = caches[B]
             sync()
             t0 = time.perf_counter()

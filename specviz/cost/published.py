@@ -79,13 +79,20 @@ class Pass:
 def medusa_heads(target: ModelShape, heads: int = 4) -> ModelShape:
     """Medusa's heads as a zero-layer 'model': per head a residual block (h x h) and an LM head (h x V),
     i.e. an LM head of heads·(V + h) rows (the same weight reads and FLOPs)."""
-    return replace(target, name=f"Medusa heads ({target.name})", n_layers=0, vocab_size=heads * (target.vocab_size + target.hidden_size))
+    return replace(
+        target,
+        name=f"Medusa heads ({target.name})",
+        n_layers=0,
+        vocab_size=heads * (target.vocab_size + target.hidden_size),
+    )
 
 
 def eagle_head(target: ModelShape) -> ModelShape:
     """EAGLE's draft: one decoder layer of the target's width, an input projection (2h -> h) and the
     target's LM head (as one head of V + 2h rows: the same weight reads)."""
-    return replace(target, name=f"EAGLE head ({target.name})", n_layers=1, vocab_size=target.vocab_size + 2 * target.hidden_size)
+    return replace(
+        target, name=f"EAGLE head ({target.name})", n_layers=1, vocab_size=target.vocab_size + 2 * target.hidden_size
+    )
 
 
 def heuristic_schedule(alpha: float, start: int = 5, cap: int = 64) -> tuple[float, float]:
@@ -129,7 +136,10 @@ def specbench_passes(method: str, target: ModelShape, tau: float) -> list[Pass]:
         return [Pass(target, 64, growing_cache=False)]
     if method == "Medusa":  # 4 heads, tree mc_sim_7b_63 (63 nodes + root), Medusa's preallocated cache
         heads = medusa_heads(target)
-        return [Pass(target, 64, growing_cache=False), Pass(heads, 64, growing_cache=False, own_call=False, overhead_layers=4)]
+        return [
+            Pass(target, 64, growing_cache=False),
+            Pass(heads, 64, growing_cache=False, own_call=False, overhead_layers=4),
+        ]
     if method == "EAGLE":  # EAGLE-1, tree mc_sim_7b_63: ~6 draft passes of ~10 tree tokens each
         return [Pass(target, 64, growing_cache=False), Pass(eagle_head(target), 10, count=6, growing_cache=False)]
     raise ValueError(f"no recipe for {method}")
@@ -165,7 +175,10 @@ def _pass_seconds(p: Pass, row: dict[str, str], eager: Engine, grid: dict[str, n
         p.shape, 1, p.tokens, L, eager.eager_attention, eager.growing_cache and p.growing_cache
     )
     gemm, bandwidth = chip.gemm_flops_per_s(p.shape.dtype) * eager.compute_efficiency, chip.memory_bandwidth
-    t = sum(overlap_time(op.flops / gemm, op.bytes / (grid["memory_efficiency"] * bandwidth), grid["overlap_exponent"]) for op in ops)
+    t = sum(
+        overlap_time(op.flops / gemm, op.bytes / (grid["memory_efficiency"] * bandwidth), grid["overlap_exponent"])
+        for op in ops
+    )
     layers = p.shape.n_layers if p.overhead_layers is None else p.overhead_layers
     return t + grid["overhead_per_layer_s"] * layers + (grid["overhead_s"] if p.own_call else 0.0)
 
@@ -192,8 +205,16 @@ def predict(row: dict[str, str], engine: Engine | None = None) -> float:
 # ----- which rows fit, which test ----------------------------------------------------------------
 
 FIT_FORWARD = {  # stack -> (chip, shape, precision) of the forward rows an engine is fit on
-    "HF eager": {("H800", "Llama-2-7B", "bfloat16"), ("H800", "DeepSeek-Coder-1.3B", "bfloat16"), ("H800", "Llama-2-70B", "bfloat16")},
-    "compiled": {("A100 80GB", "Llama-2-7B", "bfloat16"), ("A100 80GB", "Llama-2-7B", "int8"), ("A100 80GB", "Llama-2-70B", "int8")},
+    "HF eager": {
+        ("H800", "Llama-2-7B", "bfloat16"),
+        ("H800", "DeepSeek-Coder-1.3B", "bfloat16"),
+        ("H800", "Llama-2-70B", "bfloat16"),
+    },
+    "compiled": {
+        ("A100 80GB", "Llama-2-7B", "bfloat16"),
+        ("A100 80GB", "Llama-2-7B", "int8"),
+        ("A100 80GB", "Llama-2-70B", "int8"),
+    },
 }
 FIT_SPEC_BENCH = {("A100 80GB", "Vicuna-13B"), ("A100 80GB", "Vicuna-33B")}  # Vicuna-7B (A100, 3090) is held out
 
@@ -215,7 +236,9 @@ def role(row: dict[str, str]) -> str:
 # ----- the fit ------------------------------------------------------------------------------------
 
 
-def fit_engine(base: Engine, rows: list[dict[str, str]], rounds: int = 3, fixed: dict[str, float] | None = None) -> Engine:
+def fit_engine(
+    base: Engine, rows: list[dict[str, str]], rounds: int = 3, fixed: dict[str, float] | None = None
+) -> Engine:
     """The engine parameters with the least mean |log(predicted / published)| over `rows` (grid
     search, zoomed in around the best cell `rounds` times). `base` gives the name and the flags;
     `fixed` holds parameters at given values instead of fitting them."""
@@ -249,7 +272,9 @@ def _zoom(axis: np.ndarray, best: float) -> np.ndarray:
 def calibrate(rows: tuple[dict[str, str], ...] | None = None) -> dict[str, Engine]:
     """Every engine fit on its 'fit' rows."""
     rows = load_rows() if rows is None else rows
-    return {name: fit_engine(e, [r for r in rows if r["stack"] == name and role(r) == "fit"]) for name, e in ENGINES.items()}
+    return {
+        name: fit_engine(e, [r for r in rows if r["stack"] == name and role(r) == "fit"]) for name, e in ENGINES.items()
+    }
 
 
 def fit_loss(engine: Engine, rows: list[dict[str, str]]) -> float:
@@ -266,10 +291,18 @@ def overlap_sensitivity(exponents: tuple[float, ...] = (1.5, 2.0, 2.5, 3.0, 4.0,
     out = []
     for p in exponents:
         engine = fit_engine(ENGINES["HF eager"], fit_rows, fixed={"overlap_exponent": p})
-        within = {chip: sum(abs(predict(r, engine) / published_value(r) - 1) <= 0.15 for r in held if r["chip"] == chip)
-                  for chip in sorted({r["chip"] for r in held})}  # fmt: skip
-        out.append({"overlap_exponent": p, "fit_loss": fit_loss(engine, fit_rows), "within_15": within,
-                    "held_out": {chip: sum(r["chip"] == chip for r in held) for chip in within}})  # fmt: skip
+        within = {
+            chip: sum(abs(predict(r, engine) / published_value(r) - 1) <= 0.15 for r in held if r["chip"] == chip)
+            for chip in sorted({r["chip"] for r in held})
+        }
+        out.append(
+            {
+                "overlap_exponent": p,
+                "fit_loss": fit_loss(engine, fit_rows),
+                "within_15": within,
+                "held_out": {chip: sum(r["chip"] == chip for r in held) for chip in within},
+            }
+        )
     return out
 
 
@@ -284,12 +317,24 @@ def comparison(engines: dict[str, Engine] | None = None) -> list[dict[str, Any]]
             continue
         engine = (engines or ENGINES)[row["stack"]]
         published, predicted = published_value(row), predict(row, engine)
-        out.append({
-            "id": int(row["id"]), "kind": row["kind"], "source": row["source"].split(" (")[0], "where": row["where"],
-            "chip": row["chip"], "model": row["shape"], "precision": row["precision"], "stack": row["stack"],
-            "method": row["method"] or "autoregressive", "mean_accepted": row["mean_accepted"],
-            "published": published, "predicted": predicted, "error": predicted / published - 1, "role": role(row),
-        })  # fmt: skip
+        out.append(
+            {
+                "id": int(row["id"]),
+                "kind": row["kind"],
+                "source": row["source"].split(" (")[0],
+                "where": row["where"],
+                "chip": row["chip"],
+                "model": row["shape"],
+                "precision": row["precision"],
+                "stack": row["stack"],
+                "method": row["method"] or "autoregressive",
+                "mean_accepted": row["mean_accepted"],
+                "published": published,
+                "predicted": predicted,
+                "error": predicted / published - 1,
+                "role": role(row),
+            }
+        )
     return out
 
 
@@ -300,7 +345,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["forward, every held-out GPU row: median |error|"] = float(np.median(held)) if held else None
     for stack in ENGINES:
         for use in ("fit", "test"):
-            errs = [abs(r["error"]) for r in rows if r["kind"] == "forward" and r["stack"] == stack and r["role"] == use]
+            errs = [
+                abs(r["error"]) for r in rows if r["kind"] == "forward" and r["stack"] == stack and r["role"] == use
+            ]
             out[f"forward {stack} {use}: median |error|"] = float(np.median(errs)) if errs else None
             out[f"forward {stack} {use}: rows"] = len(errs)
     spec = [r for r in rows if r["kind"] == "speedup"]
@@ -316,16 +363,25 @@ def held_out_within(rows: list[dict[str, Any]], tolerance: float = 0.15) -> dict
     """Per chip: the held-out Spec-Bench methods whose speedup is predicted within `tolerance`, and
     how many were held out."""
     held = [r for r in rows if r["kind"] == "speedup" and r["role"] == "test"]
-    return {chip: (sorted(r["method"] for r in held if r["chip"] == chip and abs(r["error"]) <= tolerance), sum(r["chip"] == chip for r in held))
-            for chip in sorted({r["chip"] for r in held})}  # fmt: skip
+    return {
+        chip: (
+            sorted(r["method"] for r in held if r["chip"] == chip and abs(r["error"]) <= tolerance),
+            sum(r["chip"] == chip for r in held),
+        )
+        for chip in sorted({r["chip"] for r in held})
+    }
 
 
 def engine_line(engine: Engine) -> str:
-    overlap = "max(c, m)" if np.isinf(engine.overlap_exponent) else f"(c^p + m^p)^(1/p), p = {engine.overlap_exponent:.2f}"
-    return (f"{engine.name}: {engine.memory_efficiency:.0%} of peak bandwidth, {engine.compute_efficiency:.0%} of the chip's "
-            f"measured GEMM rate (not fit), operator time {overlap}, "
-            f"{engine.overhead_s * 1e3:.2f} ms per forward + {engine.overhead_per_layer_s * 1e3:.3f} ms per layer, "
-            f"{engine.step_overhead_per_layer_s * 1e3:.3f} ms per layer of a speculative step's bookkeeping")  # fmt: skip
+    overlap = (
+        "max(c, m)" if np.isinf(engine.overlap_exponent) else f"(c^p + m^p)^(1/p), p = {engine.overlap_exponent:.2f}"
+    )
+    return (
+        f"{engine.name}: {engine.memory_efficiency:.0%} of peak bandwidth, {engine.compute_efficiency:.0%} of the chip's "
+        f"measured GEMM rate (not fit), operator time {overlap}, "
+        f"{engine.overhead_s * 1e3:.2f} ms per forward + {engine.overhead_per_layer_s * 1e3:.3f} ms per layer, "
+        f"{engine.step_overhead_per_layer_s * 1e3:.3f} ms per layer of a speculative step's bookkeeping"
+    )
 
 
 def report_markdown(engines: dict[str, Engine], rows: list[dict[str, Any]], sensitivity: bool = True) -> str:
@@ -335,27 +391,48 @@ def report_markdown(engines: dict[str, Engine], rows: list[dict[str, Any]], sens
     if sensitivity:
         cases = overlap_sensitivity()
         chips = list(cases[0]["within_15"])
-        lines += ["", "## How much rests on HF eager's overlap exponent p", "",
-                  "HF eager refit with p held at each value (the fit picks the lowest loss); held-out Spec-Bench "
-                  "Vicuna-7B methods within 15 %:", "",
-                  "| p | fit loss (mean abs log error) | " + " | ".join(chips) + " |", "|---|---|" + "---|" * len(chips)]  # fmt: skip
-        lines += [f"| {c['overlap_exponent']:g} | {c['fit_loss']:.4f} | "
-                  + " | ".join(f"{c['within_15'][k]} of {c['held_out'][k]}" for k in chips) + " |" for c in cases]  # fmt: skip
+        lines += [
+            "",
+            "## How much rests on HF eager's overlap exponent p",
+            "",
+            "HF eager refit with p held at each value (the fit picks the lowest loss); held-out Spec-Bench "
+            "Vicuna-7B methods within 15 %:",
+            "",
+            "| p | fit loss (mean abs log error) | " + " | ".join(chips) + " |",
+            "|---|---|" + "---|" * len(chips),
+        ]
+        lines += [
+            f"| {c['overlap_exponent']:g} | {c['fit_loss']:.4f} | "
+            + " | ".join(f"{c['within_15'][k]} of {c['held_out'][k]}" for k in chips)
+            + " |"
+            for c in cases
+        ]
     for kind, unit in (("speedup", "×"), ("forward", "ms per step")):
-        lines += ["", f"## {'Speculative speedups' if kind == 'speedup' else 'Forward passes (batch 1)'}", "",
-                  "| row | source | chip | model | stack | method | τ | published | predicted | error | role |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            f"## {'Speculative speedups' if kind == 'speedup' else 'Forward passes (batch 1)'}",
+            "",
+            "| row | source | chip | model | stack | method | τ | published | predicted | error | role |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         scale = 1e3 if kind == "forward" else 1.0
         for r in rows:
             if r["kind"] == kind:
-                lines.append(f"| {r['id']} | {r['source']} | {r['chip']} | {r['model']} ({r['precision']}) | {r['stack']} | "
-                             f"{r['method']} | {r['mean_accepted'] or '–'} | {r['published'] * scale:.2f} {unit} | "
-                             f"{r['predicted'] * scale:.2f} {unit} | {r['error']:+.0%} | {r['role']} |")  # fmt: skip
+                lines.append(
+                    f"| {r['id']} | {r['source']} | {r['chip']} | {r['model']} ({r['precision']}) | {r['stack']} | "
+                    f"{r['method']} | {r['mean_accepted'] or '–'} | {r['published'] * scale:.2f} {unit} | "
+                    f"{r['predicted'] * scale:.2f} {unit} | {r['error']:+.0%} | {r['role']} |"
+                )
     return "\n".join(lines) + "\n"
 
 
 def round_engine(engine: Engine) -> Engine:
     """Fitted values at the precision ENGINES states them (what the test compares)."""
-    return replace(engine, memory_efficiency=round(engine.memory_efficiency, 3), overlap_exponent=round(engine.overlap_exponent, 2),
-                   overhead_s=round(engine.overhead_s, 6), overhead_per_layer_s=round(engine.overhead_per_layer_s, 7),
-                   step_overhead_per_layer_s=round(engine.step_overhead_per_layer_s, 6))  # fmt: skip
+    return replace(
+        engine,
+        memory_efficiency=round(engine.memory_efficiency, 3),
+        overlap_exponent=round(engine.overlap_exponent, 2),
+        overhead_s=round(engine.overhead_s, 6),
+        overhead_per_layer_s=round(engine.overhead_per_layer_s, 7),
+        step_overhead_per_layer_s=round(engine.step_overhead_per_layer_s, 6),
+    )

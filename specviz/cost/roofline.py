@@ -89,8 +89,14 @@ def operator_costs(
     ]
 
 
-def eager_costs(shape: ModelShape, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0,
-                attention: bool = True, growing_cache: bool = True) -> list[OperatorCost]:
+def eager_costs(
+    shape: ModelShape,
+    batch_size: int = 1,
+    n_tokens: int = 1,
+    context_len: int = 0,
+    attention: bool = True,
+    growing_cache: bool = True,
+) -> list[OperatorCost]:
     """Memory traffic of an eager (unfused) engine beyond the fused operators above.
 
     - attention scores: QKᵀ writes B·n_q·S·(L+S) scores, the softmax reads them and writes them in
@@ -109,7 +115,11 @@ def eager_costs(shape: ModelShape, batch_size: int = 1, n_tokens: int = 1, conte
 
 
 def engine_operator_costs(
-    shape: ModelShape, hardware: Hardware, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0,
+    shape: ModelShape,
+    hardware: Hardware,
+    batch_size: int = 1,
+    n_tokens: int = 1,
+    context_len: int = 0,
     n_logits: int | None = None,
 ) -> list[OperatorCost]:
     """The operators of one forward pass as `hardware`'s engine runs them: the fused ones, plus an
@@ -144,13 +154,28 @@ def forward_breakdown(
     """Per operator: FLOPs, bytes, compute and memory seconds, which one binds; plain dicts for tables."""
     rows = []
     for op in engine_operator_costs(shape, hardware, batch_size, n_tokens, context_len):
-        rows.append({
-            "operator": op.name, "flops": op.flops, "bytes": op.bytes,
-            "compute_s": op.compute_s(hardware, shape.dtype), "memory_s": op.memory_s(hardware),
-            "time_s": op.time_s(hardware, shape.dtype), "bound": op.bound(hardware, shape.dtype),
-        })
-    rows.append({"operator": "overhead", "flops": 0.0, "bytes": 0.0, "compute_s": 0.0, "memory_s": 0.0,
-                 "time_s": hardware.overhead(shape.n_layers), "bound": "overhead"})
+        rows.append(
+            {
+                "operator": op.name,
+                "flops": op.flops,
+                "bytes": op.bytes,
+                "compute_s": op.compute_s(hardware, shape.dtype),
+                "memory_s": op.memory_s(hardware),
+                "time_s": op.time_s(hardware, shape.dtype),
+                "bound": op.bound(hardware, shape.dtype),
+            }
+        )
+    rows.append(
+        {
+            "operator": "overhead",
+            "flops": 0.0,
+            "bytes": 0.0,
+            "compute_s": 0.0,
+            "memory_s": 0.0,
+            "time_s": hardware.overhead(shape.n_layers),
+            "bound": "overhead",
+        }
+    )
     return rows
 
 
@@ -175,6 +200,7 @@ def speculation_budget(
 
     0 means even one draft token per sequence costs more than `tolerance` extra (compute-bound).
     """
+
     def free(gamma: int) -> bool:
         return verify_cost_ratio(shape, hardware, gamma, batch_size, context_len) <= 1.0 + tolerance
 
@@ -242,7 +268,13 @@ def cost_curve_rows(
             ops = operator_costs(shape, b, s, context_len)
             compute = sum(o.compute_s(hardware, shape.dtype) for o in ops)
             memory = sum(o.memory_s(hardware) for o in ops)
-            rows.append({"batch_size": b, "n_tokens": s, "context_len": context_len,
-                         "seconds": forward_time(shape, hardware, b, s, context_len),
-                         "bound": "compute" if compute >= memory else "memory"})
+            rows.append(
+                {
+                    "batch_size": b,
+                    "n_tokens": s,
+                    "context_len": context_len,
+                    "seconds": forward_time(shape, hardware, b, s, context_len),
+                    "bound": "compute" if compute >= memory else "memory",
+                }
+            )
     return rows

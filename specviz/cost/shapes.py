@@ -84,8 +84,9 @@ def shape_from_model(model: Any, name: str | None = None) -> ModelShape:
 
 
 def _shape(name, layers, hidden, heads, kv, intermediate, vocab, tied, head_dim=None) -> ModelShape:
-    return ModelShape(name, layers, hidden, heads, kv, head_dim or hidden // heads, intermediate, vocab,
-                      tied_embeddings=tied)
+    return ModelShape(
+        name, layers, hidden, heads, kv, head_dim or hidden // heads, intermediate, vocab, tied_embeddings=tied
+    )
 
 
 # From each model's config.json on the Hugging Face hub (bfloat16 unless re-typed with .with_dtype).

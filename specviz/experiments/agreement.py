@@ -71,16 +71,28 @@ def analyse(draft: Any, examples: list, tokenizer: Any, batch: int = 16) -> dict
             for j, (d, t) in enumerate(zip(drafted, top1)):
                 hit = int(d == t)
                 piece = pieces.setdefault(t, tokenizer.convert_ids_to_tokens(int(t)))
-                keys = [("all", "all"), ("source", e.source), ("position", bucket(j, POSITIONS)),
-                        ("token class", token_class(piece)), ("in the head", "yes" if in_head[t] else "no")]  # fmt: skip
+                keys = [
+                    ("all", "all"),
+                    ("source", e.source),
+                    ("position", bucket(j, POSITIONS)),
+                    ("token class", token_class(piece)),
+                    ("in the head", "yes" if in_head[t] else "no"),
+                ]
                 if p_top1 is not None:
                     keys.append(("target's top-1 probability", bucket(p_top1[j], CONFIDENCE)))
                 for group, key in keys:
                     counts[group][key][0] += hit
                     counts[group][key][1] += 1
-    order = {bucket(lo, edges): i for edges in (POSITIONS, CONFIDENCE) for i, (lo, _) in enumerate(edges)}  # buckets in range order
-    return {g: {k: {"agreement": h / n, "tokens": n} for k, (h, n) in sorted(rows.items(), key=lambda kv: (order.get(kv[0], 0), kv[0]))}
-            for g, rows in counts.items()}  # fmt: skip
+    order = {
+        bucket(lo, edges): i for edges in (POSITIONS, CONFIDENCE) for i, (lo, _) in enumerate(edges)
+    }  # buckets in range order
+    return {
+        g: {
+            k: {"agreement": h / n, "tokens": n}
+            for k, (h, n) in sorted(rows.items(), key=lambda kv: (order.get(kv[0], 0), kv[0]))
+        }
+        for g, rows in counts.items()
+    }
 
 
 def markdown(result: dict[str, Any], title: str) -> str:
@@ -97,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from specviz.errors import SpecvizError
     from specviz.models.default import load_draft
-    from specviz.train import corpus as corpus_mod
     from specviz.models.pair import load_target
+    from specviz.train import corpus as corpus_mod
     from specviz.train.draft import CorpusData
 
     p = argparse.ArgumentParser(prog="python -m specviz.bench agreement", description=__doc__.split("\n\n")[0])
@@ -124,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.draft
     out.mkdir(parents=True, exist_ok=True)
     (out / "agreement.json").write_text(json.dumps(result, indent=1))
-    (out / "agreement.md").write_text(markdown(result, f"Teacher-forced agreement of {args.draft.name} on {len(examples)} held-out answers"))
+    (out / "agreement.md").write_text(
+        markdown(result, f"Teacher-forced agreement of {args.draft.name} on {len(examples)} held-out answers")
+    )
     print(markdown(result, f"{args.draft.name}: {len(examples)} held-out answers"))
     return 0
 

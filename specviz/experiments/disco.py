@@ -19,8 +19,15 @@ import sys
 import numpy as np
 
 from specviz import metrics
-from specviz.harness import (Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, mark_parity,
-                             run_interleaved)
+from specviz.harness import (
+    Variant,
+    add_comparison_args,
+    add_output_args,
+    comparison_prompts,
+    describe_machine,
+    mark_parity,
+    run_interleaved,
+)
 
 
 def variants(static: list[int], sl_opt: int, heuristic_start: int) -> list[Variant]:
@@ -39,19 +46,52 @@ def variants(static: list[int], sl_opt: int, heuristic_start: int) -> list[Varia
 
 def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> tuple[list, list]:
     """Returns (runs: one dict per variant x prompt, iterations: one dict per record)."""
-    done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, keep_records=True,
-                           progress=progress, desc="disco")  # fmt: skip
+    done = run_interleaved(
+        pair,
+        rows,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        warmup=warmup,
+        keep_records=True,
+        progress=progress,
+        desc="disco",
+    )
     runs = [r.to_dict(RUN_KEYS) for r in mark_parity(done, pair, prompts, judge=False)]
-    iterations = [{"variant": run.variant, "method": run.method, "suite": run.suite, "prompt_id": run.prompt_id,
-                   "iteration": r.iteration, "position": r.position, "speculation_length": r.speculation_length,
-                   "accepted": r.accepted, "oracle_sl": r.oracle_sl, "ms": round(1e3 * (r.t_end - r.t_start), 3),
-                   "draft_ms": round(r.draft_ms, 3), "verify_ms": round(r.verify_ms, 3),
-                   "draft_forwards": r.draft_forwards} for run in done for r in run.records]  # fmt: skip
+    iterations = [
+        {
+            "variant": run.variant,
+            "method": run.method,
+            "suite": run.suite,
+            "prompt_id": run.prompt_id,
+            "iteration": r.iteration,
+            "position": r.position,
+            "speculation_length": r.speculation_length,
+            "accepted": r.accepted,
+            "oracle_sl": r.oracle_sl,
+            "ms": round(1e3 * (r.t_end - r.t_start), 3),
+            "draft_ms": round(r.draft_ms, 3),
+            "verify_ms": round(r.verify_ms, 3),
+            "draft_forwards": r.draft_forwards,
+        }
+        for run in done
+        for r in run.records
+    ]
     return runs, iterations
 
 
-RUN_KEYS = ("variant", "method", "suite", "prompt_id", "new_tokens", "wall_s", "drafted", "accepted", "iterations",
-            "output_ids", "matches_autoregressive")  # a run's fields in results.json (output_ids left out there)
+RUN_KEYS = (
+    "variant",
+    "method",
+    "suite",
+    "prompt_id",
+    "new_tokens",
+    "wall_s",
+    "drafted",
+    "accepted",
+    "iterations",
+    "output_ids",
+    "matches_autoregressive",
+)  # a run's fields in results.json (output_ids left out there)
 
 
 def table(runs: list[dict], iterations: list[dict], order: list[str]) -> list[dict]:
@@ -63,18 +103,30 @@ def table(runs: list[dict], iterations: list[dict], order: list[str]) -> list[di
         ar = metrics.tokens_per_s(*_totals([r for r in mine if r["method"] == "autoregressive"]))
         for name in order:
             rs = [r for r in mine if r["variant"] == name]
-            its = [it for it in iterations if it["variant"] == name and suite in ("all", it["suite"]) and it["oracle_sl"] is not None]
+            its = [
+                it
+                for it in iterations
+                if it["variant"] == name and suite in ("all", it["suite"]) and it["oracle_sl"] is not None
+            ]
             err = [abs(it["speculation_length"] - it["oracle_sl"]) for it in its if it["method"] != "autoregressive"]
             tokens, wall = _totals(rs)
-            rows.append({
-                "suite": suite, "label": name, "method": rs[0]["method"] if rs else None, "runs": len(rs),
-                "tokens": tokens, "ms_per_token": metrics.ms_per_token(tokens, wall),
-                "speedup": metrics.speedup(ar, metrics.tokens_per_s(tokens, wall)),
-                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)),
-                "mean_sl": float(np.mean([it["speculation_length"] for it in its])) if its else None,
-                "sl_abs_error": float(np.mean(err)) if err else None,
-                "matches_autoregressive": all(r["matches_autoregressive"] for r in rs),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "label": name,
+                    "method": rs[0]["method"] if rs else None,
+                    "runs": len(rs),
+                    "tokens": tokens,
+                    "ms_per_token": metrics.ms_per_token(tokens, wall),
+                    "speedup": metrics.speedup(ar, metrics.tokens_per_s(tokens, wall)),
+                    "acceptance_rate": metrics.acceptance_rate(
+                        sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)
+                    ),
+                    "mean_sl": float(np.mean([it["speculation_length"] for it in its])) if its else None,
+                    "sl_abs_error": float(np.mean(err)) if err else None,
+                    "matches_autoregressive": all(r["matches_autoregressive"] for r in rs),
+                }
+            )
     return rows
 
 
@@ -89,8 +141,15 @@ def oracle_stats(iterations: list[dict]) -> list[dict]:
     for suite in dict.fromkeys(it["suite"] for it in iterations):
         sl = [it["speculation_length"] for it in iterations if it["method"] == "oracle" and it["suite"] == suite]
         if sl:
-            out.append({"suite": suite, "iterations": len(sl), "oracle_sl_mean": float(np.mean(sl)),
-                        "oracle_sl_std": float(np.std(sl)), "oracle_sl_median": float(np.median(sl))})
+            out.append(
+                {
+                    "suite": suite,
+                    "iterations": len(sl),
+                    "oracle_sl_mean": float(np.mean(sl)),
+                    "oracle_sl_std": float(np.std(sl)),
+                    "oracle_sl_median": float(np.median(sl)),
+                }
+            )
     return out
 
 
@@ -98,15 +157,29 @@ def markdown(rows: list[dict], oracle: list[dict], header: str) -> str:
     def fmt(x, spec=".2f"):
         return "-" if x is None else format(x, spec)
 
-    lines = [header, "", "| suite | method | ms/token | speedup | acceptance | mean SL | mean abs(SL - oracle SL) | = AR |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        header,
+        "",
+        "| suite | method | ms/token | speedup | acceptance | mean SL | mean abs(SL - oracle SL) | = AR |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['suite']} | {r['label']} | {fmt(r['ms_per_token'], '.1f')} | {fmt(r['speedup'])} | "
-                     f"{fmt(r['acceptance_rate'])} | {fmt(r['mean_sl'])} | {fmt(r['sl_abs_error'])} | "
-                     f"{'yes' if r['matches_autoregressive'] else 'NO'} |")
-    lines += ["", "Oracle speculation length per iteration (Table 2):", "", "| suite | iterations | mean ± std | median |",
-              "|---|---:|---:|---:|"]
-    lines += [f"| {o['suite']} | {o['iterations']} | {o['oracle_sl_mean']:.2f} ± {o['oracle_sl_std']:.2f} | {o['oracle_sl_median']:.0f} |" for o in oracle]
+        lines.append(
+            f"| {r['suite']} | {r['label']} | {fmt(r['ms_per_token'], '.1f')} | {fmt(r['speedup'])} | "
+            f"{fmt(r['acceptance_rate'])} | {fmt(r['mean_sl'])} | {fmt(r['sl_abs_error'])} | "
+            f"{'yes' if r['matches_autoregressive'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "Oracle speculation length per iteration (Table 2):",
+        "",
+        "| suite | iterations | mean ± std | median |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {o['suite']} | {o['iterations']} | {o['oracle_sl_mean']:.2f} ± {o['oracle_sl_std']:.2f} | {o['oracle_sl_median']:.0f} |"
+        for o in oracle
+    ]
     return "\n".join(lines)
 
 
@@ -139,18 +212,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     summary = table(runs, iterations, [v.label for v in rows])
     oracle = oracle_stats(iterations)
-    header = (f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), "
-              f"greedy, max {args.max_new_tokens} new tokens, classifier '{clf.name}' (tau={clf.threshold}, "
-              f"SL_max={clf.max_speculation_length}{', borrowed' if clf.card.get('borrowed') else ''}), SL-opt={sl_opt}")
+    header = (
+        f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), "
+        f"greedy, max {args.max_new_tokens} new tokens, classifier '{clf.name}' (tau={clf.threshold}, "
+        f"SL_max={clf.max_speculation_length}{', borrowed' if clf.card.get('borrowed') else ''}), SL-opt={sl_opt}"
+    )
     text = markdown(summary, oracle, header)
     print(text)
 
     args.out.mkdir(parents=True, exist_ok=True)
     machine = describe_machine(pair.info.get("device", "cpu"))
-    result = {"config": {**vars(args), "out": str(args.out), "sl_opt": sl_opt, "prompts": [q.id for q in prompts]},
-              "pair": pair.info, "device": machine, "classifier": {"name": clf.name, "threshold": clf.threshold,
-              "max_speculation_length": clf.max_speculation_length}, "summary": summary, "oracle_sl": oracle,
-              "runs": [{k: v for k, v in r.items() if k != "output_ids"} for r in runs], "iterations": iterations}  # fmt: skip
+    result = {
+        "config": {**vars(args), "out": str(args.out), "sl_opt": sl_opt, "prompts": [q.id for q in prompts]},
+        "pair": pair.info,
+        "device": machine,
+        "classifier": {
+            "name": clf.name,
+            "threshold": clf.threshold,
+            "max_speculation_length": clf.max_speculation_length,
+        },
+        "summary": summary,
+        "oracle_sl": oracle,
+        "runs": [{k: v for k, v in r.items() if k != "output_ids"} for r in runs],
+        "iterations": iterations,
+    }
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
     (args.out / "table.md").write_text(text + "\n")
     df = pd.DataFrame(iterations)
@@ -159,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     dynamic = [v.label for v in rows if v.method in ("heuristic", "confidence", "disco", "oracle")]
     figures = {
         "chosen_vs_oracle.html": chosen_vs_oracle_per_iteration(first, dynamic),
-        "oracle_sl_histogram.html": oracle_sl_histogram(df[df["method"] == "oracle"].assign(oracle_sl=lambda d: d["speculation_length"])),
+        "oracle_sl_histogram.html": oracle_sl_histogram(
+            df[df["method"] == "oracle"].assign(oracle_sl=lambda d: d["speculation_length"])
+        ),
         "sl_error.html": sl_error_bars([r for r in summary if r["suite"] != "all" and r["sl_abs_error"] is not None]),
     }
     for name, fig in figures.items():

@@ -18,8 +18,15 @@ import sys
 from typing import Any
 
 from specviz import metrics
-from specviz.harness import (Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, mark_parity,
-                             run_interleaved)
+from specviz.harness import (
+    Variant,
+    add_comparison_args,
+    add_output_args,
+    comparison_prompts,
+    describe_machine,
+    mark_parity,
+    run_interleaved,
+)
 
 
 def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str, Any]:
@@ -61,7 +68,9 @@ def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench draft_quality", description=__doc__.split("\n\n")[0])
     add_comparison_args(p, suites="humaneval,gsm8k,mtbench", limit=20, max_new_tokens=128)
-    p.add_argument("--gammas", default="4", help="vanilla's speculation lengths γ, comma-separated (each one runs on every prompt)")
+    p.add_argument(
+        "--gammas", default="4", help="vanilla's speculation lengths γ, comma-separated (each one runs on every prompt)"
+    )
     add_output_args(p, "draft_quality", warmup=False)
     args = p.parse_args(argv)
 
@@ -79,15 +88,31 @@ def main(argv: list[str] | None = None) -> int:
     variants = [Variant("autoregressive", "autoregressive")]
     variants += [Variant(f"vanilla γ={g}", "vanilla", {"speculation_length": g}) for g in gammas]
     key = dict(zip((v.label for v in variants), ["autoregressive", *gammas]))  # label -> this module's key
-    done = mark_parity(run_interleaved(pair, variants, prompts, max_new_tokens=args.max_new_tokens, keep_records=True,
-                                       progress=not args.quiet, desc="draft quality"), pair, prompts, judge=False)  # fmt: skip
+    done = mark_parity(
+        run_interleaved(
+            pair,
+            variants,
+            prompts,
+            max_new_tokens=args.max_new_tokens,
+            keep_records=True,
+            progress=not args.quiet,
+            desc="draft quality",
+        ),
+        pair,
+        prompts,
+        judge=False,
+    )
     mismatches = sum(not r.matches_autoregressive for r in done)
     runs: dict[str, dict[object, list]] = {s: {m: [] for m in ["autoregressive", *gammas]} for s in suites}
     for r in done:
         runs[r.suite][key[r.variant]].append(r.records)
     rows = [suite_row(s, runs[s][g], runs[s]["autoregressive"], g) for g in gammas for s in suites]
-    every = [suite_row("all", [r for s in suites for r in runs[s][g]],
-                       [r for s in suites for r in runs[s]["autoregressive"]], g) for g in gammas]
+    every = [
+        suite_row(
+            "all", [r for s in suites for r in runs[s][g]], [r for s in suites for r in runs[s]["autoregressive"]], g
+        )
+        for g in gammas
+    ]
     result = {
         "pair": {"name": pair.name, **pair.info},
         "machine": describe_machine(pair.info.get("device", "cpu")),
@@ -97,13 +122,32 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "draft_quality.json").write_text(json.dumps(result, indent=1))
-    cols = ["suite", "gamma", "prompts", "acceptance_rate", "alpha_iid", "mean_accepted_length", "c", "verify_ratio",
-            "leviathan_speedup", "predicted_speedup_measured_verify", "measured_speedup", "ar_tokens_per_s", "vanilla_tokens_per_s"]
+    cols = [
+        "suite",
+        "gamma",
+        "prompts",
+        "acceptance_rate",
+        "alpha_iid",
+        "mean_accepted_length",
+        "c",
+        "verify_ratio",
+        "leviathan_speedup",
+        "predicted_speedup_measured_verify",
+        "measured_speedup",
+        "ar_tokens_per_s",
+        "vanilla_tokens_per_s",
+    ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in result["rows"]:
-        lines.append("| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
-    text = (f"draft quality: pair {pair.name}, γ = {args.gammas}, greedy, max {args.max_new_tokens} new tokens, "
-            f"{args.limit} prompts per suite; greedy outputs differing from autoregressive: {mismatches}\n\n" + "\n".join(lines) + "\n")
+        lines.append(
+            "| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |"
+        )
+    text = (
+        f"draft quality: pair {pair.name}, γ = {args.gammas}, greedy, max {args.max_new_tokens} new tokens, "
+        f"{args.limit} prompts per suite; greedy outputs differing from autoregressive: {mismatches}\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
     (args.out / "draft_quality.md").write_text(text)
     print(text)
     print(f"wrote {args.out}/draft_quality.json and .md")

@@ -54,7 +54,9 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--background", action="store_true", help="train in a worker thread")
     p.add_argument("--window", type=int, default=50, help="requests in the moving acceptance window")
-    p.add_argument("--measure-last", type=int, default=10, help="also serve the last N requests with the static draft for real")
+    p.add_argument(
+        "--measure-last", type=int, default=10, help="also serve the last N requests with the static draft for real"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -69,7 +71,11 @@ def summarize_stream(rows: list[dict], window: int, gamma: int) -> dict[str, Any
     from specviz.cost.formulas import osd_speedup
 
     first, last = rows[:window], rows[-window:]
-    out = {f"{who}_alpha_{name}": window_alpha(part, who) for who in ("static", "osd") for name, part in (("first", first), ("last", last))}
+    out = {
+        f"{who}_alpha_{name}": window_alpha(part, who)
+        for who in ("static", "osd")
+        for name, part in (("first", first), ("last", last))
+    }
     out["alpha_gain_last"] = out["osd_alpha_last"] - out["static_alpha_last"]
     draft_ms = sum(r["draft_ms"] for r in rows) / max(1, sum(r["draft_forwards"] for r in rows))
     verify_ms = sum(r["verify_ms"] for r in rows) / max(1, sum(r["target_forwards"] for r in rows))
@@ -92,7 +98,9 @@ def segments(rows: list[dict], window: int) -> list[dict[str, Any]]:
     """alpha at the start and the end of each stretch of one suite (does alpha dip at a shift and recover?)."""
     from specviz.plots.online import shift_points
 
-    bounds = [0, *shift_points(rows, max_shifts=50), len(rows)] if len({r["suite"] for r in rows}) > 1 else [0, len(rows)]
+    bounds = (
+        [0, *shift_points(rows, max_shifts=50), len(rows)] if len({r["suite"] for r in rows}) > 1 else [0, len(rows)]
+    )
     out = []
     for lo, hi in zip(bounds, bounds[1:]):
         part, n = rows[lo:hi], max(1, min(window, (hi - lo) // 2))
@@ -114,8 +122,16 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     try:
-        stream_cfg = StreamConfig(tuple(prompt_sources(args)), args.requests,
-                                  args.shift_every, args.mixed, args.distinct, args.offset, args.seed, files=True)
+        stream_cfg = StreamConfig(
+            tuple(prompt_sources(args)),
+            args.requests,
+            args.shift_every,
+            args.mixed,
+            args.distinct,
+            args.offset,
+            args.seed,
+            files=True,
+        )
         learner_cfg = OsdConfig(**{f.name: getattr(args, f.name) for f in fields(OsdConfig)})
         pair = load_pair(args.pair, device=args.device, dtype=args.dtype)
         prompts = request_stream(stream_cfg)
@@ -126,8 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     args.out.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=len(prompts), desc="osd stream", unit="request", disable=args.quiet)
-    for row in simulate(pair, prompts, learner, max_new_tokens=args.max_new_tokens, speculation_length=args.speculation_length,
-                        measure_static_from=len(prompts) - args.measure_last):
+    for row in simulate(
+        pair,
+        prompts,
+        learner,
+        max_new_tokens=args.max_new_tokens,
+        speculation_length=args.speculation_length,
+        measure_static_from=len(prompts) - args.measure_last,
+    ):
         rows.append(row)
         write_csv(args.out / "rows.csv", rows)  # so far: a long run stopped early still leaves its requests
         recent = rows[-args.window :]
@@ -137,24 +159,35 @@ def main(argv: list[str] | None = None) -> int:
     learner.wait()
     summary = summarize_stream(rows, args.window, args.speculation_length)
     tokens = token_analysis(pair, learner, rows[-args.window :])
-    result = {"pair": {"name": pair.name, **pair.info}, "stream": asdict(stream_cfg), "learner": asdict(learner_cfg),
-              "args": {k: str(v) for k, v in vars(args).items()}, "summary": summary, "updates": learner.updates,
-              "tokens": tokens, "rows": rows}
+    result = {
+        "pair": {"name": pair.name, **pair.info},
+        "stream": asdict(stream_cfg),
+        "learner": asdict(learner_cfg),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "summary": summary,
+        "updates": learner.updates,
+        "tokens": tokens,
+        "rows": rows,
+    }
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
     write_csv(args.out / "rows.csv", rows)
     (args.out / "tokens.md").write_text(tokens_markdown(tokens))
     write_figures(args.out, rows, learner.updates, tokens, args.window)
     if args.save_draft:
         print(f"adapted draft: {learner.save(args.save_draft)}")
-    print(f"pair {pair.name}, {len(rows)} requests from {', '.join(stream_cfg.suites)}, gamma {args.speculation_length}, "
-          f"{len(learner.updates)} updates")
+    print(
+        f"pair {pair.name}, {len(rows)} requests from {', '.join(stream_cfg.suites)}, gamma {args.speculation_length}, "
+        f"{len(learner.updates)} updates"
+    )
     for key, value in summary.items():
         if key != "segments":
             print(f"  {key:22s} {value:.3f}" if isinstance(value, float) else f"  {key:22s} {value}")
     for seg in summary["segments"]:
         f = {k: "n/a" if v is None else f"{v:.3f}" for k, v in seg.items() if k.endswith(("_start", "_end"))}
-        print(f"  {seg['suite']} requests {seg['requests'][0]}-{seg['requests'][1]}: alpha osd {f['osd_alpha_start']} -> "
-              f"{f['osd_alpha_end']}, static {f['static_alpha_start']} -> {f['static_alpha_end']}")
+        print(
+            f"  {seg['suite']} requests {seg['requests'][0]}-{seg['requests'][1]}: alpha osd {f['osd_alpha_start']} -> "
+            f"{f['osd_alpha_end']}, static {f['static_alpha_start']} -> {f['static_alpha_end']}"
+        )
     print(f"wrote {args.out}/results.json, rows.csv, tokens.md, acceptance.html, tokens.html")
     return 0
 
@@ -179,8 +212,11 @@ def token_analysis(pair, learner, rows: list[dict], top: int = 100) -> list[dict
 
 def tokens_markdown(tokens: list[dict], show: int = 15) -> str:
     lines = ["| token | count | precision before | after | recall before | after |", "|---|---|---|---|---|---|"]
-    lines += [f"| `{t['text']}` | {t['count']} | {t['precision_before']:.2f} | {t['precision_after']:.2f} | "
-              f"{t['recall_before']:.2f} | {t['recall_after']:.2f} |" for t in tokens[:show]]
+    lines += [
+        f"| `{t['text']}` | {t['count']} | {t['precision_before']:.2f} | {t['precision_after']:.2f} | "
+        f"{t['recall_before']:.2f} | {t['recall_after']:.2f} |"
+        for t in tokens[:show]
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -27,12 +27,22 @@ import json
 import sys
 
 from specviz import metrics
-from specviz.harness import (Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, mark_parity,
-                             run_interleaved)
+from specviz.harness import (
+    Variant,
+    add_comparison_args,
+    add_output_args,
+    comparison_prompts,
+    describe_machine,
+    mark_parity,
+    run_interleaved,
+)
 
 
 def variants(window: int, vanilla_gamma: int, modes: list[str]) -> list[Variant]:
-    rows = [Variant("autoregressive", "autoregressive"), Variant(f"vanilla (γ={vanilla_gamma})", "vanilla", {"speculation_length": vanilla_gamma})]
+    rows = [
+        Variant("autoregressive", "autoregressive"),
+        Variant(f"vanilla (γ={vanilla_gamma})", "vanilla", {"speculation_length": vanilla_gamma}),
+    ]
     for mode in modes:
         for method in ("pearl", "pearl-no-pre", "pearl-no-post"):
             rows.append(Variant(f"{method} [{mode}]", method, {"window": window, "concurrent": mode == "threads"}))
@@ -60,20 +70,46 @@ def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: boo
     (and, on the first prompt, the records for the timeline)."""
     from specviz.plots.timeline import idle_fractions
 
-    done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, keep_records=True,
-                           progress=progress, desc="pearl")  # fmt: skip
+    done = run_interleaved(
+        pair,
+        rows,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        warmup=warmup,
+        keep_records=True,
+        progress=progress,
+        desc="pearl",
+    )
     runs = []
     for run in mark_parity(done, pair, prompts, judge=False):
         records = [r.to_dict() for r in run.records]
-        runs.append({**run.to_dict(RUN_KEYS), "ideal_s": ideal_seconds(records),
-                     "phases": tokens_per_phase(records) if run.method != "autoregressive" else [],
-                     "idle": idle_fractions(records), "records": records if run.prompt_id == prompts[0].id else None,
-                     "matches_autoregressive": run.matches_autoregressive})  # fmt: skip
+        runs.append(
+            {
+                **run.to_dict(RUN_KEYS),
+                "ideal_s": ideal_seconds(records),
+                "phases": tokens_per_phase(records) if run.method != "autoregressive" else [],
+                "idle": idle_fractions(records),
+                "records": records if run.prompt_id == prompts[0].id else None,
+                "matches_autoregressive": run.matches_autoregressive,
+            }
+        )
     return runs
 
 
-RUN_KEYS = ("variant", "method", "suite", "prompt_id", "new_tokens", "wall_s", "drafted", "accepted", "iterations",
-            "target_forwards", "draft_forwards", "output_ids")  # a run's counts in results.json (output_ids left out there)
+RUN_KEYS = (
+    "variant",
+    "method",
+    "suite",
+    "prompt_id",
+    "new_tokens",
+    "wall_s",
+    "drafted",
+    "accepted",
+    "iterations",
+    "target_forwards",
+    "draft_forwards",
+    "output_ids",
+)  # a run's counts in results.json (output_ids left out there)
 
 
 def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c: float) -> list[dict]:
@@ -88,7 +124,9 @@ def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c
         speed = {name: _tps(mine, name, "wall_s") for name in order}
         ar, vanilla = speed[order[0]], speed[order[1]]
         van = [r for r in mine if r["variant"] == order[1]]
-        per_iter = metrics.mean_accepted_length(sum(r["new_tokens"] for r in van), sum(r["target_forwards"] for r in van))
+        per_iter = metrics.mean_accepted_length(
+            sum(r["new_tokens"] for r in van), sum(r["target_forwards"] for r in van)
+        )
         alpha = alpha_from_tokens_per_iteration(min(max(per_iter or 0.0, 1.0), vanilla_gamma + 1), vanilla_gamma)
         for name in order:
             rs = [r for r in mine if r["variant"] == name]
@@ -96,22 +134,38 @@ def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c
             phases = [n for r in rs for n in r["phases"]]
             ideal = _tps(mine, name, "ideal_s")
             method = rs[0]["method"] if rs else None
-            predicted = {"autoregressive": 1.0, "vanilla": vanilla_speedup_pearl_units(alpha, c, vanilla_gamma),
-                         "pearl": pearl_speedup(alpha, c, window)}.get(method)  # fmt: skip
-            rows.append({
-                "suite": suite, "variant": name, "method": method, "runs": len(rs),
-                "tokens": sum(r["new_tokens"] for r in rs),
-                "tokens_per_s": speed[name], "speedup_vs_ar": metrics.speedup(ar, speed[name]),
-                "speedup_vs_vanilla": metrics.speedup(vanilla, speed[name]),
-                "ideal_tokens_per_s": ideal, "ideal_speedup_vs_ar": metrics.speedup(ar, ideal),
-                "ideal_speedup_vs_vanilla": metrics.speedup(vanilla, ideal),
-                "mean_tokens_per_phase": sum(phases) / len(phases) if phases else None,
-                "acceptance_rate": metrics.acceptance_rate(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)),
-                "draft_idle": _weighted(rs, "draft", wall), "target_idle": _weighted(rs, "target", wall),
-                "alpha_from_vanilla": alpha, "predicted_speedup_vs_ar": predicted,
-                "predicted_pearl_tokens_per_step": pearl_tokens_per_step(alpha, window) if method == "pearl" else None,
-                "matches_autoregressive": all(r["matches_autoregressive"] for r in rs),
-            })  # fmt: skip
+            predicted = {
+                "autoregressive": 1.0,
+                "vanilla": vanilla_speedup_pearl_units(alpha, c, vanilla_gamma),
+                "pearl": pearl_speedup(alpha, c, window),
+            }.get(method)
+            rows.append(
+                {
+                    "suite": suite,
+                    "variant": name,
+                    "method": method,
+                    "runs": len(rs),
+                    "tokens": sum(r["new_tokens"] for r in rs),
+                    "tokens_per_s": speed[name],
+                    "speedup_vs_ar": metrics.speedup(ar, speed[name]),
+                    "speedup_vs_vanilla": metrics.speedup(vanilla, speed[name]),
+                    "ideal_tokens_per_s": ideal,
+                    "ideal_speedup_vs_ar": metrics.speedup(ar, ideal),
+                    "ideal_speedup_vs_vanilla": metrics.speedup(vanilla, ideal),
+                    "mean_tokens_per_phase": sum(phases) / len(phases) if phases else None,
+                    "acceptance_rate": metrics.acceptance_rate(
+                        sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)
+                    ),
+                    "draft_idle": _weighted(rs, "draft", wall),
+                    "target_idle": _weighted(rs, "target", wall),
+                    "alpha_from_vanilla": alpha,
+                    "predicted_speedup_vs_ar": predicted,
+                    "predicted_pearl_tokens_per_step": pearl_tokens_per_step(alpha, window)
+                    if method == "pearl"
+                    else None,
+                    "matches_autoregressive": all(r["matches_autoregressive"] for r in rs),
+                }
+            )
     return rows
 
 
@@ -129,9 +183,13 @@ def markdown(rows: list[dict], header: str) -> str:
     def fmt(x, spec=".2f"):
         return "-" if x is None else format(x, spec)
 
-    lines = [header, "", "| suite | variant | tok/s | × AR | × vanilla | ideal tok/s | ideal × AR | ideal × vanilla | "
-             "tokens / phase | draft idle | target idle | predicted × AR | = AR |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines = [
+        header,
+        "",
+        "| suite | variant | tok/s | × AR | × vanilla | ideal tok/s | ideal × AR | ideal × vanilla | "
+        "tokens / phase | draft idle | target idle | predicted × AR | = AR |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         lines.append(
             f"| {r['suite']} | {r['variant']} | {fmt(r['tokens_per_s'], '.1f')} | {fmt(r['speedup_vs_ar'])} | "
@@ -148,13 +206,29 @@ def speedup_figure(rows: list[dict]):
 
     mine = [r for r in rows if r["suite"] == "all"]
     fig = go.Figure()
-    fig.add_bar(x=[r["variant"] for r in mine], y=[r["speedup_vs_ar"] for r in mine], name="measured", marker_color="#0072B2")
-    fig.add_bar(x=[r["variant"] for r in mine], y=[r["ideal_speedup_vs_ar"] for r in mine], name="parallel-ideal (separate hardware)", marker_color="#56B4E9")
-    fig.add_scatter(x=[r["variant"] for r in mine], y=[r["predicted_speedup_vs_ar"] for r in mine], mode="markers",
-                    name="predicted (specviz.cost, α from vanilla)", marker=dict(symbol="diamond", size=10, color="#D55E00"))
+    fig.add_bar(
+        x=[r["variant"] for r in mine], y=[r["speedup_vs_ar"] for r in mine], name="measured", marker_color="#0072B2"
+    )
+    fig.add_bar(
+        x=[r["variant"] for r in mine],
+        y=[r["ideal_speedup_vs_ar"] for r in mine],
+        name="parallel-ideal (separate hardware)",
+        marker_color="#56B4E9",
+    )
+    fig.add_scatter(
+        x=[r["variant"] for r in mine],
+        y=[r["predicted_speedup_vs_ar"] for r in mine],
+        mode="markers",
+        name="predicted (specviz.cost, α from vanilla)",
+        marker=dict(symbol="diamond", size=10, color="#D55E00"),
+    )
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
-    fig.update_layout(title="PEARL vs vanilla SD: speedup over autoregressive decoding", barmode="group",
-                      xaxis_title="variant", yaxis_title="speedup (× autoregressive tokens/s)")
+    fig.update_layout(
+        title="PEARL vs vanilla SD: speedup over autoregressive decoding",
+        barmode="group",
+        xaxis_title="variant",
+        yaxis_title="speedup (× autoregressive tokens/s)",
+    )
     return fig
 
 
@@ -188,23 +262,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     summary = table(runs, [v.label for v in rows], window, vanilla_gamma, c)
     machine = describe_machine(pair.info.get("device", "cpu"))
-    header = (f"PEARL comparison: pair {pair.name} on {machine['device']} ({machine.get('threads')} intra-op threads), "
-              f"{len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
-              f"c = T_target/T_draft = {c:.2f}, PEARL window γ = {window}, vanilla γ = {vanilla_gamma}")
+    header = (
+        f"PEARL comparison: pair {pair.name} on {machine['device']} ({machine.get('threads')} intra-op threads), "
+        f"{len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
+        f"c = T_target/T_draft = {c:.2f}, PEARL window γ = {window}, vanilla γ = {vanilla_gamma}"
+    )
     text = markdown(summary, header)
     print(text)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"config": {**vars(args), "out": str(args.out), "c": c, "window": window, "vanilla_gamma": vanilla_gamma,
-                         "prompts": [q.id for q in prompts]}, "pair": pair.info, "device": machine, "summary": summary,
-              "runs": [{k: v for k, v in r.items() if k not in ("output_ids", "records")} for r in runs]}  # fmt: skip
+    result = {
+        "config": {
+            **vars(args),
+            "out": str(args.out),
+            "c": c,
+            "window": window,
+            "vanilla_gamma": vanilla_gamma,
+            "prompts": [q.id for q in prompts],
+        },
+        "pair": pair.info,
+        "device": machine,
+        "summary": summary,
+        "runs": [{k: v for k, v in r.items() if k not in ("output_ids", "records")} for r in runs],
+    }
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
     (args.out / "table.md").write_text(text + "\n")
     first = {r["variant"]: r["records"] for r in runs if r["records"] is not None}
     shown = {name: recs for name, recs in first.items() if name.startswith(("vanilla", "pearl ["))}
     (args.out / "timeline_records.json").write_text(json.dumps(shown))
     timeline(shown, title=f"Mutual waiting on {prompts[0].id}: vanilla vs PEARL ({pair.name})").write_html(
-        args.out / "timeline.html", include_plotlyjs="cdn")
+        args.out / "timeline.html", include_plotlyjs="cdn"
+    )
     speedup_figure(summary).write_html(args.out / "speedup.html", include_plotlyjs="cdn")
     print(f"wrote {args.out}/results.json, table.md, timeline.html, timeline_records.json, speedup.html")
     return 0

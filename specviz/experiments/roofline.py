@@ -56,8 +56,15 @@ def published(out: Path) -> int:
     rows = pub.comparison(engines)
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m specviz.bench roofline --published --out " + str(out)
-    (out / "published.md").write_text(f"# Published GPU measurements vs the cost model\n\n`{command}`\n\n" + pub.report_markdown(engines, rows))
-    payload = {"command": command, "engines": {k: asdict(e) for k, e in engines.items()}, "summary": pub.summary(rows), "rows": rows}
+    (out / "published.md").write_text(
+        f"# Published GPU measurements vs the cost model\n\n`{command}`\n\n" + pub.report_markdown(engines, rows)
+    )
+    payload = {
+        "command": command,
+        "engines": {k: asdict(e) for k, e in engines.items()},
+        "summary": pub.summary(rows),
+        "rows": rows,
+    }
     (out / "published.json").write_text(json.dumps(payload, indent=1))
     for line in [*map(pub.engine_line, engines.values()), *(f"{k}: {v}" for k, v in pub.summary(rows).items())]:
         print(line)
@@ -114,19 +121,25 @@ def measure(args, argv) -> dict:
     else:  # a datasheet preset for the GPU we are on
         gpu = torch.cuda.get_device_name(0)
         base = next((h for n, h in PRESETS.items() if n.split()[0] in gpu), PRESETS["H100 SXM"]).ideal()
-    print(f"{base.name}: {base.flops_per_s(dtype) / 1e9:.1f} GFLOP/s {dtype}, {base.memory_bandwidth / 1e9:.1f} GB/s; "
-          f"load average {load_before}")
+    print(
+        f"{base.name}: {base.flops_per_s(dtype) / 1e9:.1f} GFLOP/s {dtype}, {base.memory_bandwidth / 1e9:.1f} GB/s; "
+        f"load average {load_before}"
+    )
     print(f"timing {shape.name} ({dtype}, random weights) on {device}, L={args.context}:")
     model = random_model(shape).to(device)
-    points = [t.as_dict() for t in measure_forward_times(model, args.batch_sizes, args.tokens, args.context,
-                                                          args.repeats, progress=True)]
+    points = [
+        t.as_dict()
+        for t in measure_forward_times(model, args.batch_sizes, args.tokens, args.context, args.repeats, progress=True)
+    ]
     del model
     draft_points = []
     if args.draft_shape:
         dshape = get_shape(args.draft_shape).with_dtype(dtype)
         print(f"timing draft {dshape.name}:")
         dmodel = random_model(dshape).to(device)
-        draft_points = [t.as_dict() for t in measure_forward_times(dmodel, [1], [1], args.context, args.repeats, progress=True)]
+        draft_points = [
+            t.as_dict() for t in measure_forward_times(dmodel, [1], [1], args.context, args.repeats, progress=True)
+        ]
         del dmodel
     return {
         "experiment": "roofline",
@@ -183,12 +196,16 @@ def analyse(result: dict, fit_tokens: list[int]) -> None:
 
 def report(result: dict) -> None:
     s = result["summary"]
-    print(f"fit on {s['fit_points']} points (S in {s['fit_tokens']}): e_c={s['compute_efficiency']:.2f} "
-          f"e_m={s['memory_efficiency']:.2f} overhead={s['overhead_ms']:.1f} ms "
-          f"({'max' if s['overlap'] else 'sum'} of compute and memory time)")
+    print(
+        f"fit on {s['fit_points']} points (S in {s['fit_tokens']}): e_c={s['compute_efficiency']:.2f} "
+        f"e_m={s['memory_efficiency']:.2f} overhead={s['overhead_ms']:.1f} ms "
+        f"({'max' if s['overlap'] else 'sum'} of compute and memory time)"
+    )
     if s["held_out_points"]:
-        print(f"held-out median relative error {s['held_out_median_rel_error']:.1%} over {s['held_out_points']} points "
-              f"(max {s['held_out_max_rel_error']:.1%}); roofline without fit: {s['roofline_only_median_rel_error']:.1%}")
+        print(
+            f"held-out median relative error {s['held_out_median_rel_error']:.1%} over {s['held_out_points']} points "
+            f"(max {s['held_out_max_rel_error']:.1%}); roofline without fit: {s['roofline_only_median_rel_error']:.1%}"
+        )
     if "c_draft_over_target" in s:
         print(f"c = T_draft / T_target at B=1, S=1: {s['c_draft_over_target']:.3f}")
     print(f"load average before {result['load_average_before']}, after {result['load_average_after']}")
@@ -232,10 +249,17 @@ def write_figures(result: dict, out: Path) -> None:
     c = result["summary"].get("c_draft_over_target", 0.1)
     max_s = max(p["n_tokens"] for p in pts)
     figs = {
-        "cost_curves.html": cost_curves_figure(predicted, measured=pts, title=f"{name}: forward time vs tokens per "
-                                               f"sequence, measured (×) and fitted roofline (L={L})"),
-        "cost_ratio.html": cost_curves_figure(predicted, measured=pts, normalize=True,
-                                              title=f"{name}: verification cost T(S)/T(1), measured (×) and fitted"),
+        "cost_curves.html": cost_curves_figure(
+            predicted,
+            measured=pts,
+            title=f"{name}: forward time vs tokens per sequence, measured (×) and fitted roofline (L={L})",
+        ),
+        "cost_ratio.html": cost_curves_figure(
+            predicted,
+            measured=pts,
+            normalize=True,
+            title=f"{name}: verification cost T(S)/T(1), measured (×) and fitted",
+        ),
         "predicted_vs_measured.html": predicted_vs_measured_figure(pts),
         "speedup_vs_alpha.html": speedup_vs_alpha_figure([0.01, 0.05, 0.1, 0.2, 0.5], fixed_gamma=4),
         "speedup_heatmap.html": speedup_heatmap_figure(c, 16),
@@ -243,13 +267,17 @@ def write_figures(result: dict, out: Path) -> None:
     for b in sorted({p["batch_size"] for p in pts}):
         ratio = measured_verify_ratio(pts, b)
         fig = improvement_curves_figure([0.5, 0.7, 0.8, 0.9], c, min(16, max_s - 1), verify_ratio=ratio)
-        fig.update_layout(title=f"Speedup vs γ with this machine's measured verify cost, B={b}, c={c:.3f} (SSSD Fig. 2)")
+        fig.update_layout(
+            title=f"Speedup vs γ with this machine's measured verify cost, B={b}, c={c:.3f} (SSSD Fig. 2)"
+        )
         figs[f"speedup_measured_cost_B{b}.html"] = fig
     theory = result.get("theory", {})
     for shape_name, by_label in theory.items():
         budgets = {hw: v["budget"] for hw, v in by_label.get("ideal", {}).items()}
         fig = budget_bars_figure(budgets, 0.1)
-        fig.update_layout(title=f"{shape_name}, L={L}, ideal kernels: drafts per sequence that cost ≤ 10% over one step")
+        fig.update_layout(
+            title=f"{shape_name}, L={L}, ideal kernels: drafts per sequence that cost ≤ 10% over one step"
+        )
         figs[f"budget_{shape_name}.html"] = fig
     for fname, fig in figs.items():
         fig.write_html(out / fname, include_plotlyjs="cdn")

@@ -110,8 +110,15 @@ def fig4(refs: list[dict], datastore, sizes: list[int]) -> list[dict]:
             for suite in dict.fromkeys(r["suite"] for r in refs):
                 runs = [replay(r["prompt_ids"], r["output_ids"], make(), size) for r in refs if r["suite"] == suite]
                 steps, tokens = sum(x["steps"] for x in runs), sum(x["tokens"] for x in runs)
-                rows.append({"suite": suite, "drafter": name, "speculation_length": size,
-                             "mean_accepted_length": tokens / steps, "draft_ms_per_step": 1e3 * sum(x["draft_s"] for x in runs) / steps})
+                rows.append(
+                    {
+                        "suite": suite,
+                        "drafter": name,
+                        "speculation_length": size,
+                        "mean_accepted_length": tokens / steps,
+                        "draft_ms_per_step": 1e3 * sum(x["draft_s"] for x in runs) / steps,
+                    }
+                )
     return rows
 
 
@@ -132,9 +139,18 @@ def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 
         t0 = time.perf_counter()
         records = decode_batch(pair, ids, tree_size, max_new_tokens=max_new_tokens, opts=SSSDOptions(sources="input"))
         for p, prompt_ids, rs in zip(chunk, ids, records):
-            refs.append({"suite": p.suite, "prompt_id": p.id, "prompt_ids": prompt_ids, "output_ids": [t for r in rs for t in r.emitted]})
+            refs.append(
+                {
+                    "suite": p.suite,
+                    "prompt_id": p.id,
+                    "prompt_ids": prompt_ids,
+                    "output_ids": [t for r in rs for t in r.emitted],
+                }
+            )
         if progress:
-            print(f"  references {start + len(chunk)}/{len(prompts)} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+            print(
+                f"  references {start + len(chunk)}/{len(prompts)} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr
+            )
     return refs
 
 
@@ -148,9 +164,14 @@ def speed_b1(pair, prompts: list, refs: list[dict], options: dict, max_new_token
     for run in mark_parity(done, pair, prompts, judge=False):
         ref = reference[run.prompt_id]
         n = min(len(run.output_ids), len(ref))
-        runs.append({**run.to_dict(("suite", "prompt_id", "method", "new_tokens", "wall_s", "target_forwards")),
-                     "draft_ms": sum(x.draft_ms for x in run.records), "verify_ms": sum(x.verify_ms for x in run.records),
-                     "matches_reference": bool(run.matches_autoregressive) and run.output_ids[:n] == ref[:n]})  # fmt: skip
+        runs.append(
+            {
+                **run.to_dict(("suite", "prompt_id", "method", "new_tokens", "wall_s", "target_forwards")),
+                "draft_ms": sum(x.draft_ms for x in run.records),
+                "verify_ms": sum(x.verify_ms for x in run.records),
+                "matches_reference": bool(run.matches_autoregressive) and run.output_ids[:n] == ref[:n],
+            }
+        )
     return runs
 
 
@@ -158,20 +179,34 @@ def speed_table(runs: list[dict]) -> list[dict]:
     rows = []
     for suite in [*dict.fromkeys(r["suite"] for r in runs), "all"]:
         sel = [r for r in runs if suite in ("all", r["suite"])]
-        tps = {m: metrics.tokens_per_s(sum(r["new_tokens"] for r in sel if r["method"] == m), sum(r["wall_s"] for r in sel if r["method"] == m))
-               for m in ("autoregressive", "sssd")}  # fmt: skip
+        tps = {
+            m: metrics.tokens_per_s(
+                sum(r["new_tokens"] for r in sel if r["method"] == m), sum(r["wall_s"] for r in sel if r["method"] == m)
+            )
+            for m in ("autoregressive", "sssd")
+        }
         sssd_runs = [r for r in sel if r["method"] == "sssd"]
-        rows.append({
-            "suite": suite, "prompts": len(sssd_runs), "ar_tokens_per_s": tps["autoregressive"], "sssd_tokens_per_s": tps["sssd"],
-            "speedup": metrics.speedup(tps["autoregressive"], tps["sssd"]),
-            "mean_accepted_length": metrics.mean_accepted_length(sum(r["new_tokens"] for r in sssd_runs), sum(r["target_forwards"] for r in sssd_runs)),
-            "retrieval_share": sum(r["draft_ms"] for r in sssd_runs) / sum(r["draft_ms"] + r["verify_ms"] for r in sssd_runs),
-            "greedy_parity": all(r["matches_reference"] for r in sel),
-        })
+        rows.append(
+            {
+                "suite": suite,
+                "prompts": len(sssd_runs),
+                "ar_tokens_per_s": tps["autoregressive"],
+                "sssd_tokens_per_s": tps["sssd"],
+                "speedup": metrics.speedup(tps["autoregressive"], tps["sssd"]),
+                "mean_accepted_length": metrics.mean_accepted_length(
+                    sum(r["new_tokens"] for r in sssd_runs), sum(r["target_forwards"] for r in sssd_runs)
+                ),
+                "retrieval_share": sum(r["draft_ms"] for r in sssd_runs)
+                / sum(r["draft_ms"] + r["verify_ms"] for r in sssd_runs),
+                "greedy_parity": all(r["matches_reference"] for r in sel),
+            }
+        )
     return rows
 
 
-def fig6(pair, refs: list[dict], batch_sizes: list[int], fixed: int, hardware: str, max_new_tokens: int, options: dict) -> list[dict]:
+def fig6(
+    pair, refs: list[dict], batch_sizes: list[int], fixed: int, hardware: str, max_new_tokens: int, options: dict
+) -> list[dict]:
     """Static batches of the first B prompts: AR, SSSD with roofline S(B), SSSD with fixed S."""
     from specviz.methods.sssd import SSSDOptions, batch_tree_size, decode_batch
 
@@ -181,7 +216,7 @@ def fig6(pair, refs: list[dict], batch_sizes: list[int], fixed: int, hardware: s
     rows = []
     decode_batch(pair, prompts[:2], 4, max_new_tokens=4, opts=opts)  # warm-up
     for B in batch_sizes:
-        if B > len(prompts):
+        if len(prompts) < B:
             break
         budget = batch_tree_size(pair, B, context, hardware)
         for label, size in (("AR", 0), ("SSSD (roofline S)", budget), (f"SSSD (S={fixed})", fixed)):
@@ -192,9 +227,19 @@ def fig6(pair, refs: list[dict], batch_sizes: list[int], fixed: int, hardware: s
             latency = [rs[-1].t_end for rs in records]
             steps = max(len(rs) for rs in records)
             parity = all([t for r in rs for t in r.emitted] == ref["output_ids"] for rs, ref in zip(records, refs))
-            rows.append({"batch_size": B, "variant": label, "speculation_length": size, "tokens": tokens, "wall_s": wall,
-                         "throughput_tokens_per_s": tokens / wall, "mean_latency_s": float(np.mean(latency)),
-                         "iterations": steps, "greedy_parity": parity})
+            rows.append(
+                {
+                    "batch_size": B,
+                    "variant": label,
+                    "speculation_length": size,
+                    "tokens": tokens,
+                    "wall_s": wall,
+                    "throughput_tokens_per_s": tokens / wall,
+                    "mean_latency_s": float(np.mean(latency)),
+                    "iterations": steps,
+                    "greedy_parity": parity,
+                }
+            )
     return rows
 
 
@@ -208,10 +253,14 @@ def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
     from specviz.methods.trees import TreeContext
 
     rows = []
-    for scale, depth_decay, short in itertools.product((0.2, 0.4, 0.6, 0.8, 1.0), (0.7, 0.8, 0.9, 1.0), (0.4, 0.6, 0.8)):
+    for scale, depth_decay, short in itertools.product(
+        (0.2, 0.4, 0.6, 0.8, 1.0), (0.7, 0.8, 0.9, 1.0), (0.4, 0.6, 0.8)
+    ):
         steps = tokens = 0
         for r in refs:
-            drafter = NgramTreeDrafter(datastore, SSSDOptions(datastore="none"), FusionWeights(scale, depth_decay, short))
+            drafter = NgramTreeDrafter(
+                datastore, SSSDOptions(datastore="none"), FusionWeights(scale, depth_decay, short)
+            )
 
             def propose(ids, s, depth, d=drafter):
                 tree = d.propose(TreeContext(ids, depth), s)
@@ -219,8 +268,14 @@ def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
 
             out = replay(r["prompt_ids"], r["output_ids"], propose, size)
             steps, tokens = steps + out["steps"], tokens + out["tokens"]
-        rows.append({"input_scale": scale, "input_depth_decay": depth_decay, "short_match_decay": short,
-                     "mean_accepted_length": tokens / steps})
+        rows.append(
+            {
+                "input_scale": scale,
+                "input_depth_decay": depth_decay,
+                "short_match_decay": short,
+                "mean_accepted_length": tokens / steps,
+            }
+        )
     return sorted(rows, key=lambda r: -r["mean_accepted_length"])
 
 
@@ -250,7 +305,11 @@ def write_outputs(out: Path, results: dict[str, Any]) -> list[Path]:
         fig = accepted_length_figure(results["fig4"])
         paths.append(out / "fig4_accepted_length.html")
         fig.write_html(paths[-1], include_plotlyjs="cdn")
-        lines += ["## Mean accepted length vs speculation length (replayed greedy verification)\n", _md(results["fig4"]), ""]
+        lines += [
+            "## Mean accepted length vs speculation length (replayed greedy verification)\n",
+            _md(results["fig4"]),
+            "",
+        ]
     if results.get("speed_b1"):
         lines += ["## Speed at B = 1 (interleaved real runs)\n", _md(results["speed_b1"]), ""]
     if results.get("fig6"):
@@ -281,16 +340,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed-new-tokens", type=int, default=64)
     ap.add_argument("--datastore", default=str(DEFAULT_PATH))
     ap.add_argument("--sizes", default="1,2,4,8,12,16,24,32", help="speculation lengths S for Fig. 4")
-    ap.add_argument("--speculation-length", type=int, default=12, help="S for the B = 1 speed runs and the fixed-S batches")
+    ap.add_argument(
+        "--speculation-length", type=int, default=12, help="S for the B = 1 speed runs and the fixed-S batches"
+    )
     ap.add_argument("--batch-sizes", default="1,2,4,8,16")
     ap.add_argument("--batch-new-tokens", type=int, default=64)
     ap.add_argument("--hardware", default="This machine (2-core CPU)", help="roofline preset for S per batch size")
     ap.add_argument("--stages", default="fig4,speed,fig6", help="any of fig4, speed, fig6, grid")
-    ap.add_argument("--validation", type=Path, help="JSONL of validation prompts for the grid stage (e.g. sharegpt_prompts.jsonl)")
+    ap.add_argument(
+        "--validation", type=Path, help="JSONL of validation prompts for the grid stage (e.g. sharegpt_prompts.jsonl)"
+    )
     ap.add_argument("--validation-lines", default="5500:6000")
     ap.add_argument("--out", type=Path, default=Path("results/sssd"))
-    ap.add_argument("--reference-tree", type=int, default=16, help="tree nodes per step when decoding the references (0: batched AR)")
-    ap.add_argument("--references", type=Path, help="reuse the greedy references of an earlier results.json or .json.gz (same pair)")
+    ap.add_argument(
+        "--reference-tree",
+        type=int,
+        default=16,
+        help="tree nodes per step when decoding the references (0: batched AR)",
+    )
+    ap.add_argument(
+        "--references", type=Path, help="reuse the greedy references of an earlier results.json or .json.gz (same pair)"
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
@@ -302,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     pair = load_target_pair(args.pair)
     datastore = resolve_datastore(args.datastore, pair.tokenizer) if args.datastore != "none" else None
     results: dict[str, Any] = {
-        "pair": pair.name, "command": "python -m specviz.bench sssd " + " ".join(argv or sys.argv[1:]),
+        "pair": pair.name,
+        "command": "python -m specviz.bench sssd " + " ".join(argv or sys.argv[1:]),
         "datastore": None if datastore is None else {"path": args.datastore, **datastore.info},
     }
     progress = not args.quiet
@@ -313,12 +384,22 @@ def main(argv: list[str] | None = None) -> int:
         from specviz.reports import read_json
 
         saved = {r["prompt_id"]: r["output_ids"] for r in read_json(args.references)["references"]}
-        refs = [{"suite": p.suite, "prompt_id": p.id, "prompt_ids": encode_prompt(pair, p.text), "output_ids": saved[p.id]}
-                for p in prompts if p.id in saved]
+        refs = [
+            {"suite": p.suite, "prompt_id": p.id, "prompt_ids": encode_prompt(pair, p.text), "output_ids": saved[p.id]}
+            for p in prompts
+            if p.id in saved
+        ]
     else:
-        refs = references(pair, prompts, args.max_new_tokens, progress, tree_size=args.reference_tree) if needs_refs else []
+        refs = (
+            references(pair, prompts, args.max_new_tokens, progress, tree_size=args.reference_tree)
+            if needs_refs
+            else []
+        )
     results["references"] = [{k: v for k, v in r.items() if k != "prompt_ids"} for r in refs]
-    options = {"speculation_length": args.speculation_length, "datastore": args.datastore if datastore is not None else "none"}
+    options = {
+        "speculation_length": args.speculation_length,
+        "datastore": args.datastore if datastore is not None else "none",
+    }
     if refs:
         write_outputs(args.out, results)  # every stage saves what is done so far
     if "fig4" in stages:
@@ -326,9 +407,15 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args.out, results)
     if "speed" in stages:
         per_suite = {}
-        speed_refs = [r for r in refs if per_suite.setdefault(r["suite"], []).append(r) or len(per_suite[r["suite"]]) <= args.speed_limit]
+        speed_refs = [
+            r
+            for r in refs
+            if per_suite.setdefault(r["suite"], []).append(r) or len(per_suite[r["suite"]]) <= args.speed_limit
+        ]
         speed_ids = {r["prompt_id"] for r in speed_refs}
-        results["speed_runs"] = speed_b1(pair, [p for p in prompts if p.id in speed_ids], speed_refs, options, args.speed_new_tokens)
+        results["speed_runs"] = speed_b1(
+            pair, [p for p in prompts if p.id in speed_ids], speed_refs, options, args.speed_new_tokens
+        )
         results["speed_b1"] = speed_table(results["speed_runs"])
         write_outputs(args.out, results)
     if "fig6" in stages:
@@ -339,13 +426,20 @@ def main(argv: list[str] | None = None) -> int:
         by_suite = [[r for r in batch_refs if r["suite"] == s] for s in dict.fromkeys(r["suite"] for r in batch_refs)]
         batch_refs = [r for group in itertools.zip_longest(*by_suite) for r in group if r is not None]  # suites mixed
         sizes = [int(b) for b in args.batch_sizes.split(",")]
-        results["fig6"] = fig6(pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options)
+        results["fig6"] = fig6(
+            pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options
+        )
     if "grid" in stages:
         if args.validation is None:
             raise SpecvizError("the grid stage needs --validation PROMPTS.jsonl (prompts never used for the datastore)")
         lo, hi = (int(x) for x in args.validation_lines.split(":"))
-        val = references(pair, validation_prompts(args.validation, (lo, hi), args.limit), args.max_new_tokens, progress,
-                         tree_size=args.reference_tree)
+        val = references(
+            pair,
+            validation_prompts(args.validation, (lo, hi), args.limit),
+            args.max_new_tokens,
+            progress,
+            tree_size=args.reference_tree,
+        )
         results["grid"] = grid_search(val, datastore, args.speculation_length)
     for path in write_outputs(args.out, results):
         print(f"wrote {path}")

@@ -19,7 +19,14 @@ import sys
 from dataclasses import asdict
 
 from specviz import metrics
-from specviz.harness import Variant, add_comparison_args, add_output_args, comparison_prompts, describe_machine, run_interleaved
+from specviz.harness import (
+    Variant,
+    add_comparison_args,
+    add_output_args,
+    comparison_prompts,
+    describe_machine,
+    run_interleaved,
+)
 
 
 def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> list[Variant]:
@@ -29,8 +36,13 @@ def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> l
         Variant(f"Streaming (path, gamma={gamma})", "streaming", {"speculation_length": gamma, "adapter": adapter}),
     ]
     if width > 1:
-        rows.append(Variant(f"Streaming (tree {width}-wide, <= {nodes} nodes)", "streaming",
-                            {"speculation_length": gamma, "tree_width": width, "tree_nodes": nodes, "adapter": adapter}))
+        rows.append(
+            Variant(
+                f"Streaming (tree {width}-wide, <= {nodes} nodes)",
+                "streaming",
+                {"speculation_length": gamma, "tree_width": width, "tree_nodes": nodes, "adapter": adapter},
+            )
+        )
     if draft:
         rows.append(Variant(f"Vanilla SD (draft, gamma={gamma})", "vanilla", {"speculation_length": gamma}))
     return rows
@@ -38,12 +50,25 @@ def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> l
 
 def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
     """One dict per variant x prompt (parity is judged per baseline in `table`)."""
-    done = run_interleaved(pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress, desc="streaming")
+    done = run_interleaved(
+        pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress, desc="streaming"
+    )
     return [r.to_dict(RUN_KEYS) for r in done]
 
 
-RUN_KEYS = ("variant", "method", "suite", "prompt_id", "new_tokens", "wall_s", "target_forwards", "draft_forwards", "drafted",
-            "accepted", "output_ids")  # a run's fields in results.json (output_ids left out there)
+RUN_KEYS = (
+    "variant",
+    "method",
+    "suite",
+    "prompt_id",
+    "new_tokens",
+    "wall_s",
+    "target_forwards",
+    "draft_forwards",
+    "drafted",
+    "accepted",
+    "output_ids",
+)  # a run's fields in results.json (output_ids left out there)
 
 
 def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> list[dict]:
@@ -59,16 +84,27 @@ def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> l
             ref = refs[ref_name]
             tokens, wall, forwards = _total(rs, "new_tokens"), _total(rs, "wall_s"), _total(rs, "target_forwards")
             ref_tokens, ref_wall = _total(ref.values(), "new_tokens"), _total(ref.values(), "wall_s")
-            rows.append({
-                "suite": suite, "label": name, "method": rs[0]["method"], "runs": len(rs), "tokens": tokens,
-                "target_forwards": forwards, "draft_forwards": _total(rs, "draft_forwards"),
-                "tokens_per_target_forward": metrics.mean_accepted_length(tokens, forwards),
-                "ms_per_token": metrics.ms_per_token(tokens, wall), "baseline": ref_name,
-                "speedup": metrics.speedup(metrics.tokens_per_s(ref_tokens, ref_wall), metrics.tokens_per_s(tokens, wall)),
-                "acceptance_rate": metrics.acceptance_rate(_total(rs, "accepted"), _total(rs, "drafted")) or 0.0,  # 0, not None, for AR
-                "extra_params": extra_params.get(rs[0]["method"], 0),
-                "matches_baseline": all(r["output_ids"] == ref[r["prompt_id"]]["output_ids"] for r in rs),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "label": name,
+                    "method": rs[0]["method"],
+                    "runs": len(rs),
+                    "tokens": tokens,
+                    "target_forwards": forwards,
+                    "draft_forwards": _total(rs, "draft_forwards"),
+                    "tokens_per_target_forward": metrics.mean_accepted_length(tokens, forwards),
+                    "ms_per_token": metrics.ms_per_token(tokens, wall),
+                    "baseline": ref_name,
+                    "speedup": metrics.speedup(
+                        metrics.tokens_per_s(ref_tokens, ref_wall), metrics.tokens_per_s(tokens, wall)
+                    ),
+                    "acceptance_rate": metrics.acceptance_rate(_total(rs, "accepted"), _total(rs, "drafted"))
+                    or 0.0,  # 0, not None, for AR
+                    "extra_params": extra_params.get(rs[0]["method"], 0),
+                    "matches_baseline": all(r["output_ids"] == ref[r["prompt_id"]]["output_ids"] for r in rs),
+                }
+            )
     return rows
 
 
@@ -93,31 +129,48 @@ def markdown(rows: list[dict], agreement: dict, header: str) -> str:
     def fmt(x, spec=".2f"):
         return "-" if x is None else format(x, spec)
 
-    lines = [header, "", "| suite | method | tokens / target forward | ms/token | speedup | vs | target calls | draft calls | "
-             "extra params | = baseline |", "|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    lines = [
+        header,
+        "",
+        "| suite | method | tokens / target forward | ms/token | speedup | vs | target calls | draft calls | "
+        "extra params | = baseline |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['suite']} | {r['label']} | {fmt(r['tokens_per_target_forward'])} | {fmt(r['ms_per_token'], '.1f')} | "
-                     f"{fmt(r['speedup'])} | {r['baseline']} | {r['target_forwards']} | {r['draft_forwards']} | "
-                     f"{r['extra_params']:,} | {'yes' if r['matches_baseline'] else 'NO'} |")
-    lines += ["", f"Tuned vs original greedy output: {agreement['identical_outputs']:.0%} of outputs identical, "
-              f"{agreement['tokens_before_first_difference']:.0%} of tokens before the first difference."]
+        lines.append(
+            f"| {r['suite']} | {r['label']} | {fmt(r['tokens_per_target_forward'])} | {fmt(r['ms_per_token'], '.1f')} | "
+            f"{fmt(r['speedup'])} | {r['baseline']} | {r['target_forwards']} | {r['draft_forwards']} | "
+            f"{r['extra_params']:,} | {'yes' if r['matches_baseline'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        f"Tuned vs original greedy output: {agreement['identical_outputs']:.0%} of outputs identical, "
+        f"{agreement['tokens_before_first_difference']:.0%} of tokens before the first difference.",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.bench streaming", description=__doc__.split("\n\n")[0])
-    add_comparison_args(p, suites="humaneval,gsm8k", limit=4, max_new_tokens=64,
-                        pair_help="default | tiny-random | a preset (the draft is optional)")
+    add_comparison_args(
+        p,
+        suites="humaneval,gsm8k",
+        limit=4,
+        max_new_tokens=64,
+        pair_help="default | tiny-random | a preset (the draft is optional)",
+    )
     p.add_argument("--gamma", type=int, default=3, help="streams used (at most the adapter's)")
-    p.add_argument("--tree-width", type=int, default=3, help="top tokens per stream for the tree variant (1: no tree row)")
+    p.add_argument(
+        "--tree-width", type=int, default=3, help="top tokens per stream for the tree variant (1: no tree row)"
+    )
     p.add_argument("--tree-nodes", type=int, default=12)
     p.add_argument("--adapter", default="auto", help="auto | untrained | a .safetensors path")
     add_output_args(p, "streaming")
     args = p.parse_args(argv)
 
     from specviz.errors import SpecvizError
-    from specviz.models.pair import load_target_pair
     from specviz.methods.streaming import streaming_model
+    from specviz.models.pair import load_target_pair
     from specviz.prompts import prompt_sources
 
     try:
@@ -132,16 +185,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     summary = table(runs, [v.label for v in rows], extra)
     agreement = tuned_agreement(runs, rows[0].label, rows[1].label)
-    header = (f"Speculative streaming: pair {pair.name}, adapter '{args.adapter}' (N_s={lm.cfg.stream_layers}, "
-              f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset "
-              f"{args.offset}), greedy, max {args.max_new_tokens} new tokens, on {str(pair.device)} ({describe_machine(str(pair.device))['threads']} threads)")
+    header = (
+        f"Speculative streaming: pair {pair.name}, adapter '{args.adapter}' (N_s={lm.cfg.stream_layers}, "
+        f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset "
+        f"{args.offset}), greedy, max {args.max_new_tokens} new tokens, on {pair.device!s} ({describe_machine(str(pair.device))['threads']} threads)"
+    )
     text = markdown(summary, agreement, header)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"config": {**vars(args), "out": str(args.out), "prompts": [q.id for q in prompts]}, "pair": pair.info,
-              "device": describe_machine(str(pair.device)), "adapter": asdict(lm.cfg),
-              "summary": summary, "tuned_vs_original": agreement,
-              "runs": [{k: v for k, v in r.items() if k != "output_ids"} for r in runs]}  # fmt: skip
+    result = {
+        "config": {**vars(args), "out": str(args.out), "prompts": [q.id for q in prompts]},
+        "pair": pair.info,
+        "device": describe_machine(str(pair.device)),
+        "adapter": asdict(lm.cfg),
+        "summary": summary,
+        "tuned_vs_original": agreement,
+        "runs": [{k: v for k, v in r.items() if k != "output_ids"} for r in runs],
+    }
     (args.out / "results.json").write_text(json.dumps(result, indent=1, default=str))
     (args.out / "table.md").write_text(text + "\n")
     print(f"wrote {args.out}/results.json and table.md")

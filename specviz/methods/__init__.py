@@ -35,7 +35,9 @@ class MethodSpec:
     generate: Callable[..., Iterator[Any]]  # (Decoding, options) -> Iterator[IterationRecord]
     family: Family  # how it drafts and verifies, and the formula that explains its speed: specviz.cost.families.CHAIN, TREE, ...
     needs_draft: bool = True  # the pair must have a draft model (it drafts with it, or with a copy that learns)
-    dynamic_length: bool = False  # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
+    dynamic_length: bool = (
+        False  # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
+    )
     in_default_race: bool = False  # ticked when the Race tab opens (the baseline and one method per paper)
     hf_peers: tuple[str, ...] = ()  # the Hugging Face generate() setups it is compared with (specviz.peers)
     is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
@@ -129,4 +131,3 @@ def get_method(name: str) -> MethodSpec:
     if not isinstance(name, str) or name not in _REGISTRY:
         raise SpecvizError(f"unknown method {name!r}. Known methods: {', '.join(method_names())}")
     return _REGISTRY[name]
-

@@ -125,7 +125,9 @@ def scored_candidates(
     return best
 
 
-def first_match_candidates(ids: Sequence[int], datastore: Datastore, depth: int, max_ngram: int = 8, count: int = 100) -> dict[Path, tuple[float, str]]:
+def first_match_candidates(
+    ids: Sequence[int], datastore: Datastore, depth: int, max_ngram: int = 8, count: int = 100
+) -> dict[Path, tuple[float, str]]:
     """REST-style baseline (He et al. 2024): the longest suffix of `ids` found in the datastore,
     its first `count` continuations in suffix-array order, scored by their share."""
     for n in range(min(max_ngram, len(ids)), 0, -1):

@@ -118,7 +118,11 @@ def option_fields(cls: type, text: bool = False) -> tuple[OptionField, ...]:
         meta, help_ = f.metadata, comments.get(f.name, "")
         if "kind" in meta:
             least, most = meta.get("range", (0, 0))
-            out.append(OptionField(f.name, meta["kind"], f.default, least, most, meta.get("choices", ()), meta.get("limit", ""), help_))
+            out.append(
+                OptionField(
+                    f.name, meta["kind"], f.default, least, most, meta.get("choices", ()), meta.get("limit", ""), help_
+                )
+            )
         elif isinstance(f.default, bool):
             out.append(OptionField(f.name, "bool", f.default, help=help_))
         elif text and isinstance(f.default, str):

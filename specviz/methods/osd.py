@@ -56,7 +56,9 @@ def osd(dec: Decoding, opts: OsdOptions) -> Iterator[IterationRecord]:
     from specviz.osd.learner import OnlineLearner
 
     if dec.session is not None and not isinstance(dec.session, OnlineLearner):  # checked before the first step
-        raise SpecvizError(f"osd's session must be an OnlineLearner (from new_session), got {type(dec.session).__name__}")
+        raise SpecvizError(
+            f"osd's session must be an OnlineLearner (from new_session), got {type(dec.session).__name__}"
+        )
     return online_decoding(dec, opts, dec.session)
 
 

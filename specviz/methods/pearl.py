@@ -48,7 +48,9 @@ from specviz.verify import Verdict, verify
 
 @dataclass(frozen=True)
 class PearlOptions:
-    window: int = count(0, least=0, limit="speculation_length")  # γ: tokens per drafting phase; 0 = round(c), c measured at the start (Theorem 1)
+    window: int = count(
+        0, least=0, limit="speculation_length"
+    )  # γ: tokens per drafting phase; 0 = round(c), c measured at the start (Theorem 1)
     concurrent: bool = True  # draft and target at the same time (threads / CUDA streams); False: one after the other
 
     def __post_init__(self) -> None:
@@ -65,8 +67,12 @@ class Pearl:
         self.gamma = opts.window or optimal_window(dec.pair)  # measured before the run's clock starts
         dec.now()  # start the clock in this thread, before a second thread reads it
         self.draft_lm, self.target = TimedLM(dec.pair.draft, dec.now), TimedLM(dec.pair.target, dec.now)
-        seed = int(torch.randint(2**62, (1,), generator=dec.generator, device=dec.generator.device))  # the draft samples in its own thread
-        self.drafter = ModelDrafter(dec, lm=self.draft_lm, generator=torch.Generator(self.draft_lm.device).manual_seed(seed))
+        seed = int(
+            torch.randint(2**62, (1,), generator=dec.generator, device=dec.generator.device)
+        )  # the draft samples in its own thread
+        self.drafter = ModelDrafter(
+            dec, lm=self.draft_lm, generator=torch.Generator(self.draft_lm.device).manual_seed(seed)
+        )
         self.policy = StaticLength(self.gamma)
         self.lanes = Lanes(opts.concurrent, self.draft_lm.device, self.target.device, dec.executor)
         self.pending = NO_DRAFT  # drafts after dec.ids that no verification has seen yet
@@ -109,7 +115,9 @@ class Pearl:
         keep_ahead = ahead is not None and verdict.accepted == m
         if keep_ahead:
             verdict = replace(verdict, next_token=None)  # the drafts ahead stand where the bonus token would
-        record = self.record(pending.tokens, verdict, mode, drafted_ahead=tuple(ahead.tokens) if ahead else (), ahead_kept=keep_ahead)
+        record = self.record(
+            pending.tokens, verdict, mode, drafted_ahead=tuple(ahead.tokens) if ahead else (), ahead_kept=keep_ahead
+        )
         if keep_ahead:
             self.pending = ahead
         else:
@@ -134,22 +142,36 @@ class Pearl:
             drafted, rows, parallel = draft_job(), None, False
         else:
             drafted, rows, parallel = self.lanes.run(draft_job, target_job)
-        self.log.add(mode, start, self.dec.now(), self.draft_lm.take_intervals(), self.target.take_intervals(), parallel)
+        self.log.add(
+            mode, start, self.dec.now(), self.draft_lm.take_intervals(), self.target.take_intervals(), parallel
+        )
         return drafted, rows
 
     def record(self, drafted: list[int], verdict: Verdict, mode: str, **mode_fields: Any) -> IterationRecord:
         """The record of the rounds since the last one; `mode_fields`: the mode's own PearlExtra fields."""
         log = self.log
         r = self.dec.commit(
-            drafted=drafted, verdict=verdict, speculation_length=len(drafted), t_start=self.t_start, t_drafted=self.t_start,
-            draft_forwards=len(log.draft), target_forwards=len(log.target),
-        )  # fmt: skip
+            drafted=drafted,
+            verdict=verdict,
+            speculation_length=len(drafted),
+            t_start=self.t_start,
+            t_drafted=self.t_start,
+            draft_forwards=len(log.draft),
+            target_forwards=len(log.target),
+        )
         pearl = PearlExtra(
-            mode=mode, window=self.gamma, parallel_threads=self.lanes.threads, draft_intervals=tuple(map(tuple, log.draft)),
-            target_intervals=tuple(map(tuple, log.target)), phases=tuple(Phase(**p) for p in log.phases),
-            ideal_s=r.t_end - r.t_start - log.deficit, **mode_fields,
-        )  # fmt: skip
-        r = replace(r, draft_ms=busy(log.draft) * 1e3, verify_ms=busy(log.target) * 1e3, extra={**pearl.to_extra(), **r.extra})
+            mode=mode,
+            window=self.gamma,
+            parallel_threads=self.lanes.threads,
+            draft_intervals=tuple(map(tuple, log.draft)),
+            target_intervals=tuple(map(tuple, log.target)),
+            phases=tuple(Phase(**p) for p in log.phases),
+            ideal_s=r.t_end - r.t_start - log.deficit,
+            **mode_fields,
+        )
+        r = replace(
+            r, draft_ms=busy(log.draft) * 1e3, verify_ms=busy(log.target) * 1e3, extra={**pearl.to_extra(), **r.extra}
+        )
         self.log, self.t_start = Round(), self.dec.now()
         return r
 
@@ -157,7 +179,9 @@ class Pearl:
 NO_DRAFT = Draft([], None, 0)
 
 
-def pearl_decoding(dec: Decoding, opts: PearlOptions, pre_verify: bool = True, post_verify: bool = True) -> Iterator[IterationRecord]:
+def pearl_decoding(
+    dec: Decoding, opts: PearlOptions, pre_verify: bool = True, post_verify: bool = True
+) -> Iterator[IterationRecord]:
     """PEARL's loop (Algorithm 1); with pre_verify=False or post_verify=False, the ablations of its Table 3."""
     run = Pearl(dec, opts)
     try:

@@ -82,12 +82,16 @@ class Lanes:
     and `close` ends it."""
 
     def __init__(self, concurrent: bool, draft_device: torch.device, target_device: torch.device, executor: Any = None):
-        self._owned = ThreadPoolExecutor(1, thread_name_prefix="pearl-target-run") if concurrent and executor is None else None
+        self._owned = (
+            ThreadPoolExecutor(1, thread_name_prefix="pearl-target-run") if concurrent and executor is None else None
+        )
         self.target_lane = (executor if executor is not None else self._owned) if concurrent else None
         cuda = concurrent and draft_device.type == "cuda" and target_device.type == "cuda"
         self.streams = (torch.cuda.Stream(draft_device), torch.cuda.Stream(target_device)) if cuda else (None, None)
         self.total = torch.get_num_threads()  # a job that runs alone gets them all
-        self.threads = (max(1, self.total // 2), max(1, self.total - self.total // 2)) if concurrent else (self.total,) * 2
+        self.threads = (
+            (max(1, self.total // 2), max(1, self.total - self.total // 2)) if concurrent else (self.total,) * 2
+        )
 
     @staticmethod
     def _on(stream: Any, threads: int, job: Callable[[], Any]) -> Any:
@@ -143,7 +147,9 @@ class Round:
         self.phases: list[dict[str, Any]] = []  # one per round: mode, start, end, parallel
         self.deficit = 0.0  # seconds by which the rounds fell short of full overlap
 
-    def add(self, mode: str, start: float, end: float, draft: list[list[float]], target: list[list[float]], parallel: bool) -> None:
+    def add(
+        self, mode: str, start: float, end: float, draft: list[list[float]], target: list[list[float]], parallel: bool
+    ) -> None:
         self.draft += draft
         self.target += target
         self.phases.append({"mode": mode, "start": start, "end": end, "parallel": parallel})

@@ -36,7 +36,9 @@ SOURCES = ("both", "input", "datastore")
 
 @dataclass(frozen=True)
 class SSSDOptions:
-    speculation_length: int = count(8, limit="tree_nodes")  # S: tree nodes the target verifies per iteration (8 is fastest on a CPU, 16-64 on a GPU)
+    speculation_length: int = count(
+        8, limit="tree_nodes"
+    )  # S: tree nodes the target verifies per iteration (8 is fastest on a CPU, 16-64 on a GPU)
     max_depth: int = count(8)  # longest path in the tree (tokens drafted ahead)
     sources: str = choice("both", SOURCES)  # "input" (prompt + own output), "datastore", or "both" fused
     datastore: str = "auto"  # "auto": the shipped one if it fits the tokenizer; "none"; or a .npz path
@@ -88,7 +90,9 @@ class NgramTreeDrafter:
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
         if self.index is not None:
             self.index.extend(context.ids)
-        candidates = scored_candidates(context.ids, self.index, self.datastore, min(context.depth, self.max_depth), self.cfg, self.weights)
+        candidates = scored_candidates(
+            context.ids, self.index, self.datastore, min(context.depth, self.max_depth), self.cfg, self.weights
+        )
         return top_tree(candidates, budget)
 
     def kept(self, path: list[int], hidden: Any) -> None:
@@ -141,7 +145,10 @@ def decode_batch(
     autoregressive decoding), one target forward per iteration for every unfinished sequence;
     a finished sequence leaves the batch. Returns each prompt's records."""
     datastore = resolve_datastore(opts.datastore, pair.tokenizer) if opts.sources != "input" else None
-    decs = [Decoding(pair, list(p), "sssd" if tree_size else "autoregressive", max_new_tokens, sampling, seed + i) for i, p in enumerate(prompts)]
+    decs = [
+        Decoding(pair, list(p), "sssd" if tree_size else "autoregressive", max_new_tokens, sampling, seed + i)
+        for i, p in enumerate(prompts)
+    ]
     drafters = [NgramTreeDrafter(datastore, opts) for _ in prompts]
     records: list[list[IterationRecord]] = [[] for _ in prompts]
     target, active = BatchCachedLM(pair.target), list(range(len(prompts)))

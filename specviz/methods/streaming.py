@@ -43,10 +43,18 @@ ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target
 
 @dataclass(frozen=True)
 class StreamingOptions:
-    speculation_length: int = count(4, least=0, limit="speculation_length")  # streams used per iteration (at most the adapter's γ); 0: the tuned model alone
-    tree_width: int = count(2)  # top tokens taken from each stream (1: a single path; 2 with 6 nodes is fastest on a CPU)
-    tree_nodes: int = count(6, limit="tree_nodes")  # most nodes in the tree (the best by product of stream probabilities)
-    adapter: str = "auto"  # "auto": the shipped adapter trained for this target, else "untrained"; or a .safetensors path
+    speculation_length: int = count(
+        4, least=0, limit="speculation_length"
+    )  # streams used per iteration (at most the adapter's γ); 0: the tuned model alone
+    tree_width: int = count(
+        2
+    )  # top tokens taken from each stream (1: a single path; 2 with 6 nodes is fastest on a CPU)
+    tree_nodes: int = count(
+        6, limit="tree_nodes"
+    )  # most nodes in the tree (the best by product of stream probabilities)
+    adapter: str = (
+        "auto"  # "auto": the shipped adapter trained for this target, else "untrained"; or a .safetensors path
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -127,7 +135,9 @@ class StreamDrafter:
         depth = min(self.gamma, context.depth) if self.node is not None else 0
         if depth <= 0:
             return TokenTree()
-        probs = self.lm.stream_logits(self.node, len(self.main) - 1, self.main.layer_kv)[:depth].softmax(-1)  # [depth, V]
+        probs = self.lm.stream_logits(self.node, len(self.main) - 1, self.main.layer_kv)[:depth].softmax(
+            -1
+        )  # [depth, V]
         return stream_tree(probs, self.width, budget)
 
     def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
@@ -144,7 +154,11 @@ def stream_tree(probs: torch.Tensor, width: int, max_nodes: int) -> TokenTree:
     cands: list[tuple[float, int, int, int]] = []  # (score, parent candidate, token, stream)
     frontier = [(-1, 1.0)]
     for j in range(depth):
-        level = [(score * p_h[j * width + w], parent, int(x_h[j * width + w]), j) for parent, score in frontier for w in range(width)]
+        level = [
+            (score * p_h[j * width + w], parent, int(x_h[j * width + w]), j)
+            for parent, score in frontier
+            for w in range(width)
+        ]
         level = sorted(level, key=lambda c: -c[0])[:max_nodes]  # no deeper node can beat these
         frontier = [(len(cands) + i, c[0]) for i, c in enumerate(level)]
         cands += level

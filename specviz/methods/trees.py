@@ -45,7 +45,9 @@ class TreeDrafter(Protocol):
         is set, the hidden states entering that layer for the pass's rows [1 + n, H]."""
 
 
-def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int], batch_size: int | None = None) -> TreeExtra:
+def tree_extra(
+    tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int], batch_size: int | None = None
+) -> TreeExtra:
     """The record's tree fields: the whole tree (for the tree plot) and each drafted token's source."""
     return TreeExtra(
         tree_tokens=tuple(tree.tokens),
@@ -59,7 +61,12 @@ def tree_extra(tree: TokenTree, path: tuple[int, ...], drafted_nodes: list[int],
 
 
 def commit_tree(
-    dec: Decoding, tree: TokenTree, logits: torch.Tensor, t_start: float, t_drafted: float, batch_size: int | None = None
+    dec: Decoding,
+    tree: TokenTree,
+    logits: torch.Tensor,
+    t_start: float,
+    t_drafted: float,
+    batch_size: int | None = None,
 ) -> tuple[IterationRecord, TreeVerdict]:
     """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
     commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep).

@@ -106,7 +106,11 @@ def prepack_linears(model: torch.nn.Module | None) -> int:
         return 0
     count = 0
     for module in model.modules():
-        if type(module) is torch.nn.Linear and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32:
+        if (
+            type(module) is torch.nn.Linear
+            and module.weight.device.type == "cpu"
+            and module.weight.dtype == torch.float32
+        ):
             # The class, not a bound method stored on the module: that would be a reference cycle, and
             # a dropped model (a released online learner's weights) would wait for the cyclic collector.
             module._specviz_packed = _Packed()

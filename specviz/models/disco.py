@@ -35,7 +35,9 @@ def draft_features(q: torch.Tensor, position: torch.Tensor | int) -> torch.Tenso
     q = q.float()
     top = torch.topk(q, TOP_K, dim=-1).values  # [..., 10], descending
     entropy = -(q * q.clamp_min(1e-30).log()).sum(dim=-1, keepdim=True)  # [..., 1]; 0 log 0 = 0 (2x faster than entr)
-    pos = torch.as_tensor(position, dtype=torch.float32, device=q.device).expand(top.shape[:-1]).unsqueeze(-1)  # [..., 1]
+    pos = (
+        torch.as_tensor(position, dtype=torch.float32, device=q.device).expand(top.shape[:-1]).unsqueeze(-1)
+    )  # [..., 1]
     return torch.cat([top, entropy, pos], dim=-1)
 
 
@@ -44,7 +46,9 @@ class DiscoClassifier(torch.nn.Module):
 
     def __init__(self, hidden: int = 32):
         super().__init__()  # on the host: one classifier serves every pair, on any device (see `score`)
-        self.register_buffer("mean", torch.zeros(N_FEATURES, device=HOST))  # feature standardisation, from training data
+        self.register_buffer(
+            "mean", torch.zeros(N_FEATURES, device=HOST)
+        )  # feature standardisation, from training data
         self.register_buffer("std", torch.ones(N_FEATURES, device=HOST))
         self.fc1 = torch.nn.Linear(N_FEATURES, hidden, device=HOST)
         self.fc2 = torch.nn.Linear(hidden, 1, device=HOST)
@@ -129,6 +133,11 @@ def classifier_for(pair_name: str) -> DiscoModel:
         path = ASSET_DIR / f"{stem}.safetensors"
         if path.is_file():
             model = load_disco(path)
-            return DiscoModel(model.classifier, model.threshold, model.max_speculation_length,
-                              {**model.card, "borrowed": True}, model.name)
+            return DiscoModel(
+                model.classifier,
+                model.threshold,
+                model.max_speculation_length,
+                {**model.card, "borrowed": True},
+                model.name,
+            )
     raise SpecvizError(f"no DISCO classifier shipped in {ASSET_DIR}: train one with `python -m specviz.train.disco`")

@@ -80,11 +80,23 @@ class ReducedHead(nn.Module):
         return index
 
 
-def reduced_config(target_config, *, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
-                   head_vocab: int, embed_rank: int) -> LlamaConfig:
+def reduced_config(
+    target_config,
+    *,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    head_vocab: int,
+    embed_rank: int,
+) -> LlamaConfig:
     """A draft config on the target's tokenizer, special tokens and RoPE; the shape given."""
     t = target_config
-    rope = getattr(t, "rope_parameters", None) or {"rope_type": "default", "rope_theta": getattr(t, "rope_theta", 10000.0)}
+    rope = getattr(t, "rope_parameters", None) or {
+        "rope_type": "default",
+        "rope_theta": getattr(t, "rope_theta", 10000.0),
+    }
     return LlamaConfig(
         vocab_size=t.vocab_size,  # the target's: logits and input ids live in its vocabulary
         hidden_size=hidden,
@@ -140,7 +152,11 @@ class ReducedVocabDraft(LlamaForCausalLM):
     def _rotary(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [end, head_dim] of positions 0..end-1 (Hugging Face's rotary embedding, cached)."""
         w = self.model.embed_tokens.weight
-        if self._rope is None or self._rope[0].shape[0] < end or (self._rope[0].dtype, self._rope[0].device) != (w.dtype, w.device):
+        if (
+            self._rope is None
+            or self._rope[0].shape[0] < end
+            or (self._rope[0].dtype, self._rope[0].device) != (w.dtype, w.device)
+        ):
             size = max(end, 2 * (self._rope[0].shape[0] if self._rope else 256))
             positions = torch.arange(size, device=w.device)[None]  # [1, P]
             cos, sin = self.model.rotary_emb(w.new_zeros(1), positions)  # [1, P, head_dim]
@@ -160,9 +176,15 @@ class ReducedVocabDraft(LlamaForCausalLM):
                 w = torch.cat([w.detach() for w in weights])  # rows of fused matrices, one above the other
                 return quantize_int8(w) if cpu else w
 
-            layers = [(pack(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight), pack(a.o_proj.weight),
-                       pack(m.gate_proj.weight, m.up_proj.weight), pack(m.down_proj.weight))
-                      for a, m in ((layer.self_attn, layer.mlp) for layer in self.model.layers)]
+            layers = [
+                (
+                    pack(a.q_proj.weight, a.k_proj.weight, a.v_proj.weight),
+                    pack(a.o_proj.weight),
+                    pack(m.gate_proj.weight, m.up_proj.weight),
+                    pack(m.down_proj.weight),
+                )
+                for a, m in ((layer.self_attn, layer.mlp) for layer in self.model.layers)
+            ]
             self._lean = (layers, pack(self.lm_head.proj.weight))
             self._lean_stamp = stamp
         return self._lean
@@ -186,7 +208,10 @@ class ReducedVocabDraft(LlamaForCausalLM):
             h = F.rms_norm(x, d, layer.input_layernorm.weight, eps).to(dt)
             qkv = lean_matmul(h, qkv_w).to(x.dtype)  # [T, (H + 2 Hkv) hd]
             kv_width = c.num_key_value_heads * hd
-            q, k, v = (t.reshape(T, -1, hd).transpose(0, 1) for t in qkv.split([qkv.shape[1] - 2 * kv_width, kv_width, kv_width], -1))
+            q, k, v = (
+                t.reshape(T, -1, hd).transpose(0, 1)
+                for t in qkv.split([qkv.shape[1] - 2 * kv_width, kv_width, kv_width], -1)
+            )
             q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin  # [H, T, hd], [Hkv, T, hd]
             keys, values = cache.append(i, k, v)  # [Hkv, start+T, hd]
             o = grouped_attention(q, keys, values, attn.scaling, start)  # [T, H*hd]
@@ -221,7 +246,9 @@ def lean_matmul(x: torch.Tensor, w) -> torch.Tensor:
     return F.linear(x, w.to(x.dtype))
 
 
-def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float, start: int) -> torch.Tensor:
+def grouped_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float, start: int
+) -> torch.Tensor:
     """Causal attention of T new queries [H, T, hd] over [Hkv, S, hd] cached keys/values (S = start + T),
     query head h reading key/value head h // (H / Hkv) as Hugging Face's repeat_kv does: [T, H*hd]."""
     H, T, hd = q.shape

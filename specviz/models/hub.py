@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from specviz.errors import ModelNotAvailable, SpecvizError
+from specviz.errors import ModelNotAvailable
 
 
 @lru_cache(maxsize=1)

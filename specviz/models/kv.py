@@ -64,7 +64,9 @@ class CachedLM:
         return self._tree_pass(new_tokens, tree_tokens, parents, layer)
 
     @torch.inference_mode()
-    def _tree_pass(self, new_tokens, tree_tokens, parents, layer: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _tree_pass(
+        self, new_tokens, tree_tokens, parents, layer: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.lean:
             raise ValueError("tree passes run through Hugging Face's forward: not on a lean-decoding model")
         if not new_tokens:
@@ -72,7 +74,9 @@ class CachedLM:
         past, m, n = len(self.tokens), len(new_tokens), len(tree_tokens)
         mask = tree_attention_mask(past, m, parents, self.model.dtype, self.device)  # [1, 1, m+n, past+m+n]
         positions = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
-        ids_positions = to_device(torch.tensor([new_tokens + tree_tokens, positions], dtype=torch.long, device=HOST), self.device)
+        ids_positions = to_device(
+            torch.tensor([new_tokens + tree_tokens, positions], dtype=torch.long, device=HOST), self.device
+        )
         ids, positions = ids_positions[:1], ids_positions[1]  # [1, m+n] each
         out = self.model(
             input_ids=ids,
@@ -156,7 +160,9 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) ->
     return to_device(mask, device)
 
 
-def tree_attention_mask(past: int, m: int, parents: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def tree_attention_mask(
+    past: int, m: int, parents: list[int], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """Additive mask [1, 1, m+n, past+m+n]: `past` cached tokens, then m committed tokens (causal),
     then n tree nodes that each see the prefix, themselves and their ancestors (0: attend, min: not)."""
     block = tree_visibility(m, parents)
@@ -168,7 +174,9 @@ class StaticKV:
     """Keys and values of every layer in tensors allocated once (gpt-fast's static cache): appending
     writes in place, rolling back only moves `length`. Grows by doubling when full."""
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, capacity: int = 512):
+    def __init__(
+        self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, capacity: int = 512
+    ):
         self.keys = torch.zeros(layers, kv_heads, capacity, head_dim, dtype=dtype, device=device)  # [L, Hkv, C, hd]
         self.values = torch.zeros_like(self.keys)
         self.length = 0  # positions held
@@ -222,7 +230,9 @@ class BatchCachedLM:
         self._block: tuple[int, list[int], list[int]] | None = None  # width before the step, pads, m per row
 
     @torch.inference_mode()
-    def forward_trees(self, new_tokens: list[list[int]], trees: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+    def forward_trees(
+        self, new_tokens: list[list[int]], trees: list[tuple[list[int], list[int]]]
+    ) -> list[torch.Tensor]:
         """Row b appends new_tokens[b] (committed, at least one) and the tree trees[b] = (tokens,
         parents), all rows in one forward pass. Returns per row logits [1 + n_b, V] as in
         `CachedLM.forward_tree`; call `keep_paths` before the next step."""
@@ -239,10 +249,15 @@ class BatchCachedLM:
         for b, (new, (tokens, parents)) in enumerate(zip(new_tokens, trees)):
             s, m = pads[b], len(new)
             ids[b, s:] = torch.tensor(new + tokens, device=HOST)
-            positions[b, s:] = torch.tensor([self.lengths[b] + i for i in range(m)] + [self.lengths[b] + m - 1 + d for d in tree_depths(parents)], device=HOST)
+            positions[b, s:] = torch.tensor(
+                [self.lengths[b] + i for i in range(m)] + [self.lengths[b] + m - 1 + d for d in tree_depths(parents)],
+                device=HOST,
+            )
             allowed[b, s:, :width] = self.valid[b]
             allowed[b, s:, width + s :] = tree_visibility(m, parents)
-            allowed[b, torch.arange(s, device=HOST), width + torch.arange(s, device=HOST)] = True  # padding sees itself only
+            allowed[b, torch.arange(s, device=HOST), width + torch.arange(s, device=HOST)] = (
+                True  # padding sees itself only
+            )
         out = self.model(
             input_ids=to_device(ids, self.device),
             attention_mask=additive(allowed, self.model.dtype, self.device)[:, None],  # [B, 1, W, width+W]
@@ -258,9 +273,13 @@ class BatchCachedLM:
     def keep_paths(self, paths: list[list[int]]) -> None:
         """Keep each row's committed tokens of the last step plus the tree nodes on its `path`."""
         width, pads, ms = self._block
-        kept = [[pads[b] + j for j in range(ms[b])] + [pads[b] + ms[b] + i for i in path] for b, path in enumerate(paths)]
+        kept = [
+            [pads[b] + j for j in range(ms[b])] + [pads[b] + ms[b] + i for i in path] for b, path in enumerate(paths)
+        ]
         K = max(len(k) for k in kept)
-        index = to_device(torch.tensor([k + [0] * (K - len(k)) for k in kept], device=HOST), self.device)  # [B, K] block columns
+        index = to_device(
+            torch.tensor([k + [0] * (K - len(k)) for k in kept], device=HOST), self.device
+        )  # [B, K] block columns
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 t = getattr(layer, name)  # [B, H, width+W, D]
@@ -269,7 +288,9 @@ class BatchCachedLM:
         excess = self.cache.get_seq_length() - (width + K)
         if excess > 0:
             self.cache.crop(-excess)
-        new_valid = torch.tensor([[j < len(k) for j in range(K)] for k in kept], dtype=torch.bool, device=HOST).reshape(len(kept), K)
+        new_valid = torch.tensor([[j < len(k) for j in range(K)] for k in kept], dtype=torch.bool, device=HOST).reshape(
+            len(kept), K
+        )
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         self.lengths = [n + len(k) for n, k in zip(self.lengths, kept)]
         self._block = None
@@ -294,7 +315,9 @@ class BatchedLM:
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, n_logits: int = 1) -> torch.Tensor:
         """Append `ids` [B, T] to every sequence's cache; return logits of the last `n_logits`: [B, n, V]."""
-        out = self.model(input_ids=ids.to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits)
+        out = self.model(
+            input_ids=ids.to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits
+        )
         return out.logits
 
     def truncate(self, length: int) -> None:

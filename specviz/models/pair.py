@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from numbers import Integral
 from functools import lru_cache
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,17 @@ from specviz.models.modelpair import ModelPair, describe, eos_ids
 from specviz.models.presets import PRESETS
 from specviz.text import visible
 
-__all__ = ["ModelPair", "describe", "encode_prompt", "eos_ids", "load_pair", "load_target", "load_target_pair", "pair_names", "readable_token"]
+__all__ = [
+    "ModelPair",
+    "describe",
+    "encode_prompt",
+    "eos_ids",
+    "load_pair",
+    "load_target",
+    "load_target_pair",
+    "pair_names",
+    "readable_token",
+]
 
 # One load at a time: Hugging Face loading is not thread-safe (two concurrent loads of the default
 # pair both fail with "Cannot copy out of meta tensor"), and a pair loaded once is shared anyway.
@@ -52,7 +62,9 @@ def load_pair(
         return _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
 
 
-def load_target(name: str, device: str = "cpu", dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, Any, tuple[int, ...]]:
+def load_target(
+    name: str, device: str = "cpu", dtype: torch.dtype | None = None
+) -> tuple[torch.nn.Module, Any, tuple[int, ...]]:
     """(model, tokenizer, eos ids) of a target alone, for the trainers: 'default', 'tiny-random' or
     a hub id / folder; float32 on a CPU and bfloat16 elsewhere unless `dtype` says otherwise."""
     dev = resolve_device(device)
@@ -81,8 +93,15 @@ def load_target_pair(name: str) -> ModelPair:
             raise
     target, tok, eos = load_target(name, "cpu", torch.float32)
     cpu = torch.device("cpu")
-    return ModelPair(f"{name} (target only)", target, None, tok, tok.chat_template is not None, eos,
-                     describe(name, None, target, None, cpu, torch.float32))
+    return ModelPair(
+        f"{name} (target only)",
+        target,
+        None,
+        tok,
+        tok.chat_template is not None,
+        eos,
+        describe(name, None, target, None, cpu, torch.float32),
+    )
 
 
 def pair_names() -> list[str]:
@@ -112,9 +131,15 @@ def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_cod
         return load_default_pair(device=dev, dtype=dt)
     if target is None:
         if name not in PRESETS:
-            raise SpecvizError(f"unknown model pair '{name}'. Known pairs: {', '.join(pair_names())}; or 'TARGET,DRAFT'.")
+            raise SpecvizError(
+                f"unknown model pair '{name}'. Known pairs: {', '.join(pair_names())}; or 'TARGET,DRAFT'."
+            )
         target, draft = PRESETS[name].target, PRESETS[name].draft
-    params = None if dtype != "auto" or dev.type == "cpu" else sum(hub.count_params(m, trust_remote_code) for m in (target, draft))
+    params = (
+        None
+        if dtype != "auto" or dev.type == "cpu"
+        else sum(hub.count_params(m, trust_remote_code) for m in (target, draft))
+    )
     dt = resolve_dtype(dtype, dev, params)
     return _load_hub_pair(name, target, draft, dev, dt, device_map, trust_remote_code)
 
@@ -158,7 +183,9 @@ def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | Non
             raise SpecvizError(f"the prompt is not valid Unicode text (a lone surrogate at character {bad})")
         tok = pair.tokenizer
         if (pair.chat if chat is None else chat) and tok.chat_template:
-            prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
             return list(tok(prompt, add_special_tokens=False)["input_ids"])
         return list(tok(prompt)["input_ids"])
     if isinstance(prompt, (bytes, bytearray)) or not (hasattr(prompt, "tolist") or isinstance(prompt, Sequence)):

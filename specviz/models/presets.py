@@ -47,6 +47,8 @@ PRESETS: dict[str, PairPreset] = {
             "Qwen/Qwen2.5-0.5B-Instruct",
             "a large target: needs a GPU with ~16 GB (bfloat16)",
         ),
-        PairPreset("gpt2-large/gpt2", "openai-community/gpt2-large", "openai-community/gpt2", "the classic base-model pair"),
+        PairPreset(
+            "gpt2-large/gpt2", "openai-community/gpt2-large", "openai-community/gpt2", "the classic base-model pair"
+        ),
     ]
 }

@@ -13,12 +13,19 @@ from pathlib import Path
 
 import torch
 
-MAX_SHARD_BYTES = 9_500_000  # under 10 MB a file: what a Hugging Face Space takes without LFS (and the repo's 20 MB rule)
+MAX_SHARD_BYTES = (
+    9_500_000  # under 10 MB a file: what a Hugging Face Space takes without LFS (and the repo's 20 MB rule)
+)
 SHARD_GLOB = "weights-*.safetensors"
 
 
-def save_shards(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype = torch.float16, max_bytes: int = MAX_SHARD_BYTES,
-                int8: bool = False) -> list[Path]:
+def save_shards(
+    state: dict[str, torch.Tensor],
+    out: Path,
+    dtype: torch.dtype = torch.float16,
+    max_bytes: int = MAX_SHARD_BYTES,
+    int8: bool = False,
+) -> list[Path]:
     """Write `state` (tied weights once) as pieces of at most `max_bytes` each, in as few files as fit;
     with `int8`, every floating matrix as int8 rows and their scales."""
     from safetensors.torch import save_file
@@ -27,7 +34,9 @@ def save_shards(state: dict[str, torch.Tensor], out: Path, dtype: torch.dtype = 
         state = quantize_matrices(state)
     pieces: list[tuple[str, torch.Tensor]] = []
     for name, tensor in state.items():
-        t = tensor.detach().to("cpu", dtype if tensor.is_floating_point() else tensor.dtype).contiguous()  # ids stay ids
+        t = (
+            tensor.detach().to("cpu", dtype if tensor.is_floating_point() else tensor.dtype).contiguous()
+        )  # ids stay ids
         if t.dim() == 0 or t.numel() * t.element_size() <= max_bytes:
             pieces.append((f"{name}@0", t))
             continue
@@ -61,8 +70,10 @@ def load_shards(folder: Path) -> dict[str, torch.Tensor]:
         for key, t in load_file(str(path)).items():
             name, row = key.rsplit("@", 1)
             pieces.setdefault(name, []).append((int(row), t))
-    state = {name: parts[0][1] if len(parts) == 1 else torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
-             for name, parts in pieces.items()}
+    state = {
+        name: parts[0][1] if len(parts) == 1 else torch.cat([t for _, t in sorted(parts, key=lambda p: p[0])])
+        for name, parts in pieces.items()
+    }
     return dequantize_matrices(state)
 
 
@@ -111,6 +122,8 @@ def load_llama_dir(folder: Path, device: torch.device, dtype: torch.dtype) -> to
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
-        raise ValueError(f"weights in {folder} do not fit its config: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise ValueError(
+            f"weights in {folder} do not fit its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     model.tie_weights()
     return model.to(device, dtype).eval()  # floating tensors only: the head's token ids stay integers

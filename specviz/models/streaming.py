@@ -93,7 +93,10 @@ class StreamingLM(nn.Module):
         for p in self.tuned.parameters():
             p.requires_grad_(False)
         for layer in self.layers[self.first_stream_layer :]:
-            for owner, names in ((layer.self_attn, ATTENTION_PROJECTIONS), (layer.mlp, MLP_PROJECTIONS if cfg.lora_mlp else ())):
+            for owner, names in (
+                (layer.self_attn, ATTENTION_PROJECTIONS),
+                (layer.mlp, MLP_PROJECTIONS if cfg.lora_mlp else ()),
+            ):
                 for name in names:
                     setattr(owner, name, LoRALinear(getattr(owner, name), cfg.lora_rank, cfg.lora_alpha, cfg.lora_main))
         hidden, dtype = base.config.hidden_size, base.get_input_embeddings().weight.dtype
@@ -134,7 +137,9 @@ class StreamingLM(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling)
         x = residual + _proj(attn.o_proj, out.transpose(1, 2).reshape(*residual.shape[:-1], -1), stream)  # [B, L, H]
         y = layer.post_attention_layernorm(x)
-        return x + _proj(mlp.down_proj, mlp.act_fn(_proj(mlp.gate_proj, y, stream)) * _proj(mlp.up_proj, y, stream), stream)
+        return x + _proj(
+            mlp.down_proj, mlp.act_fn(_proj(mlp.gate_proj, y, stream)) * _proj(mlp.up_proj, y, stream), stream
+        )
 
     def init_streams(self, h: torch.Tensor) -> torch.Tensor:
         """s_j = f_eta(h) + P_j:  h [..., H] -> [..., gamma, H]."""
@@ -148,7 +153,9 @@ class StreamingLM(nn.Module):
         positions = (node_pos.unsqueeze(1) + torch.arange(1, gamma + 1, device=s.device)).reshape(-1)  # stream j at t+j
         q, k, v = self._qkv(layer, layer.input_layernorm(s), self._rotary(s, positions), stream=True)
         mask = stream_mask(node_pos, main_k.shape[-2], gamma)  # [T*gamma, S + T*gamma]
-        return self._finish(layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask, stream=True)
+        return self._finish(
+            layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask, stream=True
+        )
 
     # ----- training: the whole sequence at once, main stream and streams side by side -----
     def forward(
@@ -186,7 +193,9 @@ class StreamingLM(nn.Module):
 
     # ----- decoding: streams of one node, read from the main stream's KV cache -----
     @torch.inference_mode()
-    def stream_logits(self, h: torch.Tensor, position: int, layer_kv: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def stream_logits(
+        self, h: torch.Tensor, position: int, layer_kv: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
         """Logits of the gamma streams of the node at `position`: [gamma, V].
 
         h [H]: the node's hidden state entering layer N - N_s; layer_kv(l) -> the cache's keys and
@@ -202,7 +211,9 @@ class StreamingLM(nn.Module):
     # ----- the adapter: LoRA + f_eta + P_j, saved apart from the base weights -----
     def changes_main_stream(self) -> bool:
         """Whether the main stream (the model decoding reproduces) differs from the base model."""
-        return self.cfg.lora_main and any(bool(p.detach().any()) for n, p in self.adapter_state().items() if n.endswith("lora_B"))
+        return self.cfg.lora_main and any(
+            bool(p.detach().any()) for n, p in self.adapter_state().items() if n.endswith("lora_B")
+        )
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
         return {n: p for n, p in self.named_parameters() if p.requires_grad}
@@ -240,7 +251,11 @@ def fingerprint(model: nn.Module) -> dict:
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
     probe = torch.cat([emb[:4, :8].flatten(), head[-4:, -8:].flatten()]).float().cpu()  # [64]
-    return {"shape": list(emb.shape), "layers": model.config.num_hidden_layers, "probe": [round(v, 6) for v in probe.tolist()]}
+    return {
+        "shape": list(emb.shape),
+        "layers": model.config.num_hidden_layers,
+        "probe": [round(v, 6) for v in probe.tolist()],
+    }
 
 
 def trained_for(meta: dict[str, str], model: nn.Module) -> bool:
@@ -253,7 +268,9 @@ def trained_for(meta: dict[str, str], model: nn.Module) -> bool:
     if not isinstance(theirs, dict) or theirs.get("shape") != mine["shape"] or theirs.get("layers") != mine["layers"]:
         return False
     cpu = torch.device("cpu")
-    return torch.allclose(torch.tensor(theirs["probe"], device=cpu), torch.tensor(mine["probe"], device=cpu), rtol=2e-2, atol=1e-3)
+    return torch.allclose(
+        torch.tensor(theirs["probe"], device=cpu), torch.tensor(mine["probe"], device=cpu), rtol=2e-2, atol=1e-3
+    )
 
 
 def read_adapter_meta(path: str | Path) -> dict[str, str]:

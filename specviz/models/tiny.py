@@ -71,9 +71,16 @@ def reduced_copy(model: LlamaForCausalLM, noise: float, seed: int, drop_every: i
 
     c = model.config
     vocab_ids = torch.tensor([i for i in range(c.vocab_size) if i % drop_every != drop_every - 1])
-    config = reduced_config(c, hidden=c.hidden_size, layers=c.num_hidden_layers, heads=c.num_attention_heads,
-                            kv_heads=c.num_key_value_heads, intermediate=c.intermediate_size,
-                            head_vocab=len(vocab_ids), embed_rank=c.hidden_size)
+    config = reduced_config(
+        c,
+        hidden=c.hidden_size,
+        layers=c.num_hidden_layers,
+        heads=c.num_attention_heads,
+        kv_heads=c.num_key_value_heads,
+        intermediate=c.intermediate_size,
+        head_vocab=len(vocab_ids),
+        embed_rank=c.hidden_size,
+    )
     draft = ReducedVocabDraft(config, vocab_ids).eval()
     state = {k: v for k, v in model.state_dict().items() if not k.startswith(("lm_head", "model.embed_tokens"))}
     state |= {

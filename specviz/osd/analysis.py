@@ -37,13 +37,18 @@ def window_alpha(rows: Sequence[dict[str, Any]], who: str) -> float | None:
     return alpha([r[f"{who}_accepted"] for r in rows], [r[f"{who}_tested"] for r in rows])
 
 
-def precision_recall(predicted: np.ndarray, actual: np.ndarray, tokens: Sequence[int]) -> dict[int, tuple[float, float]]:
+def precision_recall(
+    predicted: np.ndarray, actual: np.ndarray, tokens: Sequence[int]
+) -> dict[int, tuple[float, float]]:
     """{token: (precision, recall)} of the guesses `predicted` against `actual` (same-length arrays)."""
     out = {}
     for t in tokens:
         guessed, present = predicted == t, actual == t
         hit = int((guessed & present).sum())
-        out[t] = (hit / int(guessed.sum()) if guessed.any() else 0.0, hit / int(present.sum()) if present.any() else 0.0)
+        out[t] = (
+            hit / int(guessed.sum()) if guessed.any() else 0.0,
+            hit / int(present.sum()) if present.any() else 0.0,
+        )
     return out
 
 

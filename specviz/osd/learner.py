@@ -55,7 +55,10 @@ class OsdConfig:
             (self.temperature > 0, "temperature must be positive"),
             (self.positions in POSITIONS, f"positions must be one of {', '.join(POSITIONS)}"),
             (self.top_k >= 0, "top_k must be 0 (full distribution) or positive"),
-            (self.buffer_cap >= 1 and self.steps >= 1 and self.batch_requests >= 1, "buffer_cap, steps and batch_requests must be positive"),
+            (
+                self.buffer_cap >= 1 and self.steps >= 1 and self.batch_requests >= 1,
+                "buffer_cap, steps and batch_requests must be positive",
+            ),
             (self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}"),
             (self.lr > 0, "lr must be positive"),
         ]
@@ -121,7 +124,9 @@ class OnlineLearner:
         draft again and learns from there. Its replay buffer and update history stay."""
         if self._worker is not None:
             self._worker.join()
-        self._worker = self._pending = None  # an update not served yet goes with the weights (no swap: it would hold them again)
+        self._worker = self._pending = (
+            None  # an update not served yet goes with the weights (no swap: it would hold them again)
+        )
         self.serving, self._trainee, self._optimizer = self._draft, None, None
         self.version = 0
         self.releases += 1
@@ -212,7 +217,9 @@ class OnlineLearner:
         """The distillation loss of `model` (default: the trainee) at one request's recorded positions."""
         model = model or self.trainee
         device = model.get_input_embeddings().weight.device
-        ids = torch.tensor([s.ids[: max(s.positions)]], device=device)  # [1, L]: inputs up to the last recorded position
+        ids = torch.tensor(
+            [s.ids[: max(s.positions)]], device=device
+        )  # [1, L]: inputs up to the last recorded position
         keep = torch.tensor([j - 1 for j in s.positions], device=device)  # row j-1 predicts token j
         logits = model(input_ids=ids, logits_to_keep=keep).logits[0]  # [N, V_draft]
         log_p = s.target.full().to(device)  # [N, V]
@@ -242,7 +249,11 @@ class OnlineLearner:
         self.wait()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"version": str(self.version), "requests": str(self.requests), **{k: str(v) for k, v in asdict(self.config).items()}}
+        meta = {
+            "version": str(self.version),
+            "requests": str(self.requests),
+            **{k: str(v) for k, v in asdict(self.config).items()},
+        }
         save_model(self.serving, str(path), metadata=meta)
         return path
 

@@ -23,10 +23,14 @@ def running_acceptance(df: pd.DataFrame) -> go.Figure:
         d = df[df["method"] == method]
         fig.add_trace(
             go.Scatter(
-                x=d["iteration"], y=d["running_acceptance"], mode="lines+markers", name=d["label"].iloc[0],
-                line={"width": 2.5, **method_style(i)}, marker=method_marker(i),
+                x=d["iteration"],
+                y=d["running_acceptance"],
+                mode="lines+markers",
+                name=d["label"].iloc[0],
+                line={"width": 2.5, **method_style(i)},
+                marker=method_marker(i),
                 hovertemplate="iteration %{x}: %{y:.1%}<extra>%{fullData.name}</extra>",
             )
-        )  # fmt: skip
+        )
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
     return finish(fig, TITLE, "iteration", "accepted / drafted so far")

@@ -25,11 +25,16 @@ def accepted_histogram(df: pd.DataFrame) -> go.Figure:
         share = d["accepted"].value_counts(normalize=True).sort_index()
         fig.add_trace(
             go.Bar(
-                x=share.index, y=share.values, name=d["label"].iloc[0],
-                marker={"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "pattern": {"shape": PATTERNS[i % len(PATTERNS)]}},
+                x=share.index,
+                y=share.values,
+                name=d["label"].iloc[0],
+                marker={
+                    "color": METHOD_COLOURS[i % len(METHOD_COLOURS)],
+                    "pattern": {"shape": PATTERNS[i % len(PATTERNS)]},
+                },
                 hovertemplate="%{x} accepted: %{y:.1%} of iterations<extra>%{fullData.name}</extra>",
             )
-        )  # fmt: skip
+        )
     fig.update_layout(barmode="group")
     count_ticks(fig, df["accepted"].max())
     fig.update_yaxes(tickformat=".0%")

@@ -24,12 +24,17 @@ def speedup_by_suite(by_suite: list[dict[str, Any]]) -> go.Figure:
     fig = go.Figure()
     for method, part in df.groupby("method", sort=False):
         peer = part["kind"].iloc[0] == "peer"
-        fig.add_bar(x=part["suite"], y=part["speedup_vs_autoregressive"], name=method,
-                    marker_pattern_shape="/" if peer else "")
+        fig.add_bar(
+            x=part["suite"], y=part["speedup_vs_autoregressive"], name=method, marker_pattern_shape="/" if peer else ""
+        )
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive decoding")
-    fig.update_layout(title="Speedup over autoregressive decoding, per suite", barmode="group",
-                      xaxis_title="prompt suite", yaxis_title="speedup (× autoregressive tokens/s)",
-                      legend_title="method (hatched: Hugging Face peer)")
+    fig.update_layout(
+        title="Speedup over autoregressive decoding, per suite",
+        barmode="group",
+        xaxis_title="prompt suite",
+        yaxis_title="speedup (× autoregressive tokens/s)",
+        legend_title="method (hatched: Hugging Face peer)",
+    )
     return fig
 
 
@@ -37,10 +42,20 @@ def metric_bars(summary: list[dict[str, Any]], column: str, title: str, unit: st
     """One bar per method/peer for one summary column; peers in a second colour."""
     df = _frame(summary).dropna(subset=[column])
     colours = [PEER_COLOUR if k == "peer" else OUR_COLOUR for k in df["kind"]]
-    fig = go.Figure(go.Bar(x=df["method"], y=df[column], marker_color=colours, showlegend=False,
-                           text=[f"{v:.2f}" for v in df[column]], textposition="outside"))
+    fig = go.Figure(
+        go.Bar(
+            x=df["method"],
+            y=df[column],
+            marker_color=colours,
+            showlegend=False,
+            text=[f"{v:.2f}" for v in df[column]],
+            textposition="outside",
+        )
+    )
     for name, colour in (("specviz method", OUR_COLOUR), ("Hugging Face peer", PEER_COLOUR)):
-        fig.add_scatter(x=[None], y=[None], mode="markers", marker=dict(color=colour, symbol="square", size=12), name=name)
+        fig.add_scatter(
+            x=[None], y=[None], mode="markers", marker=dict(color=colour, symbol="square", size=12), name=name
+        )
     fig.update_layout(title=title, xaxis_title="method", yaxis_title=unit, legend_title="")
     return fig
 

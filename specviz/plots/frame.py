@@ -9,18 +9,45 @@ import pandas as pd
 from specviz.records import IterationRecord
 
 COLUMNS = [
-    "method", "label", "iteration", "position", "speculation_length", "oracle_sl", "n_drafted", "accepted",
-    "n_emitted", "draft_forwards", "target_forwards", "t_start", "t_end", "draft_ms", "verify_ms",
-    "tokens", "drafted_total", "accepted_total", "running_acceptance",
-]  # fmt: skip
+    "method",
+    "label",
+    "iteration",
+    "position",
+    "speculation_length",
+    "oracle_sl",
+    "n_drafted",
+    "accepted",
+    "n_emitted",
+    "draft_forwards",
+    "target_forwards",
+    "t_start",
+    "t_end",
+    "draft_ms",
+    "verify_ms",
+    "tokens",
+    "drafted_total",
+    "accepted_total",
+    "running_acceptance",
+]
 
 
-INTS = ["iteration", "position", "speculation_length", "n_drafted", "accepted", "n_emitted", "draft_forwards", "target_forwards"]
+INTS = [
+    "iteration",
+    "position",
+    "speculation_length",
+    "n_drafted",
+    "accepted",
+    "n_emitted",
+    "draft_forwards",
+    "target_forwards",
+]
 DTYPES = {
-    "method": str, "label": str, **dict.fromkeys(INTS, "int64"),
+    "method": str,
+    "label": str,
+    **dict.fromkeys(INTS, "int64"),
     "oracle_sl": "Float64",  # None -> <NA> (pairs without a draft model)
     **dict.fromkeys(["t_start", "t_end", "draft_ms", "verify_ms"], "float64"),
-}  # fmt: skip
+}
 
 
 def records_frame(records: Iterable[IterationRecord], labels: Mapping[str, str] | None = None) -> pd.DataFrame:

@@ -34,25 +34,68 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
     for who, name, colour in (("static", "static draft", STATIC_COLOUR), ("osd", "online draft (OSD)", ONLINE_COLOUR)):
         acc, dra = [r[f"{who}_accepted"] for r in rows], [r[f"{who}_tested"] for r in rows]
         per_request = [a / d if d else None for a, d in zip(acc, dra)]
-        fig.add_scatter(x=x, y=per_request, mode="markers", marker={"color": colour, "size": 6, "opacity": 0.45},
-                        name=f"{name}, per request", legendgroup=who, row=1, col=1)
-        fig.add_scatter(x=x, y=moving_alpha(acc, dra, window), mode="lines", line={"color": colour, "width": 3},
-                        name=f"{name}, last {window} requests", legendgroup=who, row=1, col=1)
+        fig.add_scatter(
+            x=x,
+            y=per_request,
+            mode="markers",
+            marker={"color": colour, "size": 6, "opacity": 0.45},
+            name=f"{name}, per request",
+            legendgroup=who,
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            x=x,
+            y=moving_alpha(acc, dra, window),
+            mode="lines",
+            line={"color": colour, "width": 3},
+            name=f"{name}, last {window} requests",
+            legendgroup=who,
+            row=1,
+            col=1,
+        )
     for point in shift_points(rows):
         suite = next(r["suite"] for r in rows if r["request"] == point)
-        fig.add_vline(x=point + 0.5, line={"dash": "dash", "color": "black"}, annotation_text=f"shift to {suite}",
-                      annotation_position="top left", row=1, col=1)
+        fig.add_vline(
+            x=point + 0.5,
+            line={"dash": "dash", "color": "black"},
+            annotation_text=f"shift to {suite}",
+            annotation_position="top left",
+            row=1,
+            col=1,
+        )
     if updates:
         ux = [u["request"] for u in updates]
-        fig.add_scatter(x=ux, y=[u["loss_first"] for u in updates], mode="markers", marker={"color": LOSS_COLOUR, "symbol": "circle-open"},
-                        name="loss at the update's first step", row=2, col=1)
-        fig.add_scatter(x=ux, y=[u["loss_last"] for u in updates], mode="lines+markers", line={"color": LOSS_COLOUR},
-                        name="loss at its last step", row=2, col=1)
+        fig.add_scatter(
+            x=ux,
+            y=[u["loss_first"] for u in updates],
+            mode="markers",
+            marker={"color": LOSS_COLOUR, "symbol": "circle-open"},
+            name="loss at the update's first step",
+            row=2,
+            col=1,
+        )
+        fig.add_scatter(
+            x=ux,
+            y=[u["loss_last"] for u in updates],
+            mode="lines+markers",
+            line={"color": LOSS_COLOUR},
+            name="loss at its last step",
+            row=2,
+            col=1,
+        )
     fig.update_yaxes(range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="loss (nats)", row=2, col=1)
     fig.update_xaxes(title_text="requests served", row=2, col=1)
-    return finish(fig, "Acceptance α over the stream", "", ALPHA, legend="", subtitle="online vs static draft; below: each update's loss",
-                  height=620)
+    return finish(
+        fig,
+        "Acceptance α over the stream",
+        "",
+        ALPHA,
+        legend="",
+        subtitle="online vs static draft; below: each update's loss",
+        height=620,
+    )
 
 
 def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
@@ -65,11 +108,22 @@ def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
         colour = SUITE_COLOURS[n % len(SUITE_COLOURS)]
         for who, dash in (("osd", "solid"), ("static", "dot")):
             y = moving_alpha([r[f"{who}_accepted"] for r in mine], [r[f"{who}_tested"] for r in mine], window)
-            fig.add_scatter(x=x, y=y, mode="lines", line={"color": colour, "dash": dash},
-                            name=f"{suite}, {'online' if who == 'osd' else 'static'}")
+            fig.add_scatter(
+                x=x,
+                y=y,
+                mode="lines",
+                line={"color": colour, "dash": dash},
+                name=f"{suite}, {'online' if who == 'osd' else 'static'}",
+            )
     fig.update_yaxes(range=[0, 1])
-    return finish(fig, "Acceptance per domain", "requests served", ALPHA, legend="suite, draft",
-                  subtitle=f"last {window} requests of each suite; solid: online, dotted: static")
+    return finish(
+        fig,
+        "Acceptance per domain",
+        "requests served",
+        ALPHA,
+        legend="suite, draft",
+        subtitle=f"last {window} requests of each suite; solid: online, dotted: static",
+    )
 
 
 def token_precision(tokens: list[dict], show: int = 15) -> go.Figure:
@@ -78,12 +132,36 @@ def token_precision(tokens: list[dict], show: int = 15) -> go.Figure:
     top = tokens[:show]
     labels = [repr(t.get("text", t["token"])) for t in top]
     fig = go.Figure()
-    fig.add_bar(y=labels, x=[t["precision_before"] for t in top], orientation="h", name="precision, initial draft", marker_color=STATIC_COLOUR)
-    fig.add_bar(y=labels, x=[t["precision_after"] for t in top], orientation="h", name="precision, adapted draft", marker_color=ONLINE_COLOUR)
-    fig.add_scatter(y=labels, x=[t["recall_after"] - t["recall_before"] for t in top], mode="markers", name="change in recall",
-                    marker={"color": LOSS_COLOUR, "symbol": "diamond", "size": 9})  # fmt: skip
+    fig.add_bar(
+        y=labels,
+        x=[t["precision_before"] for t in top],
+        orientation="h",
+        name="precision, initial draft",
+        marker_color=STATIC_COLOUR,
+    )
+    fig.add_bar(
+        y=labels,
+        x=[t["precision_after"] for t in top],
+        orientation="h",
+        name="precision, adapted draft",
+        marker_color=ONLINE_COLOUR,
+    )
+    fig.add_scatter(
+        y=labels,
+        x=[t["recall_after"] - t["recall_before"] for t in top],
+        mode="markers",
+        name="change in recall",
+        marker={"color": LOSS_COLOUR, "symbol": "diamond", "size": 9},
+    )
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_xaxes(range=[-0.2, 1])
     fig.update_yaxes(autorange="reversed", automargin=True)
-    return finish(fig, "Tokens the draft learned", "precision (share of guesses right)", "", legend="",
-                  subtitle="biggest precision gains, most frequent tokens", height=160 + 36 * max(1, len(top)))  # fmt: skip
+    return finish(
+        fig,
+        "Tokens the draft learned",
+        "precision (share of guesses right)",
+        "",
+        legend="",
+        subtitle="biggest precision gains, most frequent tokens",
+        height=160 + 36 * max(1, len(top)),
+    )

@@ -42,22 +42,46 @@ def cost_curves_figure(
         bounds = [r.get("bound", "memory") for r in rows]
         # memory-bound part solid, compute-bound part dashed (they share the point where it switches)
         cut = next((k for k, bd in enumerate(bounds) if bd == "compute"), len(rows))
-        fig.add_scatter(x=xs[: cut + 1], y=ys[: cut + 1], mode="lines", line=dict(color=colour, width=2.5),
-                        name=f"B={b} model", legendgroup=str(b))
+        fig.add_scatter(
+            x=xs[: cut + 1],
+            y=ys[: cut + 1],
+            mode="lines",
+            line=dict(color=colour, width=2.5),
+            name=f"B={b} model",
+            legendgroup=str(b),
+        )
         if cut < len(rows):
-            fig.add_scatter(x=xs[max(cut - 1, 0):], y=ys[max(cut - 1, 0):], mode="lines", line=dict(color=colour, dash="dash"),
-                            name=f"B={b} compute-bound", legendgroup=str(b), showlegend=False)
+            fig.add_scatter(
+                x=xs[max(cut - 1, 0) :],
+                y=ys[max(cut - 1, 0) :],
+                mode="lines",
+                line=dict(color=colour, dash="dash"),
+                name=f"B={b} compute-bound",
+                legendgroup=str(b),
+                showlegend=False,
+            )
         if knees and knees.get(b) is not None and knees[b] <= xs[-1]:
             k = knees[b]
             nearest = min(rows, key=lambda r: abs(r["n_tokens"] - k))
-            fig.add_scatter(x=[k], y=[nearest["seconds"] / base], mode="markers", legendgroup=str(b),
-                            marker=dict(symbol="circle-open", size=14, color=colour, line=dict(width=2)),
-                            name=f"B={b} knee (S={k})")
+            fig.add_scatter(
+                x=[k],
+                y=[nearest["seconds"] / base],
+                mode="markers",
+                legendgroup=str(b),
+                marker=dict(symbol="circle-open", size=14, color=colour, line=dict(width=2)),
+                name=f"B={b} knee (S={k})",
+            )
         if b in measured_by_b:
             m = measured_by_b[b]
             mbase = m[0]["seconds"] if normalize else 1e-3
-            fig.add_scatter(x=[r["n_tokens"] for r in m], y=[r["seconds"] / mbase for r in m], mode="markers",
-                            marker=dict(color=colour, size=9, symbol="x"), name=f"B={b} measured", legendgroup=str(b))
+            fig.add_scatter(
+                x=[r["n_tokens"] for r in m],
+                y=[r["seconds"] / mbase for r in m],
+                mode="markers",
+                marker=dict(color=colour, size=9, symbol="x"),
+                name=f"B={b} measured",
+                legendgroup=str(b),
+            )
     fig.update_xaxes(type="log", title="tokens per sequence per forward, S (= speculation length + 1)")
     fig.update_yaxes(type="log", title="T(S) / T(1)" if normalize else "time per forward pass (ms)")
     fig.update_layout(title=title, legend_title="batch size B", hovermode="closest")
@@ -74,16 +98,30 @@ def predicted_vs_measured_figure(points: Sequence[dict[str, Any]], band: float =
             part = [r for r in rows if bool(r.get("used_for_fit")) == used]
             if part:
                 fig.add_scatter(
-                    x=[r["seconds"] * 1e3 for r in part], y=[r["predicted_s"] * 1e3 for r in part], mode="markers",
+                    x=[r["seconds"] * 1e3 for r in part],
+                    y=[r["predicted_s"] * 1e3 for r in part],
+                    mode="markers",
                     marker=dict(color=colour, symbol=symbol, size=10, line=dict(width=2, color=colour)),
-                    name=f"B={b} ({label})", text=[f"S={r['n_tokens']}" for r in part],
+                    name=f"B={b} ({label})",
+                    text=[f"S={r['n_tokens']}" for r in part],
                     hovertemplate="%{text}: measured %{x:.1f} ms, predicted %{y:.1f} ms",
                 )
     all_ms = [r[k] * 1e3 for r in points for k in ("seconds", "predicted_s")]
     lo, hi = min(all_ms) / 1.5, max(all_ms) * 1.5
-    for factor, dash, name in ((1.0, "solid", "predicted = measured"), (1 + band, "dot", f"±{band:.0%}"), (1 - band, "dot", None)):
-        fig.add_scatter(x=[lo, hi], y=[lo * factor, hi * factor], mode="lines", line=dict(color="grey", dash=dash),
-                        name=name, showlegend=name is not None, hoverinfo="skip")
+    for factor, dash, name in (
+        (1.0, "solid", "predicted = measured"),
+        (1 + band, "dot", f"±{band:.0%}"),
+        (1 - band, "dot", None),
+    ):
+        fig.add_scatter(
+            x=[lo, hi],
+            y=[lo * factor, hi * factor],
+            mode="lines",
+            line=dict(color="grey", dash=dash),
+            name=name,
+            showlegend=name is not None,
+            hoverinfo="skip",
+        )
     fig.update_xaxes(type="log", title="measured time per forward (ms)")
     fig.update_yaxes(type="log", title="predicted time per forward (ms)")
     fig.update_layout(title="Roofline fit: predicted vs measured forward time", legend_title="")
@@ -94,9 +132,16 @@ def budget_bars_figure(budgets: dict[str, dict[int, int]], tolerance: float) -> 
     """Almost-free speculation length per batch size, one bar group per hardware (or model)."""
     fig = go.Figure()
     for i, (name, per_b) in enumerate(budgets.items()):
-        fig.add_bar(x=[f"B={b}" for b in per_b], y=list(per_b.values()), name=name, marker_color=PALETTE[i % len(PALETTE)])
-    fig.update_layout(title=f"Speculation budget: drafts per sequence that cost ≤ {tolerance:.0%} over one decoding step",
-                      barmode="group", xaxis_title="batch size", yaxis_title="speculation length γ", legend_title="")
+        fig.add_bar(
+            x=[f"B={b}" for b in per_b], y=list(per_b.values()), name=name, marker_color=PALETTE[i % len(PALETTE)]
+        )
+    fig.update_layout(
+        title=f"Speculation budget: drafts per sequence that cost ≤ {tolerance:.0%} over one decoding step",
+        barmode="group",
+        xaxis_title="batch size",
+        yaxis_title="speculation length γ",
+        legend_title="",
+    )
     return fig
 
 
@@ -114,17 +159,38 @@ def published_speedups_figure(rows: Sequence[dict[str, Any]], band: float = 0.15
             part = [r for r in rows if (r["chip"], r["model"]) == (chip, model) and r["role"] == use]
             if part:
                 fig.add_scatter(
-                    x=[r["published"] for r in part], y=[r["predicted"] for r in part], mode="markers+text",
-                    text=[r["method"] for r in part], textposition="top center", textfont={"size": 11},
+                    x=[r["published"] for r in part],
+                    y=[r["predicted"] for r in part],
+                    mode="markers+text",
+                    text=[r["method"] for r in part],
+                    textposition="top center",
+                    textfont={"size": 11},
                     marker=dict(color=colour, symbol=symbol, size=10, line=dict(width=2, color=colour)),
                     name=f"{model}, {chip} ({label})",
                     hovertemplate="%{text}: published %{x:.2f}×, predicted %{y:.2f}×<extra></extra>",
                 )
     lo, hi = 0.8, max([r[k] for r in rows for k in ("published", "predicted")] + [2.0]) * 1.1
-    for factor, dash, name in ((1.0, "solid", "predicted = published"), (1 + band, "dot", f"±{band:.0%}"), (1 - band, "dot", None)):
-        fig.add_scatter(x=[lo, hi], y=[lo * factor, hi * factor], mode="lines", line=dict(color="grey", dash=dash),
-                        name=name, showlegend=name is not None, hoverinfo="skip")
-    finish(fig, "Spec-Bench speedups: published vs predicted", "published speedup (× autoregressive)",
-           "predicted speedup (× autoregressive)", legend="model, GPU", subtitle="predicted from each method's mean accepted tokens and the calibrated HF eager engine")  # fmt: skip
+    for factor, dash, name in (
+        (1.0, "solid", "predicted = published"),
+        (1 + band, "dot", f"±{band:.0%}"),
+        (1 - band, "dot", None),
+    ):
+        fig.add_scatter(
+            x=[lo, hi],
+            y=[lo * factor, hi * factor],
+            mode="lines",
+            line=dict(color="grey", dash=dash),
+            name=name,
+            showlegend=name is not None,
+            hoverinfo="skip",
+        )
+    finish(
+        fig,
+        "Spec-Bench speedups: published vs predicted",
+        "published speedup (× autoregressive)",
+        "predicted speedup (× autoregressive)",
+        legend="model, GPU",
+        subtitle="predicted from each method's mean accepted tokens and the calibrated HF eager engine",
+    )
     fig.update_layout(legend={"orientation": "h", "y": -0.25})
     return fig

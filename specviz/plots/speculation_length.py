@@ -21,15 +21,31 @@ def speculation_length_vs_oracle(df: pd.DataFrame, method: str) -> go.Figure:
         return empty(TITLE, f"No records for '{method}': run it in a race first.")
     label = d["label"].iloc[0]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=d["iteration"], y=d["speculation_length"], name="chosen (drafted)", marker_color=OKABE_ITO["sky_blue"]))
-    fig.add_trace(go.Bar(x=d["iteration"], y=d["accepted"], name="accepted", marker_color=OKABE_ITO["blue"], marker_pattern_shape="/"))
+    fig.add_trace(
+        go.Bar(x=d["iteration"], y=d["speculation_length"], name="chosen (drafted)", marker_color=OKABE_ITO["sky_blue"])
+    )
+    fig.add_trace(
+        go.Bar(
+            x=d["iteration"], y=d["accepted"], name="accepted", marker_color=OKABE_ITO["blue"], marker_pattern_shape="/"
+        )
+    )
     if d["oracle_sl"].notna().any():
         fig.add_trace(
             go.Scatter(
-                x=d["iteration"], y=d["oracle_sl"], mode="markers+lines", name="oracle (draft guesses that would be accepted)",
-                line={"color": OKABE_ITO["vermillion"], "dash": "dot"}, marker={"symbol": "diamond", "size": 9},
+                x=d["iteration"],
+                y=d["oracle_sl"],
+                mode="markers+lines",
+                name="oracle (draft guesses that would be accepted)",
+                line={"color": OKABE_ITO["vermillion"], "dash": "dot"},
+                marker={"symbol": "diamond", "size": 9},
             )
-        )  # fmt: skip
+        )
     fig.update_layout(barmode="group", bargap=0.25)
-    return finish(fig, TITLE, "iteration", "tokens", legend="per iteration",
-                  subtitle=f"{label} · oracle: the drafts the target would accept (a perfect policy's length)")
+    return finish(
+        fig,
+        TITLE,
+        "iteration",
+        "tokens",
+        legend="per iteration",
+        subtitle=f"{label} · oracle: the drafts the target would accept (a perfect policy's length)",
+    )

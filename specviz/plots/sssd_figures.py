@@ -8,8 +8,13 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-DRAFTER_COLOURS = {"fused (SSSD)": "#0072B2", "datastore only": "#E69F00", "input only": "#56B4E9",
-                   "prompt lookup": "#CC79A7", "REST-style first match": "#D55E00"}
+DRAFTER_COLOURS = {
+    "fused (SSSD)": "#0072B2",
+    "datastore only": "#E69F00",
+    "input only": "#56B4E9",
+    "prompt lookup": "#CC79A7",
+    "REST-style first match": "#D55E00",
+}
 
 
 def accepted_length_figure(rows: list[dict[str, Any]]) -> go.Figure:
@@ -18,10 +23,23 @@ def accepted_length_figure(rows: list[dict[str, Any]]) -> go.Figure:
     fig = make_subplots(rows=1, cols=len(suites), subplot_titles=suites, shared_yaxes=True)
     for col, suite in enumerate(suites, start=1):
         for drafter in dict.fromkeys(r["drafter"] for r in rows):
-            part = sorted((r for r in rows if r["suite"] == suite and r["drafter"] == drafter), key=lambda r: r["speculation_length"])
-            fig.add_trace(go.Scatter(x=[r["speculation_length"] for r in part], y=[r["mean_accepted_length"] for r in part],
-                                     mode="lines+markers", name=drafter, legendgroup=drafter, showlegend=col == 1,
-                                     line={"color": DRAFTER_COLOURS.get(drafter)}), row=1, col=col)
+            part = sorted(
+                (r for r in rows if r["suite"] == suite and r["drafter"] == drafter),
+                key=lambda r: r["speculation_length"],
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["speculation_length"] for r in part],
+                    y=[r["mean_accepted_length"] for r in part],
+                    mode="lines+markers",
+                    name=drafter,
+                    legendgroup=drafter,
+                    showlegend=col == 1,
+                    line={"color": DRAFTER_COLOURS.get(drafter)},
+                ),
+                row=1,
+                col=col,
+            )
         fig.update_xaxes(title_text="speculation length S (tree nodes)", type="log", row=1, col=col)
     fig.update_yaxes(title_text="mean accepted length (tokens / target forward)", row=1, col=1)
     fig.update_layout(title="Mean accepted length vs speculation length (greedy)", legend_title="drafter")
@@ -33,9 +51,20 @@ def batch_figure(rows: list[dict[str, Any]]) -> go.Figure:
     fig = go.Figure()
     for variant in dict.fromkeys(r["variant"] for r in rows):
         part = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["batch_size"])
-        fig.add_trace(go.Scatter(x=[r["mean_latency_s"] for r in part], y=[r["throughput_tokens_per_s"] for r in part],
-                                 mode="lines+markers+text", text=[f"B={r['batch_size']}" for r in part],
-                                 textposition="top center", name=variant))
-    fig.update_layout(title="Static batches: throughput vs latency per request", xaxis_title="mean latency per request (s)",
-                      yaxis_title="throughput (tokens/s, whole batch)", legend_title="variant")
+        fig.add_trace(
+            go.Scatter(
+                x=[r["mean_latency_s"] for r in part],
+                y=[r["throughput_tokens_per_s"] for r in part],
+                mode="lines+markers+text",
+                text=[f"B={r['batch_size']}" for r in part],
+                textposition="top center",
+                name=variant,
+            )
+        )
+    fig.update_layout(
+        title="Static batches: throughput vs latency per request",
+        xaxis_title="mean latency per request (s)",
+        yaxis_title="throughput (tokens/s, whole batch)",
+        legend_title="variant",
+    )
     return fig

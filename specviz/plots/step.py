@@ -29,17 +29,30 @@ def step_distributions(step) -> go.Figure:
                 fig.add_trace(_bars(top, name, colour, name not in legend), row=1, col=col)
                 legend.add(name)
     if own:
-        fig.add_trace(_bars(step.target_top, "what the target's token was drawn from", OWN_COLOUR, True), row=1, col=len(titles))
+        fig.add_trace(
+            _bars(step.target_top, "what the target's token was drawn from", OWN_COLOUR, True), row=1, col=len(titles)
+        )
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(rangemode="tozero", tickformat=".0%", nticks=4)
-    fig = finish(fig, f"{TITLE}: iteration {step.iteration} of {step.method}", "probability (top tokens of each)", "",
-                 legend="distribution")  # fmt: skip
+    fig = finish(
+        fig,
+        f"{TITLE}: iteration {step.iteration} of {step.method}",
+        "probability (top tokens of each)",
+        "",
+        legend="distribution",
+    )
     return fig
 
 
 def _bars(top: tuple[tuple[int, str, float], ...], name: str, colour: str, show: bool) -> go.Bar:
     return go.Bar(
-        y=[f"'{t}'" for _, t, _ in top], x=[v for _, _, v in top], orientation="h", name=name, marker_color=colour, showlegend=show,
-        legendgroup=name, hovertemplate="%{y}: %{x:.3f}<extra>" + name + "</extra>",
-    )  # fmt: skip
+        y=[f"'{t}'" for _, t, _ in top],
+        x=[v for _, _, v in top],
+        orientation="h",
+        name=name,
+        marker_color=colour,
+        showlegend=show,
+        legendgroup=name,
+        hovertemplate="%{y}: %{x:.3f}<extra>" + name + "</extra>",
+    )

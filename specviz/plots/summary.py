@@ -11,7 +11,9 @@ from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
 
 
-def summary_table(runs: Mapping[str, Sequence[IterationRecord]], labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+def summary_table(
+    runs: Mapping[str, Sequence[IterationRecord]], labels: Mapping[str, str] | None = None
+) -> pd.DataFrame:
     """method -> records  ->  a DataFrame (rounded for display; speedup is vs the autoregressive
     run of the same race, empty when the race has none)."""
     rows, summaries = [], {m: summarize(r) for m, r in runs.items() if r}
@@ -37,9 +39,18 @@ def summary_table(runs: Mapping[str, Sequence[IterationRecord]], labels: Mapping
 
 
 COLUMNS = [
-    "method", "tokens", "wall (s)", "tokens/s", "speedup vs AR (×)", "acceptance rate (%)", "mean accepted length",
-    "target forwards", "draft forwards", "iterations", "stop",
-]  # fmt: skip
+    "method",
+    "tokens",
+    "wall (s)",
+    "tokens/s",
+    "speedup vs AR (×)",
+    "acceptance rate (%)",
+    "mean accepted length",
+    "target forwards",
+    "draft forwards",
+    "iterations",
+    "stop",
+]
 
 
 def _round(x: float | None, digits: int) -> float | None:

@@ -20,26 +20,57 @@ OKABE_ITO = {
 }
 
 # One colour per method, in race order (the autoregressive baseline, first, gets black).
-METHOD_COLOURS = [OKABE_ITO[k] for k in ("black", "blue", "orange", "bluish_green", "vermillion", "reddish_purple", "sky_blue", "yellow")]
+METHOD_COLOURS = [
+    OKABE_ITO[k]
+    for k in ("black", "blue", "orange", "bluish_green", "vermillion", "reddish_purple", "sky_blue", "yellow")
+]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]  # a second cue beside colour
 
 
-MARKERS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down", "hexagon", "pentagon",
-           "bowtie", "hourglass", "asterisk-open"]  # a third cue: thirteen methods, thirteen shapes
+MARKERS = [
+    "circle",
+    "square",
+    "diamond",
+    "triangle-up",
+    "x",
+    "cross",
+    "star",
+    "triangle-down",
+    "hexagon",
+    "pentagon",
+    "bowtie",
+    "hourglass",
+    "asterisk-open",
+]  # a third cue: thirteen methods, thirteen shapes
 
 
 def method_style(i: int) -> dict:
     """Line colour and dash of the i-th method (dashes repeat less often than colours)."""
-    return {"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "dash": DASHES[(i // len(METHOD_COLOURS) + i) % len(DASHES)]}
+    return {
+        "color": METHOD_COLOURS[i % len(METHOD_COLOURS)],
+        "dash": DASHES[(i // len(METHOD_COLOURS) + i) % len(DASHES)],
+    }
 
 
 def method_marker(i: int) -> dict:
     """The i-th method's marker: its colour and its own shape, a dozen of them along a line at most."""
-    return {"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "symbol": MARKERS[i % len(MARKERS)], "size": 8, "maxdisplayed": 12}
+    return {
+        "color": METHOD_COLOURS[i % len(METHOD_COLOURS)],
+        "symbol": MARKERS[i % len(MARKERS)],
+        "size": 8,
+        "maxdisplayed": 12,
+    }
 
 
-def finish(fig: go.Figure, title: str, x: str, y: str, legend: str | None = "method", subtitle: str | None = None,
-           height: int = 420) -> go.Figure:
+def finish(
+    fig: go.Figure,
+    title: str,
+    x: str,
+    y: str,
+    legend: str | None = "method",
+    subtitle: str | None = None,
+    height: int = 420,
+) -> go.Figure:
     """Titles with units, a legend title, and readable type (a long qualifier goes in the subtitle:
     plotly titles do not wrap, and half-width plots cut them); `height` before the legend's rows."""
     fig.update_layout(
@@ -62,8 +93,9 @@ def legend_below(fig: go.Figure, height: int) -> go.Figure:
     rows = -(-legend_entries(fig) // 3)
     return fig.update_layout(
         legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left"},
-        margin={"b": 80 + 26 * rows}, height=height + 26 * rows,
-    )  # fmt: skip
+        margin={"b": 80 + 26 * rows},
+        height=height + 26 * rows,
+    )
 
 
 def count_ticks(fig: go.Figure, largest: float, most: int = 10) -> go.Figure:

@@ -53,7 +53,9 @@ def busy_intervals(records: Records) -> pd.DataFrame:
             continue
         drafted_until = r.t_start + r.draft_ms / 1e3
         if r.draft_forwards > 0:
-            out.append({"lane": "draft", "start": r.t_start, "end": drafted_until, "iteration": r.iteration, "mode": ""})
+            out.append(
+                {"lane": "draft", "start": r.t_start, "end": drafted_until, "iteration": r.iteration, "mode": ""}
+            )
         out.append({"lane": "target", "start": drafted_until, "end": r.t_end, "iteration": r.iteration, "mode": ""})
     return pd.DataFrame(out, columns=["lane", "start", "end", "iteration", "mode"])
 
@@ -83,16 +85,38 @@ def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure
         for lane in LANES:
             y = f"{label} · {lane} (idle {100 * idle[lane]:.0f}%)"
             categories.append(y)
-            fig.add_bar(y=[y], x=[1e3 * (t1 - t0)], base=[1e3 * t0], orientation="h", marker_color=IDLE,
-                        name="idle (waiting)", legendgroup="idle", showlegend="idle" not in shown, hoverinfo="skip")
+            fig.add_bar(
+                y=[y],
+                x=[1e3 * (t1 - t0)],
+                base=[1e3 * t0],
+                orientation="h",
+                marker_color=IDLE,
+                name="idle (waiting)",
+                legendgroup="idle",
+                showlegend="idle" not in shown,
+                hoverinfo="skip",
+            )
             shown.add("idle")
             for mode, part in spans[spans["lane"] == lane].groupby("mode", sort=False):
                 name = f"{lane}" + (f" · {mode}" if mode else "")
-                hover = [f"{name}<br>step {it}<br>{1e3 * s:.1f}–{1e3 * e:.1f} ms" for s, e, it in zip(part["start"], part["end"], part["iteration"])]
-                fig.add_bar(y=[y] * len(part), x=1e3 * (part["end"] - part["start"]), base=1e3 * part["start"],
-                            orientation="h", marker_color=COLOURS.get((lane, mode), COLOURS[(lane, "")]),
-                            marker_line_width=0.5, marker_line_color="white", name=name, legendgroup=name,
-                            showlegend=name not in shown, hovertext=hover, hoverinfo="text")  # fmt: skip
+                hover = [
+                    f"{name}<br>step {it}<br>{1e3 * s:.1f}–{1e3 * e:.1f} ms"
+                    for s, e, it in zip(part["start"], part["end"], part["iteration"])
+                ]
+                fig.add_bar(
+                    y=[y] * len(part),
+                    x=1e3 * (part["end"] - part["start"]),
+                    base=1e3 * part["start"],
+                    orientation="h",
+                    marker_color=COLOURS.get((lane, mode), COLOURS[(lane, "")]),
+                    marker_line_width=0.5,
+                    marker_line_color="white",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=name not in shown,
+                    hovertext=hover,
+                    hoverinfo="text",
+                )
                 shown.add(name)
     fig.update_layout(
         title=title or "Which model runs when: busy spans per lane, waiting in grey",

@@ -70,36 +70,94 @@ def tree_figure(
         x0, y0 = root if p < 0 else where[p]
         x1, y1 = where[i]
         on_path = i in accepted
-        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-                                 line={"color": ACCEPTED if on_path else REJECTED, "width": 4 if on_path else 1.5}))
-    fig.add_trace(go.Scatter(x=[root[0]], y=[root[1]], mode="markers+text", text=["context"], textposition="middle left",
-                             marker={"size": 14, "color": "#444444", "symbol": "square"}, name="committed context", hoverinfo="skip",
-                             cliponaxis=False))  # fmt: skip
-    add_nodes(fig, where, label, accepted, list(sources) if sources is not None else ["input"] * len(tokens), scores, colour_of)
+        fig.add_trace(
+            go.Scatter(
+                x=[x0, x1],
+                y=[y0, y1],
+                mode="lines",
+                hoverinfo="skip",
+                showlegend=False,
+                line={"color": ACCEPTED if on_path else REJECTED, "width": 4 if on_path else 1.5},
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[root[0]],
+            y=[root[1]],
+            mode="markers+text",
+            text=["context"],
+            textposition="middle left",
+            marker={"size": 14, "color": "#444444", "symbol": "square"},
+            name="committed context",
+            hoverinfo="skip",
+            cliponaxis=False,
+        )
+    )
+    add_nodes(
+        fig,
+        where,
+        label,
+        accepted,
+        list(sources) if sources is not None else ["input"] * len(tokens),
+        scores,
+        colour_of,
+    )
     depth = max(d for d, _ in where)
     fig.update_xaxes(dtick=1, zeroline=False, range=[-0.9, depth + 0.6])  # room for the root's label and half a leaf's
-    fig.update_yaxes(visible=False, range=[max(rows) + 0.4, min(rows) - 0.8])  # first leaf on top, room above for its label
+    fig.update_yaxes(
+        visible=False, range=[max(rows) + 0.4, min(rows) - 0.8]
+    )  # first leaf on top, room above for its label
     subtitle = "; ".join(filter(None, [subtitle, "black: the accepted path"]))
-    return finish(fig, f"{title}: {len(tokens)} nodes, {len(accepted)} accepted", "depth (tokens ahead of the context)", "",
-                  legend="", subtitle=subtitle, height=max(360, ROW_PX * (max(rows) + 1) + 150))  # a row per leaf
+    return finish(
+        fig,
+        f"{title}: {len(tokens)} nodes, {len(accepted)} accepted",
+        "depth (tokens ahead of the context)",
+        "",
+        legend="",
+        subtitle=subtitle,
+        height=max(360, ROW_PX * (max(rows) + 1) + 150),
+    )  # a row per leaf
 
 
-def add_nodes(fig: go.Figure, where: list[tuple[int, float]], label: list[str], accepted: set[int], sources: list[str],
-              scores: Sequence[float] | None, colour_of: Callable[[str], str] | None) -> None:  # fmt: skip
+def add_nodes(
+    fig: go.Figure,
+    where: list[tuple[int, float]],
+    label: list[str],
+    accepted: set[int],
+    sources: list[str],
+    scores: Sequence[float] | None,
+    colour_of: Callable[[str], str] | None,
+) -> None:
     """One trace of nodes per source, in the source's colour, labelled in dark type (an orange label on
     white is hard to read); accepted nodes larger, ringed black."""
     colour_of = colour_of or (lambda source: SOURCE_COLOURS.get(source, "#CC79A7"))
     for source in dict.fromkeys(sources):
         idx = [i for i, s in enumerate(sources) if s == source]
-        hover = [f"{label[i]!r}<br>depth {where[i][0]}" + (f"<br>score {scores[i]:.3f}" if scores else "")
-                 + ("<br><b>accepted</b>" if i in accepted else "") for i in idx]
-        fig.add_trace(go.Scatter(
-            x=[where[i][0] for i in idx], y=[where[i][1] for i in idx], mode="markers+text", name=f"from {source}",
-            text=[label[i] for i in idx], textposition="top center", hovertext=hover, hoverinfo="text", cliponaxis=False,
-            textfont={"size": LABEL_PX, "family": "ui-monospace, Menlo, Consolas, monospace", "color": "#222222"},
-            marker={"size": [18 if i in accepted else 12 for i in idx], "color": colour_of(source),
-                    "line": {"width": [3 if i in accepted else 0 for i in idx], "color": ACCEPTED}},
-        ))  # fmt: skip
+        hover = [
+            f"{label[i]!r}<br>depth {where[i][0]}"
+            + (f"<br>score {scores[i]:.3f}" if scores else "")
+            + ("<br><b>accepted</b>" if i in accepted else "")
+            for i in idx
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=[where[i][0] for i in idx],
+                y=[where[i][1] for i in idx],
+                mode="markers+text",
+                name=f"from {source}",
+                text=[label[i] for i in idx],
+                textposition="top center",
+                hovertext=hover,
+                hoverinfo="text",
+                cliponaxis=False,
+                textfont={"size": LABEL_PX, "family": "ui-monospace, Menlo, Consolas, monospace", "color": "#222222"},
+                marker={
+                    "size": [18 if i in accepted else 12 for i in idx],
+                    "color": colour_of(source),
+                    "line": {"width": [3 if i in accepted else 0 for i in idx], "color": ACCEPTED},
+                },
+            )
+        )
 
 
 def record_tree(record: dict[str, Any]) -> TreeExtra:
@@ -107,13 +165,22 @@ def record_tree(record: dict[str, Any]) -> TreeExtra:
     return of(record.get("extra", {}), TreeExtra) or TreeExtra((), (), (), (), (), ())
 
 
-def record_tree_figure(record: dict[str, Any], decode: Callable[[Any], str] | None = None,
-                       colour_of: Callable[[str], str] | None = None) -> go.Figure:  # fmt: skip
+def record_tree_figure(
+    record: dict[str, Any], decode: Callable[[Any], str] | None = None, colour_of: Callable[[str], str] | None = None
+) -> go.Figure:
     """The tree of one SSSD or Streaming record (`IterationRecord.to_dict()`)."""
     tree = record_tree(record)
-    return tree_figure(tree.tree_tokens, tree.tree_parents, tree.accepted_path, tree.tree_sources, tree.tree_scores, decode,
-                       title=f"Iteration {record.get('iteration', '?')}", colour_of=colour_of,
-                       subtitle=f"at output position {record.get('position', '?')}")  # fmt: skip
+    return tree_figure(
+        tree.tree_tokens,
+        tree.tree_parents,
+        tree.accepted_path,
+        tree.tree_sources,
+        tree.tree_scores,
+        decode,
+        title=f"Iteration {record.get('iteration', '?')}",
+        colour_of=colour_of,
+        subtitle=f"at output position {record.get('position', '?')}",
+    )
 
 
 def visible(text: str) -> str:

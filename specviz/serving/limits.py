@@ -33,7 +33,9 @@ class AppLimits:
     queue_size: int = 32  # visitors waiting for the models; more are asked to come back later
     admitted_runs: int = 8  # runs in the models' line at once (they take turns); later ones wait in gradio's queue
     sessions: int = 64  # visitors whose session is kept (~1 MB each on the tiny pair); beyond this the least recently active are dropped
-    session_ttl_s: int = 3600  # a visitor's state (races, learners) and session are dropped this long after their last change or event
+    session_ttl_s: int = (
+        3600  # a visitor's state (races, learners) and session are dropped this long after their last change or event
+    )
     # Only the preset pairs in the pair field (no hub ids, no local paths). Set by SPECVIZ_PRESETS_ONLY
     # (1 or 0); on by default on a Hugging Face Space (SPACE_ID set), off elsewhere.
     presets_only: bool = False

@@ -100,8 +100,16 @@ def simulate(
     for i, prompt in enumerate(prompts):
         prompt_ids = encode_prompt(pair, prompt.text, None)
         updates_before = len(learner.updates)
-        records = list(run("osd", pair, prompt_ids, max_new_tokens=max_new_tokens,
-                           speculation_length=speculation_length, session=learner))
+        records = list(
+            run(
+                "osd",
+                pair,
+                prompt_ids,
+                max_new_tokens=max_new_tokens,
+                speculation_length=speculation_length,
+                session=learner,
+            )
+        )
         s = summarize(records)
         row = {
             "request": i,
@@ -121,12 +129,26 @@ def simulate(
         }
         sequence = list(prompt_ids) + list(s.output_ids)
         hits = draft_predictions(initial, sequence, len(prompt_ids)) == np.asarray(s.output_ids)
-        row["static_drafted"], row["static_accepted"], row["static_tested"] = replay_greedy(hits, speculation_length, max_new_tokens)
+        row["static_drafted"], row["static_accepted"], row["static_tested"] = replay_greedy(
+            hits, speculation_length, max_new_tokens
+        )
         if measure_static_from is not None and i >= measure_static_from:
-            static = summarize(list(run("vanilla", pair, prompt_ids, max_new_tokens=max_new_tokens, speculation_length=speculation_length)))
+            static = summarize(
+                list(
+                    run(
+                        "vanilla",
+                        pair,
+                        prompt_ids,
+                        max_new_tokens=max_new_tokens,
+                        speculation_length=speculation_length,
+                    )
+                )
+            )
             row["static_wall_s"] = static.wall_s
             row["static_matches"] = static.output_ids == s.output_ids and (static.drafted, static.accepted) == (
-                row["static_drafted"], row["static_accepted"])
+                row["static_drafted"],
+                row["static_accepted"],
+            )
             ar = summarize(list(run("autoregressive", pair, prompt_ids, max_new_tokens=max_new_tokens)))
             row["ar_wall_s"] = ar.wall_s
             row["ar_matches"] = ar.output_ids == s.output_ids

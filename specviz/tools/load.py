@@ -61,8 +61,10 @@ def start_app(pair: str, log: Path, env: dict[str, str]) -> tuple[subprocess.Pop
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "specviz.cli", "--pair", pair, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **env},
-    )  # fmt: skip
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **env},
+    )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -116,8 +118,16 @@ def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int
                 client = Client(url, verbose=False)
             ok, seconds, problem = one_race(client, race_args(cfg.pair, methods, cfg.max_new_tokens, s + r))
             with lock:
-                row = {"n": len(rows) + 1, "session": s, "race": r, "ok": ok, "seconds": round(seconds, 3),
-                       "at_s": round(time.perf_counter() - started, 1), "rss_mb": round(rss_mb(pid), 1), "problem": problem}  # fmt: skip
+                row = {
+                    "n": len(rows) + 1,
+                    "session": s,
+                    "race": r,
+                    "ok": ok,
+                    "seconds": round(seconds, 3),
+                    "at_s": round(time.perf_counter() - started, 1),
+                    "rss_mb": round(rss_mb(pid), 1),
+                    "problem": problem,
+                }
                 rows.append(row)
                 progress.write(json.dumps(row) + "\n")
                 progress.flush()
@@ -133,8 +143,17 @@ def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int
 
 def long_race(client: Any, cfg: argparse.Namespace, methods: list[str]) -> Any:
     """Submit a long race; return its job once a method streams (None: it finished first)."""
-    job = client.submit(cfg.pair, "Write a long story about a lighthouse keeper.", methods, {}, cfg.stop_tokens, 0.0, 1.0, 0,
-                        api_name="/race")  # fmt: skip
+    job = client.submit(
+        cfg.pair,
+        "Write a long story about a lighthouse keeper.",
+        methods,
+        {},
+        cfg.stop_tokens,
+        0.0,
+        1.0,
+        0,
+        api_name="/race",
+    )
     deadline = time.monotonic() + 300
     while len(job.outputs()) < 3 and not job.done() and time.monotonic() < deadline:  # warm-up, then a method streams
         time.sleep(0.05)
@@ -179,8 +198,11 @@ def fair_share(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[st
     long_done = job.done()
     client.predict(api_name="/stop")
     job.result(timeout=300)
-    return {"short_race_s": round(seconds, 2), "short_race_first": not long_done,
-            "queue_position_shown": any("ahead of you" in line for line in lines)}  # fmt: skip
+    return {
+        "short_race_s": round(seconds, 2),
+        "short_race_first": not long_done,
+        "queue_position_shown": any("ahead of you" in line for line in lines),
+    }
 
 
 def leave_latency(url: str, cfg: argparse.Namespace, methods: list[str], log: Path) -> dict[str, Any]:
@@ -231,9 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="a new client (a new visitor) for every race")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--stop-tokens", type=int, default=512, help="max new tokens of the race that Stop interrupts")
-    p.add_argument("--session-ttl", type=int, default=60,
-                   help="seconds after its last event the app drops a visitor's session; then RSS once all have left (0: the app's own, no wait)")
-    p.add_argument("--minutes", type=float, default=0.0, help="time budget for the races (0: none); no race starts after it")
+    p.add_argument(
+        "--session-ttl",
+        type=int,
+        default=60,
+        help="seconds after its last event the app drops a visitor's session; then RSS once all have left (0: the app's own, no wait)",
+    )
+    p.add_argument(
+        "--minutes", type=float, default=0.0, help="time budget for the races (0: none); no race starts after it"
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for results.json, summary.md and the server log")
     cfg = p.parse_args(argv)
     if not (1 <= cfg.sessions <= 64 and 1 <= cfg.races <= 1000):
@@ -254,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_sessions(url, cfg, methods, proc.pid)
         wall = time.perf_counter() - started
         rss_after = rss_mb(proc.pid)
-        stop = {**stop_latency(url, cfg, methods), **fair_share(url, cfg, methods), **leave_latency(url, cfg, methods, log)}
+        stop = {
+            **stop_latency(url, cfg, methods),
+            **fair_share(url, cfg, methods),
+            **leave_latency(url, cfg, methods, log),
+        }
         left = after_visitors_left(proc.pid, log, cfg.session_ttl) if cfg.session_ttl else {}
     finally:
         proc.terminate()
@@ -265,23 +297,44 @@ def main(argv: list[str] | None = None) -> int:
     text = log.read_text(errors="replace")
     result = {
         "command": "python -m specviz.bench load " + " ".join(sys.argv[2:] if argv is None else argv),
-        "pair": cfg.pair, "methods": methods, "sessions": cfg.sessions, "races_per_session": cfg.races, "fresh": cfg.fresh,
-        "max_new_tokens": cfg.max_new_tokens, "minutes": cfg.minutes, "races": len(rows), "done": sum(r["ok"] for r in rows),
-        "failed": sum(not r["ok"] for r in rows), "wall_s": round(wall, 1),
-        "latency_p50_s": round(percentile(seconds, 0.5), 2), "latency_p95_s": round(percentile(seconds, 0.95), 2),
-        "rss_before_mb": round(rss_before, 1), "rss_after_mb": round(rss_after, 1),
-        "rss_growth_mb": round(rss_after - rss_before, 1), "rss_growth_pct": round(100 * (rss_after / rss_before - 1), 2),
+        "pair": cfg.pair,
+        "methods": methods,
+        "sessions": cfg.sessions,
+        "races_per_session": cfg.races,
+        "fresh": cfg.fresh,
+        "max_new_tokens": cfg.max_new_tokens,
+        "minutes": cfg.minutes,
+        "races": len(rows),
+        "done": sum(r["ok"] for r in rows),
+        "failed": sum(not r["ok"] for r in rows),
+        "wall_s": round(wall, 1),
+        "latency_p50_s": round(percentile(seconds, 0.5), 2),
+        "latency_p95_s": round(percentile(seconds, 0.95), 2),
+        "rss_before_mb": round(rss_before, 1),
+        "rss_after_mb": round(rss_after, 1),
+        "rss_growth_mb": round(rss_after - rss_before, 1),
+        "rss_growth_pct": round(100 * (rss_after / rss_before - 1), 2),
         "rss_growth_second_half_mb": round(rss_after - rows[len(rows) // 2]["rss_mb"], 1),
         # from the first race's end (concurrent sessions have all arrived by then: their one-time costs are in)
-        "rss_first_race_mb": rows[0]["rss_mb"], "rss_growth_from_first_race_pct": round(100 * (rss_after / rows[0]["rss_mb"] - 1), 2),
-        **left, **({"rss_growth_visitors_left_pct": round(100 * (left["rss_visitors_left_mb"] / rss_before - 1), 2)} if left else {}),
-        **stop, "visitor_left_logged": bool(logged(LEFT_LOG, text)),
+        "rss_first_race_mb": rows[0]["rss_mb"],
+        "rss_growth_from_first_race_pct": round(100 * (rss_after / rows[0]["rss_mb"] - 1), 2),
+        **left,
+        **(
+            {"rss_growth_visitors_left_pct": round(100 * (left["rss_visitors_left_mb"] / rss_before - 1), 2)}
+            if left
+            else {}
+        ),
+        **stop,
+        "visitor_left_logged": bool(logged(LEFT_LOG, text)),
         "tracebacks_in_log": text.count("Traceback (most recent call last)"),
-        "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10], "rows": rows,
-    }  # fmt: skip
+        "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10],
+        "rows": rows,
+    }
     (cfg.out / "results.json").write_text(json.dumps(result, indent=1))
     summary = {k: v for k, v in result.items() if k not in ("rows", "methods", "problems")}
-    (cfg.out / "summary.md").write_text("| figure | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in summary.items()))
+    (cfg.out / "summary.md").write_text(
+        "| figure | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in summary.items())
+    )
     print(json.dumps(summary, indent=1))
     return 0 if result["failed"] == 0 else 1
 

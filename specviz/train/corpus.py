@@ -59,7 +59,9 @@ SOURCES = (
     Source("codealpaca", "codealpaca_prompts.jsonl", "prompt", (0, 6552), "CC BY-NC 4.0 (Code Alpaca): non-commercial"),
 )
 TEMPERATURES = (0.0, 0.7)  # every prompt is answered greedily and sampled
-GREEDY_PER_SAMPLED = 3  # in the job order: three greedy answers, then one sampled (greedy decoding is what the bench measures)
+GREEDY_PER_SAMPLED = (
+    3  # in the job order: three greedy answers, then one sampled (greedy decoding is what the bench measures)
+)
 SEED = 0
 
 
@@ -102,7 +104,9 @@ def read_source(data: Path, source: Source) -> dict[int, str]:
 def encode_chat(tokenizer, prompt: str) -> list[int]:
     """Prompt ids as the target sees an instruction: through its chat template when it has one."""
     if tokenizer.chat_template:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(prompt)["input_ids"])
 
@@ -166,7 +170,13 @@ class WorkFolder:
             for job, out, (ids, logp) in zip(jobs, outputs, topk):
                 fi.write(ids.astype(np.uint16).tobytes())
                 fl.write(logp.astype(np.float16).tobytes())
-                rec = {"source": job.source, "line": job.line, "temperature": job.temperature, "output_ids": out, "row": self.rows}
+                rec = {
+                    "source": job.source,
+                    "line": job.line,
+                    "temperature": job.temperature,
+                    "output_ids": out,
+                    "row": self.rows,
+                }
                 self.rows += len(out)
                 self.records.append(rec)
                 lines.append(json.dumps(rec))
@@ -182,8 +192,10 @@ class WorkFolder:
         if self.rows == 0:
             return np.zeros((0, self.k), np.uint16), np.zeros((0, self.k), np.float16)
         shape = (self.rows, self.k)
-        return (np.memmap(self.ids, dtype=np.uint16, mode="r", shape=shape),
-                np.memmap(self.logp, dtype=np.float16, mode="r", shape=shape))
+        return (
+            np.memmap(self.ids, dtype=np.uint16, mode="r", shape=shape),
+            np.memmap(self.logp, dtype=np.float16, mode="r", shape=shape),
+        )
 
 
 def batches(jobs: list[Job], prompt_ids, cfg: GenerationConfig) -> Iterator[list[tuple[Job, list[int]]]]:
@@ -198,8 +210,14 @@ def batches(jobs: list[Job], prompt_ids, cfg: GenerationConfig) -> Iterator[list
 
 
 @torch.inference_mode()
-def answer_batch(model, prompts: list[list[int]], temperature: float, eos_ids: tuple[int, ...], cfg: GenerationConfig,
-                 generator: torch.Generator) -> tuple[list[list[int]], list[tuple[np.ndarray, np.ndarray]]]:
+def answer_batch(
+    model,
+    prompts: list[list[int]],
+    temperature: float,
+    eos_ids: tuple[int, ...],
+    cfg: GenerationConfig,
+    generator: torch.Generator,
+) -> tuple[list[list[int]], list[tuple[np.ndarray, np.ndarray]]]:
     """Answers (cut after the first EOS) and their top-k log-probabilities per position.
 
     Left-padded prefill, then one forward pass per step over the rows still running; a row that
@@ -218,8 +236,18 @@ def answer_batch(model, prompts: list[list[int]], temperature: float, eos_ids: t
     top_ids: list[list[torch.Tensor]] = [[] for _ in prompts]
     top_logp: list[list[torch.Tensor]] = [[] for _ in prompts]
     for _ in range(cfg.max_new_tokens):
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                       use_cache=True, logits_to_keep=1).logits[:, -1].float()  # [b, V]
+        logits = (
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            .logits[:, -1]
+            .float()
+        )  # [b, V]
         logp = torch.log_softmax(logits, dim=-1)  # [b, V] p at temperature 1
         vals, idx = logp.topk(cfg.top_k, dim=-1)  # [b, k]
         if temperature > 0:
@@ -264,7 +292,9 @@ def speed(args) -> int:
     model, tokenizer, eos = load_generator(args)
     prompts = {s.name: read_source(args.data, s) for s in SOURCES}
     jobs = [j for j in job_order(prompts) if j.temperature == 0]
-    ids = [p for p in (encode_chat(tokenizer, prompts[j.source][j.line]) for j in jobs) if len(p) <= args.max_prompt_tokens]
+    ids = [
+        p for p in (encode_chat(tokenizer, prompts[j.source][j.line]) for j in jobs) if len(p) <= args.max_prompt_tokens
+    ]
     ids = sorted(ids[: args.prompts], key=len)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens)
     answer_batch(model, ids[:2], 0.0, eos, replace(cfg, max_new_tokens=4), torch.Generator())  # warm-up
@@ -275,8 +305,17 @@ def speed(args) -> int:
             outputs, _ = answer_batch(model, ids[b : b + size], 0.0, eos, cfg, torch.Generator())
             tokens += sum(len(o) for o in outputs)
         seconds = time.perf_counter() - t0
-        rows.append({"batch_size": size, "dtype": args.dtype, "threads": torch.get_num_threads(), "prompts": len(ids),
-                     "tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1)})
+        rows.append(
+            {
+                "batch_size": size,
+                "dtype": args.dtype,
+                "threads": torch.get_num_threads(),
+                "prompts": len(ids),
+                "tokens": tokens,
+                "seconds": round(seconds, 2),
+                "tokens_per_s": round(tokens / seconds, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return 0
 
@@ -289,8 +328,12 @@ def generate(args) -> int:
     jobs = job_order(prompts)
     work = WorkFolder(args.work, cfg.top_k, writable=True)
     shipped = args.corpus if args.corpus is not None else (CORPUS if args.target == "default" else None)
-    done = {Job(r["source"], r["line"], r["temperature"]).key for r in work.records} | (shipped_keys(shipped) if shipped else set())
-    skipped = set(json.loads((args.work / "skipped.json").read_text())) if (args.work / "skipped.json").is_file() else set()
+    done = {Job(r["source"], r["line"], r["temperature"]).key for r in work.records} | (
+        shipped_keys(shipped) if shipped else set()
+    )
+    skipped = (
+        set(json.loads((args.work / "skipped.json").read_text())) if (args.work / "skipped.json").is_file() else set()
+    )
     todo = [j for j in jobs if j.key not in done and f"{j.source}:{j.line}" not in skipped][: args.limit]
     if not todo:
         print("[specviz] every job of the corpus is done", file=sys.stderr)
@@ -319,8 +362,11 @@ def generate(args) -> int:
         if deadline and time.monotonic() > deadline:
             break
     bar.close()
-    print(f"[specviz] {len(work.records)} answers in {args.work}; {tokens} tokens this run at "
-          f"{tokens / (time.monotonic() - started):.1f} tokens/s", file=sys.stderr)
+    print(
+        f"[specviz] {len(work.records)} answers in {args.work}; {tokens} tokens this run at "
+        f"{tokens / (time.monotonic() - started):.1f} tokens/s",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -340,7 +386,9 @@ def load_shipped(folder: Path = CORPUS) -> list[dict]:
             shard = {name: z[name] for name in z.files}
         names, tokens, offsets = [str(s) for s in shard["source_names"]], shard["tokens"], shard["offsets"]
         for s, line, t, a, b in zip(shard["source"], shard["line"], shard["temperature"], offsets[:-1], offsets[1:]):
-            out.append({"source": names[s], "line": int(line), "temperature": float(t) / 100, "output_ids": tokens[a:b]})
+            out.append(
+                {"source": names[s], "line": int(line), "temperature": float(t) / 100, "output_ids": tokens[a:b]}
+            )
     return out
 
 
@@ -367,7 +415,11 @@ def pack(args) -> int:
     """Append the work folder's answers that are not shipped yet as a new shard, and rewrite the card."""
     args.out.mkdir(parents=True, exist_ok=True)
     shipped = shipped_keys(args.out)
-    new = [r for r in read_records(args.work / "answers.jsonl") if (r["source"], r["line"], r["temperature"]) not in shipped]
+    new = [
+        r
+        for r in read_records(args.work / "answers.jsonl")
+        if (r["source"], r["line"], r["temperature"]) not in shipped
+    ]
     if new:
         path = args.out / f"answers-{len(shard_paths(args.out)) + 1:03d}.npz"
         write_shard(new, path)
@@ -399,7 +451,7 @@ DISCO classifier, the SSSD datastore and the streaming adapter learn from. Built
 source and line, so the prompt files (`../shared/data/` in this project's workplace) are needed to
 put a prompt back in front of its answer.
 
-- {s['answers']} answers, {s['tokens']} answer tokens ({s['tokens'] / max(1, s['answers']):.0f} per answer), in
+- {s["answers"]} answers, {s["tokens"]} answer tokens ({s["tokens"] / max(1, s["answers"]):.0f} per answer), in
   {len(shard_paths(args.out))} file(s) `answers-*.npz` ({size:.2f} MB): uint16 `tokens` with `offsets`, and per
   answer `source`, `line` and `temperature` (hundredths)
 - each prompt is put through the target's chat template as a single user turn; answers stop at the
@@ -407,7 +459,7 @@ put a prompt back in front of its answer.
 - the target in bfloat16 on a 2-core CPU (`--dtype` default: 1.5x the float32 speed there), greedy (temperature 0)
   or sampled at temperature 0.7 (no top-k/top-p)
 - split: a prompt is held out for validation when crc32("source:line") % {splits.CORPUS.modulus} == 0 (both of its
-  answers): {s['held_out']} answers; never train on them. The benchmark suites (HumanEval, GSM8K test,
+  answers): {s["held_out"]} answers; never train on them. The benchmark suites (HumanEval, GSM8K test,
   MT-Bench, MBPP, Spec-Bench) are never used: GSM8K answers come from its train split only
 
 | source | prompts | licence | greedy answers | T = 0.7 answers |
@@ -447,12 +499,20 @@ def teacher_text(args) -> int:
                 continue
             if args.temperature is not None and r["temperature"] != args.temperature:
                 continue
-            f.write(json.dumps({
-                "prompt_index": prompt_index(r["source"], r["line"]), "source": r["source"], "line": r["line"],
-                "temperature": r["temperature"], "held_out": held,
-                "prompt_ids": encode_chat(tokenizer, prompts[r["source"]][r["line"]]),
-                "output_ids": [int(t) for t in r["output_ids"]],
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "prompt_index": prompt_index(r["source"], r["line"]),
+                        "source": r["source"],
+                        "line": r["line"],
+                        "temperature": r["temperature"],
+                        "held_out": held,
+                        "prompt_ids": encode_chat(tokenizer, prompts[r["source"]][r["line"]]),
+                        "output_ids": [int(t) for t in r["output_ids"]],
+                    }
+                )
+                + "\n"
+            )
     print(f"[specviz] wrote {args.to}", file=sys.stderr)
     return 0
 
@@ -460,8 +520,17 @@ def teacher_text(args) -> int:
 def status(args) -> int:
     local = read_records(args.work / "answers.jsonl")
     together = summary(all_answers(args.out, args.work))
-    print(json.dumps({"shipped": len(load_shipped(args.out)), "local": len(local), "answers": together["answers"],
-                      "tokens": together["tokens"], "held_out": together["held_out"]}))
+    print(
+        json.dumps(
+            {
+                "shipped": len(load_shipped(args.out)),
+                "local": len(local),
+                "answers": together["answers"],
+                "tokens": together["tokens"],
+                "held_out": together["held_out"],
+            }
+        )
+    )
     return 0
 
 
@@ -479,23 +548,37 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--target", default="default")
         p.add_argument("--device", default="cpu")
         p.add_argument("--threads", type=int, default=None)
-        p.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16", help="the target's weights and arithmetic")
-    g.add_argument("--corpus", type=Path, default=None,
-                   help="shipped answers to skip (default: assets/corpus for the default target, none for others)")
+        p.add_argument(
+            "--dtype", choices=("float32", "bfloat16"), default="bfloat16", help="the target's weights and arithmetic"
+        )
+    g.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="shipped answers to skip (default: assets/corpus for the default target, none for others)",
+    )
     g.add_argument("--limit", type=int, default=None, help="answer at most this many more jobs")
     g.add_argument("--hours", type=float, default=None, help="stop after the batch running at this many hours")
     g.add_argument("--no-progress", action="store_true")
     for f, default in GenerationConfig.__dataclass_fields__.items():
         if f != "pool":
             g.add_argument(f"--{f.replace('_', '-')}", type=int, default=default.default)
-    for name, helptext in (("pack", "ship the work folder's new answers as a compressed shard"), ("status", "counts"),
-                           ("teacher-text", "write the answers with their prompts as JSONL for the DISCO, datastore and streaming trainers")):
+    for name, helptext in (
+        ("pack", "ship the work folder's new answers as a compressed shard"),
+        ("status", "counts"),
+        (
+            "teacher-text",
+            "write the answers with their prompts as JSONL for the DISCO, datastore and streaming trainers",
+        ),
+    ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--out", type=Path, default=CORPUS, help="the shipped corpus folder")
     t = sub.choices["teacher-text"]
     t.add_argument("--to", type=Path, default=Path("runs/corpus/teacher_text.jsonl"))
     t.add_argument("--temperature", type=float, help="only the answers made at this temperature (0: the greedy ones)")
-    t.add_argument("--split", choices=("train", "val", "all"), default="train", help="the draft's training or held-out prompts")
+    t.add_argument(
+        "--split", choices=("train", "val", "all"), default="train", help="the draft's training or held-out prompts"
+    )
     t.add_argument("--data", type=Path, default=Path("../shared/data"))
     t.add_argument("--target", default="default")
     for name, p in sub.choices.items():
@@ -504,7 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
-    return {"generate": generate, "speed": speed, "pack": pack, "status": status, "teacher-text": teacher_text}[args.command](args)
+    return {"generate": generate, "speed": speed, "pack": pack, "status": status, "teacher-text": teacher_text}[
+        args.command
+    ](args)
 
 
 if __name__ == "__main__":

@@ -57,17 +57,28 @@ def load_tokenizer(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--teacher", type=Path, action="append", default=[], help="JSONL with output_ids (target-generated)")
-    ap.add_argument("--text", type=Path, action="append", default=[], help="text file: a document per line (or JSONL with 'text')")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--teacher", type=Path, action="append", default=[], help="JSONL with output_ids (target-generated)"
+    )
+    ap.add_argument(
+        "--text", type=Path, action="append", default=[], help="text file: a document per line (or JSONL with 'text')"
+    )
     ap.add_argument("--tokens", type=Path, action="append", default=[], help=".npy token array (one document)")
-    ap.add_argument("--tokenizer", default="default", help="default | tiny | hub id | folder (its vocabulary is fingerprinted)")
+    ap.add_argument(
+        "--tokenizer", default="default", help="default | tiny | hub id | folder (its vocabulary is fingerprinted)"
+    )
     ap.add_argument("--with-prompts", action="store_true", help="also index the teacher records' prompt_ids")
     ap.add_argument("--exclude-prompt-indices", type=Path, help="JSON list of prompt_index values to leave out")
     ap.add_argument("--max-tokens", type=int, default=2_000_000, help="stop adding documents after this many tokens")
     ap.add_argument("--out", type=Path, default=DEFAULT_PATH)
-    ap.add_argument("--tokens-only", action="store_true",
-                    help="leave the suffix array out of the file (as the shipped one does): rebuilt on first load and cached")
+    ap.add_argument(
+        "--tokens-only",
+        action="store_true",
+        help="leave the suffix array out of the file (as the shipped one does): rebuilt on first load and cached",
+    )
     args = ap.parse_args(argv)
     if not (args.teacher or args.text or args.tokens):
         ap.error("give at least one --teacher, --text or --tokens source")
@@ -90,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     store = Datastore.build(docs, tokenizer_fingerprint(tokenizer), info)
     path = store.save(args.out, with_suffix_array=not args.tokens_only)
-    print(f"datastore: {store.info['documents']} documents, {len(store)} tokens -> {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    print(
+        f"datastore: {store.info['documents']} documents, {len(store)} tokens -> {path} ({path.stat().st_size / 1e6:.2f} MB)"
+    )
     return 0
 
 

@@ -32,8 +32,8 @@ import torch
 
 from specviz.methods import BASELINE
 from specviz.methods.drafting import fit_vocab
-from specviz.models.kv import CachedLM
 from specviz.models.disco import ASSET_DIR, DiscoClassifier, DiscoModel, asset_name, draft_features
+from specviz.models.kv import CachedLM
 from specviz.train import splits
 from specviz.train.loop import LoopConfig, run
 
@@ -100,8 +100,9 @@ def generate_teacher(pair, prompts_path: Path, n: int, max_new_tokens: int) -> l
     return out
 
 
-def heldout_text(pair, prompts_path: Path, lines: range, out: Path, max_new_tokens: int = 128,
-                 max_prompt_tokens: int = 256) -> list[Sequence]:
+def heldout_text(
+    pair, prompts_path: Path, lines: range, out: Path, max_new_tokens: int = 128, max_prompt_tokens: int = 256
+) -> list[Sequence]:
     """Greedy target answers to lines `lines` of a jsonl of {"prompt": ...} (prompt_index = line number),
     appended to `out` one record at a time (teacher format; a rerun resumes). Greedy, because the
     benchmarks decode greedily; for tuning and testing on text the draft never trained on."""
@@ -119,8 +120,13 @@ def heldout_text(pair, prompts_path: Path, lines: range, out: Path, max_new_toke
         if len(prompt_ids) > max_prompt_tokens:
             continue
         result = specviz.generate(BASELINE, pair, prompt_ids, max_new_tokens=max_new_tokens)
-        record = {"prompt_index": index, "prompt": texts[index], "prompt_ids": list(prompt_ids),
-                  "output_ids": list(result.summary.output_ids), "temperature": 0.0}
+        record = {
+            "prompt_index": index,
+            "prompt": texts[index],
+            "prompt_ids": list(prompt_ids),
+            "output_ids": list(result.summary.output_ids),
+            "temperature": 0.0,
+        }
         with out.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         print(f"held-out prompt {index}: {len(record['output_ids'])} tokens", flush=True)
@@ -146,7 +152,9 @@ def extract(pair, sequences: list[Sequence], max_len: int = 1024, logits: np.nda
         x = torch.tensor([ids], device=pair.device)  # [1, L]
         keep = len(ids) - s.start + 1
         if logits is not None and s.logits_row is not None and s.logits_row + keep - 1 <= len(logits):
-            target_logits = torch.from_numpy(np.asarray(logits[s.logits_row : s.logits_row + keep - 1], dtype=np.float32))
+            target_logits = torch.from_numpy(
+                np.asarray(logits[s.logits_row : s.logits_row + keep - 1], dtype=np.float32)
+            )
         else:
             target_logits = pair.target(input_ids=x, logits_to_keep=keep).logits[0, :-1]
         p = torch.softmax(target_logits.float(), -1)  # [n, V]
@@ -190,7 +198,12 @@ def train_classifier(pos: Positions, hidden: int, epochs: int, seed: int) -> tup
 
     last = run(LoopConfig(steps=epochs * per_epoch), opt, list(model.parameters()), loss_at, {"step": 0})
     model.eval()
-    return model, {"mean_tv": mean_tv, "accept_weight": mean_tv, "reject_weight": 1 - mean_tv, "final_loss": last["loss"]}
+    return model, {
+        "mean_tv": mean_tv,
+        "accept_weight": mean_tv,
+        "reject_weight": 1 - mean_tv,
+        "final_loss": last["loss"],
+    }
 
 
 # ---------------------------------------------------------------- evaluation and tuning
@@ -244,8 +257,13 @@ def replay(pos: Positions, decide, costs: Costs) -> dict:
             tokens, drafts, verifies = tokens + emitted, drafts + k, verifies + 1
             ms += k * costs.draft_ms + costs.verify_ms(k)
             lengths.append(k)
-    return {"tokens": tokens, "draft_forwards": drafts, "target_forwards": verifies,
-            "ms_per_token": ms / tokens, "mean_sl": float(np.mean(lengths))}
+    return {
+        "tokens": tokens,
+        "draft_forwards": drafts,
+        "target_forwards": verifies,
+        "ms_per_token": ms / tokens,
+        "mean_sl": float(np.mean(lengths)),
+    }
 
 
 def tune(pos: Positions, scores: np.ndarray, costs: Costs) -> dict:
@@ -259,9 +277,12 @@ def tune(pos: Positions, scores: np.ndarray, costs: Costs) -> dict:
     best = min(grid, key=lambda c: grid[c]["ms_per_token"])
     ahead = hits_ahead(pos)
     oracle = replay(pos, lambda j, i: i < ahead[j], costs)  # drafts exactly the hits ahead (maybe none)
-    return {"static": {str(k): v for k, v in static.items()}, "sl_opt": sl_opt,
-            "disco_best": {"threshold": best[0], "max_speculation_length": best[1], **grid[best]},
-            "oracle": oracle}
+    return {
+        "static": {str(k): v for k, v in static.items()},
+        "sl_opt": sl_opt,
+        "disco_best": {"threshold": best[0], "max_speculation_length": best[1], **grid[best]},
+        "oracle": oracle,
+    }
 
 
 def disco_rule(scores: np.ndarray, tau: float, sl_max: int):
@@ -322,18 +343,33 @@ def load_named_pair(name: str):
     return load_pair(name, device="cpu", dtype="float32")
 
 
-def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: int, epochs: int, seed: int,
-        logits: np.ndarray | None = None, costs: Costs | None = None, given: dict[str, list[Sequence]] | None = None,
-        split_rule: str = splits.DISCO.describe()) -> DiscoModel | None:
+def fit(
+    pair,
+    pair_name: str,
+    sequences: list[Sequence],
+    source: str,
+    hidden: int,
+    epochs: int,
+    seed: int,
+    logits: np.ndarray | None = None,
+    costs: Costs | None = None,
+    given: dict[str, list[Sequence]] | None = None,
+    split_rule: str = splits.DISCO.describe(),
+) -> DiscoModel | None:
     """Split (by `splits.DISCO` unless `given` holds train / val / test), extract, train, tune
     tau / SL_max on validation, score on test; None if a split is empty."""
-    by_split = given or {s: [q for q in sequences if splits.split_of(splits.DISCO, q.prompt_index) == s] for s in SPLITS}
+    by_split = given or {
+        s: [q for q in sequences if splits.split_of(splits.DISCO, q.prompt_index) == s] for s in SPLITS
+    }
     print(f"{len(sequences)} sequences: " + ", ".join(f"{s} {len(v)}" for s, v in by_split.items()), flush=True)
     t = time.perf_counter()
     data = {s: extract(pair, v, logits=logits) for s, v in by_split.items() if v}
     if set(data) != set(SPLITS):
         return None
-    print(f"features of {sum(len(d.match) for d in data.values())} positions in {time.perf_counter() - t:.0f} s", flush=True)
+    print(
+        f"features of {sum(len(d.match) for d in data.values())} positions in {time.perf_counter() - t:.0f} s",
+        flush=True,
+    )
 
     model, loss_info = train_classifier(data["train"], hidden, epochs, seed)
     costs_source = "given" if costs else "measured by measure_costs at training time"
@@ -356,7 +392,7 @@ def fit(pair, pair_name: str, sequences: list[Sequence], source: str, hidden: in
         "training_text": source,
         "split": split_rule,
         "split_prompt_indices": {s: sorted({q.prompt_index for q in v}) for s, v in by_split.items()},
-        "positions": {s: int(len(d.match)) for s, d in data.items()},
+        "positions": {s: len(d.match) for s, d in data.items()},
         "accept_rate": {s: float(d.match.mean()) for s, d in data.items()},
         "loss": loss_info,
         "features": "top-10 of q_i, entropy of q_i (nats), draft index i (0-based)",
@@ -396,26 +432,50 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.train.disco", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default", help="default | tiny-random | tiny-perturbed | tiny-self | a preset")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--teacher", type=Path, help="jsonl of target-generated text: prompt_index, prompt_ids, output_ids")
-    src.add_argument("--prompts", type=Path, help='jsonl of {"prompt": ...} training prompts: the target answers them here')
+    src.add_argument(
+        "--teacher", type=Path, help="jsonl of target-generated text: prompt_index, prompt_ids, output_ids"
+    )
+    src.add_argument(
+        "--prompts", type=Path, help='jsonl of {"prompt": ...} training prompts: the target answers them here'
+    )
     p.add_argument("--generate", type=int, default=100, help="with --prompts: how many prompts to answer")
     p.add_argument("--max-new-tokens", type=int, default=96, help="with --prompts: tokens per answer")
     p.add_argument("--limit", type=int, default=0, help="use at most this many teacher records (0: all)")
-    p.add_argument("--records", default="", help="A:B, a slice of the teacher records (e.g. '681:' skips the first 681, "
-                   "the text the draft was trained on, whose acceptance is optimistic)")
-    p.add_argument("--heldout", type=Path, help="teacher-format jsonl of greedy target text on other prompts: "
-                   "validation (even prompt_index) and test (odd); then every --teacher record trains")
-    p.add_argument("--heldout-prompts", type=Path, help='with --heldout: jsonl of {"prompt": ...}; its lines '
-                   "--heldout-lines are answered greedily into --heldout first (resumes)")
+    p.add_argument(
+        "--records",
+        default="",
+        help="A:B, a slice of the teacher records (e.g. '681:' skips the first 681, "
+        "the text the draft was trained on, whose acceptance is optimistic)",
+    )
+    p.add_argument(
+        "--heldout",
+        type=Path,
+        help="teacher-format jsonl of greedy target text on other prompts: "
+        "validation (even prompt_index) and test (odd); then every --teacher record trains",
+    )
+    p.add_argument(
+        "--heldout-prompts",
+        type=Path,
+        help='with --heldout: jsonl of {"prompt": ...}; its lines '
+        "--heldout-lines are answered greedily into --heldout first (resumes)",
+    )
     p.add_argument("--heldout-lines", default="5500:5600", help="A:B, line range of --heldout-prompts")
-    p.add_argument("--exclude-mod", type=int, default=0,
-                   help="leave out teacher records with prompt_index %% N == 0 (the corpus's held-out answers are "
-                   "chosen by `corpus teacher-text --split`, not by this)")
+    p.add_argument(
+        "--exclude-mod",
+        type=int,
+        default=0,
+        help="leave out teacher records with prompt_index %% N == 0 (the corpus's held-out answers are "
+        "chosen by `corpus teacher-text --split`, not by this)",
+    )
     p.add_argument("--hidden", type=int, default=32, help="width of the FFN's hidden layer")
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--costs", default="", help="D,V1,VK: ms of one draft forward, of a 1-token target forward and per "
-                   "extra verified token, to tune with instead of measuring them here (e.g. on a busy machine)")
+    p.add_argument(
+        "--costs",
+        default="",
+        help="D,V1,VK: ms of one draft forward, of a 1-token target forward and per "
+        "extra verified token, to tune with instead of measuring them here (e.g. on a busy machine)",
+    )
     p.add_argument("--out", type=Path, help="classifier file (default assets/disco/<pair>.safetensors)")
     args = p.parse_args(argv)
 
@@ -443,10 +503,12 @@ def main(argv: list[str] | None = None) -> int:
             heldout_text(pair, args.heldout_prompts, range(a, b), args.heldout, args.max_new_tokens)
         held = read_teacher(args.heldout)
         part = {s.prompt_index: splits.split_of(splits.DISCO_HELDOUT, s.prompt_index) for s in held}
-        given = {"train": sequences, "val": [s for s in held if part[s.prompt_index] == "val"],
-                 "test": [s for s in held if part[s.prompt_index] == "test"]}
-        rule = (f"train: {source}; validation / test: greedy target answers in {args.heldout} "
-                "(even / odd prompt_index)")
+        given = {
+            "train": sequences,
+            "val": [s for s in held if part[s.prompt_index] == "val"],
+            "test": [s for s in held if part[s.prompt_index] == "test"],
+        }
+        rule = f"train: {source}; validation / test: greedy target answers in {args.heldout} (even / odd prompt_index)"
         sequences = sequences + held
     logits = stored_logits(args.teacher.parent / "teacher_logits.f16", pair.vocab_size) if args.teacher else None
     costs = Costs(*(float(x) for x in args.costs.split(","))) if args.costs else None

@@ -126,7 +126,9 @@ def run(
             bar.set_postfix({k: f"{stats.get(k, 0.0):.3f}" for k in show})
             bar.update()
         due = done == loop.steps or (loop.save_every and done % loop.save_every == 0)
-        if save is not None and (due or (loop.save_minutes is not None and time.monotonic() - last_save > 60 * loop.save_minutes)):
+        if save is not None and (
+            due or (loop.save_minutes is not None and time.monotonic() - last_save > 60 * loop.save_minutes)
+        ):
             save(done)
             last_save = time.monotonic()
     if bar is not None:

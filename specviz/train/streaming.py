@@ -36,7 +36,9 @@ from specviz.train.loop import Checkpoint, CsvLog, LoopConfig, run
 @dataclass
 class TrainConfig:
     target: str = "default"  # default | tiny-random | a hub id or local directory
-    data: Path = Path("runs/draft/teacher_text.jsonl")  # JSONL with prompt_ids, output_ids, as `python -m specviz.train.draft` writes it
+    data: Path = Path(
+        "runs/draft/teacher_text.jsonl"
+    )  # JSONL with prompt_ids, output_ids, as `python -m specviz.train.draft` writes it
     out: Path = Path("runs/streaming")  # checkpoint.pt + log.csv (+ adapter.safetensors)
     streaming: StreamingConfig = field(default_factory=StreamingConfig)
     steps: int = 1000  # optimizer steps in total (a resumed run continues up to this)
@@ -108,7 +110,9 @@ def scored_streams(lm: StreamingLM) -> range:
     return range(0 if lm.cfg.lora_main else 1, lm.cfg.gamma + 1)
 
 
-def ss_loss(lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: TrainConfig, bottom: dict | None = None) -> tuple[torch.Tensor, dict]:
+def ss_loss(
+    lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: TrainConfig, bottom: dict | None = None
+) -> tuple[torch.Tensor, dict]:
     """L_ss on one example, and per-stream losses and top-1 agreement for the log. `bottom` caches
     the frozen bottom layers' output per example (they never change during training)."""
     ids = torch.tensor([ex.ids], device=lm.stream_embed.device)
@@ -170,7 +174,10 @@ def evaluate(lm: StreamingLM, examples: list[Example], teacher: TeacherLogits | 
     out = {"examples": len(examples)}
     for j in streams:
         n = sums[f"n{j}"]
-        out[f"stream{j}" if j else "main"] = {"positions": int(n), **{k.rstrip("_"): sums[f"{k}{j}"] / max(1, n) for k in ("loss", "top1_", "top3_")}}
+        out[f"stream{j}" if j else "main"] = {
+            "positions": int(n),
+            **{k.rstrip("_"): sums[f"{k}{j}"] / max(1, n) for k in ("loss", "top1_", "top3_")},
+        }
     return out
 
 
@@ -186,7 +193,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     saved = checkpoint.load(map_location=cfg.device)
     if saved:  # resume
         if saved["streaming"] != asdict(cfg.streaming):
-            raise SystemExit(f"{checkpoint.path} was trained with {saved['streaming']}; use another --out or the same shape")
+            raise SystemExit(
+                f"{checkpoint.path} was trained with {saved['streaming']}; use another --out or the same shape"
+            )
         with torch.no_grad():
             for name, p in lm.adapter_state().items():
                 p.copy_(saved["adapter"][name])
@@ -212,16 +221,37 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         return {"step": step, "seconds": round(state["seconds"], 2), "examples": epoch["examples"], **stats}
 
     def save(step: int) -> None:
-        checkpoint.save({"adapter": {n: p.detach().cpu() for n, p in lm.adapter_state().items()}, "optimizer": opt.state_dict(),
-                         "step": step, "streaming": asdict(cfg.streaming), "examples": epoch["examples"]})
-        lm.save_adapter(cfg.out / "adapter.safetensors", steps=str(step), data=str(cfg.data), examples=str(epoch["examples"]))
+        checkpoint.save(
+            {
+                "adapter": {n: p.detach().cpu() for n, p in lm.adapter_state().items()},
+                "optimizer": opt.state_dict(),
+                "step": step,
+                "streaming": asdict(cfg.streaming),
+                "examples": epoch["examples"],
+            }
+        )
+        lm.save_adapter(
+            cfg.out / "adapter.safetensors", steps=str(step), data=str(cfg.data), examples=str(epoch["examples"])
+        )
 
-    columns = ["step", "seconds", "examples", "loss"] + [f"{k}{j}" for j in range(cfg.streaming.gamma + 1) for k in ("loss", "top1_")]
+    columns = ["step", "seconds", "examples", "loss"] + [
+        f"{k}{j}" for j in range(cfg.streaming.gamma + 1) for k in ("loss", "top1_")
+    ]
     log = CsvLog(cfg.out / "log.csv", columns, state["step"])
     lm.train()
-    run(LoopConfig(steps=cfg.steps, clip=1.0, save_every=cfg.save_every), opt, params, loss_at, state,
-        lr_at=lambda step: cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup)), after_step=after_step, log=log, save=save,
-        progress="streaming adapter" if progress else None, show=("loss", "top1_1"))
+    run(
+        LoopConfig(steps=cfg.steps, clip=1.0, save_every=cfg.save_every),
+        opt,
+        params,
+        loss_at,
+        state,
+        lr_at=lambda step: cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup)),
+        after_step=after_step,
+        log=log,
+        save=save,
+        progress="streaming adapter" if progress else None,
+        show=("loss", "top1_1"),
+    )
     log.close()
     return cfg.out / "adapter.safetensors"
 
@@ -251,7 +281,11 @@ def evaluate_checkpoint(cfg: TrainConfig, n: int) -> dict:
     lm.eval()
     held = read_examples(cfg.data, cfg.max_len, cfg.max_prompt, train=False)[:n]
     teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), lm.tuned.config.vocab_size)
-    return {"step": ckpt["step"], "targets": "tokens" if cfg.hard else "target argmax", **evaluate(lm, held, teacher, cfg)}
+    return {
+        "step": ckpt["step"],
+        "targets": "tokens" if cfg.hard else "target argmax",
+        **evaluate(lm, held, teacher, cfg),
+    }
 
 
 @torch.inference_mode()
@@ -274,8 +308,12 @@ def agreement(base: torch.nn.Module, lm: StreamingLM, prompts: list[list[int]], 
         n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
         same_prefix += n
         same_whole += n == len(a)
-    return {"prompts": len(prompts), "new_tokens": new_tokens, "tokens_before_first_difference": same_prefix / max(1, len(prompts) * new_tokens),
-            "identical_outputs": same_whole / max(1, len(prompts))}
+    return {
+        "prompts": len(prompts),
+        "new_tokens": new_tokens,
+        "tokens_before_first_difference": same_prefix / max(1, len(prompts) * new_tokens),
+        "identical_outputs": same_whole / max(1, len(prompts)),
+    }
 
 
 def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]:
@@ -288,7 +326,11 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--gamma", type=int, default=s.gamma, help="speculative streams")
     p.add_argument("--lora-rank", type=int, default=s.lora_rank)
     p.add_argument("--no-lora-mlp", action="store_true", help="LoRA on attention projections only")
-    p.add_argument("--streams-only", action="store_true", help="LoRA on the streams only: the main stream stays the original target")
+    p.add_argument(
+        "--streams-only",
+        action="store_true",
+        help="LoRA on the streams only: the main stream stays the original target",
+    )
     p.add_argument("--eta-rank", type=int, default=s.eta_rank)
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -296,22 +338,52 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     p.add_argument("--max-examples", type=int, default=d.max_examples, help="first N training examples only (0: all)")
     p.add_argument("--alpha0", type=float, default=d.alpha0)
     p.add_argument("--alpha-streams", type=float, default=d.alpha_streams)
-    p.add_argument("--positions", type=int, default=d.positions, help="random answer positions scored per stream (0: all)")
+    p.add_argument(
+        "--positions", type=int, default=d.positions, help="random answer positions scored per stream (0: all)"
+    )
     p.add_argument("--hard", action="store_true", help="sampled tokens as targets even when teacher logits exist")
     p.add_argument("--save-every", type=int, default=d.save_every)
     p.add_argument("--device", default=d.device)
-    p.add_argument("--ship", type=Path, help="also copy the final adapter here (e.g. assets/streaming/NAME.safetensors)")
+    p.add_argument(
+        "--ship", type=Path, help="also copy the final adapter here (e.g. assets/streaming/NAME.safetensors)"
+    )
     p.add_argument("--eval-prompts", type=int, default=0, help="held-out prompts for the agreement check of the card")
     p.add_argument("--eval-tokens", type=int, default=48)
     p.add_argument("--export", action="store_true", help="no training: write --out's checkpoint to --ship")
-    p.add_argument("--evaluate", type=int, default=0, metavar="N",
-                   help="no training: per-stream top-1/top-3 of --out's checkpoint on N held-out records (writes heldout.json)")
+    p.add_argument(
+        "--evaluate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="no training: per-stream top-1/top-3 of --out's checkpoint on N held-out records (writes heldout.json)",
+    )
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
-    streaming = StreamingConfig(stream_layers=a.stream_layers, gamma=a.gamma, lora_rank=a.lora_rank,
-                                lora_alpha=2.0 * a.lora_rank, lora_mlp=not a.no_lora_mlp, eta_rank=a.eta_rank, lora_main=not a.streams_only)
-    cfg = TrainConfig(target=a.target, data=a.data, out=a.out, streaming=streaming, steps=a.steps, lr=a.lr, max_len=a.max_len, max_examples=a.max_examples,
-                      alpha0=a.alpha0, alpha_streams=a.alpha_streams, hard=a.hard, positions=a.positions, save_every=a.save_every, device=a.device)
+    streaming = StreamingConfig(
+        stream_layers=a.stream_layers,
+        gamma=a.gamma,
+        lora_rank=a.lora_rank,
+        lora_alpha=2.0 * a.lora_rank,
+        lora_mlp=not a.no_lora_mlp,
+        eta_rank=a.eta_rank,
+        lora_main=not a.streams_only,
+    )
+    cfg = TrainConfig(
+        target=a.target,
+        data=a.data,
+        out=a.out,
+        streaming=streaming,
+        steps=a.steps,
+        lr=a.lr,
+        max_len=a.max_len,
+        max_examples=a.max_examples,
+        alpha0=a.alpha0,
+        alpha_streams=a.alpha_streams,
+        hard=a.hard,
+        positions=a.positions,
+        save_every=a.save_every,
+        device=a.device,
+    )
     return cfg, a
 
 
@@ -332,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval_prompts:
         base = load_target(cfg.target, cfg.device)
         held = read_examples(cfg.data, 10**6, cfg.max_prompt, train=False)[: args.eval_prompts]
-        report = agreement(base, load_adapter(base, adapter), [ex.ids[: ex.prompt_len] for ex in held], args.eval_tokens)
+        report = agreement(
+            base, load_adapter(base, adapter), [ex.ids[: ex.prompt_len] for ex in held], args.eval_tokens
+        )
         (cfg.out / "agreement.json").write_text(json.dumps(report, indent=1))
         print(json.dumps(report))
     if args.ship:

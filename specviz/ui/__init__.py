@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def build_app(pair: str = "default", gpu: Any = None, limits: Any = None, device: str = "auto", dtype: str = "auto") -> Any:
+def build_app(
+    pair: str = "default", gpu: Any = None, limits: Any = None, device: str = "auto", dtype: str = "auto"
+) -> Any:
     """The Blocks of the whole app (see specviz.ui.blocks); `device`, `dtype`: where and how every pair loads."""
     from specviz.ui.blocks import build_app as build
     from specviz.ui.pairs import Placement

@@ -27,8 +27,12 @@ from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
-LEFT_LOG = "a visitor left: stopped %d running race(s)"  # logged when a closed page stops races (the load tool looks for it)
-PAGE_JS = (Path(__file__).with_name("page.js")).read_text()  # tooltips, the step-through's keys, the running panel in view
+LEFT_LOG = (
+    "a visitor left: stopped %d running race(s)"  # logged when a closed page stops races (the load tool looks for it)
+)
+PAGE_JS = (
+    Path(__file__).with_name("page.js")
+).read_text()  # tooltips, the step-through's keys, the running panel in view
 
 
 @dataclass
@@ -106,7 +110,9 @@ def _load_status(ctx: TabContext, name: str) -> str:
     return describe_pair(pair, notice)
 
 
-def serve_loaded(pair: str, allowed: tuple[str, ...] | None, placement: Placement = Placement()) -> dict[str, tuple[Any, str | None]]:
+def serve_loaded(
+    pair: str, allowed: tuple[str, ...] | None, placement: Placement = Placement()
+) -> dict[str, tuple[Any, str | None]]:
     """The pairs a ZeroGPU Space serves, loaded now (in the main thread, before launch, as ZeroGPU
     needs): `pair` and the tiny teaching pairs, by the names a visitor or a race asks for. What the
     app's process reads of a pair is made here too: each method's lossless note (Speculative
@@ -123,15 +129,21 @@ def serve_loaded(pair: str, allowed: tuple[str, ...] | None, placement: Placemen
     return served
 
 
-def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLimits | None = None,
-              placement: Placement = Placement()) -> gr.Blocks:  # fmt: skip
+def build_app(
+    pair: str = "default",
+    gpu: Callable | None = None,
+    limits: AppLimits | None = None,
+    placement: Placement = Placement(),
+) -> gr.Blocks:
     """The whole app. `pair`: the pair selected when the page opens (loaded on first visit).
     `gpu`: spaces.GPU on a ZeroGPU Space (the pairs it serves are loaded here, now), else None.
     `limits`: what one visitor may ask for (default: specviz.serving.limits.app_limits(), from the environment).
     `placement`: the device and dtype every pair is loaded with."""
     limits = limits or app_limits()
     allowed = tuple(pair_choices(pair)) if limits.presets_only else None
-    served = serve_loaded(pair, allowed, placement) if gpu is not None else {}  # ZeroGPU: models load now, in this process
+    served = (
+        serve_loaded(pair, allowed, placement) if gpu is not None else {}
+    )  # ZeroGPU: models load now, in this process
     allowed, choices = (tuple(served), list(served)) if served else (allowed, pair_choices(pair))
     tabs, failures = discover_tabs()
     # Files handed to visitors (downloads) leave gradio's cache as their state does.
@@ -144,13 +156,26 @@ def build_app(pair: str = "default", gpu: Callable | None = None, limits: AppLim
                 )
             with gr.Column(scale=2):
                 pair_box = gr.Dropdown(
-                    choices, value=pair, allow_custom_value=allowed is None, elem_id="sv-pair",
-                    label="Model pair" if allowed is not None else "Model pair (a preset, or 'TARGET_ID,DRAFT_ID' when online)",
-                )  # fmt: skip
+                    choices,
+                    value=pair,
+                    allow_custom_value=allowed is None,
+                    elem_id="sv-pair",
+                    label="Model pair"
+                    if allowed is not None
+                    else "Model pair (a preset, or 'TARGET_ID,DRAFT_ID' when online)",
+                )
                 pair_status = gr.Markdown("Loading the model pair…", elem_id="sv-pair-status")
-        ctx = TabContext(pair=pair_box, pair_status=pair_status, race=gr.State(None, time_to_live=limits.session_ttl_s),
-                         gpu=gpu or no_gpu, limits=limits, allowed_pairs=allowed, served=served, forks=gpu is not None,
-                         placement=placement)  # fmt: skip
+        ctx = TabContext(
+            pair=pair_box,
+            pair_status=pair_status,
+            race=gr.State(None, time_to_live=limits.session_ttl_s),
+            gpu=gpu or no_gpu,
+            limits=limits,
+            allowed_pairs=allowed,
+            served=served,
+            forks=gpu is not None,
+            placement=placement,
+        )
         with gr.Tabs(overflow_behavior="wrap"):  # on a phone the tabs wrap instead of hiding behind "…"
             for module in tabs:
                 with gr.Tab(module.TAB_TITLE):

@@ -27,12 +27,22 @@ DEFAULT_TOKENS, DEFAULT_REPEATS = 32, 3  # 4 methods x (a warm-up and 3 timed ru
 
 
 AR_LABEL = "Autoregressive (target alone)"
-HEADERS = ["method", "runs (median shown)", "tokens", "iterations", "ms/token", "speedup vs AR (×)", "acceptance", "mean SL",
-           "mean |SL − oracle|"]  # fmt: skip
+HEADERS = [
+    "method",
+    "runs (median shown)",
+    "tokens",
+    "iterations",
+    "ms/token",
+    "speedup vs AR (×)",
+    "acceptance",
+    "mean SL",
+    "mean |SL − oracle|",
+]
 
 
-def disco_vs_oracle(pair: Any, prompt: str, threshold: float | None, sl_max: int | None, max_new_tokens: int,
-                    repeats: int = 3) -> dict[str, Any]:  # fmt: skip
+def disco_vs_oracle(
+    pair: Any, prompt: str, threshold: float | None, sl_max: int | None, max_new_tokens: int, repeats: int = 3
+) -> dict[str, Any]:
     """Run the target alone, DISCO, SL-opt and the oracle on one prompt, each warmed up and timed
     `repeats` times (the median run is shown); return the table rows, the iterations and the card."""
     from specviz.models.disco import classifier_for
@@ -46,12 +56,24 @@ def disco_vs_oracle(pair: Any, prompt: str, threshold: float | None, sl_max: int
         f"SL-opt ({sl_opt})": ("vanilla", {"speculation_length": sl_opt}),
         "Oracle (upper bound)": ("oracle", {}),
     }
-    results = {label: generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
-               for label, (method, options) in runs.items()}  # fmt: skip
+    results = {
+        label: generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
+        for label, (method, options) in runs.items()
+    }
     ar_ms = ms_per_token(results[AR_LABEL])
     rows = [table_row(label, result, repeats, ar_ms) for label, result in results.items()]
-    iterations = [{"method": label, "suite": "this prompt", "iteration": r.iteration, "speculation_length": r.speculation_length,
-                   "oracle_sl": r.oracle_sl} for label, result in results.items() if label != AR_LABEL for r in result.records]  # fmt: skip
+    iterations = [
+        {
+            "method": label,
+            "suite": "this prompt",
+            "iteration": r.iteration,
+            "speculation_length": r.speculation_length,
+            "oracle_sl": r.oracle_sl,
+        }
+        for label, result in results.items()
+        if label != AR_LABEL
+        for r in result.records
+    ]
     return {"rows": rows, "iterations": iterations, "classifier": clf}
 
 
@@ -65,21 +87,32 @@ def table_row(label: str, result: Any, repeats: int, ar_ms: float) -> dict[str, 
     sl = [r.speculation_length for r in records]
     drafts = s.drafted > 0
     oracle_known = drafts and records[0].oracle_sl is not None
-    return {"method": label, "runs (median shown)": repeats, "tokens": s.new_tokens, "iterations": s.iterations,
-            "ms/token": round(ms_per_token(result), 1), "speedup vs AR (×)": round(ar_ms / ms_per_token(result), 2),
-            "acceptance": round(s.accepted / s.drafted, 3) if drafts else None,
-            "mean SL": round(sum(sl) / len(sl), 2) if drafts else None,
-            "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in records) / len(sl), 2)
-            if oracle_known else None}  # fmt: skip
+    return {
+        "method": label,
+        "runs (median shown)": repeats,
+        "tokens": s.new_tokens,
+        "iterations": s.iterations,
+        "ms/token": round(ms_per_token(result), 1),
+        "speedup vs AR (×)": round(ar_ms / ms_per_token(result), 2),
+        "acceptance": round(s.accepted / s.drafted, 3) if drafts else None,
+        "mean SL": round(sum(sl) / len(sl), 2) if drafts else None,
+        "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in records) / len(sl), 2)
+        if oracle_known
+        else None,
+    }
 
 
 def card_markdown(clf: Any) -> str:
     card, test = clf.card, clf.card.get("test", {})
-    lines = [f"Classifier **{clf.name}**{' (borrowed from another pair)' if card.get('borrowed') else ''}: "
-             f"tuned τ = {clf.threshold}, SL_max = {clf.max_speculation_length}, SL-opt = {card.get('static_sl_opt', '?')}."]
+    lines = [
+        f"Classifier **{clf.name}**{' (borrowed from another pair)' if card.get('borrowed') else ''}: "
+        f"tuned τ = {clf.threshold}, SL_max = {clf.max_speculation_length}, SL-opt = {card.get('static_sl_opt', '?')}."
+    ]
     if test:
-        lines.append(f"Test F1 (accepted class): DISCO {test['f1_accept_disco']:.3f} vs best static SL "
-                     f"{test['f1_accept_static_best']:.3f}. One decision costs ~{card.get('decision_cost_us', 0):.0f} µs.")
+        lines.append(
+            f"Test F1 (accepted class): DISCO {test['f1_accept_disco']:.3f} vs best static SL "
+            f"{test['f1_accept_static_best']:.3f}. One decision costs ~{card.get('decision_cost_us', 0):.0f} µs."
+        )
     return " ".join(lines)
 
 
@@ -106,10 +139,16 @@ def build_tab(ctx: Any) -> None:
             tuned = gr.Checkbox(True, label="Use the classifier's tuned τ and SL_max (untick to set them below)")
             # the sliders show the values in use: the tuned ones (locked) until the box is unticked
             tau_value, sl_value = tuned_values(ctx.pair.value)
-            tau = gr.Slider(0.0, 1.0, value=tau_value, step=0.05, label="τ: keep drafting while C_i ≥ τ", interactive=False)
-            sl_max = gr.Slider(1, 16, value=sl_value, step=1, label="SL_max: most draft tokens per iteration", interactive=False)
+            tau = gr.Slider(
+                0.0, 1.0, value=tau_value, step=0.05, label="τ: keep drafting while C_i ≥ τ", interactive=False
+            )
+            sl_max = gr.Slider(
+                1, 16, value=sl_value, step=1, label="SL_max: most draft tokens per iteration", interactive=False
+            )
             max_new = gr.Slider(8, 256, value=DEFAULT_TOKENS, step=8, label="Max new tokens")
-            repeats = gr.Slider(1, 5, value=DEFAULT_REPEATS, step=1, label="Timed runs of each (after a warm-up; the median is shown)")
+            repeats = gr.Slider(
+                1, 5, value=DEFAULT_REPEATS, step=1, label="Timed runs of each (after a warm-up; the median is shown)"
+            )
     run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
     card = gr.Markdown()
     table = gr.Dataframe(label="This prompt", interactive=False, headers=HEADERS, wrap=True, elem_id="sv-disco-table")
@@ -117,14 +156,18 @@ def build_tab(ctx: Any) -> None:
         plot_sl = gr.Plot(label="Chosen vs oracle speculation length", show_label=False)
         plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
 
-    def measure(pair_name: str, text: str, threshold: float | None, length: int | None, n: int, k: int) -> dict[str, Any]:
+    def measure(
+        pair_name: str, text: str, threshold: float | None, length: int | None, n: int, k: int
+    ) -> dict[str, Any]:
         """The model call (plain data in and out): the runs, the classifier's card and tuned values."""
         out = disco_vs_oracle(ctx.load_pair(pair_name), text, threshold, length, n, k)
         clf = out.pop("classifier")
         return {**out, "card": card_markdown(clf), "tuned": (clf.threshold, clf.max_speculation_length)}
 
     # four methods, each a warm-up and k timed runs of n tokens
-    measured = ctx.run_models(measure, seconds=lambda pair_name, text, threshold, length, n, k: gpu_seconds(4 * (k + 1) * n))
+    measured = ctx.run_models(
+        measure, seconds=lambda pair_name, text, threshold, length, n, k: gpu_seconds(4 * (k + 1) * n)
+    )
 
     def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float, k: float):
         try:
@@ -135,8 +178,13 @@ def build_tab(ctx: Any) -> None:
         df = pd.DataFrame(out["iterations"])
         oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
         used = out["tuned"] if use_tuned else (t, m)
-        return (out["card"], pd.DataFrame(out["rows"]),
-                chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]), oracle_sl_histogram(oracle), *used)
+        return (
+            out["card"],
+            pd.DataFrame(out["rows"]),
+            chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]),
+            oracle_sl_histogram(oracle),
+            *used,
+        )
 
     def show_tuned(pair_name: str, use_tuned: bool):
         """Lock the sliders on the classifier's tuned values, or free them."""
@@ -146,5 +194,10 @@ def build_tab(ctx: Any) -> None:
         return gr.update(value=tau_value, interactive=False), gr.update(value=sl_value, interactive=False)
 
     tuned.change(show_tuned, [ctx.pair, tuned], [tau, sl_max], api_visibility="private")
-    run_btn.click(run, [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats], [card, table, plot_sl, plot_hist, tau, sl_max],
-                  api_name="disco", **ctx.models_queue())
+    run_btn.click(
+        run,
+        [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats],
+        [card, table, plot_sl, plot_hist, tau, sl_max],
+        api_name="disco",
+        **ctx.models_queue(),
+    )

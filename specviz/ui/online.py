@@ -17,10 +17,10 @@ from typing import Any
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.osd.analysis import window_alpha
+from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import problem_text, user_error
 from specviz.ui.gpu import gpu_seconds
-from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 
 TAB_TITLE = "Online learning"
 TAB_ORDER = 70
@@ -28,9 +28,11 @@ SUITES = ["gsm8k", "humaneval", "mbpp", "mtbench"]
 # 8 requests of 32 tokens, an update every 4: 19 s on the default pair here on a lightly shared CPU; with both cores busy
 # elsewhere 12 requests took 194 s (an update, 8 training steps, took 26 s instead of 4)
 DEFAULT_REQUESTS = 8
-NO_LEARNER_NOTE = ("On this ZeroGPU Space the stream is served in a GPU worker, which keeps nothing of it once it ends: "
-                   "your adapted draft is gone, and the token analysis and the download need it, so they work only where "
-                   "specviz runs on a server of its own.")
+NO_LEARNER_NOTE = (
+    "On this ZeroGPU Space the stream is served in a GPU worker, which keeps nothing of it once it ends: "
+    "your adapted draft is gone, and the token analysis and the download need it, so they work only where "
+    "specviz runs on a server of its own."
+)
 
 
 def serve_stream(
@@ -62,7 +64,9 @@ def serve_stream(
     cfg = OsdConfig(update_interval=int(update_interval), lr=float(lr), loss=loss, background=bool(background))
     learner = OnlineLearner(pair.draft, cfg, pool=ADAPTED_DRAFTS)
     state = {"pair": pair, "learner": learner, "rows": [], "requests": len(prompts)}
-    for row in simulate(pair, prompts, learner, max_new_tokens=int(max_new_tokens), speculation_length=int(speculation_length)):
+    for row in simulate(
+        pair, prompts, learner, max_new_tokens=int(max_new_tokens), speculation_length=int(speculation_length)
+    ):
         state["rows"].append(row)
         yield {**state, "stats": learner_stats(learner)}
     learner.wait()
@@ -71,8 +75,13 @@ def serve_stream(
 
 def learner_stats(learner: Any) -> dict[str, Any]:
     """What the summary shows of a learner, as plain values."""
-    return {"updates": list(learner.updates), "version": learner.version, "background": learner.config.background,
-            "replay_positions": learner.replay.positions, "replay_mb": learner.replay.nbytes / 2**20}  # fmt: skip
+    return {
+        "updates": list(learner.updates),
+        "version": learner.version,
+        "background": learner.config.background,
+        "replay_positions": learner.replay.positions,
+        "replay_mb": learner.replay.nbytes / 2**20,
+    }
 
 
 def summary_markdown(state: dict[str, Any], window: int) -> str:
@@ -86,11 +95,19 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
         return "–" if value is None else f"{value:.3f}"
 
     updates = stats["updates"]
-    cost = (f"{len(updates)} updates, {sum(u['ms'] for u in updates) / len(updates):.0f} ms each on average "
-            f"({'in a background thread' if stats['background'] else 'between requests'})") if updates else "no update yet"
-    return (f"**{len(rows)} / {state['requests']} requests served.** Token acceptance α (accepted / tested drafts) over the last {len(recent)} requests: "
-            f"online draft **{a('osd')}**, static draft {a('static')}. Draft version {stats['version']}; {cost}; "
-            f"replay buffer holds {stats['replay_positions']} positions ({stats['replay_mb']:.1f} MB).")
+    cost = (
+        (
+            f"{len(updates)} updates, {sum(u['ms'] for u in updates) / len(updates):.0f} ms each on average "
+            f"({'in a background thread' if stats['background'] else 'between requests'})"
+        )
+        if updates
+        else "no update yet"
+    )
+    return (
+        f"**{len(rows)} / {state['requests']} requests served.** Token acceptance α (accepted / tested drafts) over the last {len(recent)} requests: "
+        f"online draft **{a('osd')}**, static draft {a('static')}. Draft version {stats['version']}; {cost}; "
+        f"replay buffer holds {stats['replay_positions']} positions ({stats['replay_mb']:.1f} MB)."
+    )
 
 
 def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
@@ -107,9 +124,12 @@ def save_draft(state: dict[str, Any] | None) -> str | None:
     if state["learner"] is None:
         raise user_error(SpecvizError(NO_LEARNER_NOTE))
     if not state["learner"].adapted and state["learner"].releases:
-        raise user_error(SpecvizError(
-            "this server keeps only a few adapted drafts at once (SPECVIZ_LIMIT_ADAPTED_DRAFTS) and gave yours back "
-            "after another visitor's learner took its place: serve the stream again to download one"))
+        raise user_error(
+            SpecvizError(
+                "this server keeps only a few adapted drafts at once (SPECVIZ_LIMIT_ADAPTED_DRAFTS) and gave yours back "
+                "after another visitor's learner took its place: serve the stream again to download one"
+            )
+        )
     path = tempfile.NamedTemporaryFile(prefix="osd-draft-", suffix=".safetensors", delete=False).name
     return str(state["learner"].save(path))
 
@@ -130,18 +150,30 @@ def build_tab(ctx: Any) -> None:
         with gr.Column():
             suites = gr.CheckboxGroup(SUITES, value=["gsm8k"], label="prompt suites")
             # from 1: a limit of 4 made the slider run from 4 to 4, which gradio refuses
-            requests = gr.Slider(1, max(2, limits.osd_requests), value=min(DEFAULT_REQUESTS, limits.osd_requests), step=1,
-                                 label="requests in the stream")  # fmt: skip
-            shift_every = gr.Slider(0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)")
+            requests = gr.Slider(
+                1,
+                max(2, limits.osd_requests),
+                value=min(DEFAULT_REQUESTS, limits.osd_requests),
+                step=1,
+                label="requests in the stream",
+            )
+            shift_every = gr.Slider(
+                0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)"
+            )
             mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
-            distinct = gr.Slider(0, 50, value=0, step=1, label="distinct prompts per suite (0: all; small: a repetitive stream)")
+            distinct = gr.Slider(
+                0, 50, value=0, step=1, label="distinct prompts per suite (0: all; small: a repetitive stream)"
+            )
         with gr.Column():
             max_new = gr.Slider(8, 256, value=32, step=8, label="max new tokens per request")
             gamma = gr.Slider(1, 12, value=4, step=1, label="speculation length γ")
             interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
-            lr = gr.Number(3e-5, label="learning rate",  # OsdConfig.lr (not imported here: it brings torch)
-                           info="3e-5 keeps a distilled draft's acceptance (the default pair's); 3e-4 lifted a weak draft's "
-                                "by 0.10 and cost the distilled one 0.12 (benchmarks/osd)")  # fmt: skip
+            lr = gr.Number(
+                3e-5,
+                label="learning rate",  # OsdConfig.lr (not imported here: it brings torch)
+                info="3e-5 keeps a distilled draft's acceptance (the default pair's); 3e-4 lifted a weak draft's "
+                "by 0.10 and cost the distilled one 0.12 (benchmarks/osd)",
+            )
             loss = gr.Radio(["fkl", "rkl", "jsd"], value="fkl", label="distillation loss (p: target, q: draft)")
             background = gr.Checkbox(False, label="train in a background thread")
             window = gr.Slider(5, 100, value=20, step=5, label="moving window (requests)")
@@ -167,8 +199,12 @@ def build_tab(ctx: Any) -> None:
             sent = len(st["rows"])
 
     # OSD and the target serve each request, and an update every i requests trains the draft (~50 tokens' time)
-    served = ctx.run_models(plain_stream, seconds=lambda pair_name, suites_, n, shift, mix, dist, mnt, g, i, *rest: gpu_seconds(
-        2 * int(n) * int(mnt) + 50 * (int(n) // max(1, int(i)))))
+    served = ctx.run_models(
+        plain_stream,
+        seconds=lambda pair_name, suites_, n, shift, mix, dist, mnt, g, i, *rest: gpu_seconds(
+            2 * int(n) * int(mnt) + 50 * (int(n) // max(1, int(i)))
+        ),
+    )
 
     def on_serve(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, w):
         try:
@@ -176,10 +212,20 @@ def build_tab(ctx: Any) -> None:
             kept: dict[str, Any] = {}
             st = {"rows": [], "pair": None, "learner": None}
             for snap in served(pair_name, suites_, int(n), shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept):
-                st = {**st, "rows": st["rows"] + snap["new_rows"], "requests": snap["requests"], "stats": snap["stats"],
-                      "pair": kept.get("pair"), "learner": kept.get("learner")}  # fmt: skip
-                yield (st, summary_markdown(st, int(w)), acceptance_over_stream(st["rows"], st["stats"]["updates"], int(w)),
-                       gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)))
+                st = {
+                    **st,
+                    "rows": st["rows"] + snap["new_rows"],
+                    "requests": snap["requests"],
+                    "stats": snap["stats"],
+                    "pair": kept.get("pair"),
+                    "learner": kept.get("learner"),
+                }
+                yield (
+                    st,
+                    summary_markdown(st, int(w)),
+                    acceptance_over_stream(st["rows"], st["stats"]["updates"], int(w)),
+                    gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)),
+                )
         except Exception as e:  # a user's input must not crash the tab
             yield None, f"**Cannot serve:** {problem_text(e)}", None, gr.update(visible=False)
 
@@ -190,7 +236,21 @@ def build_tab(ctx: Any) -> None:
             return None, NO_LEARNER_NOTE
         return learned_tokens(st, int(w))
 
-    inputs = [ctx.pair, suites, requests, shift_every, mixed, distinct, max_new, gamma, interval, lr, loss, background, window]
+    inputs = [
+        ctx.pair,
+        suites,
+        requests,
+        shift_every,
+        mixed,
+        distinct,
+        max_new,
+        gamma,
+        interval,
+        lr,
+        loss,
+        background,
+        window,
+    ]
     go.click(on_serve, inputs, [state, summary, plot, domains], **ctx.models_queue())
     analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table])
     save.click(save_draft, state, download)

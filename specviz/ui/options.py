@@ -11,8 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from specviz.serving.limits import AppLimits
 from specviz.methods.options import OptionField, option_fields
+from specviz.serving.limits import AppLimits
 
 
 def option_widget(f: OptionField, limits: AppLimits) -> gr.Component:
@@ -25,7 +25,12 @@ def option_widget(f: OptionField, limits: AppLimits) -> gr.Component:
         return gr.Dropdown(list(f.choices), value=f.default, label=f.name, info=f.help)
     if f.default is None:
         # text, not gr.Number: a number box shows 0 for "no value", which would read as a setting
-        return gr.Textbox("", label=f"{f.name} (empty: the tuned value)", info=f"{f.help} ({f.least:g} to {most:g})", placeholder="tuned")
+        return gr.Textbox(
+            "",
+            label=f"{f.name} (empty: the tuned value)",
+            info=f"{f.help} ({f.least:g} to {most:g})",
+            placeholder="tuned",
+        )
     step = 1 if f.kind == "int" else 0.01
     return gr.Slider(f.least, most, value=f.default, step=step, label=f.name, info=f.help)
 
@@ -45,7 +50,12 @@ def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
                 for f in fields:
                     widget = option_widget(f, ui.limits)
                     key = json.dumps(f"{spec.name}.{f.name}")
-                    widget.change(None, [ui.method_options, widget], ui.method_options, js=f"(o, v) => Object.assign({{}}, o || {{}}, {{{key}: v}})")
+                    widget.change(
+                        None,
+                        [ui.method_options, widget],
+                        ui.method_options,
+                        js=f"(o, v) => Object.assign({{}}, o || {{}}, {{{key}: v}})",
+                    )
     groups = ui.option_groups
 
     def show(methods: list[str] | None) -> list[Any]:

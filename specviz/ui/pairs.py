@@ -38,7 +38,9 @@ def _tiny_variant(draft: str, placement: Placement) -> Any:
     return tiny_pair(draft=draft, device=device, dtype=resolve_dtype(placement.dtype, device, params=0))
 
 
-def resolve_pair(name: str, allowed: tuple[str, ...] | None = None, placement: Placement = Placement()) -> tuple[Any, str | None]:
+def resolve_pair(
+    name: str, allowed: tuple[str, ...] | None = None, placement: Placement = Placement()
+) -> tuple[Any, str | None]:
     """(pair, notice): the pair called `name`; if the default pair cannot load here, the tiny-random
     pair and a notice saying so (the app keeps working offline, and says what it is showing).
     `allowed`: the only names accepted (a public page: its listed pairs, no hub ids, no paths)."""
@@ -71,7 +73,11 @@ def describe_pair(pair: Any, notice: str | None = None) -> str:
     def size(n: int) -> str:
         return f"{n / 1e6:.1f} M params" if n else "no model"
 
-    draft = f"draft **{info.get('draft')}** ({size(info.get('draft_params', 0))})" if pair.draft is not None else "no draft model"
+    draft = (
+        f"draft **{info.get('draft')}** ({size(info.get('draft_params', 0))})"
+        if pair.draft is not None
+        else "no draft model"
+    )
     line = (
         f"Pair **{pair.name}**: target **{info.get('target')}** ({size(info.get('target_params', 0))}), {draft}, "
         f"on {info.get('device', '?')} / {info.get('dtype', '?')}."
@@ -79,6 +85,8 @@ def describe_pair(pair: Any, notice: str | None = None) -> str:
     if "from the Hugging Face hub" in info.get("weights", ""):  # not the weights the shipped assets were trained on
         notice = f"{notice} {info['weights']}." if notice else f"The {info['weights']}."
     if info.get("dtype", "float32") != "float32":
-        line += (f" In {info['dtype']} two of the target's logits are often equal within rounding: at such a tie a method's "
-                 "greedy text can part from the target alone's, and its panel says where.")
+        line += (
+            f" In {info['dtype']} two of the target's logits are often equal within rounding: at such a tie a method's "
+            "greedy text can part from the target alone's, and its panel says where."
+        )
     return f"⚠️ {notice}\n\n{line}" if notice else line

@@ -25,7 +25,9 @@ class MethodRun:
     status: str = "queued"  # queued | waiting (for its turn on the models) | running | done | stopped | skipped | error
     message: str = ""  # why it was skipped or failed
     note: str = ""  # a standing note on what the method is (e.g. what it is lossless against)
-    options: dict = field(default_factory=dict)  # the method's own options set for this race (the rest at their defaults)
+    options: dict = field(
+        default_factory=dict
+    )  # the method's own options set for this race (the rest at their defaults)
     records: list[IterationRecord] = field(default_factory=list)
     spans: list[TokenSpan] = field(default_factory=list)
 
@@ -55,8 +57,16 @@ class Race:
 def live_metrics(records: list[IterationRecord], baseline_tps: float | None = None) -> dict[str, float | int | None]:
     """The panel's numbers after the records so far: the run's totals as far as it got (specviz.metrics)."""
     if not records:
-        return {"tokens": 0, "wall_s": 0.0, "tokens_per_s": None, "acceptance_rate": None, "mean_accepted_length": None,
-                "target_forwards": 0, "draft_forwards": 0, "speedup": None}  # fmt: skip
+        return {
+            "tokens": 0,
+            "wall_s": 0.0,
+            "tokens_per_s": None,
+            "acceptance_rate": None,
+            "mean_accepted_length": None,
+            "target_forwards": 0,
+            "draft_forwards": 0,
+            "speedup": None,
+        }
     s = summarize(records)
     m = summary_metrics(s)
     return {

@@ -89,7 +89,9 @@ def own_prompts(path: str | None) -> tuple[str, ...]:
     if not path:
         return ()
     if os.path.getsize(path) > OWN_FILE_BYTES:
-        raise SpecvizError(f"the prompt file is {os.path.getsize(path) / 2**20:.1f} MB; here it may be at most {OWN_FILE_BYTES // 2**20} MB")
+        raise SpecvizError(
+            f"the prompt file is {os.path.getsize(path) / 2**20:.1f} MB; here it may be at most {OWN_FILE_BYTES // 2**20} MB"
+        )
     return tuple(p.text for p in load_prompt_file(Path(path)))[:OWN_SHOWN]
 
 
@@ -101,7 +103,9 @@ def settings_from_widgets(prompt, methods, method_options, max_new_tokens, tempe
     if not isinstance(methods, (list, tuple, type(None))) or not all(isinstance(m, str) for m in methods or ()):
         raise SpecvizError("methods must be a list of method names")
     if not isinstance(method_options, (dict, type(None))) or not all(isinstance(k, str) for k in method_options or {}):
-        raise SpecvizError('method options must be an object of "method.option": value, e.g. {"sssd.speculation_length": 8}')
+        raise SpecvizError(
+            'method options must be an object of "method.option": value, e.g. {"sssd.speculation_length": 8}'
+        )
     try:
         return RaceSettings(
             prompt=prompt or "",
@@ -147,7 +151,11 @@ def race_outputs(race: Race) -> dict[str, Any]:
 def sl_opening(drafting: list[Any]) -> str | None:
     """The method the speculation-length plot opens on: one whose length is dynamic (its registry entry
     says so: a flat line at γ teaches nothing) and, of those, the one whose length took the most values."""
-    best = max(drafting, key=lambda r: (get_method(r.name).dynamic_length, len({rec.speculation_length for rec in r.records})), default=None)
+    best = max(
+        drafting,
+        key=lambda r: (get_method(r.name).dynamic_length, len({rec.speculation_length for rec in r.records})),
+        default=None,
+    )
     return best.name if best else None
 
 
@@ -188,25 +196,41 @@ def _settings(ui: SimpleNamespace) -> None:
                 ui.example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
                 ui.shuffle = gr.Button("Shuffle", scale=0, min_width=90)
             with gr.Accordion("Your own prompts", open=False):
-                ui.prompt_file = gr.File(label="A prompt file: JSON lines with a 'prompt' or 'turns' field, or plain text, one "
-                                         "prompt per line. Its prompts become the examples above.", file_types=[".jsonl", ".json", ".txt"],
-                                         type="filepath", elem_id="sv-prompt-file")  # fmt: skip
+                ui.prompt_file = gr.File(
+                    label="A prompt file: JSON lines with a 'prompt' or 'turns' field, or plain text, one "
+                    "prompt per line. Its prompts become the examples above.",
+                    file_types=[".jsonl", ".json", ".txt"],
+                    type="filepath",
+                    elem_id="sv-prompt-file",
+                )
         with gr.Column(scale=2):
             ui.methods = gr.CheckboxGroup(
-                [(s.label, s.name) for s in ui.specs], value=defaults, label="Methods", elem_id="sv-methods",
+                [(s.label, s.name) for s in ui.specs],
+                value=defaults,
+                label="Methods",
+                elem_id="sv-methods",
                 info="Every registered method. Each runs alone, one after another.",
-            )  # fmt: skip
+            )
             with gr.Row():
                 ui.all_btn = gr.Button("All", size="sm", min_width=60)
                 ui.none_btn = gr.Button("None", size="sm", min_width=60)
-            ui.max_new = gr.Slider(1, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1, label="Max new tokens",
-                                   elem_id="sv-max-new")
+            ui.max_new = gr.Slider(
+                1,
+                limits.max_new_tokens,
+                value=min(128, limits.max_new_tokens),
+                step=1,
+                label="Max new tokens",
+                elem_id="sv-max-new",
+            )
             with gr.Accordion("Sampling", open=False):
                 ui.temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                 ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                 ui.seed = gr.Number(0, precision=0, label="Seed")
-    with gr.Accordion("Options of the ticked methods (γ, tree size, thresholds…); each runs at its own defaults unless changed here",
-                      open=False, elem_id="sv-method-options"):
+    with gr.Accordion(
+        "Options of the ticked methods (γ, tree size, thresholds…); each runs at its own defaults unless changed here",
+        open=False,
+        elem_id="sv-method-options",
+    ):
         method_option_widgets(ui, defaults)
 
 
@@ -215,18 +239,27 @@ def _board(ui: SimpleNamespace) -> None:
     under the prompt)."""
     with gr.Row(equal_height=True):
         ui.replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
-        ui.speed = gr.Radio([("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2)
+        ui.speed = gr.Radio(
+            [("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2
+        )
     gr.Markdown(TIMING_NOTE, elem_classes="sv-note")
     with gr.Row(equal_height=True):
         gr.HTML(legend_html())
-        ui.show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected", scale=0, min_width=260)
+        ui.show_rejected = gr.Checkbox(
+            True, label="Show rejected draft tokens", elem_id="sv-show-rejected", scale=0, min_width=260
+        )
     ui.status = gr.Markdown(elem_id="sv-race-status")
     ui.track = gr.HTML("", elem_id="sv-replay-track")
     with gr.Row(elem_id="sv-board"):
         ui.placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
         ui.panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in ui.specs}
-    ui.table = gr.Dataframe(summary_table({}), label="Summary: every method on this prompt", interactive=False, elem_id="sv-summary",
-                            wrap=True)  # fmt: skip
+    ui.table = gr.Dataframe(
+        summary_table({}),
+        label="Summary: every method on this prompt",
+        interactive=False,
+        elem_id="sv-summary",
+        wrap=True,
+    )
     ui.why = gr.Markdown(elem_id="sv-why")
     with gr.Accordion("What the numbers mean", open=False, elem_id="sv-glossary"):
         gr.HTML(glossary_html())
@@ -241,16 +274,27 @@ def _plots(ui: SimpleNamespace) -> None:
 
     with gr.Row():
         ui.plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time", show_label=False)
-        ui.plot_acceptance = gr.Plot(blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance", show_label=False)
+        ui.plot_acceptance = gr.Plot(
+            blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance", show_label=False
+        )
     with gr.Row():
-        ui.plot_hist = gr.Plot(blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram", show_label=False)
+        ui.plot_hist = gr.Plot(
+            blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram", show_label=False
+        )
         with gr.Column():
             ui.sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
-            ui.plot_sl = gr.Plot(blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl", show_label=False)
+            ui.plot_sl = gr.Plot(
+                blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl", show_label=False
+            )
     with gr.Row():
         ui.files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False, scale=2)
-        ui.saved = gr.File(label="Load a saved race (race_records.json, recorded here or elsewhere)", file_types=[".json"],
-                           type="filepath", elem_id="sv-load-race", scale=1)  # fmt: skip
+        ui.saved = gr.File(
+            label="Load a saved race (race_records.json, recorded here or elsewhere)",
+            file_types=[".json"],
+            type="filepath",
+            elem_id="sv-load-race",
+            scale=1,
+        )
 
 
 def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
@@ -272,8 +316,19 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
                 out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)
         return out
 
-    def race(pair_name, prompt, methods, method_options, max_new, temperature, top_p, seed, stop: StopSignal, sessions: dict,
-             request: gr.Request = None):  # fmt: skip
+    def race(
+        pair_name,
+        prompt,
+        methods,
+        method_options,
+        max_new,
+        temperature,
+        top_p,
+        seed,
+        stop: StopSignal,
+        sessions: dict,
+        request: gr.Request = None,
+    ):
         try:
             settings = settings_from_widgets(prompt, methods, method_options, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
@@ -306,14 +361,31 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         failures = [r.label for r in race.runs if r.status == "error"]
         failed = f" {FAILED_NOTE}: {', '.join(failures)}." if failures else ""
         status = f"{head}Race finished.{stopped}{failed} Press **Replay race** to watch the runs on one clock."
-        yield from finished_board(ctx, ui, race, status, {sessions_state: sessions})  # returned: the state's time-to-live restarts
+        yield from finished_board(
+            ctx, ui, race, status, {sessions_state: sessions}
+        )  # returned: the state's time-to-live restarts
 
-    inputs = [ctx.pair, ui.prompt, ui.methods, ui.method_options, ui.max_new, ui.temperature, ui.top_p, ui.seed, stop_state, sessions_state]
+    inputs = [
+        ctx.pair,
+        ui.prompt,
+        ui.methods,
+        ui.method_options,
+        ui.max_new,
+        ui.temperature,
+        ui.top_p,
+        ui.seed,
+        stop_state,
+        sessions_state,
+    ]
     outputs = [*board_outputs(ctx, ui), sessions_state]
     ui.run_btn.click(
-        race, inputs, outputs, api_name="race", **ctx.models_queue(),  # the race takes turns per method
+        race,
+        inputs,
+        outputs,
+        api_name="race",
+        **ctx.models_queue(),  # the race takes turns per method
         show_progress_on=[ui.status],
-    )  # fmt: skip
+    )
 
     def stop_race(stop: StopSignal) -> None:
         stop.event.set()
@@ -323,8 +395,24 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
 
 def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
     """Everything a finished (or loaded) race redraws, in one order for every event that draws it."""
-    return [ui.status, ui.track, ui.placeholder, *ui.panels.values(), ui.table, ui.why, ctx.race, ui.plot_time, ui.plot_acceptance,
-            ui.plot_hist, ui.sl_method, ui.plot_sl, ui.files, ui.step_method, ui.step_iteration, ui.step_view]  # fmt: skip
+    return [
+        ui.status,
+        ui.track,
+        ui.placeholder,
+        *ui.panels.values(),
+        ui.table,
+        ui.why,
+        ctx.race,
+        ui.plot_time,
+        ui.plot_acceptance,
+        ui.plot_hist,
+        ui.sl_method,
+        ui.plot_sl,
+        ui.files,
+        ui.step_method,
+        ui.step_iteration,
+        ui.step_view,
+    ]
 
 
 def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more: dict, reveal: bool = False) -> Any:
@@ -335,17 +423,29 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
     html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
     board = {ui.panels[name]: value for name, value in html_of.items()}
     if reveal:
-        board = {ui.placeholder: gr.update(visible=False), ui.track: "",
-                 **{panel: gr.update(value=html_of.get(name), visible=name in html_of) for name, panel in ui.panels.items()}}  # fmt: skip
+        board = {
+            ui.placeholder: gr.update(visible=False),
+            ui.track: "",
+            **{panel: gr.update(value=html_of.get(name), visible=name in html_of) for name, panel in ui.panels.items()},
+        }
     with tempfile.TemporaryDirectory(prefix="specviz-race-") as folder:  # gradio copies the files to its cache
         yield {
-            ui.status: status, **board,
-            ui.table: out["table"], ui.why: why_markdown(race), ctx.race: race, ui.plot_time: out["time"], ui.plot_acceptance: out["acceptance"],
-            ui.plot_hist: out["histogram"], ui.sl_method: out["sl_choices"], ui.plot_sl: out["sl"],
+            ui.status: status,
+            **board,
+            ui.table: out["table"],
+            ui.why: why_markdown(race),
+            ctx.race: race,
+            ui.plot_time: out["time"],
+            ui.plot_acceptance: out["acceptance"],
+            ui.plot_hist: out["histogram"],
+            ui.sl_method: out["sl_choices"],
+            ui.plot_sl: out["sl"],
             ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,
-            ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None), ui.step_iteration: 1,
-            ui.step_view: "<p>Pick a method to step through its iterations.</p>" if race.finished() else "", **more,
-        }  # fmt: skip
+            ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None),
+            ui.step_iteration: 1,
+            ui.step_view: "<p>Pick a method to step through its iterations.</p>" if race.finished() else "",
+            **more,
+        }
 
 
 def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
@@ -357,9 +457,13 @@ def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
             return
         try:  # the board too: whatever a file holds, the page shows one message, never a traceback
             race = load_race(path, tuple(ui.panels), ctx.limits.methods_per_race)
-            status = (f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
-                      "Press **Replay race** to watch it on one clock.")  # fmt: skip
-            yield from finished_board(ctx, ui, race, status, {ui.saved: None}, reveal=True)  # the box is ready for the next file
+            status = (
+                f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
+                "Press **Replay race** to watch it on one clock."
+            )
+            yield from finished_board(
+                ctx, ui, race, status, {ui.saved: None}, reveal=True
+            )  # the box is ready for the next file
         except Exception as e:
             raise user_error(e) from None
 
@@ -389,8 +493,16 @@ def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
         except Exception as e:
             raise user_error(e) from None
         if not texts:
-            return (), gr.update(choices=list(SUITES), value="humaneval"), gr.update(choices=example_choices("humaneval"), value=None)
-        return texts, gr.update(choices=[*SUITES, OWN], value=OWN), gr.update(choices=example_choices(OWN, texts), value=0)
+            return (
+                (),
+                gr.update(choices=list(SUITES), value="humaneval"),
+                gr.update(choices=example_choices("humaneval"), value=None),
+            )
+        return (
+            texts,
+            gr.update(choices=[*SUITES, OWN], value=OWN),
+            gr.update(choices=example_choices(OWN, texts), value=0),
+        )
 
     def pick(suite: str, index: Any, texts: tuple[str, ...]):
         try:
@@ -405,12 +517,19 @@ def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
             raise user_error(e) from None
 
     ui.prompt_file.upload(load_own, ui.prompt_file, [own, ui.suite, ui.example], api_visibility="private").then(
-        pick, [ui.suite, ui.example, own], ui.prompt, api_visibility="private")  # fmt: skip
-    ui.suite.input(lambda s, texts: gr.update(choices=example_choices(s, texts), value=None), [ui.suite, own], ui.example,
-                   api_visibility="private")  # fmt: skip
+        pick, [ui.suite, ui.example, own], ui.prompt, api_visibility="private"
+    )
+    ui.suite.input(
+        lambda s, texts: gr.update(choices=example_choices(s, texts), value=None),
+        [ui.suite, own],
+        ui.example,
+        api_visibility="private",
+    )
     ui.example.input(pick, [ui.suite, ui.example, own], ui.prompt, api_visibility="private")
     ui.shuffle.click(shuffle, [ui.suite, own], ui.prompt, api_visibility="private")
     ui.show_rejected.change(
-        None, ui.show_rejected, None,
+        None,
+        ui.show_rejected,
+        None,
         js="(show) => { document.body.classList.toggle('sv-hide-rejected', !show); return []; }",
-    )  # fmt: skip
+    )

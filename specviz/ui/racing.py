@@ -39,8 +39,10 @@ REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
 _END = object()
 _WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
-RESTARTS_NOTE = ("On this ZeroGPU Space each method runs in a GPU worker that keeps nothing of a run once it ends, so your "
-                 "online draft starts again from the pair's draft every race; on a server of its own it learns across your races.")
+RESTARTS_NOTE = (
+    "On this ZeroGPU Space each method runs in a GPU worker that keeps nothing of a run once it ends, so your "
+    "online draft starts again from the pair's draft every race; on a server of its own it learns across your races."
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,9 @@ class RaceSettings:
     prompt: str
     methods: tuple[str, ...]  # registry names, raced in registry order (the baseline first)
     max_new_tokens: int = 128
-    options: dict[str, Any] = field(default_factory=dict)  # "method.option" -> value (the bench's --option names); absent: the default
+    options: dict[str, Any] = field(
+        default_factory=dict
+    )  # "method.option" -> value (the bench's --option names); absent: the default
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int = 0
@@ -62,7 +66,9 @@ class RaceSettings:
             raise SpecvizError("no method selected: tick at least one method to race")
         check_unique("the race", self.methods)
         if len(self.methods) > limits.methods_per_race:
-            raise SpecvizError(f"{len(self.methods)} methods asked for; a race here takes at most {limits.methods_per_race}")
+            raise SpecvizError(
+                f"{len(self.methods)} methods asked for; a race here takes at most {limits.methods_per_race}"
+            )
         if not self.prompt or not self.prompt.strip():
             raise SpecvizError("the prompt is empty: type some text or pick an example")
         check_count("max new tokens", self.max_new_tokens, most=limits.max_new_tokens)
@@ -75,7 +81,12 @@ class RaceSettings:
         return app_options(method, mine, limits)
 
     def sampling(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed, "max_new_tokens": self.max_new_tokens}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+        }
 
 
 def app_options(method: str, values: dict[str, Any], limits: AppLimits = AppLimits()) -> dict[str, Any]:
@@ -89,11 +100,15 @@ def app_options(method: str, values: dict[str, Any], limits: AppLimits = AppLimi
     out = {}
     for name, value in values.items():
         if name not in fields_:
-            raise SpecvizError(f"{method}.{name}: {method} has no option {name!r} to set here (its options: {', '.join(fields_) or 'none'})")
+            raise SpecvizError(
+                f"{method}.{name}: {method} has no option {name!r} to set here (its options: {', '.join(fields_) or 'none'})"
+            )
         f = fields_[name]
         if f.kind == "int" and isinstance(value, float) and value.is_integer():
             value = int(value)  # a slider's 8.0
-        out[name] = f.parse(value) if isinstance(value, str) and f.kind in ("int", "float") else f.check(value)  # a text box's "0.9"
+        out[name] = (
+            f.parse(value) if isinstance(value, str) and f.kind in ("int", "float") else f.check(value)
+        )  # a text box's "0.9"
         if out[name] is not None and f.kind == "int":
             check_count(f"{method}.{name}", out[name], most=int(f.bound(limits)), least=int(f.least))
     return out
@@ -114,11 +129,15 @@ def session_note(state: Any) -> str:
     releases = getattr(state, "releases", 0)
     if not releases:
         return ""
-    return (f"Your online draft learns across your races, but this server keeps only a few adapted drafts at once "
-            f"(SPECVIZ_LIMIT_ADAPTED_DRAFTS) and took yours back {releases} time(s): it learns again from the pair's draft.")
+    return (
+        f"Your online draft learns across your races, but this server keeps only a few adapted drafts at once "
+        f"(SPECVIZ_LIMIT_ADAPTED_DRAFTS) and took yours back {releases} time(s): it learns again from the pair's draft."
+    )
 
 
-def stream_records(gen: Iterator[Any], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S) -> Iterator[list[Any]]:
+def stream_records(
+    gen: Iterator[Any], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S
+) -> Iterator[list[Any]]:
     """Drain `gen` on the models' thread; yield the records that arrived, in batches, every refresh_s
     (an empty batch when none did, so that the caller wakes to look at its Stop button).
 
@@ -171,8 +190,14 @@ def stream_records(gen: Iterator[Any], stop: threading.Event | StopKey, refresh_
 
 
 def run_race(
-    pair: Any, settings: RaceSettings, sessions: dict, stop: threading.Event, limits: AppLimits = AppLimits(), turns: Turns = TURNS,
-    runner: Callable[..., Iterator[tuple[str, Any]]] | None = None, forks: bool = False,
+    pair: Any,
+    settings: RaceSettings,
+    sessions: dict,
+    stop: threading.Event,
+    limits: AppLimits = AppLimits(),
+    turns: Turns = TURNS,
+    runner: Callable[..., Iterator[tuple[str, Any]]] | None = None,
+    forks: bool = False,
 ) -> Iterator[Race]:
     """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
 
@@ -193,7 +218,9 @@ def run_race(
     specs = [s for s in all_methods() if s.name in chosen]  # in registry order
     prompt_ids = specviz.encode_prompt(pair, settings.prompt)
     if len(prompt_ids) > limits.prompt_tokens:
-        raise SpecvizError(f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it")
+        raise SpecvizError(
+            f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it"
+        )
     if len(prompt_ids) + settings.max_new_tokens > pair.max_context:
         raise SpecvizError(
             f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "
@@ -211,13 +238,17 @@ def run_race(
             run.status, run.message = "skipped", reason
             continue
         run.options = settings.method_options(spec.name, limits)
-        check_run(spec.name, pair, prompt_ids, **settings.sampling(), **run.options)  # a bad option fails now, not in its turn
+        check_run(
+            spec.name, pair, prompt_ids, **settings.sampling(), **run.options
+        )  # a bad option fails now, not in its turn
         against = spec.lossless_note(pair, run.options)
         lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
         if against:
             lossy.add(spec.name)
         restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
-        run.note = " ".join(filter(None, [lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts]))
+        run.note = " ".join(
+            filter(None, [lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts])
+        )
         runnable.add(spec.name)
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
@@ -236,7 +267,9 @@ def run_race(
                 continue
             key = new_stop_key()
             compare_with = reference if run.name not in lossy else None
-            updates = runner(pair.name, prompt_ids, run.name, run.options, settings.sampling(), not warm, key, sessions, compare_with)
+            updates = runner(
+                pair.name, prompt_ids, run.name, run.options, settings.sampling(), not warm, key, sessions, compare_with
+            )
             warm = True
             yield from _run_method(pair, race, run, updates, stop, key)
             if run.name == BASELINE and greedy and run.status == "done":
@@ -246,8 +279,9 @@ def run_race(
         yield race
 
 
-def _run_method(pair: Any, race: Race, run: MethodRun, updates: Iterator[tuple[str, Any]], stop: threading.Event,
-                key: str) -> Iterator[Race]:  # fmt: skip
+def _run_method(
+    pair: Any, race: Race, run: MethodRun, updates: Iterator[tuple[str, Any]], stop: threading.Event, key: str
+) -> Iterator[Race]:
     """One method's run, alone on the models: its records stream into `run` as they arrive; Stop
     reaches the run through its stop key."""
     run.status = "running"
@@ -269,7 +303,9 @@ def _run_method(pair: Any, race: Race, run: MethodRun, updates: Iterator[tuple[s
                 run.note = " ".join(filter(None, [run.note, parity_note(value, pair.info.get("dtype", ""))]))
             elif kind == "error":
                 run.status, run.message = "error", value
-    except Exception as e:  # the call itself failed (on ZeroGPU: no GPU to be had, or the worker ended); the next method still runs
+    except (
+        Exception
+    ) as e:  # the call itself failed (on ZeroGPU: no GPU to be had, or the worker ended); the next method still runs
         log.exception("%s failed in a race", run.name)
         run.status, run.message = "error", f"{type(e).__name__}: {e}"
     finally:
@@ -286,8 +322,10 @@ def parity_note(parity: dict[str, Any], dtype: str) -> str:
         return ""
     where = f"Its text parts from the target alone's at token {parity['first_difference'] + 1}"
     if parity["verdict"] == "tie":
-        return (f"{where}, where the target's two best tokens are tied in {dtype} (equal within its rounding): which "
-                "one an argmax picks depends on the order of the sums. Not a fault of the method; in float32 it would not happen.")
+        return (
+            f"{where}, where the target's two best tokens are tied in {dtype} (equal within its rounding): which "
+            "one an argmax picks depends on the order of the sums. Not a fault of the method; in float32 it would not happen."
+        )
     return f"{where}, and not at a tie: a fault in specviz. Please report it with the race's JSON download."
 
 
@@ -296,8 +334,17 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
     `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each item pickled across), and
     this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
 
-    def run_method(pair_name: str, prompt_ids: list[int], method: str, options: dict[str, Any], sampling: dict[str, Any],
-                   warm_up: bool, stop_key: str, sessions: dict, reference: list[int] | None = None) -> Iterator[tuple[str, Any]]:  # fmt: skip
+    def run_method(
+        pair_name: str,
+        prompt_ids: list[int],
+        method: str,
+        options: dict[str, Any],
+        sampling: dict[str, Any],
+        warm_up: bool,
+        stop_key: str,
+        sessions: dict,
+        reference: list[int] | None = None,
+    ) -> Iterator[tuple[str, Any]]:
         """Yields ("records", [IterationRecord]) every REFRESH_S while the method runs, then ("oracle",
         its records with the oracle speculation length filled); ("error", message) where it failed.
         Ends after the current iteration once `stop_key` is requested. `warm_up`: the race's first
@@ -312,8 +359,15 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
         stream = None
         try:
             pair, spec = load_pair(pair_name), get_method(method)
-            gen = specviz.run(spec.name, pair, prompt_ids, **sampling, **options, session=method_session(sessions, spec, pair),
-                              executor=threads.on(PEARL_TARGET))  # fmt: skip
+            gen = specviz.run(
+                spec.name,
+                pair,
+                prompt_ids,
+                **sampling,
+                **options,
+                session=method_session(sessions, spec, pair),
+                executor=threads.on(PEARL_TARGET),
+            )
             if warm_up or pair.name not in _WARMED:
                 threads.on(MODELS).call(_warm_up, pair, prompt_ids)
             stream = stream_records(gen, StopKey(stop_key))
@@ -349,7 +403,8 @@ def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
     _WARMED.add(pair.name)
 
 
-def method_seconds(pair_name: str, prompt_ids: list[int], method: str, options: dict[str, Any], sampling: dict[str, Any],
-                   *rest: Any) -> int:  # fmt: skip
+def method_seconds(
+    pair_name: str, prompt_ids: list[int], method: str, options: dict[str, Any], sampling: dict[str, Any], *rest: Any
+) -> int:
     """ZeroGPU's duration for one method's call (it takes the same arguments as the call)."""
     return gpu_seconds(sampling["max_new_tokens"])

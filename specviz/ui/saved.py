@@ -43,18 +43,29 @@ def race_to_dict(race: Race) -> dict[str, Any]:
         "max_new_tokens": race.max_new_tokens,
         "options": race.options,
         "runs": [
-            {"name": r.name, "label": r.label, "paper": r.paper, "status": r.status, "message": r.message, "note": r.note,
-             "options": r.options, "records": [x.to_dict() for x in r.records], "spans": [asdict(s) for s in r.spans]}
+            {
+                "name": r.name,
+                "label": r.label,
+                "paper": r.paper,
+                "status": r.status,
+                "message": r.message,
+                "note": r.note,
+                "options": r.options,
+                "records": [x.to_dict() for x in r.records],
+                "spans": [asdict(s) for s in r.spans],
+            }
             for r in race.runs
         ],
-    }  # fmt: skip
+    }
 
 
 def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int) -> Race:
     """A saved race from a file; `methods`: the registered names a run may have."""
     path = Path(path)
     if path.stat().st_size > MAX_FILE_BYTES:
-        raise SpecvizError(f"the file is {path.stat().st_size / 2**20:.0f} MB; a saved race here is at most {MAX_FILE_BYTES // 2**20} MB")
+        raise SpecvizError(
+            f"the file is {path.stat().st_size / 2**20:.0f} MB; a saved race here is at most {MAX_FILE_BYTES // 2**20} MB"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -69,16 +80,22 @@ def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int) -> Rac
 def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
     """Inverse of `race_to_dict`, checking every field."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise SpecvizError("not a saved race: download one with the Race tab's 'Download the records' (race_records.json)")
+        raise SpecvizError(
+            "not a saved race: download one with the Race tab's 'Download the records' (race_records.json)"
+        )
     if data.get("version") != VERSION:
-        raise SpecvizError(f"a saved race of format version {data.get('version')!r}; this specviz reads version {VERSION}")
+        raise SpecvizError(
+            f"a saved race of format version {data.get('version')!r}; this specviz reads version {VERSION}"
+        )
     runs = _field(data, "runs", list)
     if not 1 <= len(runs) <= most_runs:
         raise SpecvizError(f"the saved race has {len(runs)} runs; a race here has 1 to {most_runs}")
     prompt_ids = _ints(_field(data, "prompt_ids", list), "prompt_ids")
     max_new_tokens = _field(data, "max_new_tokens", int)
     if not 1 <= max_new_tokens <= INT64_MAX:
-        raise SpecvizError(f"the saved race's 'max_new_tokens' must be a whole number from 1 to 2**63 - 1, not {str(max_new_tokens)[:20]}")
+        raise SpecvizError(
+            f"the saved race's 'max_new_tokens' must be a whole number from 1 to 2**63 - 1, not {str(max_new_tokens)[:20]}"
+        )
     bounds = RunBounds(prompt_tokens=len(prompt_ids), max_new_tokens=max_new_tokens)
     race = Race(
         pair=_field(data, "pair", str),
@@ -89,7 +106,9 @@ def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
         runs=[_run(r, methods, bounds) for r in runs],
     )
     if not all(isinstance(k, str) and _is_real(v) for k, v in race.options.items()):
-        raise SpecvizError("the saved race's 'options' must map names to numbers (speculation length, temperature, ...)")
+        raise SpecvizError(
+            "the saved race's 'options' must map names to numbers (speculation length, temperature, ...)"
+        )
     names = [r.name for r in race.runs]
     if len(set(names)) != len(names):
         raise SpecvizError("the saved race lists a method twice")
@@ -108,11 +127,16 @@ def _run(data: Any, methods: tuple[str, ...], bounds: RunBounds) -> MethodRun:
     records = _field(data, "records", list)
     bounds = replace(bounds, method=name, records=len(records), families=get_method(name).extra_families())
     return MethodRun(
-        name=name, label=_field(data, "label", str), paper=_field(data, "paper", str), status=status,
-        message=_field(data, "message", str), note=_field(data, "note", str), options=_options(data.get("options", {}), name),
+        name=name,
+        label=_field(data, "label", str),
+        paper=_field(data, "paper", str),
+        status=status,
+        message=_field(data, "message", str),
+        note=_field(data, "note", str),
+        options=_options(data.get("options", {}), name),
         records=[IterationRecord.from_dict(r, bounds, f"record {i} of '{name}'") for i, r in enumerate(records)],
         spans=[_span(s, name, len(records)) for s in _field(data, "spans", list)],
-    )  # fmt: skip
+    )
 
 
 def _options(data: Any, method: str) -> dict[str, Any]:
@@ -130,7 +154,9 @@ def _span(data: Any, method: str, records: int) -> TokenSpan:
     if not (isinstance(data.get("text"), str) and isinstance(data.get("role", ""), str)):
         raise SpecvizError(f"{where}: 'text' and 'role' must be text")
     if not (_is_int(data.get("iteration")) and data["iteration"] < records and _is_int(data.get("token_id"))):
-        raise SpecvizError(f"{where}: 'iteration' must be one of the run's and 'token_id' a whole number from 0 to 2**63 - 1")
+        raise SpecvizError(
+            f"{where}: 'iteration' must be one of the run's and 'token_id' a whole number from 0 to 2**63 - 1"
+        )
     if not isinstance(data.get("greedy", True), bool):
         raise SpecvizError(f"{where}: 'greedy' must be true or false")
     if not all(data.get(k) is None or _is_real(data[k]) for k in ("p", "q")):

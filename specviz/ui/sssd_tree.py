@@ -9,9 +9,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
+from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
 from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
@@ -21,13 +21,24 @@ TAB_ORDER = 60
 TARGET_COLOUR = "#555555"  # the target's own token (correction or bonus)
 
 
-def run_sssd(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None) -> dict[str, Any]:
+def run_sssd(
+    pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None
+) -> dict[str, Any]:
     """One greedy `sssd` run -> plain state: records as dicts and each tree token's text."""
     import specviz
 
     pair = (load_pair or specviz.load_pair)(pair_name)
-    records = [r.to_dict() for r in specviz.run("sssd", pair, prompt, max_new_tokens=int(max_new_tokens),
-                                                 speculation_length=int(speculation_length), sources=sources)]
+    records = [
+        r.to_dict()
+        for r in specviz.run(
+            "sssd",
+            pair,
+            prompt,
+            max_new_tokens=int(max_new_tokens),
+            speculation_length=int(speculation_length),
+            sources=sources,
+        )
+    ]
     vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r["emitted"])}
     return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}}
 
@@ -40,13 +51,20 @@ def coloured_output(state: dict[str, Any]) -> str:
         for i, token in enumerate(r["emitted"]):
             source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
             colour = SOURCE_COLOURS.get(source, TARGET_COLOUR)
-            spans.append(f'<span style="color:{colour}" title="{source}">{html.escape(state["text"][str(token)])}</span>')
-    legend = " · ".join(f'<span style="color:{c}">■ {s}</span>' for s, c in [*SOURCE_COLOURS.items(), ("target", TARGET_COLOUR)] if s != "model")
+            spans.append(
+                f'<span style="color:{colour}" title="{source}">{html.escape(state["text"][str(token)])}</span>'
+            )
+    legend = " · ".join(
+        f'<span style="color:{c}">■ {s}</span>'
+        for s, c in [*SOURCE_COLOURS.items(), ("target", TARGET_COLOUR)]
+        if s != "model"
+    )
     return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
 
 
-def run_and_show(pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None,
-                 run=None):  # fmt: skip
+def run_and_show(
+    pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None, run=None
+):
     """The Run button: (state, output HTML, first iteration with an accepted draft, its figure and
     summary, iteration count); a bad input gives an error message in the output instead. `run`: the
     app's model call of run_sssd with the first five arguments (default: run_sssd here)."""
@@ -69,8 +87,10 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     r = state["records"][min(int(iteration), len(state["records"]) - 1)]
     fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
     tree = record_tree(r).tree_tokens
-    return fig, (f"iteration {r['iteration']}: {len(tree)} candidate nodes, {r['accepted']} accepted, "
-                 f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms")
+    return fig, (
+        f"iteration {r['iteration']}: {len(tree)} candidate nodes, {r['accepted']} accepted, "
+        f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms"
+    )
 
 
 def build_tab(ctx: Any) -> None:
@@ -79,11 +99,19 @@ def build_tab(ctx: Any) -> None:
     limits = getattr(ctx, "limits", AppLimits())
     gr.Markdown("### SSSD: a token tree from the prompt, its own output and a datastore, verified in one pass")
     with gr.Row():
-        prompt = gr.Textbox("Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2)
+        prompt = gr.Textbox(
+            "Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2
+        )
         with gr.Column():
             max_new = gr.Slider(8, 256, value=64, step=8, label="max new tokens")
             # S = 8: the fastest tree on a 2-core CPU (benchmarks/sssd); the paper's S = 16 accepts more per pass
-            size = gr.Slider(1, limits.tree_nodes, value=min(8, limits.tree_nodes), step=1, label="speculation length S (tree nodes; 8 is fastest on a CPU)")
+            size = gr.Slider(
+                1,
+                limits.tree_nodes,
+                value=min(8, limits.tree_nodes),
+                step=1,
+                label="speculation length S (tree nodes; 8 is fastest on a CPU)",
+            )
             sources = gr.Radio(["both", "input", "datastore"], value="both", label="draft sources")
     go = gr.Button("Run SSSD", variant="primary")
     output = gr.HTML()
@@ -92,8 +120,10 @@ def build_tab(ctx: Any) -> None:
     plot = gr.Plot(label="candidate tree", show_label=False)
     state = ctx.state()
     # the model call (plain data in and out)
-    sssd = ctx.run_models(lambda pair_name, text, n, s, src: run_sssd(pair_name, text, n, s, src, ctx.load_pair),
-                          seconds=lambda pair_name, text, n, s, src: gpu_seconds(n))
+    sssd = ctx.run_models(
+        lambda pair_name, text, n, s, src: run_sssd(pair_name, text, n, s, src, ctx.load_pair),
+        seconds=lambda pair_name, text, n, s, src: gpu_seconds(n),
+    )
 
     def on_run(pair_name, text, n, s, src):
         try:  # only the API can send more than the slider allows
@@ -103,6 +133,10 @@ def build_tab(ctx: Any) -> None:
         st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, run=sssd)
         return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
 
-    go.click(on_run, [ctx.pair, prompt, max_new, size, sources], [state, output, iteration, plot, summary],
-             **ctx.models_queue())  # fmt: skip
+    go.click(
+        on_run,
+        [ctx.pair, prompt, max_new, size, sources],
+        [state, output, iteration, plot, summary],
+        **ctx.models_queue(),
+    )
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

@@ -21,9 +21,11 @@ from specviz.ui.feedback import user_error
 from specviz.ui.gpu import gpu_seconds
 from specviz.ui.panels import Race
 
-INTRO = ("Pick a method and an iteration: the drafted tokens, the test each met (greedy: is it the target's most likely "
-         "token; sampling: u < min(1, p/q)), the target's own token and the KV cache's rollback. "
-         "Use **Previous** / **Next**, or ← → after clicking in this section.")  # fmt: skip
+INTRO = (
+    "Pick a method and an iteration: the drafted tokens, the test each met (greedy: is it the target's most likely "
+    "token; sampling: u < min(1, p/q)), the target's own token and the KV cache's rollback. "
+    "Use **Previous** / **Next**, or ← → after clicking in this section."
+)
 
 
 def method_choices(race: Race | None) -> list[tuple[str, str]]:
@@ -41,26 +43,41 @@ def step_html(step: Any, label: str | None = None) -> str:
     """The iteration as a table of drafts and tests, the target's token and the cache's story.
     `label`: the method's display name (default: its registry name); iterations count from 1."""
     e = html.escape
-    head = (f"<p><b>{e(label or step.method)}</b>, iteration {step.iteration + 1} of {step.iterations} "
-            f"({'greedy' if step.greedy else 'sampling'}); {step.position} tokens of context, ending: "
-            f"<code class='sv-step-context'>{e(step.context)}</code></p>")  # fmt: skip
+    head = (
+        f"<p><b>{e(label or step.method)}</b>, iteration {step.iteration + 1} of {step.iterations} "
+        f"({'greedy' if step.greedy else 'sampling'}); {step.position} tokens of context, ending: "
+        f"<code class='sv-step-context'>{e(step.context)}</code></p>"
+    )
     rows = "".join(
         f"<tr class='{'sv-step-ok' if c.accepted else 'sv-step-no' if c.tested else 'sv-step-untested'}'>"
         f"<td>{c.index + 1}</td><td><code>{e(c.text)}</code></td><td>{_num(c.p)}</td><td>{'one-hot' if c.q is None else _num(c.q)}</td>"
         f"<td>{_num(c.u)}</td><td>{e(c.rule)}</td></tr>"
         for c in step.checks
     )
-    table = ("<table class='sv-step-table'><thead><tr><th>#</th><th>draft token</th><th>p(x) target</th><th>q(x) draft</th>"
-             f"<th>u</th><th>the test as applied</th></tr></thead><tbody>{rows}</tbody></table>") if step.checks else (
-             "<p>No drafts: the target decodes one token per pass.</p>")  # fmt: skip
-    own = (f"<p><b>The target's own token</b> ({e(step.target_role)}): <code>{e(step.target_token)}</code>, "
-           f"{e(step.target_from)}.</p>") if step.target_token else f"<p><b>The target's own token:</b> {e(step.target_from)}.</p>"  # fmt: skip
+    table = (
+        (
+            "<table class='sv-step-table'><thead><tr><th>#</th><th>draft token</th><th>p(x) target</th><th>q(x) draft</th>"
+            f"<th>u</th><th>the test as applied</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+        if step.checks
+        else ("<p>No drafts: the target decodes one token per pass.</p>")
+    )
+    own = (
+        (
+            f"<p><b>The target's own token</b> ({e(step.target_role)}): <code>{e(step.target_token)}</code>, "
+            f"{e(step.target_from)}.</p>"
+        )
+        if step.target_token
+        else f"<p><b>The target's own token:</b> {e(step.target_from)}.</p>"
+    )
     cache = "".join(f"<li>{e(line)}</li>" for line in step.cache)
     check = "" if step.p_check is None else f"; recomputed p(x) within {step.p_check:.1e} of the run's"
     notes = "".join(f"<li>{e(n)}</li>" for n in step.notes)
-    return (f"<div class='sv-step-view' tabindex='0'>{head}<p><b>Accepted {step.accepted} of {len(step.checks)} drafts.</b></p>{table}{own}"
-            f"<p><b>KV cache</b></p><ul>{cache}</ul>{'<ul>' + notes + '</ul>' if notes else ''}"
-            f"<p class='sv-note'>Distributions: {e(step.source)}{check}.</p></div>")  # fmt: skip
+    return (
+        f"<div class='sv-step-view' tabindex='0'>{head}<p><b>Accepted {step.accepted} of {len(step.checks)} drafts.</b></p>{table}{own}"
+        f"<p><b>KV cache</b></p><ul>{cache}</ul>{'<ul>' + notes + '</ul>' if notes else ''}"
+        f"<p class='sv-note'>Distributions: {e(step.source)}{check}.</p></div>"
+    )
 
 
 def _num(x: float | None) -> str:
@@ -73,13 +90,19 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
         gr.Markdown(INTRO)
         with gr.Row(equal_height=True):
             ui.step_method = gr.Dropdown([], label="Method", scale=2, elem_id="sv-step-method")
-            ui.step_iteration = gr.Number(1, precision=0, minimum=1, label="Iteration", scale=1, elem_id="sv-step-iteration")
+            ui.step_iteration = gr.Number(
+                1, precision=0, minimum=1, label="Iteration", scale=1, elem_id="sv-step-iteration"
+            )
             prev = gr.Button("← Previous", scale=1, elem_id="sv-step-prev")
             nxt = gr.Button("Next →", scale=1, elem_id="sv-step-next")
         ui.step_view = gr.HTML(elem_id="sv-step-view")
-        ui.step_plot = gr.Plot(empty(TITLE, "Run a race, then pick a method and an iteration."), elem_id="sv-step-plot", show_label=False)
+        ui.step_plot = gr.Plot(
+            empty(TITLE, "Run a race, then pick a method and an iteration."), elem_id="sv-step-plot", show_label=False
+        )
 
-    def recomputed(records: list, i: int, prompt_ids: list[int], options: dict, pair_name: str, method: str, method_options: dict):
+    def recomputed(
+        records: list, i: int, prompt_ids: list[int], options: dict, pair_name: str, method: str, method_options: dict
+    ):
         """The model call (plain data in and out): iteration `i` explained with the race's models rerun."""
         from specviz.methods import get_method
         from specviz.stepthrough import explain_iteration, recompute_for
@@ -104,7 +127,9 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
                 step = explain(run.records, i, race.prompt_ids, race.options, pair_name, method, run.options)
             else:  # a race loaded from a file: its records, and the token texts its board showed
                 texts = span_texts(race, method)
-                step = explain_iteration(run.records, i, race.prompt_ids, race.options, token_text=lambda t: texts.get(t, f"#{t}"))
+                step = explain_iteration(
+                    run.records, i, race.prompt_ids, race.options, token_text=lambda t: texts.get(t, f"#{t}")
+                )
         except Exception as e:
             raise user_error(e) from None
         return i + 1, step_html(step, run.label), step_distributions(step)
@@ -120,5 +145,10 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
 
     inputs = [ctx.race, ctx.pair, ui.step_method, ui.step_iteration]
     outputs = [ui.step_iteration, ui.step_view, ui.step_plot]
-    for trigger, fn in ((ui.step_method.input, here), (ui.step_iteration.submit, here), (prev.click, previous), (nxt.click, following)):
+    for trigger, fn in (
+        (ui.step_method.input, here),
+        (ui.step_iteration.submit, here),
+        (prev.click, previous),
+        (nxt.click, following),
+    ):
         trigger(fn, inputs, outputs, api_visibility="private", **ctx.models_queue())

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from specviz.plots.tree import record_tree, record_tree_figure
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
-from specviz.plots.tree import record_tree, record_tree_figure
 
 TAB_TITLE = "Streaming tree"
 TAB_ORDER = 65
@@ -21,22 +21,41 @@ STREAM_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E
 TARGET_COLOUR = "#555555"
 
 
-def run_streaming(pair_name: str, prompt: str, max_new_tokens: int, streams: int, tree_width: int, load_pair=None) -> dict[str, Any]:
+def run_streaming(
+    pair_name: str, prompt: str, max_new_tokens: int, streams: int, tree_width: int, load_pair=None
+) -> dict[str, Any]:
     """One greedy `streaming` run -> plain state: records as dicts and each token's text."""
     import specviz
     from specviz.methods.streaming import tuned_target
 
     pair = (load_pair or specviz.load_pair)(pair_name)
-    records = [r.to_dict() for r in specviz.run("streaming", pair, prompt, max_new_tokens=int(max_new_tokens),
-                                                 speculation_length=int(streams), tree_width=int(tree_width))]
+    records = [
+        r.to_dict()
+        for r in specviz.run(
+            "streaming",
+            pair,
+            prompt,
+            max_new_tokens=int(max_new_tokens),
+            speculation_length=int(streams),
+            tree_width=int(tree_width),
+        )
+    ]
     vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r["emitted"])}
-    return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}, "against": tuned_target(pair)}
+    return {
+        "records": records,
+        "text": {str(t): pair.tokenizer.decode([t]) for t in vocab},
+        "against": tuned_target(pair),
+    }
 
 
 def stream_colour(source: str) -> str:
     """'stream 2' -> its colour; anything else (the target's own token) grey."""
     try:
-        return STREAM_COLOURS[(int(source.split()[-1]) - 1) % len(STREAM_COLOURS)] if source.startswith("stream") else TARGET_COLOUR
+        return (
+            STREAM_COLOURS[(int(source.split()[-1]) - 1) % len(STREAM_COLOURS)]
+            if source.startswith("stream")
+            else TARGET_COLOUR
+        )
     except ValueError:
         return TARGET_COLOUR
 
@@ -49,7 +68,9 @@ def coloured_output(state: dict[str, Any]) -> str:
         for i, token in enumerate(r["emitted"]):
             source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
             used.add(source)
-            spans.append(f'<span style="color:{stream_colour(source)}" title="{source}">{html.escape(state["text"][str(token)])}</span>')
+            spans.append(
+                f'<span style="color:{stream_colour(source)}" title="{source}">{html.escape(state["text"][str(token)])}</span>'
+            )
     legend = " · ".join(f'<span style="color:{stream_colour(s)}">■ {s}</span>' for s in sorted(used))
     return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
 
@@ -61,9 +82,11 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     r = state["records"][min(int(iteration), len(state["records"]) - 1)]
     fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)), colour_of=stream_colour)
     tree = record_tree(r).tree_tokens
-    return fig, (f"iteration {r['iteration']}: {len(tree)} tree nodes from the streams, {r['accepted']} accepted, "
-                 f"{len(r['emitted'])} emitted in one target forward; streams took {r['draft_ms']:.2f} ms, "
-                 f"verification {r['verify_ms']:.1f} ms")
+    return fig, (
+        f"iteration {r['iteration']}: {len(tree)} tree nodes from the streams, {r['accepted']} accepted, "
+        f"{len(r['emitted'])} emitted in one target forward; streams took {r['draft_ms']:.2f} ms, "
+        f"verification {r['verify_ms']:.1f} ms"
+    )
 
 
 def summary_line(state: dict[str, Any]) -> str:
@@ -76,12 +99,18 @@ def summary_line(state: dict[str, Any]) -> str:
 def build_tab(ctx: Any) -> None:
     import gradio as gr
 
-    gr.Markdown("### Speculative Streaming: the target drafts its own future tokens with extra streams in its top layers")
-    gr.Markdown("Lossless against the target itself when the adapter's LoRA acts on the streams only; an adapter "
-                "that also tunes the main stream (as in the paper) is lossless against that tuned model. Each run says "
-                "which. For targets without an adapter the streams are untrained and drafts are rarely accepted.")
+    gr.Markdown(
+        "### Speculative Streaming: the target drafts its own future tokens with extra streams in its top layers"
+    )
+    gr.Markdown(
+        "Lossless against the target itself when the adapter's LoRA acts on the streams only; an adapter "
+        "that also tunes the main stream (as in the paper) is lossless against that tuned model. Each run says "
+        "which. For targets without an adapter the streams are untrained and drafts are rarely accepted."
+    )
     with gr.Row():
-        prompt = gr.Textbox("Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2)
+        prompt = gr.Textbox(
+            "Write a Python function that checks whether a string is a palindrome.", label="prompt", lines=2
+        )
         with gr.Column():
             max_new = gr.Slider(8, 256, value=64, step=8, label="max new tokens")
             streams = gr.Slider(1, 8, value=3, step=1, label="streams used (at most the adapter's)")
@@ -94,8 +123,10 @@ def build_tab(ctx: Any) -> None:
     plot = gr.Plot(label="stream tree", show_label=False)
     state = ctx.state()
     # the model call (plain data in and out)
-    streamed = ctx.run_models(lambda pair_name, text, n, k, w: run_streaming(pair_name, text, n, k, w, ctx.load_pair),
-                              seconds=lambda pair_name, text, n, k, w: gpu_seconds(n))
+    streamed = ctx.run_models(
+        lambda pair_name, text, n, k, w: run_streaming(pair_name, text, n, k, w, ctx.load_pair),
+        seconds=lambda pair_name, text, n, k, w: gpu_seconds(n),
+    )
 
     def on_run(pair_name, text, n, k, w):
         try:
@@ -104,8 +135,19 @@ def build_tab(ctx: Any) -> None:
             return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, ""
         first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)
         fig, line = show_iteration(st, first)
-        return st, coloured_output(st), summary_line(st), gr.update(maximum=max(1, len(st["records"]) - 1), value=first), fig, line
+        return (
+            st,
+            coloured_output(st),
+            summary_line(st),
+            gr.update(maximum=max(1, len(st["records"]) - 1), value=first),
+            fig,
+            line,
+        )
 
-    go.click(on_run, [ctx.pair, prompt, max_new, streams, width], [state, output, overall, iteration, plot, summary],
-             **ctx.models_queue())  # fmt: skip
+    go.click(
+        on_run,
+        [ctx.pair, prompt, max_new, streams, width],
+        [state, output, overall, iteration, plot, summary],
+        **ctx.models_queue(),
+    )
     iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")

@@ -17,14 +17,18 @@ import json
 from functools import cache
 from typing import Any
 
-from specviz.ui.feedback import problem_text
 from specviz.cost import ENGINES, HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
 from specviz.cost.calibrate import hardware_from_result
 from specviz.cost.formulas import expected_tokens, improvement_factor, optimal_gamma
 from specviz.cost.roofline import cost_curve_rows, knee_tokens, speculation_budget, verify_cost_ratio
 from specviz.paths import ASSETS
 from specviz.plots.roofline import cost_curves_figure, published_speedups_figure
-from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, speedup_heatmap_figure
+from specviz.plots.speedup import (
+    improvement_curves_figure,
+    predicted_vs_measured_speedup_figure,
+    speedup_heatmap_figure,
+)
+from specviz.ui.feedback import problem_text
 
 TAB_TITLE = "Theory"
 TAB_ORDER = 50
@@ -37,6 +41,7 @@ TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
 
 
 # ----- 1. explorer ------------------------------------------------------------------------------
+
 
 def explorer(alpha: float, gamma: int, c: float, max_gamma: int = 16):
     """Curves for a few α around the chosen one, a heatmap over (α, γ), and the numbers at (α, γ, c)."""
@@ -56,6 +61,7 @@ def explorer(alpha: float, gamma: int, c: float, max_gamma: int = 16):
 
 
 # ----- 2. roofline ------------------------------------------------------------------------------
+
 
 def resolve_shape(model: str, pair_name: str | None, load_pair=None):
     """A preset shape, or the loaded pair's target (loads the pair: cached after the first time)."""
@@ -100,11 +106,15 @@ def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, en
     lines = [f"| B | T(1) ms | T(5)/T(1) | budget γ (≤{TOLERANCE:.0%} extra) | knee S |", "|---|---|---|---|---|"]
     for b in bs:
         t1 = next(r["seconds"] for r in rows if r["batch_size"] == b and r["n_tokens"] == 1)
-        lines.append(f"| {b} | {t1 * 1e3:.2f} | {verify_cost_ratio(shape, hw, 4, b, int(context)):.2f} | "
-                     f"{speculation_budget(shape, hw, b, int(context), TOLERANCE)} | {knees[b] or '>65k'} |")
-    note = (f"\n\n{hw.name}: {hw.flops_per_s(shape.dtype) / 1e12:.3g} TFLOP/s {shape.dtype}, "
-            f"{hw.memory_bandwidth / 1e9:.0f} GB/s, overhead {hw.overhead(shape.n_layers) * 1e3:.1f} ms per forward "
-            f"({hw.source}). Solid: memory-bound, dashed: compute-bound, ○: knee.")
+        lines.append(
+            f"| {b} | {t1 * 1e3:.2f} | {verify_cost_ratio(shape, hw, 4, b, int(context)):.2f} | "
+            f"{speculation_budget(shape, hw, b, int(context), TOLERANCE)} | {knees[b] or '>65k'} |"
+        )
+    note = (
+        f"\n\n{hw.name}: {hw.flops_per_s(shape.dtype) / 1e12:.3g} TFLOP/s {shape.dtype}, "
+        f"{hw.memory_bandwidth / 1e9:.0f} GB/s, overhead {hw.overhead(shape.n_layers) * 1e3:.1f} ms per forward "
+        f"({hw.source}). Solid: memory-bound, dashed: compute-bound, ○: knee."
+    )
     if hardware != THIS_MACHINE:
         note += "\n\n" + calibration_note(engine)
     return fig, "\n".join(lines) + note
@@ -137,8 +147,8 @@ def calibration_note(engine: str) -> str:
     return text
 
 
-
 # ----- 3. published vs predicted ------------------------------------------------------------------
+
 
 def published_view():
     """Spec-Bench's speedups next to the cost model's predictions, and the fit's summary."""
@@ -147,17 +157,26 @@ def published_view():
     rows = published.comparison()
     speedups = [r for r in rows if r["kind"] == "speedup"]
     table = ["| GPU | model | method | τ | published | predicted | error | |", "|---|---|---|---|---|---|---|---|"]
-    table += [f"| {r['chip']} | {r['model']} | {r['method']} | {r['mean_accepted']} | {r['published']:.2f}× | "
-              f"{r['predicted']:.2f}× | {r['error']:+.0%} | {'fit' if r['role'] == 'fit' else 'held out'} |" for r in speedups]
+    table += [
+        f"| {r['chip']} | {r['model']} | {r['method']} | {r['mean_accepted']} | {r['published']:.2f}× | "
+        f"{r['predicted']:.2f}× | {r['error']:+.0%} | {'fit' if r['role'] == 'fit' else 'held out'} |"
+        for r in speedups
+    ]
     summary = published.summary(rows)
     lines = [f"- {k}: **{v}**" for k, v in summary.items() if k.startswith("Spec-Bench Vicuna-7B")]
-    text = ("τ is the published mean accepted tokens per step; the prediction is τ · T_AR / (the step's passes), "
-            "with each method's passes as Spec-Bench runs them (`specviz/cost/published.py`). Sources and every row: "
-            "`specviz/cost/published.csv`, `benchmarks/roofline/published.md`.\n\n" + "\n".join(lines) + "\n\n" + "\n".join(table))
+    text = (
+        "τ is the published mean accepted tokens per step; the prediction is τ · T_AR / (the step's passes), "
+        "with each method's passes as Spec-Bench runs them (`specviz/cost/published.py`). Sources and every row: "
+        "`specviz/cost/published.csv`, `benchmarks/roofline/published.md`.\n\n"
+        + "\n".join(lines)
+        + "\n\n"
+        + "\n".join(table)
+    )
     return published_speedups_figure(speedups), text
 
 
 # ----- 4. the last race -------------------------------------------------------------------------
+
 
 def race_view(race: Any):
     """Predicted vs measured speedup for every finished method of the last race (ctx.race's value)."""
@@ -173,12 +192,15 @@ def race_view(race: Any):
 
 # ----- the tab ----------------------------------------------------------------------------------
 
+
 def build_tab(ctx: Any) -> None:
     import gradio as gr
 
     gr.Markdown("### Expected speedup (Leviathan et al.): α, speculation length γ, draft cost c")
     with gr.Row():
-        alpha = gr.Slider(0.0, 0.99, value=0.7, step=0.01, label="α: chance a drafted token is accepted (see the Race glossary)")
+        alpha = gr.Slider(
+            0.0, 0.99, value=0.7, step=0.01, label="α: chance a drafted token is accepted (see the Race glossary)"
+        )
         gamma = gr.Slider(1, 16, value=4, step=1, label="speculation length γ")
         c = gr.Slider(0.0, 1.0, value=0.05, step=0.005, label="draft cost c = T_draft / T_target")
     first = explorer(alpha.value, gamma.value, c.value)  # drawn at build time: pure Python, a few ms
@@ -221,7 +243,9 @@ def build_tab(ctx: Any) -> None:
     published_text = gr.Markdown()
     show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
-    gr.Markdown("### The last race through its methods' formulas: measured α, speculation length, c and verify cost → predicted speedup")
+    gr.Markdown(
+        "### The last race through its methods' formulas: measured α, speculation length, c and verify cost → predicted speedup"
+    )
     explain = gr.Button("Explain the last race")
     race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False)
     race_table = gr.Markdown()

@@ -99,8 +99,10 @@ class TokenSpan:
             lines.append(f"p(target) = {self.p:.3f}")
             lines.append("q(draft) = one-hot (no draft distribution)" if self.q is None else f"q(draft) = {self.q:.3f}")
             if self.greedy:
-                lines.append("rule (greedy): kept only if it is the target's most likely token"
-                             + (": it is" if self.kind == "accepted" else ": it is not"))  # fmt: skip
+                lines.append(
+                    "rule (greedy): kept only if it is the target's most likely token"
+                    + (": it is" if self.kind == "accepted" else ": it is not")
+                )
             else:
                 lines.append(f"rule (sampling): kept with probability min(1, p/q) = {self.ratio:.3f}")
         return "\n".join(lines)
@@ -123,17 +125,35 @@ class SpanBuilder:
         r, new = record, []
         for i in range(min(r.accepted, len(r.emitted))):
             token = r.emitted[i]
-            new.append(TokenSpan(self.detok.push(token), "accepted", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft",
-                                 self.greedy))  # fmt: skip
+            new.append(
+                TokenSpan(
+                    self.detok.push(token),
+                    "accepted",
+                    r.iteration,
+                    token,
+                    _at(r.p_target, i),
+                    _at(r.q_draft, i),
+                    "draft",
+                    self.greedy,
+                )
+            )
         rejected = r.rejected
         if rejected:  # the first rejected token sits where the correction is about to go
             text = self.detok.peek(rejected)
             for j, token in enumerate(rejected):
                 i = r.accepted + j
                 new.append(
-                    TokenSpan(text if j == 0 else "", "rejected", r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft",
-                              self.greedy)
-                )  # fmt: skip
+                    TokenSpan(
+                        text if j == 0 else "",
+                        "rejected",
+                        r.iteration,
+                        token,
+                        _at(r.p_target, i),
+                        _at(r.q_draft, i),
+                        "draft",
+                        self.greedy,
+                    )
+                )
         role = "next token" if not r.drafted else "correction" if rejected else "bonus"
         for token in r.emitted[r.accepted :]:
             new.append(TokenSpan(self.detok.push(token), "target", r.iteration, token, role=role, greedy=self.greedy))
@@ -159,7 +179,12 @@ def _rejected_groups(spans: Sequence[TokenSpan]) -> list[list[TokenSpan]]:
     """Consecutive spans grouped so one iteration's rejected drafts form one struck-through run."""
     groups: list[list[TokenSpan]] = []
     for s in spans:
-        if s.kind == "rejected" and groups and groups[-1][0].kind == "rejected" and groups[-1][0].iteration == s.iteration:
+        if (
+            s.kind == "rejected"
+            and groups
+            and groups[-1][0].kind == "rejected"
+            and groups[-1][0].iteration == s.iteration
+        ):
             groups[-1].append(s)
         else:
             groups.append([s])

@@ -30,5 +30,17 @@ from specviz.train.draft.data import CorpusData, Example, collate
 from specviz.train.draft.fit import TrainConfig, distillation_loss, train, validate
 from specviz.train.draft.start import DraftShape, choose_vocab, new_draft, subclone_draft
 
-__all__ = ["CorpusData", "DraftShape", "Example", "TrainConfig", "choose_vocab", "collate", "distillation_loss", "main",
-           "new_draft", "subclone_draft", "train", "validate"]
+__all__ = [
+    "CorpusData",
+    "DraftShape",
+    "Example",
+    "TrainConfig",
+    "choose_vocab",
+    "collate",
+    "distillation_loss",
+    "main",
+    "new_draft",
+    "subclone_draft",
+    "train",
+    "validate",
+]

@@ -20,18 +20,35 @@ from specviz.train.loop import Checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specviz.train.draft",
-                                     description="Distil a reduced-vocabulary draft from the teacher corpus.")
-    parser.add_argument("--target", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny-random', or a hub id / folder")
+    parser = argparse.ArgumentParser(
+        prog="python -m specviz.train.draft", description="Distil a reduced-vocabulary draft from the teacher corpus."
+    )
+    parser.add_argument(
+        "--target", default="default", help="'default' (SmolLM2-135M-Instruct), 'tiny-random', or a hub id / folder"
+    )
     parser.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the corpus's prompt files")
     parser.add_argument("--corpus", type=Path, default=corpus_mod.CORPUS, help="shipped corpus folder ('' for none)")
-    parser.add_argument("--work", type=Path, default=Path("runs/corpus"), help="generation work folder (answers with top-k), checkpoint and log")
-    parser.add_argument("--top-k", type=int, default=corpus_mod.GenerationConfig.top_k, help="top-k width of the work folder's files")
-    parser.add_argument("--answers-only", action="store_true", help="train on the answer tokens alone, even where top-k is kept")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("runs/corpus"),
+        help="generation work folder (answers with top-k), checkpoint and log",
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=corpus_mod.GenerationConfig.top_k, help="top-k width of the work folder's files"
+    )
+    parser.add_argument(
+        "--answers-only", action="store_true", help="train on the answer tokens alone, even where top-k is kept"
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for the trained draft")
-    parser.add_argument("--init", type=Path, help="start from this draft folder's weights (same shape) instead of the target")
-    parser.add_argument("--init-layers", default="",
-                        help="cut the draft from the target: copy these of its layers (e.g. 0,1,28,29); its width, heads and MLP")
+    parser.add_argument(
+        "--init", type=Path, help="start from this draft folder's weights (same shape) instead of the target"
+    )
+    parser.add_argument(
+        "--init-layers",
+        default="",
+        help="cut the draft from the target: copy these of its layers (e.g. 0,1,28,29); its width, heads and MLP",
+    )
     for f, default in [*asdict(DraftShape()).items(), *asdict(TrainConfig()).items()]:
         kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(default, bool) else type(default)
         parser.add_argument(f"--{f.replace('_', '-')}", type=kind, default=default)
@@ -39,9 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--no-tokenizer", action="store_true", help="do not copy the tokenizer into --out")
-    parser.add_argument("--export-only", action="store_true", help="write --out from the checkpoint in --work as it is (no training)")
-    parser.add_argument("--more-steps", type=int, default=0,
-                        help="continue from the checkpoint for this many steps with a new schedule (--lr, cosine, no warm-up)")
+    parser.add_argument(
+        "--export-only", action="store_true", help="write --out from the checkpoint in --work as it is (no training)"
+    )
+    parser.add_argument(
+        "--more-steps",
+        type=int,
+        default=0,
+        help="continue from the checkpoint for this many steps with a new schedule (--lr, cosine, no warm-up)",
+    )
     args = parser.parse_args(argv)
     if args.corpus is not None and str(args.corpus) in ("", "."):
         args.corpus = None
@@ -57,15 +80,22 @@ def main(argv: list[str] | None = None) -> int:
         if not checkpoint.is_file():
             raise SpecvizError(f"no checkpoint {checkpoint} to export or continue")
         done = Checkpoint(checkpoint).load(weights_only=False)["state"]["step"]
-        cfg = replace(cfg, steps=done) if args.export_only else replace(cfg, phase_start=done, steps=done + args.more_steps, warmup=0)
+        cfg = (
+            replace(cfg, steps=done)
+            if args.export_only
+            else replace(cfg, phase_start=done, steps=done + args.more_steps, warmup=0)
+        )
 
     from specviz.models.pair import load_target
 
     target, tokenizer, eos = load_target(args.target, args.device)
     vocab = target.config.vocab_size
     data = CorpusData(args, tokenizer, cfg.max_len)
-    print(f"[specviz] distilling on {len(data.train)} answers ({data.answer_tokens} answer tokens, "
-          f"{data.with_topk} with top-k), {len(data.val)} held out", file=sys.stderr)
+    print(
+        f"[specviz] distilling on {len(data.train)} answers ({data.answer_tokens} answer tokens, "
+        f"{data.with_topk} with top-k), {len(data.val)} held out",
+        file=sys.stderr,
+    )
     if args.init is not None:
         from specviz.models.default import load_draft
 
@@ -73,23 +103,43 @@ def main(argv: list[str] | None = None) -> int:
         shape = replace(shape, head_vocab=draft.config.head_vocab)
     elif args.init_layers:
         layers = [int(x) for x in args.init_layers.split(",")]
-        draft = subclone_draft(target, layers, choose_vocab(data, vocab, shape.head_vocab, eos), shape.embed_rank).to(args.device)
+        draft = subclone_draft(target, layers, choose_vocab(data, vocab, shape.head_vocab, eos), shape.embed_rank).to(
+            args.device
+        )
         t = target.config
-        shape = replace(shape, hidden=t.hidden_size, layers=len(layers), heads=t.num_attention_heads,
-                        kv_heads=t.num_key_value_heads, intermediate=t.intermediate_size)
+        shape = replace(
+            shape,
+            hidden=t.hidden_size,
+            layers=len(layers),
+            heads=t.num_attention_heads,
+            kv_heads=t.num_key_value_heads,
+            intermediate=t.intermediate_size,
+        )
     else:
         draft = new_draft(target, shape, choose_vocab(data, vocab, shape.head_vocab, eos), cfg.seed).to(args.device)
     cover = coverage(data, draft.lm_head.vocab_ids.cpu(), vocab)
-    result = train(draft, data, cfg, checkpoint, args.work / f"train-{args.out.name}.csv", eos[0], progress=not args.no_progress)
+    result = train(
+        draft, data, cfg, checkpoint, args.work / f"train-{args.out.name}.csv", eos[0], progress=not args.no_progress
+    )
     draft.eval()
     cost = measure_c(target, draft)
     params = sum(p.numel() for p in draft.parameters())
-    export_draft(draft, tokenizer, args.out, model_card(args, shape, cfg, data, result, cost, params, cover), not args.no_tokenizer)
-    (args.out / "training.json").write_text(
-        json.dumps({"shape": asdict(shape), "train": asdict(cfg), "result": result, "cost": cost, "coverage": cover}, indent=1)
+    export_draft(
+        draft,
+        tokenizer,
+        args.out,
+        model_card(args, shape, cfg, data, result, cost, params, cover),
+        not args.no_tokenizer,
     )
-    print(f"[specviz] wrote {args.out}: held-out agreement {result['val_agree']:.3f}, coverage {cover:.3f}, c {cost['c']:.3f}",
-          file=sys.stderr)
+    (args.out / "training.json").write_text(
+        json.dumps(
+            {"shape": asdict(shape), "train": asdict(cfg), "result": result, "cost": cost, "coverage": cover}, indent=1
+        )
+    )
+    print(
+        f"[specviz] wrote {args.out}: held-out agreement {result['val_agree']:.3f}, coverage {cover:.3f}, c {cost['c']:.3f}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -28,7 +28,9 @@ class CorpusData:
     def __init__(self, args, tokenizer, max_len: int):
         records = corpus_mod.all_answers(args.corpus, args.work)
         if not records:
-            raise SpecvizError("no corpus answers: pass --corpus (the shipped folder) and/or --work (a generation work folder)")
+            raise SpecvizError(
+                "no corpus answers: pass --corpus (the shipped folder) and/or --work (a generation work folder)"
+            )
         ids, logp = corpus_mod.WorkFolder(args.work, args.top_k).topk()  # rows of the work folder's answers
         prompts = {s.name: corpus_mod.read_source(args.data, s) for s in corpus_mod.SOURCES}
         self.train: list[Example] = []
@@ -40,7 +42,9 @@ class CorpusData:
                 continue
             row = None if args.answers_only else r.get("row")  # only a work folder's answers have top-k rows
             topk = (ids[row : row + keep], logp[row : row + keep]) if row is not None else None
-            ex = Example(prompt + [int(x) for x in r["output_ids"][:keep]], len(prompt), r["temperature"] == 0, topk, r["source"])
+            ex = Example(
+                prompt + [int(x) for x in r["output_ids"][:keep]], len(prompt), r["temperature"] == 0, topk, r["source"]
+            )
             (self.val if corpus_mod.held_out(r["source"], r["line"]) else self.train).append(ex)
         if not self.val and len(self.train) > 1:  # too few prompts to hit the held-out hash: hold out a tenth
             greedy = [e for e in self.train if e.greedy]

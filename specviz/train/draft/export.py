@@ -56,19 +56,25 @@ def export_draft(draft, tokenizer, out: Path, card: str, save_tokenizer: bool = 
 
 
 def schedule_lines(result: dict, cfg: TrainConfig) -> list[str]:
-    phases = result.get("phases") or [{k: getattr(cfg, k) for k in ("phase_start", "steps", "lr", "warmup", "batch_tokens", "seed")}]
+    phases = result.get("phases") or [
+        {k: getattr(cfg, k) for k in ("phase_start", "steps", "lr", "warmup", "batch_tokens", "seed")}
+    ]
     lines = []
     if phases[0]["phase_start"] > 0:
         lines.append(f"- steps 0-{phases[0]['phase_start']}: an earlier run (see the CSV log)")
     for ph in phases:
         end = min(ph["steps"], result["step"])
         cut = f", stopped at step {end}" if end < ph["steps"] else ""
-        lines.append(f"- steps {ph['phase_start']}-{end}: about {ph['batch_tokens']} tokens per step, AdamW lr {ph['lr']} "
-                     f"(warm-up {ph['warmup']}, cosine to lr/10 at step {ph['steps']}{cut}), seed {ph['seed']}")
+        lines.append(
+            f"- steps {ph['phase_start']}-{end}: about {ph['batch_tokens']} tokens per step, AdamW lr {ph['lr']} "
+            f"(warm-up {ph['warmup']}, cosine to lr/10 at step {ph['steps']}{cut}), seed {ph['seed']}"
+        )
     return lines
 
 
-def model_card(args, shape: DraftShape, cfg: TrainConfig, data: CorpusData, result: dict, cost: dict, params: int, cover: float) -> str:
+def model_card(
+    args, shape: DraftShape, cfg: TrainConfig, data: CorpusData, result: dict, cost: dict, params: int, cover: float
+) -> str:
     kinds = Counter("greedy" if e.greedy else "sampled at T = 0.7" for e in data.train)
     lines = [
         f"# Draft for {args.target}",
@@ -87,7 +93,8 @@ def model_card(args, shape: DraftShape, cfg: TrainConfig, data: CorpusData, resu
         "",
         "## Data",
         f"- {len(data.train)} answers for training ({data.answer_tokens} answer tokens; "
-        + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + f"), {len(data.val)} held out (`corpus.held_out`)",
+        + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        + f"), {len(data.val)} held out (`corpus.held_out`)",
         f"- {data.with_topk} training answers with the target's top-k log-probabilities (soft targets), the rest "
         "with the answer token only",
         "",

@@ -71,12 +71,17 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
-def train(draft, data: CorpusData, cfg: TrainConfig, checkpoint: Path, log_path: Path, pad: int, progress: bool = True) -> dict:
+def train(
+    draft, data: CorpusData, cfg: TrainConfig, checkpoint: Path, log_path: Path, pad: int, progress: bool = True
+) -> dict:
     """Minimise the distillation loss; resumes from `checkpoint` when it exists. Returns final metrics."""
     decay = [p for n, p in draft.named_parameters() if p.dim() >= 2]
     rest = [p for n, p in draft.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
     state = {"step": 0, "seconds": 0.0, "tokens": 0}
     store = Checkpoint(checkpoint)
     saved = store.load(weights_only=False)
@@ -103,8 +108,13 @@ def train(draft, data: CorpusData, cfg: TrainConfig, checkpoint: Path, log_path:
     def after_step(step: int, metrics: dict) -> dict:
         if step % cfg.val_every == 0 or step == cfg.steps:
             metrics.update(validate(draft, data, cfg, pad))
-        return {"step": step, "tokens": state["tokens"], "seconds": round(state["seconds"], 1), "lr": f"{lr_at(step - 1, cfg):.2e}",
-                **{k: f"{metrics.get(k, float('nan')):.4f}" for k in LOG_COLUMNS[4:]}}
+        return {
+            "step": step,
+            "tokens": state["tokens"],
+            "seconds": round(state["seconds"], 1),
+            "lr": f"{lr_at(step - 1, cfg):.2e}",
+            **{k: f"{metrics.get(k, float('nan')):.4f}" for k in LOG_COLUMNS[4:]},
+        }
 
     def save(step: int) -> None:
         store.save({"model": draft.state_dict(), "optimizer": opt.state_dict(), "state": dict(state)})
@@ -112,8 +122,19 @@ def train(draft, data: CorpusData, cfg: TrainConfig, checkpoint: Path, log_path:
     log = CsvLog(log_path, LOG_COLUMNS, state["step"])
     draft.train()
     loop = LoopConfig(steps=cfg.steps, clip=1.0, save_minutes=cfg.checkpoint_minutes)
-    metrics = run(loop, opt, list(draft.parameters()), loss_at, state, lr_at=lambda step: lr_at(step, cfg), after_step=after_step,
-                  log=log, save=save, progress="distilling" if progress else None, show=("loss", "agree"))
+    metrics = run(
+        loop,
+        opt,
+        list(draft.parameters()),
+        loss_at,
+        state,
+        lr_at=lambda step: lr_at(step, cfg),
+        after_step=after_step,
+        log=log,
+        save=save,
+        progress="distilling" if progress else None,
+        show=("loss", "agree"),
+    )
     log.close()
     if "val_agree" not in metrics:
         metrics.update(validate(draft, data, cfg, pad))

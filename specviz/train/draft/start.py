@@ -52,13 +52,24 @@ def subclone_draft(target, layers: list[int], vocab_ids: torch.Tensor, embed_ran
     from specviz.models.draft import ReducedVocabDraft, reduced_config
 
     t = target.config
-    config = reduced_config(t, hidden=t.hidden_size, layers=len(layers), heads=t.num_attention_heads,
-                            kv_heads=t.num_key_value_heads, intermediate=t.intermediate_size,
-                            head_vocab=len(vocab_ids), embed_rank=embed_rank)
+    config = reduced_config(
+        t,
+        hidden=t.hidden_size,
+        layers=len(layers),
+        heads=t.num_attention_heads,
+        kv_heads=t.num_key_value_heads,
+        intermediate=t.intermediate_size,
+        head_vocab=len(vocab_ids),
+        embed_rank=embed_rank,
+    )
     draft = ReducedVocabDraft(config, vocab_ids).float()
     state = target.state_dict()
-    copied = {f"model.layers.{i}.{k.split('.', 3)[3]}": v for i, src in enumerate(layers)
-              for k, v in state.items() if k.startswith(f"model.layers.{src}.")}
+    copied = {
+        f"model.layers.{i}.{k.split('.', 3)[3]}": v
+        for i, src in enumerate(layers)
+        for k, v in state.items()
+        if k.startswith(f"model.layers.{src}.")
+    }
     e = target.get_input_embeddings().weight.detach().float().cpu()  # [V, d]
     u, s, vh = torch.linalg.svd(e, full_matrices=False)
     copied |= {
