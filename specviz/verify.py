@@ -19,6 +19,7 @@ Lossless for one-hot q with distinct siblings, or for siblings drawn independent
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -53,18 +54,19 @@ def verify(
     px = p[rows, x]  # [k]
     qx = q[rows, x] if q is not None else None  # [k]
     bonus_row = p.shape[0] > k
+    uniforms: tuple[float, ...] | None = None  # sampling only
     if cfg.greedy:
         choice = target_logits.argmax(dim=-1)  # [k+1]
         choice_h, px_h, qx_h = _read(choice, px, qx)  # the iteration's one host sync
-        n = _leading_true(int(c) == t for c, t in zip(choice_h, drafted))
+        n = _leading_true(int(c) == t for c, t in zip(choice_h[:k], drafted, strict=True))
         next_token = int(choice_h[n]) if n < k or bonus_row else None
-        r_h = None
     else:
         r = torch.rand(k, generator=generator, device=p.device)  # one uniform per draft token
         # accept iff r < min(1, p/q), written without dividing so that q(x) = 0 is safe
         accept = r * (qx if qx is not None else 1.0) < px  # [k]
         accept_h, r_h, px_h, qx_h = _read(accept, r, px, qx)
         n = _leading_true(accept_h)
+        uniforms = tuple(r_h)
         if n < k:
             next_token = int(sample(_residual(p[n], q, n, drafted), generator))
         else:
@@ -74,17 +76,17 @@ def verify(
         next_token=next_token,
         p_drafted=tuple(px_h),
         q_drafted=tuple(qx_h) if qx is not None else None,
-        uniforms=None if r_h is None else tuple(r_h),
+        uniforms=uniforms,
     )
 
 
-def _read(*tensors: torch.Tensor | None) -> list[list[float] | None]:
-    """The values of the given tensors (None stays None), all in one transfer to the host."""
+def _read(*tensors: torch.Tensor | None) -> list[list[float]]:
+    """The values of the given tensors (an absent tensor reads as []), all in one transfer to the host."""
     values = iter(host_values(*(t for t in tensors if t is not None)))
-    return [None if t is None else next(values) for t in tensors]
+    return [[] if t is None else next(values) for t in tensors]
 
 
-def _leading_true(flags) -> int:
+def _leading_true(flags: Iterable[object]) -> int:
     """Length of the run of true values at the start of `flags`."""
     n = 0
     for flag in flags:
@@ -162,13 +164,14 @@ def verify_tree(
     )
     rows, x = rows_x[0], rows_x[1]  # [n] each: node i's parent row, its token
     qx = q[torch.arange(n, device=p.device), x] if q is not None else None  # [n]
-    choice = target_logits.argmax(dim=-1) if cfg.greedy else None  # [n+1]: the target's token after each row
-    px_h, qx_h, choice_h = _read(p[rows, x], qx, choice)  # one host sync for the whole tree
+    choices = target_logits.argmax(dim=-1) if cfg.greedy else None  # [n+1]: the target's token after each row
+    px_h, qx_h, choice_h = _read(p[rows, x], qx, choices)  # one host sync for the whole tree
     p_nodes, q_nodes = tuple(px_h), None if q is None else tuple(qx_h)
     children: list[list[int]] = [[] for _ in range(n + 1)]  # by row: row 0 is the root
     for i, parent in enumerate(parents):
         children[1 + parent].append(i)
-    path, row = [], 0
+    path: list[int] = []
+    row = 0
     while True:
         if cfg.greedy:
             choice = int(choice_h[row])

@@ -95,7 +95,7 @@ def test_multi_token_draft_keeps_each_position_distributed_as_p():
     for _ in range(N):
         drafted = torch.multinomial(qs, 1, generator=gen).squeeze(1).tolist()
         v = verify(drafted, logits, qs, T1, gen)
-        emitted = drafted[: v.accepted] + [v.next_token]
+        emitted = [*drafted[: v.accepted], v.next_token]
         first[emitted[0]] += 1
         if len(emitted) > 1:
             second[emitted[1]] += 1
