@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import types
 import typing
@@ -37,6 +38,7 @@ PEARL_MODES = ("pre-verify", "post-verify", "verify")  # the phase a PEARL recor
 PHASE_MODES = (*PEARL_MODES, "draft")  # a round's mode ("draft": the draft alone, the ablation without pre-verify)
 
 
+@dataclass(frozen=True)
 class Extra:
     """What every family shares: its wire form, and the checks a value's type cannot express."""
 
@@ -92,12 +94,15 @@ class TreeExtra(Extra):
             == n
             == record.speculation_length
         ):
-            return "extra 'tree_tokens', 'tree_parents', 'tree_scores' and 'tree_sources' must each hold one value per tree node (speculation_length)"
+            return (
+                "extra 'tree_tokens', 'tree_parents', 'tree_scores' and 'tree_sources' must each hold"
+                " one value per tree node (speculation_length)"
+            )
         if not all(-1 <= p < i for i, p in enumerate(self.tree_parents)):
             return "extra 'tree_parents' must name -1 or an earlier node for each node"
         if any(
             node >= n or self.tree_parents[node] != parent
-            for node, parent in zip(self.accepted_path, (-1, *self.accepted_path))
+            for parent, node in itertools.pairwise((-1, *self.accepted_path))
         ):
             return "extra 'accepted_path' must be a path of the tree from its root"
         if len(self.sources) > n:
@@ -139,7 +144,10 @@ class PearlExtra(Extra):
             return f"extra 'phases' must have the modes {', '.join(PHASE_MODES)}"
         spans = [*self.draft_intervals, *self.target_intervals, *((p.start, p.end) for p in self.phases)]
         if not all(0.0 <= start <= end for start, end in spans):
-            return "extra 'draft_intervals', 'target_intervals' and 'phases' must each start before they end, at 0 s or later"
+            return (
+                "extra 'draft_intervals', 'target_intervals' and 'phases' must each start before they end,"
+                " at 0 s or later"
+            )
         return None
 
 
@@ -191,9 +199,15 @@ def keys(families: tuple[type[Extra], ...]) -> frozenset[str]:
     return frozenset(f.name for family in families for f in dataclasses.fields(family))
 
 
+def required(family: type) -> frozenset[str]:
+    """The keys a family (a dataclass of this module) writes on every record it is on."""
+    return _required(family)
+
+
+# `required` and `hints` hand their class to the caches as a plain `type`: mypy does not see a
+# `type[X]` as Hashable, which functools.cache asks of its arguments (python/mypy#11470).
 @functools.cache
-def required(family: type[Extra]) -> frozenset[str]:
-    """The keys a family writes on every record it is on."""
+def _required(family: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(family) if f.default is dataclasses.MISSING)
 
 
@@ -255,8 +269,8 @@ def _typed(value: Any, tp: Any, vocab_size: int | None) -> Any:
         ):  # the common case, a list of numbers: no type to unpack per item
             return tuple(_scalar(v, args[0], vocab_size) for v in value)
         items = args[:1] * len(value) if args[-1] is Ellipsis else args
-        return tuple(_typed(v, a, vocab_size) for v, a in zip(value, items))
-    if dataclasses.is_dataclass(tp):
+        return tuple(_typed(v, a, vocab_size) for v, a in zip(value, items, strict=True))  # len checked above
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         types_ = hints(tp)
         if not isinstance(value, Mapping) or value.keys() != types_.keys():
             raise _Mismatch
@@ -287,7 +301,7 @@ def words(tp: Any, vocab_size: int | None = None) -> str:
         if args[-1] is Ellipsis:
             return f"a list, each {words(args[0], vocab_size)}"
         return f"a list of {len(args)}: {', '.join(words(a, vocab_size) for a in args)}"
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return f"an object with {', '.join(hints(tp))}"
     most = f"{vocab_size - 1}" if tp is TokenId and vocab_size else "2**63 - 1"
     return {
@@ -299,9 +313,13 @@ def words(tp: Any, vocab_size: int | None = None) -> str:
     }.get(tp, "a whole number from 0 to 2**63 - 1")
 
 
-@functools.cache
 def hints(cls: type) -> dict[str, Any]:
     """The field types of a dataclass (resolved once)."""
+    return _hints(cls)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 

@@ -84,12 +84,18 @@ class IterationRecord:
     @property
     def stop(self) -> str | None:
         """Why the run ended at this iteration ("eos" or "max_new_tokens"); None before its last."""
-        return self.extras(CommitExtra).stop
+        return self._commit().stop
 
     @property
     def uniforms(self) -> tuple[float, ...] | None:
         """Sampling: the u each kept draft was tested with (u < min(1, p/q) accepts); None under greedy decoding."""
-        return self.extras(CommitExtra).u
+        return self._commit().u
+
+    def _commit(self) -> CommitExtra:
+        """The fields `Decoding.commit` writes: every record has them (CommitExtra has no required field)."""
+        commit = self.extras(CommitExtra)
+        assert commit is not None  # `extras.of` returns None only when a required field is missing
+        return commit
 
     @classmethod
     def from_dict(cls, d: Any, bounds: RunBounds = RunBounds(), where: str = "a record") -> IterationRecord:

@@ -141,3 +141,19 @@ def test_from_dict_refuses_a_field_out_of_its_bounds_naming_it(field, value, mes
     assert IterationRecord.from_dict(GOOD, BOUNDS).extra == GOOD["extra"]
     with pytest.raises(SpecvizError, match=message):
         IterationRecord.from_dict({**GOOD, field: value}, BOUNDS, "record 2")
+
+
+TREE = {"tree_tokens": [7, 8, 9], "tree_parents": [-1, 0, 0], "tree_scores": [0.5, 0.25, 0.25]}
+TREE |= {"tree_sources": ["input"] * 3, "sources": ["input"] * 3}
+
+
+@pytest.mark.parametrize(
+    ("path", "is_path"), [([], True), ([0], True), ([0, 2], True), ([1], False), ([0, 1, 2], False), ([0, 3], False)]
+)
+def test_from_dict_checks_that_accepted_path_walks_down_the_tree_from_its_root(path, is_path):
+    record = {**GOOD, "extra": {**GOOD["extra"], **TREE, "accepted_path": path}}
+    if is_path:
+        assert IterationRecord.from_dict(record, BOUNDS).tree().accepted_path == tuple(path)
+    else:
+        with pytest.raises(SpecvizError, match="'accepted_path' must be a path of the tree"):
+            IterationRecord.from_dict(record, BOUNDS)
