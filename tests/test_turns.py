@@ -6,6 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from specviz.errors import SpecvizError
 from specviz.ui.racing import RaceSettings, run_race
 from specviz.ui.turns import Turns, one_at_a_time, stop_visitor, stopped_on_leave
 
@@ -134,3 +137,63 @@ def test_stop_while_waiting_skips_the_methods_without_running_them(random_pair):
             stop.set()
     assert [r.status for r in race.runs] == ["skipped", "skipped"]
     assert all(not r.records for r in race.runs) and turns.ahead(holder) == 0
+
+
+def test_a_visitors_runs_sharing_one_stop_signal_each_leave_cleanly():
+    """The Race tab's Stop is one signal per page: two races of one visitor at once share it. The
+    second to end found the visitor's entry gone (KeyError: the session hash), issue 41."""
+    shared = threading.Event()
+    with stopped_on_leave("visitor-a", shared):
+        with stopped_on_leave("visitor-a", shared):
+            pass
+        assert stop_visitor("visitor-a") == 1  # the outer run still listens
+    assert stop_visitor("visitor-a") == 0
+
+
+def test_a_visitors_second_run_waits_behind_other_visitors_first():
+    turns = Turns()
+    a1, a2, a3 = turns.join("a"), turns.join("a"), None
+    b1, c1 = turns.join("b"), turns.join("c")
+    assert [turns.ahead(t) for t in (a1, b1, c1, a2)] == [0, 1, 2, 3]
+    b2 = turns.join("b")  # b's second goes behind a's second, which came first
+    assert turns.ahead(b2) == 4
+    anonymous = turns.join()  # no visitor (a test, the command line): a first run, behind the other first ones
+    assert turns.ahead(anonymous) == 3 and turns.ahead(b2) == 5
+    with pytest.raises(SpecvizError, match="2 runs waiting for the models or running already"):
+        a3 = turns.join("a")
+    assert a3 is None and len(turns._line) == 6
+    for t in (a1, a2, b1, c1, b2, anonymous):
+        turns.leave(t)
+
+
+def test_the_visitor_is_read_from_gradios_request():
+    from types import SimpleNamespace
+
+    from gradio.context import LocalContext
+
+    turns = Turns()
+    token = LocalContext.request.set(SimpleNamespace(session_hash="page-1"))
+    try:
+        first, second = turns.join(), turns.join()
+        with pytest.raises(SpecvizError):
+            turns.join()
+    finally:
+        LocalContext.request.reset(token)
+    assert first.visitor == second.visitor == "page-1"
+    for t in (first, second):
+        turns.leave(t)
+
+
+def test_a_run_past_a_typical_turn_is_not_given_a_made_up_estimate():
+    """After a cancel the run on the models may take tens of seconds more: waiting visitors were told
+    'about 1 s' (issue 41). Past a typical turn, the note says how long the run has held them."""
+    turns = Turns()
+    quick = turns.join()
+    time.sleep(0.05)
+    turns.leave(quick)  # a typical turn: ~0.05 s
+    holder, mine = turns.join(), turns.join()
+    time.sleep(0.3)
+    note = turns.waiting_note(mine)
+    assert "about" not in note and note.startswith("1 run ahead of you (the run on the models has taken 0 s so far")
+    for t in (holder, mine):
+        turns.leave(t)

@@ -1,11 +1,15 @@
-"""The models serve one run at a time, first come, first served, across every visitor and tab.
+"""The models serve one run at a time, across every visitor and tab, fairly between visitors.
 
-A race takes a turn per method and gives it back between methods, so a visitor's one-method race
-is not held behind another's thirteen; while it waits, the page says how many runs are ahead and
-about how long that takes. A run that is alone on the models keeps honest timings: no two model
-runs ever share the processor. Other tabs hold one turn for their whole (bounded) call. A visitor
-who closes the tab stops their running race (`stop_visitor`, wired to the page's unload event).
-Nothing here imports torch.
+The line is first come, first served between visitors, and fair within it: a visitor's second run
+waits behind every other visitor's first (their third behind every second, ...), and a visitor
+holds at most `PER_VISITOR` places in it (one more is refused at once, so one page sending forty
+races neither takes every turn nor fills gradio's queue). A race takes a turn per method and gives
+it back between methods, so a visitor's one-method race is not held behind another's thirteen;
+while it waits, the page says how many runs are ahead and about how long that takes (past a
+typical turn, how long the run on the models has held them instead). A run that is alone on the
+models keeps honest timings: no two model runs ever share the processor. Other tabs hold one turn
+for their whole (bounded) call. A visitor who closes the tab stops their running race
+(`stop_visitor`, wired to the page's unload event). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -21,37 +25,76 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from specviz.errors import SpecvizError
+
 POLL_S = 0.15  # how often a waiting run checks its Stop signal
 NOTE_S = 2.0  # a waiting run's page is redrawn when its note changes, at most this often: waiting
 # visitors' redraws take the CPU from the run being timed (with 8 visitors redrawn every POLL_S, the
 # load test spent ~22 s of wall time a race; with this, 5.3 s: two runs on different days,
 # `benchmarks/reliability/`)
+PER_VISITOR = 2  # places one visitor may hold in the line at once (a race holds one: two tabs' runs, or two races)
+
+
+def current_visitor() -> str | None:
+    """The gradio session of the event being handled (None outside one): whose run joins the line."""
+    try:
+        from gradio.context import LocalContext
+    except ImportError:  # the library without the app
+        return None
+    request = LocalContext.request.get(None)
+    return getattr(request, "session_hash", None)
+
+
+class Ticket:
+    """A place in the line, and whose it is (None: no visitor, e.g. a test or the command line)."""
+
+    __slots__ = ("visitor",)
+
+    def __init__(self, visitor: str | None) -> None:
+        self.visitor = visitor
 
 
 class Turns:
-    """A first-come-first-served line for the models; the run at its head holds them."""
+    """A line for the models, fair between visitors; the run at its head holds them."""
 
-    def __init__(self, history: int = 20) -> None:
+    def __init__(self, history: int = 20, per_visitor: int = PER_VISITOR) -> None:
         self._cond = threading.Condition()
-        self._line: deque[object] = deque()  # tickets, in arrival order; the first holds the models
+        self._line: deque[Ticket] = deque()  # the first holds the models
         self._held_since = 0.0
         self._recent: deque[float] = deque(maxlen=history)  # seconds of the last turns
+        self.per_visitor = per_visitor
 
-    def join(self) -> object:
-        """A ticket at the end of the line (give it back with `leave`, served or not)."""
-        ticket = object()
+    def join(self, visitor: str | None = None) -> Ticket:
+        """A ticket for `visitor` (default: the gradio session being served), placed behind every
+        other visitor's runs of the same rank: give it back with `leave`, served or not. A visitor
+        who holds `per_visitor` places already is refused (SpecvizError)."""
+        ticket = Ticket(visitor if visitor is not None else current_visitor())
         with self._cond:
-            self._line.append(ticket)
+            rank = self._rank(ticket, len(self._line))
+            if ticket.visitor is not None and rank >= self.per_visitor:
+                raise SpecvizError(
+                    f"you have {rank} runs waiting for the models or running already, the most one visitor may: "
+                    "wait for them to finish, or press Stop"
+                )
+            # behind the holder and every run of the same or a lower rank: before the first of a higher one
+            at = next((i for i in range(1, len(self._line)) if self._rank(self._line[i], i) > rank), len(self._line))
+            self._line.insert(at, ticket)
             if self._line[0] is ticket:
                 self._held_since = time.monotonic()
         return ticket
 
-    def wait(self, ticket: object, timeout: float | None = None) -> bool:
+    def _rank(self, ticket: Ticket, at: int) -> int:
+        """How many runs of `ticket`'s visitor are ahead of place `at` (0 for a run of no visitor)."""
+        if ticket.visitor is None:
+            return 0
+        return sum(self._line[i].visitor == ticket.visitor for i in range(at) if self._line[i] is not ticket)
+
+    def wait(self, ticket: Ticket, timeout: float | None = None) -> bool:
         """Block until `ticket` holds the models (True) or `timeout` seconds pass (False)."""
         with self._cond:
             return self._cond.wait_for(lambda: self._line[0] is ticket, timeout)
 
-    def leave(self, ticket: object) -> None:
+    def leave(self, ticket: Ticket) -> None:
         """Give the turn back, or leave the line without being served."""
         with self._cond:
             if self._line and self._line[0] is ticket:
@@ -60,12 +103,12 @@ class Turns:
             self._line.remove(ticket)
             self._cond.notify_all()
 
-    def ahead(self, ticket: object) -> int:
+    def ahead(self, ticket: Ticket) -> int:
         """Runs ahead of `ticket` (the one holding the models included)."""
         with self._cond:
             return self._line.index(ticket)
 
-    def waiting_note(self, ticket: object) -> str:
+    def waiting_note(self, ticket: Ticket) -> str:
         """'2 runs ahead of you (about 30 s)': what the page shows while a run waits."""
         with self._cond:
             ahead = self._line.index(ticket)
@@ -74,11 +117,13 @@ class Turns:
         runs = f"{ahead} run{'s' if ahead != 1 else ''} ahead of you"
         if typical is None:
             return runs
-        # the holder has typically (typical - held) left, at least a little; the others a typical turn each
-        left = max(typical - held, 0.1 * typical) + (ahead - 1) * typical
+        if held > typical:  # past a typical turn (a long stream, a run still ending after a cancel): no guess
+            return f"{runs} (the run on the models has taken {round(held)} s so far, a typical turn {typical:.1f} s)"
+        # the holder has typically (typical - held) left; the others a typical turn each
+        left = typical - held + (ahead - 1) * typical
         return f"{runs} (about {max(1, round(left))} s)"
 
-    def waiting(self, ticket: object, stop: threading.Event | None = None, every_s: float = NOTE_S) -> Iterator[str]:
+    def waiting(self, ticket: Ticket, stop: threading.Event | None = None, every_s: float = NOTE_S) -> Iterator[str]:
         """The waiting note, when it changes and at most every `every_s` seconds (the first at once),
         until `ticket` holds the models or `stop` is set (checked every POLL_S)."""
         shown, shown_at = None, -math.inf
@@ -102,7 +147,10 @@ class Turns:
 
 TURNS = Turns()  # the app's one line (one process serves one set of models)
 
-_STOPS: dict[str, set[threading.Event]] = {}  # visitor (gradio session hash) -> Stop signals of their running runs
+# visitor (gradio session hash) -> the Stop signals of their running runs, one entry per run: a
+# visitor's runs may share one signal (the Race tab's Stop is one per page), so each run removes
+# its own entry, not the signal
+_STOPS: dict[str, list[threading.Event]] = {}
 _STOPS_LOCK = threading.Lock()
 
 
@@ -113,12 +161,12 @@ def stopped_on_leave(visitor: str | None, stop: threading.Event) -> Iterator[Non
         yield
         return
     with _STOPS_LOCK:
-        _STOPS.setdefault(visitor, set()).add(stop)
+        _STOPS.setdefault(visitor, []).append(stop)
     try:
         yield
     finally:
         with _STOPS_LOCK:
-            _STOPS[visitor].discard(stop)
+            _STOPS[visitor].remove(stop)
             if not _STOPS[visitor]:
                 del _STOPS[visitor]
 
