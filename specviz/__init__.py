@@ -30,7 +30,22 @@ _EXPORTS = {
     "fill_oracle_sl": "specviz.oracle",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # the names of _EXPORTS, spelled out so that static tools read them
+    "IterationRecord",
+    "ModelNotAvailable",
+    "ModelPair",
+    "RunResult",
+    "RunSummary",
+    "SpecvizError",
+    "all_methods",
+    "encode_prompt",
+    "fill_oracle_sl",
+    "generate",
+    "load_pair",
+    "method_names",
+    "run",
+    "summarize",
+]
 
 
 def __getattr__(name: str) -> Any:
