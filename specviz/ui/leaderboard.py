@@ -1,0 +1,122 @@
+"""The Leaderboard tab: every method of specviz on the benchmarks the project ships, from the runs
+`benchmarks/leaderboard.json` names (specviz.leaderboard). Handlers are plain functions of widget
+values (tested without a server); the runs are read once, on first use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from specviz.errors import SpecvizError
+from specviz.leaderboard import BENCHMARK_OF, SUITES_BENCHMARK, leaderboard_rows, summarise
+from specviz.plots.leaderboard import METRICS, leaderboard_figure
+from specviz.ui.feedback import problem_text
+
+TAB_TITLE = "Leaderboard"
+TAB_ORDER = 10  # right after the Race: how the methods compare beyond one prompt
+
+BENCHMARK_CHOICES = [SUITES_BENCHMARK, *BENCHMARK_OF.values()]
+METRIC_CHOICES = [("speedup vs the target alone", "speedup"), ("tokens per target pass", "tokens_per_pass")]
+INTRO = (
+    "Every figure here was measured by the benchmark runs the project ships (greedy decoding, the default "
+    "pair: SmolLM2-135M-Instruct and its distilled draft, float32), not by this page. Each method is read "
+    "from the run that measured it; its speedup divides the target alone's time by the method's, both "
+    "measured in that same run on the same prompts, summed over the column's prompts (the ratio of tokens/s, "
+    "since every output equals the target's). Below a speedup: the 25th–75th percentile of the per-prompt "
+    "ratios. *Oracle SL* peeks at the target's answer: an upper bound for a chain of one draft, not a method. "
+    "Online SD learns over a stream of requests: its figures are on the Online learning tab. "
+    "To see one prompt, race it on the Race tab (its Example suite list holds these suites)."
+)
+
+
+def _labels() -> dict[str, str]:
+    from specviz.methods import all_methods
+
+    return {spec.name: spec.label for spec in all_methods()}
+
+
+def _columns(table: pd.DataFrame) -> list[str]:
+    """The benchmark's columns in the order the runs list them, "all" last."""
+    return [*dict.fromkeys(c for c in table["column"] if c != "all"), "all"]
+
+
+def machines() -> list[str]:
+    """The machines the shipped runs were measured on (this CPU; a GPU once its runs are committed)."""
+    return list(dict.fromkeys(leaderboard_rows()["machine"]))
+
+
+def leaderboard_view(benchmark: str, metric: str, machine: str) -> tuple[Any, pd.DataFrame, str]:
+    """(heatmap, table, sources) for one benchmark, metric and machine."""
+    if benchmark not in BENCHMARK_CHOICES or metric not in METRICS or machine not in machines():
+        raise gr_error(f"unknown choice: {benchmark!r}, {metric!r}, {machine!r}")
+    summary = summarise(leaderboard_rows())
+    table = summary[(summary["benchmark"] == benchmark) & (summary["machine"] == machine)]
+    if table.empty:
+        message = f"No shipped run measured {benchmark} on {machine}."
+        return leaderboard_figure(table, metric, [], {}, message), pd.DataFrame(), message
+    labels, columns = _labels(), _columns(table)
+    title = f"{benchmark}, measured on {machine}"
+    return (
+        leaderboard_figure(table, metric, columns, labels, title),
+        _table(table, labels),
+        _sources(table, machine, labels),
+    )
+
+
+def gr_error(message: str) -> Exception:
+    """A one-line error for the page (gradio shows a gr.Error's message as it is)."""
+    import gradio as gr
+
+    return gr.Error(message)
+
+
+def _table(table: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
+    """One row per method, best first: its run's overall figures (the heatmap has each column's)."""
+    overall = table[table["column"] == "all"].sort_values("speedup", ascending=False)
+    return pd.DataFrame(
+        {
+            "method": [labels.get(m, m) for m in overall["method"]],
+            "speedup (×)": [f"{v:.2f}" for v in overall["speedup"]],
+            "per prompt, 25th–75th pct.": [
+                f"{a:.2f}–{b:.2f}" for a, b in zip(overall["p25"], overall["p75"], strict=True)
+            ],
+            "tokens per target pass": [f"{v:.2f}" for v in overall["tokens_per_pass"]],
+            "prompts": overall["prompts"].astype(int).tolist(),
+            "run": [f"benchmarks/{s}/" for s in overall["source"]],
+        }
+    )
+
+
+def _sources(table: pd.DataFrame, machine: str, labels: dict[str, str]) -> str:
+    """Which run each method comes from, what it ran, and the machine."""
+    runs = table[table["column"] == "all"].drop_duplicates("source")
+    lines = [f"**Measured on {machine}.** The runs (each folder's README has its command and notes):"]
+    for _, run in runs.iterrows():
+        methods = ", ".join(labels.get(m, m) for m in table[table["source"] == run["source"]]["method"].unique())
+        lines.append(f"- **{methods}**: `benchmarks/{run['source']}/`, {run['title']}")
+    return "\n".join(lines)
+
+
+def build_tab(ctx: Any) -> None:
+    import gradio as gr
+
+    gr.Markdown("### How every method does beyond one prompt")
+    gr.Markdown(INTRO)
+    try:
+        found = machines()
+    except (OSError, ValueError, KeyError, SpecvizError) as e:  # a missing or broken results file: say so, keep the app
+        gr.Markdown(problem_text(e))
+        return
+    with gr.Row():
+        benchmark = gr.Radio(
+            BENCHMARK_CHOICES, value=BENCHMARK_CHOICES[0], label="benchmark", elem_id="sv-board-benchmark"
+        )
+        metric = gr.Radio(METRIC_CHOICES, value="speedup", label="figure", elem_id="sv-board-metric")
+        machine = gr.Radio(found, value=found[0], label="machine", visible=len(found) > 1, elem_id="sv-board-machine")
+    first = leaderboard_view(benchmark.value, metric.value, machine.value)
+    plot = gr.Plot(first[0], show_label=False, elem_id="sv-leaderboard-plot")
+    table = gr.Dataframe(first[1], interactive=False, wrap=True, elem_id="sv-leaderboard-table")
+    sources = gr.Markdown(first[2], elem_id="sv-leaderboard-sources")
+    for w in (benchmark, metric, machine):
+        w.change(leaderboard_view, [benchmark, metric, machine], [plot, table, sources], show_progress="hidden")

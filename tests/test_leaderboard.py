@@ -1,0 +1,128 @@
+"""The Leaderboard: paired speedups from shipped runs, the same figures the benchmark wrote, and the tab."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+
+import pytest
+
+from specviz.leaderboard import (
+    BENCHMARK_OF,
+    DECLARATION,
+    SUITES_BENCHMARK,
+    Source,
+    leaderboard_rows,
+    load_declaration,
+    paired_rows,
+    summarise,
+)
+from specviz.methods import method_names
+
+
+def _row(method, prompt, wall, tokens=10, passes=10, variant=None, suite="gsm8k"):
+    row = {"method": method, "prompt_id": prompt, "suite": suite, "wall_s": wall, "new_tokens": tokens}
+    row["target_forwards"] = passes
+    return row | ({"variant": variant} if variant else {})
+
+
+def test_speedups_pair_each_prompt_with_the_target_alone_of_the_same_run(tmp_path):
+    runs = [
+        _row("autoregressive", "a", 2.0),
+        _row("autoregressive", "b", 4.0),
+        _row("vanilla", "a", 1.0, passes=4, variant="γ=4"),
+        _row("vanilla", "b", 0.5, passes=6, variant="γ=4"),
+        _row("vanilla", "a", 9.0, variant="γ=8"),  # another variant: not taken
+        _row("vanilla", "c", 1.0, variant="γ=4"),  # no target-alone row for c: not paired
+    ]
+    path = tmp_path / "results.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"device": {"device": "cpu", "cpu": "x86_64", "threads": 2}, "runs": runs}, f)
+    rows = paired_rows(Source(path, "test", {"vanilla": "γ=4"}))
+    assert sorted(rows["prompt_id"]) == ["a", "b"]
+    summary = summarise(rows).set_index("column")
+    assert summary.loc["all", "speedup"] == pytest.approx(6.0 / 1.5)  # Σ target-alone s ÷ Σ method s, not mean ratio 5
+    assert (summary.loc["all", "p25"], summary.loc["all", "p75"]) == pytest.approx((3.5, 6.5))  # ratios 2 and 8
+    assert summary.loc["all", "tokens_per_pass"] == pytest.approx(20 / 10)
+    assert summary.loc["GSM8K", "prompts"] == 2 and summary.loc["all", "machine"] == "CPU (x86_64, 2 threads)"
+
+
+def test_a_run_without_its_device_must_name_its_machine(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": [_row("autoregressive", "a", 1.0), _row("sssd", "a", 0.5)]}))
+    with pytest.raises(Exception, match="records no device"):
+        paired_rows(Source(path, "test", {"sssd": None}))
+    assert set(paired_rows(Source(path, "test", {"sssd": None}, machine="CPU"))["machine"]) == {"CPU"}
+
+
+def test_every_declared_method_is_registered_and_every_run_pairs():
+    sources = load_declaration()
+    assert {m for s in sources for m in s.take} <= set(method_names())
+    rows = leaderboard_rows()
+    for s in sources:
+        taken = set(rows[rows["source"] == s.folder]["method"])
+        assert taken == set(s.take), s.path
+
+
+@pytest.mark.parametrize(
+    "folder, method, benchmark",
+    [("default-pair/bench_v2", "vanilla", SUITES_BENCHMARK), ("specbench", "sssd", BENCHMARK_OF["specbench"])],
+)
+def test_the_overall_speedup_is_the_one_the_benchmark_wrote(folder, method, benchmark):
+    """The bench's summary.csv (tokens/s ratio) and the leaderboard's Σ-time ratio are one figure."""
+    with open(DECLARATION.parent / folder / "summary.csv") as f:
+        wrote = {r["method"]: r for r in csv.DictReader(f)}[method]
+    summary = summarise(leaderboard_rows())
+    cell = summary[(summary["method"] == method) & (summary["column"] == "all") & (summary["benchmark"] == benchmark)]
+    assert cell["speedup"].item() == pytest.approx(float(wrote["speedup vs AR"]), rel=1e-9)
+    assert cell["tokens_per_pass"].item() == pytest.approx(float(wrote["mean accepted length"]), rel=1e-9)
+
+
+def test_the_tab_sorts_by_the_overall_figure_and_names_its_runs():
+    from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines
+
+    figure, table, sources = leaderboard_view(BENCHMARK_CHOICES[0], "speedup", machines()[0])
+    overall = [float(v) for v in table["speedup (×)"]]
+    assert overall == sorted(overall, reverse=True)
+    vanilla = table.set_index("method").loc["Vanilla SD"]
+    assert (vanilla["speedup (×)"], vanilla["tokens per target pass"], vanilla["prompts"]) == ("1.38", "2.20", 60)
+    assert "benchmarks/default-pair/bench_v2/" in sources and "Measured on CPU" in sources
+    heat = figure.data[0]
+    assert heat.type == "heatmap" and "×" in heat.text[0][-1]
+    white = next(at for at, colour in heat.colorscale if colour == "#FFFFFF")
+    assert heat.zmin + white * (heat.zmax - heat.zmin) == pytest.approx(1.0)  # white = as fast as the target
+    by_category, _, _ = leaderboard_view(BENCHMARK_CHOICES[1], "tokens_per_pass", machines()[0])
+    assert "Mathematical Reasoning" in by_category.data[0].x and "×" not in by_category.data[0].text[0][0]
+
+
+@pytest.mark.browser
+def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
+    from playwright.sync_api import sync_playwright
+    from test_app_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+
+    from specviz.tools.load import free_port
+    from specviz.ui import build_app, launch
+
+    demo = build_app(pair="tiny-random")
+    port = free_port()
+    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.get_by_role("tab", name="Leaderboard").click()
+            page.wait_for_selector("#sv-leaderboard-plot .js-plotly-plot")
+            table = page.locator("#sv-leaderboard-table").inner_text()
+            assert "Vanilla SD" in table and "1.38" in table and "benchmarks/default-pair/bench_v2/" in table
+            assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()
+            assert "Measured on CPU" in page.locator("#sv-leaderboard-sources").inner_text()
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "leaderboard_1440.png"), full_page=True)
+            page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()
+            page.wait_for_selector("#sv-leaderboard-plot:has-text('Mathematical Reasoning')")
+            browser.close()
+    finally:
+        demo.close()
