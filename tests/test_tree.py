@@ -50,9 +50,9 @@ def test_tree_logits_equal_sequential_logits_and_keep_path_leaves_the_accepted_c
     for node, path in PATHS.items():
         torch.testing.assert_close(logits[1 + node], sequential(prefix + path), rtol=1e-4, atol=1e-4)
     lm.keep_path(len(prefix), [0, 1, 3])
-    assert lm.tokens == prefix + [10, 11, 13] and lm.cache_length() == 7
+    assert lm.tokens == [*prefix, 10, 11, 13] and lm.cache_length() == 7
     after = lm.forward([20, 21], n_logits=2)  # what the cache holds is the accepted path's keys and values
-    fresh = model(input_ids=torch.tensor([prefix + [10, 11, 13, 20, 21]])).logits[0, -2:]
+    fresh = model(input_ids=torch.tensor([[*prefix, 10, 11, 13, 20, 21]])).logits[0, -2:]
     torch.testing.assert_close(after, fresh, rtol=1e-4, atol=1e-4)
 
 
@@ -63,7 +63,7 @@ def test_keep_path_of_a_second_branch_and_of_nothing(self_pair):
         lm = CachedLM(model)
         lm.forward_tree([5, 6, 7], TOKENS, PARENTS)
         lm.keep_path(3, path)
-        assert lm.tokens == [5, 6, 7] + kept and lm.cache_length() == 3 + len(kept)
+        assert lm.tokens == [5, 6, 7, *kept] and lm.cache_length() == 3 + len(kept)
         after = lm.forward([30])
         torch.testing.assert_close(
             after[0], model(input_ids=torch.tensor([[5, 6, 7, *kept, 30]])).logits[0, -1], rtol=1e-4, atol=1e-4
@@ -156,7 +156,7 @@ def test_batched_trees_compute_what_each_row_computes_alone(self_pair):
     def sequential(ids):
         return model(input_ids=torch.tensor([ids])).logits[0, -1]
 
-    for prefix, (tokens, parents), rows in zip(prefixes, trees, logits):
+    for prefix, (tokens, _parents), rows in zip(prefixes, trees, logits, strict=True):
         assert rows.shape[0] == len(tokens) + 1
         torch.testing.assert_close(rows[0], sequential(prefix), rtol=1e-4, atol=1e-4)
     for node, path in PATHS.items():
@@ -172,3 +172,12 @@ def test_batched_trees_compute_what_each_row_computes_alone(self_pair):
     torch.testing.assert_close(
         lm.forward_trees([[63]], [([], [])])[0][0], sequential(prefixes[1] + [61, 62, 63]), rtol=1e-4, atol=1e-4
     )
+
+
+@torch.inference_mode()
+def test_batch_refuses_rows_without_a_tree_each_and_paths_before_a_step(self_pair):
+    lm = BatchCachedLM(self_pair.target)
+    with pytest.raises(ValueError, match="follows a forward_trees step"):
+        lm.keep_paths([[0]])
+    with pytest.raises(ValueError, match="shorter"):  # two rows, one tree: no row may go unscored
+        lm.forward_trees([[5, 6], [7]], [([8], [-1])])

@@ -12,9 +12,14 @@ tells ties apart from real mismatches (`specviz.parity`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from specviz.errors import SpecvizError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FLOAT32_MOST_PARAMS = 2_500_000_000  # target + draft parameters that `auto` keeps in float32 on a GPU (~2B-class pairs)
@@ -95,3 +100,10 @@ def host_values(*tensors: torch.Tensor) -> list[list[float]]:
         out.append(values[start : start + t.numel()])
         start += t.numel()
     return out
+
+
+def input_embeddings(model: PreTrainedModel) -> torch.Tensor:
+    """The model's input embedding matrix [V, H]: its device is where the model reads token ids."""
+    weight = model.get_input_embeddings().weight
+    assert isinstance(weight, torch.Tensor)  # a Parameter (or a factorised embedding's product)
+    return weight

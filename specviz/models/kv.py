@@ -14,10 +14,23 @@ cache then holds every node; `keep` compacts it to the prefix plus the accepted 
 
 from __future__ import annotations
 
-import torch
-from transformers import DynamicCache
+import itertools
+from typing import Protocol, runtime_checkable
 
-from specviz.models.devices import HOST, to_device
+import torch
+from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import CacheLayerMixin
+
+from specviz.models.devices import HOST, input_embeddings, to_device
+
+
+@runtime_checkable
+class LeanDecoder(Protocol):
+    """A model with a decoding pass of its own over a `StaticKV` (specviz's drafts)."""
+
+    def new_cache(self) -> StaticKV: ...
+
+    def step(self, ids: list[int], cache: StaticKV, n_logits: int = 1) -> torch.Tensor: ...
 
 
 class CachedLM:
@@ -25,12 +38,14 @@ class CachedLM:
     specviz's drafts have) decodes through it; any other model through Hugging Face's forward with
     a `DynamicCache`. Trees need the latter."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.lean = callable(getattr(model, "new_cache", None))
-        self.cache = model.new_cache() if self.lean else DynamicCache(config=model.config)
+        self.lean = model if isinstance(model, LeanDecoder) else None  # decodes through its own `step`
+        self.cache: StaticKV | DynamicCache = (
+            self.lean.new_cache() if self.lean is not None else DynamicCache(config=model.config)
+        )
         self.tokens: list[int] = []  # ids whose keys/values are in the cache, in order
-        self.device = model.get_input_embeddings().weight.device
+        self.device = input_embeddings(model).device
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -38,8 +53,9 @@ class CachedLM:
     @torch.inference_mode()
     def forward(self, new_tokens: list[int], n_logits: int = 1) -> torch.Tensor:
         """Append `new_tokens` to the cache; return the logits of the last `n_logits` of them: [n, V]."""
-        if self.lean:
-            logits = self.model.step(new_tokens, self.cache, n_logits)  # [n_logits, V]
+        if self.lean is not None:
+            assert isinstance(self.cache, StaticKV)  # the lean model's own cache
+            logits = self.lean.step(new_tokens, self.cache, n_logits)  # [n_logits, V]
             self.tokens.extend(new_tokens)
             return logits
         ids = to_device(torch.tensor([new_tokens], dtype=torch.long, device=HOST), self.device)  # [1, T]
@@ -61,21 +77,23 @@ class CachedLM:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward_tree`, plus the hidden states entering decoder layer `layer` for the same rows:
         logits [1 + n, V], hidden [1 + n, H] (speculative streaming starts its streams there)."""
-        return self._tree_pass(new_tokens, tree_tokens, parents, layer)
+        logits, hidden = self._tree_pass(new_tokens, tree_tokens, parents, layer)
+        assert hidden is not None  # a layer was asked for
+        return logits, hidden
 
     @torch.inference_mode()
     def _tree_pass(
-        self, new_tokens, tree_tokens, parents, layer: int | None
+        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], layer: int | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.lean:
+        if self.lean is not None:
             raise ValueError("tree passes run through Hugging Face's forward: not on a lean-decoding model")
         if not new_tokens:
             raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
         past, m, n = len(self.tokens), len(new_tokens), len(tree_tokens)
         mask = tree_attention_mask(past, m, parents, self.model.dtype, self.device)  # [1, 1, m+n, past+m+n]
-        positions = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
+        position_ids = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
         ids_positions = to_device(
-            torch.tensor([new_tokens + tree_tokens, positions], dtype=torch.long, device=HOST), self.device
+            torch.tensor([new_tokens + tree_tokens, position_ids], dtype=torch.long, device=HOST), self.device
         )
         ids, positions = ids_positions[:1], ids_positions[1]  # [1, m+n] each
         out = self.model(
@@ -99,12 +117,12 @@ class CachedLM:
     @torch.inference_mode()
     def keep(self, indices: list[int]) -> None:
         """Keep only the cached entries at `indices` (increasing), in that order: keep-indices."""
-        if any(b <= a for a, b in zip(indices, indices[1:])) or (indices and indices[-1] >= len(self.tokens)):
+        if any(b <= a for a, b in itertools.pairwise(indices)) or (indices and indices[-1] >= len(self.tokens)):
             raise ValueError("keep needs increasing indices of cached tokens")
         same = next((j for j, i in enumerate(indices) if i != j), len(indices))  # entries already in place
         if same < len(indices):
             src = {}  # the indices on each device that holds a layer (a device_map spreads them)
-            for layer in self.cache.layers:
+            for layer in self._dynamic().layers:
                 for name in ("keys", "values"):
                     t = getattr(layer, name)  # [B, H, T, D]
                     if t.device not in src:
@@ -116,8 +134,16 @@ class CachedLM:
 
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The cached keys and values of decoder layer `layer` (rotary applied): [1, kv_heads, len(self), d] each."""
-        entry = self.cache.layers[layer]
+        entry = self._dynamic().layers[layer]
+        if not isinstance(entry, CacheLayerMixin) or entry.keys is None or entry.values is None:
+            raise ValueError(f"layer {layer} holds no keys and values (a linear-attention layer, or an empty cache)")
         return entry.keys, entry.values
+
+    def _dynamic(self) -> DynamicCache:
+        """The Hugging Face cache, which trees and per-layer reads need (not a lean-decoding model's)."""
+        if not isinstance(self.cache, DynamicCache):
+            raise ValueError("per-layer cache access runs on Hugging Face's cache: not on a lean-decoding model")
+        return self.cache
 
     def truncate(self, length: int) -> None:
         """Keep only the first `length` cached tokens (roll back rejected drafts)."""
@@ -221,10 +247,10 @@ class BatchCachedLM:
     row's own tokens, so every row computes exactly what it would alone.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         self.model = model
         self.cache = DynamicCache(config=model.config)
-        self.device = model.get_input_embeddings().weight.device
+        self.device = input_embeddings(model).device
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=HOST)  # [B, width], on the host
         self.lengths: list[int] = []  # tokens each row holds: its next position id
         self._block: tuple[int, list[int], list[int]] | None = None  # width before the step, pads, m per row
@@ -240,13 +266,13 @@ class BatchCachedLM:
         if not self.lengths:
             self.valid, self.lengths = torch.zeros(B, 0, dtype=torch.bool, device=HOST), [0] * B
         width = self.valid.shape[1]
-        sizes = [len(new) + len(tree[0]) for new, tree in zip(new_tokens, trees)]
+        sizes = [len(new) + len(tree[0]) for new, tree in zip(new_tokens, trees, strict=True)]
         W, n_max = max(sizes), max(len(tree[0]) for tree in trees)
         ids = torch.zeros(B, W, dtype=torch.long, device=HOST)
         positions = torch.zeros(B, W, dtype=torch.long, device=HOST)
         allowed = torch.zeros(B, W, width + W, dtype=torch.bool, device=HOST)
         pads = [W - size for size in sizes]
-        for b, (new, (tokens, parents)) in enumerate(zip(new_tokens, trees)):
+        for b, (new, (tokens, parents)) in enumerate(zip(new_tokens, trees, strict=True)):
             s, m = pads[b], len(new)
             ids[b, s:] = torch.tensor(new + tokens, device=HOST)
             positions[b, s:] = torch.tensor(
@@ -272,6 +298,8 @@ class BatchCachedLM:
     @torch.inference_mode()
     def keep_paths(self, paths: list[list[int]]) -> None:
         """Keep each row's committed tokens of the last step plus the tree nodes on its `path`."""
+        if self._block is None:
+            raise ValueError("keep_paths follows a forward_trees step")
         width, pads, ms = self._block
         kept = [
             [pads[b] + j for j in range(ms[b])] + [pads[b] + ms[b] + i for i in path] for b, path in enumerate(paths)
@@ -292,7 +320,7 @@ class BatchCachedLM:
             len(kept), K
         )
         self.valid = torch.cat([self.valid, new_valid], dim=1)
-        self.lengths = [n + len(k) for n, k in zip(self.lengths, kept)]
+        self.lengths = [n + len(k) for n, k in zip(self.lengths, kept, strict=True)]
         self._block = None
 
     def select_rows(self, rows: list[int]) -> None:
@@ -307,10 +335,10 @@ class BatchedLM:
     a server batching B requests does. Times batched forward passes for the cost model
     (`specviz.cost.measure`); `BatchCachedLM` is the one for decoding batches of token trees."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
         self.model = model
         self.cache = DynamicCache(config=model.config)
-        self.device = model.get_input_embeddings().weight.device
+        self.device = input_embeddings(model).device
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, n_logits: int = 1) -> torch.Tensor:
