@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import gradio as gr
 import pytest
 
@@ -23,7 +26,7 @@ def test_serving_a_stream_updates_the_visitors_own_learner(random_pair, tmp_path
     assert "4 / 4 requests served" in text and "2 updates" in text
     fig, table = online.learned_tokens(final, window=4)
     assert fig.data and table.startswith("| token |")
-    assert online.save_draft(final).endswith(".safetensors")
+    assert online.save_draft(final, tmp_path).endswith(".safetensors")
     assert online.save_draft(None) is None
 
 
@@ -67,3 +70,106 @@ def test_learned_tokens_are_shown_as_text_not_tokenizer_pieces():
             return {1: " gran", 2: "\n", 3: ""}[ids[0]]
 
     assert [readable_token(Pieces(), i) for i in (1, 2, 3)] == ["·gran", "⏎", "∅"]
+
+
+def _stream(pair, requests=4, interval=2, stop=None):
+    return list(
+        online.serve_stream(
+            "tiny-random", ["gsm8k"], requests, 0, False, 1, 8, 3, interval, 3e-3, "jsd", False, lambda n: pair, stop
+        )
+    )
+
+
+def test_a_download_is_written_once_per_draft_version_and_the_old_one_deleted(random_pair, tmp_path):
+    """Each click wrote a new 96 MB file on the default pair, never deleted (+964 MB in 5 clicks, issue 41)."""
+    from specviz.serving.pools import DRAFT_FILES
+
+    final = _stream(random_pair)[-1]
+    paths = {online.save_draft(final, tmp_path) for _ in range(5)}
+    assert len(paths) == 1 and len(list(tmp_path.iterdir())) == 1
+    first = paths.pop()
+    final["learner"].version += 1  # as after one more update
+    second = online.save_draft(final, tmp_path)
+    assert second != first and [p.name for p in tmp_path.iterdir()] == [second.rsplit("/", 1)[-1]]
+    capacity = DRAFT_FILES.capacity
+    DRAFT_FILES.capacity = 2  # server-wide: three visitors' learners, two files kept
+    try:
+        others = [_stream(random_pair)[-1] for _ in range(2)]
+        for st in others:
+            online.save_draft(st, tmp_path)
+        assert len(list(tmp_path.iterdir())) == 2 and not (tmp_path / second.rsplit("/", 1)[-1]).exists()
+    finally:
+        DRAFT_FILES.capacity = capacity
+
+
+def test_a_draft_that_never_learned_is_not_written(random_pair, tmp_path):
+    unlearned = _stream(random_pair, requests=1, interval=4)[-1]
+    assert unlearned["learner"].version == 0
+    with pytest.raises(gr.Error, match="has not learned yet"):
+        online.save_draft(unlearned, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_stop_ends_the_stream_within_a_request(random_pair):
+    stop = threading.Event()
+    states = []
+    for st in online.serve_stream(
+        "tiny-random", ["gsm8k"], 6, 0, False, 1, 64, 3, 2, 3e-3, "jsd", False, lambda n: random_pair, stop
+    ):
+        states.append(len(st["rows"]))
+        stop.set()  # after the first request: the second ends at its first iteration, without a row
+    assert states == [1, 1]
+
+
+def _handlers(**ctx_overrides):
+    with gr.Blocks() as demo:
+        online.build_tab(tab_context(**ctx_overrides))
+    return {f.fn.__name__: f.fn for f in demo.fns.values() if f.fn is not None}, demo
+
+
+@pytest.mark.parametrize("lr", [1e308, 0.0, -1.0, float("nan")])
+def test_the_learning_rate_is_bounded(random_pair, lr):
+    """1e308 made the trainee's weights inf: "This is a bug" and a traceback (issue 41)."""
+    handlers, demo = _handlers(load_pair=lambda name: random_pair)
+    lr_box = next(b for b in demo.blocks.values() if getattr(b, "label", None) == "learning rate")
+    assert (lr_box.minimum, lr_box.maximum) == (online.LEAST_LR, online.MOST_LR)
+    with pytest.raises(gr.Error, match=r"learning rate must be from 1e-07 to 0\.01"):
+        list(
+            handlers["on_serve"](
+                "tiny-random", ["gsm8k"], 2, 0, False, 1, 8, 3, 2, lr, "fkl", False, 5, online.StreamStop(), None
+            )
+        )
+
+
+def test_the_tabs_stop_reaches_the_running_stream(random_pair):
+    handlers, _ = _handlers(load_pair=lambda name: random_pair)
+    stop = online.StreamStop()
+    pages = handlers["on_serve"]("tiny-random", ["gsm8k"], 6, 0, False, 1, 64, 3, 2, 3e-3, "fkl", False, 5, stop, None)
+    first = next(pages)
+    assert "1 / 6 requests served" in first[1] and stop.keys
+    stop.set()  # the Stop button: the stream's key is requested, the models' thread sees it
+    rest = list(pages)
+    assert "1 / 6 requests served" in rest[-1][1] and not stop.keys
+
+
+def test_the_analysis_and_the_download_wait_for_their_turn_on_the_models(random_pair, tmp_path, monkeypatch):
+    """They ran beside timed races (draft passes, a 96 MB write): issue 41."""
+    from specviz.ui.turns import TURNS
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    handlers, _ = _handlers(load_pair=lambda name: random_pair)
+    final = _stream(random_pair)[-1]
+    done: list[str] = []
+    holder = TURNS.join()
+    try:
+        for name, args in (("on_analyse", (final, 4)), ("save_draft", (final,))):
+            worker = threading.Thread(target=lambda n=name, a=args: done.append((n, handlers[n](*a))[0]))
+            worker.start()
+            time.sleep(0.5)
+            assert name not in done  # waits while another run holds the models
+            TURNS.leave(holder)
+            worker.join(60)
+            assert name in done
+            holder = TURNS.join()
+    finally:
+        TURNS.leave(holder)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +30,12 @@ class AppLimits:
     tree_nodes: int = 64  # nodes of one verification tree (SSSD's S)
     methods_per_race: int = 13  # methods in one race, each listed once
     osd_requests: int = 100  # requests in one Online-learning stream
-    adapted_drafts: int = 4  # online learners holding their own draft weights at once, all visitors (size: benchmarks/reliability/README.md)
+    # online learners holding their own draft weights at once, all visitors (size: benchmarks/reliability/README.md)
+    adapted_drafts: int = 4
     queue_size: int = 32  # visitors waiting for the models; more are asked to come back later
     admitted_runs: int = 8  # runs in the models' line at once (they take turns); later ones wait in gradio's queue
-    sessions: int = 64  # visitors whose session is kept (~1 MB each on the tiny pair); beyond this the least recently active are dropped
+    # visitors whose session is kept (~1 MB each on the tiny pair); beyond this the least recently active are dropped
+    sessions: int = 64
     session_ttl_s: int = (
         3600  # a visitor's state (races, learners) and session are dropped this long after their last change or event
     )
@@ -46,12 +49,12 @@ class AppLimits:
         return [_env_name(f.name) for f in dataclasses.fields(AppLimits)]
 
 
-def app_limits(env: dict[str, str] | None = None) -> AppLimits:
+def app_limits(env: Mapping[str, str] | None = None) -> AppLimits:
     """The app's limits: the defaults, each overridden by SPECVIZ_LIMIT_<FIELD> when set."""
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {"presets_only": bool(env.get("SPACE_ID"))}
+    environment: Mapping[str, str] = os.environ if env is None else env
+    values: dict[str, Any] = {"presets_only": bool(environment.get("SPACE_ID"))}
     for field in dataclasses.fields(AppLimits):
-        name, raw = _env_name(field.name), env.get(_env_name(field.name), "").strip()
+        name, raw = _env_name(field.name), environment.get(_env_name(field.name), "").strip()
         if not raw:
             continue
         if field.name == "presets_only":

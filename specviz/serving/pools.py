@@ -10,13 +10,21 @@ the least recently used other learner gives its own back and serves the pair's d
 (`OnlineLearner.release`). A learner counts against a pool only when it is given one
 (`OnlineLearner(..., pool=)`, or `bounded`): the library's learners have none and are unbounded.
 The app sizes the pool from its limits at launch (`size_pools`, `SPECVIZ_LIMIT_ADAPTED_DRAFTS`).
+
+`DRAFT_FILES` bounds what the adapted drafts' downloads keep on disk the same way: a learner's
+draft is written once per version (a second click hands out the same file), at most `capacity`
+files at once, the least recently handed out deleted first (a download wrote a new 96 MB file per
+click before, never deleted: issue 41).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+import uuid
 import weakref
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 
@@ -33,7 +41,7 @@ class AdaptedDrafts:
         the least recently used others release theirs while more than `capacity` hold any."""
         with self._lock:
             key = id(learner)
-            self._held[key] = weakref.ref(learner, lambda _ref, key=key: self._forget(key))
+            self._held[key] = weakref.ref(learner, functools.partial(self._forgotten, key))
             self._held.move_to_end(key)
             evicted = self._over_capacity(learner)
         for other in evicted:  # outside the lock: releasing may wait for a learner's update to finish
@@ -52,6 +60,10 @@ class AdaptedDrafts:
                 evicted.append(other)
         return evicted
 
+    def _forgotten(self, key: int, _ref: weakref.ref) -> None:
+        """A held learner was garbage-collected (its weakref's callback)."""
+        self._forget(key)
+
     def _forget(self, key: int) -> None:
         with self._lock:
             self._held.pop(key, None)
@@ -68,9 +80,47 @@ class AdaptedDrafts:
 ADAPTED_DRAFTS = AdaptedDrafts()  # the server's: unbounded until `size_pools` sets its capacity
 
 
+class DraftFiles:
+    """Downloads of learners' drafts on disk: one file per learner and draft version, least recently
+    handed out first."""
+
+    def __init__(self, capacity: int | None = None):
+        self.capacity = capacity  # None: no bound
+        self._files: OrderedDict[int, tuple[weakref.ref, int, Path]] = OrderedDict()  # id -> (learner, version, file)
+        self._lock = threading.Lock()
+
+    def file_for(self, learner: Any, folder: Path) -> Path:
+        """The file of `learner`'s draft at its current version: the one written before, else written
+        now into `folder` (its previous version's file deleted, and the oldest others past `capacity`)."""
+        with self._lock:  # one write at a time: two clicks of one visitor write one file
+            key = id(learner)
+            held = self._files.pop(key, None)
+            if held is not None:
+                ref, version, path = held
+                if version == learner.version and ref() is learner and path.exists():
+                    self._files[key] = held  # the most recently handed out
+                    return path
+                path.unlink(missing_ok=True)
+            path = folder / f"osd-draft-{uuid.uuid4().hex[:12]}-v{learner.version}.safetensors"
+            learner.save(path)
+            self._files[key] = (weakref.ref(learner), learner.version, path)
+            while self.capacity is not None and len(self._files) > self.capacity:
+                _, (_, _, oldest) = self._files.popitem(last=False)
+                oldest.unlink(missing_ok=True)
+            return path
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._files)
+
+
+DRAFT_FILES = DraftFiles()  # the server's: unbounded until `size_pools` sets its capacity
+
+
 def size_pools(limits: Any) -> None:
     """Size the server-wide pools from the app's limits (`specviz.serving.limits.AppLimits`), at launch."""
     ADAPTED_DRAFTS.capacity = limits.adapted_drafts
+    DRAFT_FILES.capacity = limits.adapted_drafts  # a file per learner that may hold an adapted draft
 
 
 def bounded(state: Any) -> Any:

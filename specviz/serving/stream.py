@@ -70,7 +70,7 @@ def replay_greedy(hits: Sequence[bool], gamma: int, max_new_tokens: int) -> tupl
     from specviz.oracle import replay_chain
 
     drafted = accepted = tested = 0
-    for j, k, kept, emitted in replay_chain(hits, lambda j, left: min(gamma, max_new_tokens - j - 1)):
+    for _j, k, kept, emitted in replay_chain(hits, lambda j, left: min(gamma, max_new_tokens - j - 1)):
         drafted, accepted = drafted + k, accepted + kept
         tested += kept + (kept < k and emitted > kept)  # the refused draft, when the target got to judge it
     return drafted, accepted, tested
@@ -84,13 +84,17 @@ def simulate(
     max_new_tokens: int = 64,
     speculation_length: int = 4,
     measure_static_from: int | None = None,
+    stop: Any = None,
 ) -> Iterator[dict[str, Any]]:
     """Serve `prompts` one after another with `osd` and `learner`; one plain row per request.
 
     Row: request index, suite, prompt id, tokens, OSD's drafted/accepted/timings and draft version,
     the static draft's replayed drafted/accepted, and the update that finished after this request.
     From request `measure_static_from` on, the static draft (vanilla SD) and the target alone (AR)
-    also serve each request for real, right after OSD, so that wall times compare side by side."""
+    also serve each request for real, right after OSD, so that wall times compare side by side.
+    `stop` (anything with `is_set()`): once set, the request being served ends after its current
+    iteration, without a row, and the stream ends (the app's Stop; one request at γ 12 and 256
+    tokens took 35 s on the default pair, issue 41)."""
     from specviz.metrics import summarize, tested
     from specviz.models.pair import encode_prompt
     from specviz.oracle import draft_predictions
@@ -98,18 +102,22 @@ def simulate(
 
     initial = pair.draft  # the static baseline: never updated
     for i, prompt in enumerate(prompts):
+        if stop is not None and stop.is_set():
+            return
         prompt_ids = encode_prompt(pair, prompt.text, None)
         updates_before = len(learner.updates)
-        records = list(
-            run(
-                "osd",
-                pair,
-                prompt_ids,
-                max_new_tokens=max_new_tokens,
-                speculation_length=speculation_length,
-                session=learner,
-            )
-        )
+        records = []
+        for record in run(
+            "osd",
+            pair,
+            prompt_ids,
+            max_new_tokens=max_new_tokens,
+            speculation_length=speculation_length,
+            session=learner,
+        ):
+            if stop is not None and stop.is_set():
+                return
+            records.append(record)
         s = summarize(records)
         row = {
             "request": i,

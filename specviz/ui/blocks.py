@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 LEFT_LOG = (
     "a visitor left: stopped %d running race(s)"  # logged when a closed page stops races (the load tool looks for it)
 )
+ANYWHERE = Placement()  # the pairs' default placement: the best device found, the dtype it suits
 PAGE_JS = (
     Path(__file__).with_name("page.js")
 ).read_text()  # tooltips, the step-through's keys, the running panel in view
@@ -45,13 +46,17 @@ class TabContext:
     # (fn, duration=seconds or fn(*args) -> seconds) -> fn made to run where the GPU is: spaces.GPU on a
     # ZeroGPU Space (a forked worker per call: plain data in and out, specviz.ui.gpu), else the identity
     gpu: Callable[..., Callable] = no_gpu
-    limits: AppLimits = AppLimits()  # what one visitor may ask for (specviz.serving.limits; environment overrides)
+    limits: AppLimits = field(
+        default_factory=AppLimits
+    )  # what one visitor may ask for (specviz.serving.limits; environment overrides)
     allowed_pairs: tuple[str, ...] | None = None  # None: any pair name; else only these (limits.presets_only)
     # name -> (pair, notice) of the pairs loaded at start-up: on ZeroGPU the only ones served (a worker
     # inherits them; a pair loaded later, in a request's thread, could not be moved to the GPU)
     served: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
     forks: bool = False  # True on ZeroGPU: what a model call keeps in memory (an online learner) ends with its worker
-    placement: Placement = Placement()  # where the pairs run and in which dtype (the command's --device, --dtype)
+    placement: Placement = field(
+        default_factory=Placement
+    )  # where the pairs run and in which dtype (the command's --device, --dtype)
 
     def state(self, value: Any = None) -> gr.State:
         """Per-visitor state that is dropped `limits.session_ttl_s` after its last change (a handler
@@ -65,6 +70,12 @@ class TabContext:
         data and the caller draws the page. Its errors arrive as gr.Errors. The Race takes turns per
         method instead."""
         return one_at_a_time(self.gpu(threads.running_on(threads.MODELS, said_where_raised(fn)), duration=seconds))
+
+    def hold_models(self, fn: Callable) -> Callable:
+        """`fn` made to wait for its turn on the models and run on the models' thread, in this process
+        (never a GPU worker): for what touches the models or what lives beside them here, such as a
+        visitor's online learner or a pair being loaded."""
+        return one_at_a_time(threads.running_on(threads.MODELS, fn))
 
     def models_queue(self) -> dict[str, Any]:
         """The event options of every handler that runs models: one gradio queue, `admitted_runs` at once."""
@@ -91,6 +102,7 @@ def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
         try:
             module = importlib.import_module(f"{__package__}.{info.name}")
         except Exception:  # one broken feature must not take the app down
+            log.exception("the tab module %s failed to import", info.name)
             failures.append((info.name, traceback.format_exc(limit=3)))
             continue
         if hasattr(module, "TAB_TITLE") and hasattr(module, "build_tab"):
@@ -111,7 +123,7 @@ def _load_status(ctx: TabContext, name: str) -> str:
 
 
 def serve_loaded(
-    pair: str, allowed: tuple[str, ...] | None, placement: Placement = Placement()
+    pair: str, allowed: tuple[str, ...] | None, placement: Placement = ANYWHERE
 ) -> dict[str, tuple[Any, str | None]]:
     """The pairs a ZeroGPU Space serves, loaded now (in the main thread, before launch, as ZeroGPU
     needs): `pair` and the tiny teaching pairs, by the names a visitor or a race asks for. What the
@@ -133,7 +145,7 @@ def build_app(
     pair: str = "default",
     gpu: Callable | None = None,
     limits: AppLimits | None = None,
-    placement: Placement = Placement(),
+    placement: Placement = ANYWHERE,
 ) -> gr.Blocks:
     """The whole app. `pair`: the pair selected when the page opens (loaded on first visit).
     `gpu`: spaces.GPU on a ZeroGPU Space (the pairs it serves are loaded here, now), else None.
@@ -189,7 +201,7 @@ def build_app(
                     gr.Markdown(f"The module `specviz.ui.{name}` failed to import:\n```\n{error}\n```")
         # Load the pair when the page opens and when it changes (the race waits behind a load); a
         # loaded pair is described without a GPU call.
-        status = one_at_a_time(threads.running_on(threads.MODELS, lambda name: _load_status(ctx, name)))
+        status = ctx.hold_models(lambda name: _load_status(ctx, name))
         for trigger in (demo.load, pair_box.change):
             trigger(status, pair_box, pair_status, **ctx.models_queue(), show_progress="minimal")
         demo.unload(_visitor_left)

@@ -2,7 +2,10 @@
 
 Each visitor gets their own learner (kept in `gr.State`, its adapted weights counted against the
 server's bound, `specviz.serving.pools`): their adaptation never changes anyone else's draft, and
-the adapted draft can be downloaded as safetensors. On a ZeroGPU Space the stream is served in a GPU
+the adapted draft can be downloaded as safetensors (written once per draft version, a bounded number
+of files server-wide: `specviz.serving.pools.DRAFT_FILES`). Stop ends the stream within one
+iteration of the request being served; the token analysis and the download take a turn on the
+models like every model call (`specviz.ui.turns`). On a ZeroGPU Space the stream is served in a GPU
 worker (specviz.ui.gpu), where the learner lives and is lost: the page gets plain rows, and the
 token analysis and the download, which need the learner, answer with a note. Handlers are plain
 functions of widget values (tested without a server); no torch at import.
@@ -10,24 +13,31 @@ functions of widget values (tested without a server); no torch at import.
 
 from __future__ import annotations
 
-import tempfile
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import gradio as gr
+
 from specviz.errors import SpecvizError
-from specviz.limits import check_count
+from specviz.limits import check_count, check_number
 from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 from specviz.serving.limits import AppLimits
-from specviz.ui.feedback import problem_text, user_error
-from specviz.ui.gpu import gpu_seconds
+from specviz.ui.feedback import user_error
+from specviz.ui.gpu import forget_stop, gpu_seconds, new_stop_key, request_stop
+from specviz.ui.turns import stopped_on_leave
 
 TAB_TITLE = "Online learning"
 TAB_ORDER = 70
 SUITES = ["gsm8k", "humaneval", "mbpp", "mtbench"]
-# 8 requests of 32 tokens, an update every 4: 19 s on the default pair here on a lightly shared CPU; with both cores busy
-# elsewhere 12 requests took 194 s (an update, 8 training steps, took 26 s instead of 4)
+# 8 requests of 32 tokens, an update every 4: 19 s on the default pair here on a lightly shared CPU; with both
+# cores busy elsewhere 12 requests took 194 s (an update, 8 training steps, took 26 s instead of 4)
 DEFAULT_REQUESTS = 8
+# the learning rates a visitor may set: 3e-5 and 3e-4 were measured (benchmarks/osd); the range goes a
+# hundred times past each, and a rate of 1e308 made the trainee's weights inf (a traceback, issue 41)
+LEAST_LR, MOST_LR = 1e-7, 1e-2
 NO_LEARNER_NOTE = (
     "On this ZeroGPU Space the stream is served in a GPU worker, which keeps nothing of it once it ends: "
     "your adapted draft is gone, and the token analysis and the download need it, so they work only where "
@@ -49,9 +59,11 @@ def serve_stream(
     loss: str,
     background: bool,
     load_pair: Any = None,
+    stop: Any = None,
 ) -> Iterator[dict[str, Any]]:
     """A fresh learner serves the stream; yields the growing state after every request (the pair,
-    the learner, the rows, and `stats`: what the summary shows of the learner, plain)."""
+    the learner, the rows, and `stats`: what the summary shows of the learner, plain). `stop` (a
+    threading.Event or a StopKey): set, the stream ends within an iteration of the request in hand."""
     import specviz
     from specviz.osd.learner import OnlineLearner, OsdConfig
     from specviz.serving.pools import ADAPTED_DRAFTS
@@ -65,7 +77,12 @@ def serve_stream(
     learner = OnlineLearner(pair.draft, cfg, pool=ADAPTED_DRAFTS)
     state = {"pair": pair, "learner": learner, "rows": [], "requests": len(prompts)}
     for row in simulate(
-        pair, prompts, learner, max_new_tokens=int(max_new_tokens), speculation_length=int(speculation_length)
+        pair,
+        prompts,
+        learner,
+        max_new_tokens=int(max_new_tokens),
+        speculation_length=int(speculation_length),
+        stop=stop,
     ):
         state["rows"].append(row)
         yield {**state, "stats": learner_stats(learner)}
@@ -104,7 +121,8 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
         else "no update yet"
     )
     return (
-        f"**{len(rows)} / {state['requests']} requests served.** Token acceptance α (accepted / tested drafts) over the last {len(recent)} requests: "
+        f"**{len(rows)} / {state['requests']} requests served.** Token acceptance α (accepted / tested drafts) "
+        f"over the last {len(recent)} requests: "
         f"online draft **{a('osd')}**, static draft {a('static')}. Draft version {stats['version']}; {cost}; "
         f"replay buffer holds {stats['replay_positions']} positions ({stats['replay_mb']:.1f} MB)."
     )
@@ -118,25 +136,56 @@ def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
     return token_precision(tokens), tokens_markdown(tokens)
 
 
-def save_draft(state: dict[str, Any] | None) -> str | None:
+def save_draft(state: dict[str, Any] | None, folder: Path | None = None) -> str | None:
+    """The visitor's adapted draft as a safetensors file in `folder` (default: gradio's file cache, so
+    gradio hands it out without a copy of its own), written once per draft version."""
+    from specviz.serving.pools import DRAFT_FILES
+
     if not state:
         return None
-    if state["learner"] is None:
+    learner = state["learner"]
+    if learner is None:
         raise user_error(SpecvizError(NO_LEARNER_NOTE))
-    if not state["learner"].adapted and state["learner"].releases:
+    if not learner.adapted and learner.releases:
         raise user_error(
             SpecvizError(
-                "this server keeps only a few adapted drafts at once (SPECVIZ_LIMIT_ADAPTED_DRAFTS) and gave yours back "
-                "after another visitor's learner took its place: serve the stream again to download one"
+                "this server keeps only a few adapted drafts at once (SPECVIZ_LIMIT_ADAPTED_DRAFTS) and gave yours "
+                "back after another visitor's learner took its place: serve the stream again to download one"
             )
         )
-    path = tempfile.NamedTemporaryFile(prefix="osd-draft-", suffix=".safetensors", delete=False).name
-    return str(state["learner"].save(path))
+    if learner.version == 0:
+        raise user_error(
+            SpecvizError(
+                "the draft has not learned yet (no update so far): it is still the pair's own draft. Serve a stream "
+                "longer than the update interval, then download it"
+            )
+        )
+    if folder is None:
+        from gradio.utils import get_upload_folder
+
+        folder = Path(get_upload_folder()) / "specviz-drafts"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(DRAFT_FILES.file_for(learner, folder))
+
+
+class StreamStop(threading.Event):
+    """A visitor's Stop on this tab: set, it also requests the running stream's stop key, which the
+    models' thread (or a ZeroGPU worker) watches. gr.State deep-copies it per visitor: a fresh one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: set[str] = set()  # the stop keys of the visitor's running streams
+
+    def set(self) -> None:
+        super().set()
+        for key in list(self.keys):
+            request_stop(key)
+
+    def __deepcopy__(self, memo: dict) -> StreamStop:
+        return StreamStop()
 
 
 def build_tab(ctx: Any) -> None:
-    import gradio as gr
-
     gr.Markdown(
         "### Online speculative decoding: the draft learns from the requests it serves\n"
         "Requests from the chosen suites are served one after another by OSD. Every *I* requests the draft "
@@ -170,6 +219,8 @@ def build_tab(ctx: Any) -> None:
             interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
             lr = gr.Number(
                 3e-5,
+                minimum=LEAST_LR,
+                maximum=MOST_LR,
                 label="learning rate",  # OsdConfig.lr (not imported here: it brings torch)
                 info="3e-5 keeps a distilled draft's acceptance (the default pair's); 3e-4 lifted a weak draft's "
                 "by 0.10 and cost the distilled one 0.12 (benchmarks/osd)",
@@ -177,7 +228,9 @@ def build_tab(ctx: Any) -> None:
             loss = gr.Radio(["fkl", "rkl", "jsd"], value="fkl", label="distillation loss (p: target, q: draft)")
             background = gr.Checkbox(False, label="train in a background thread")
             window = gr.Slider(5, 100, value=20, step=5, label="moving window (requests)")
-    go = gr.Button("Serve the stream", variant="primary")
+    with gr.Row():
+        go = gr.Button("Serve the stream", variant="primary")
+        stop_btn = gr.Button("Stop", variant="stop")
     summary = gr.Markdown()
     plot = gr.Plot(label="acceptance over the stream", show_label=False)
     domains = gr.Plot(label="acceptance per domain", visible=False, show_label=False)
@@ -188,12 +241,19 @@ def build_tab(ctx: Any) -> None:
     tokens_table = gr.Markdown()
     download = gr.File(label="adapted draft (safetensors)")
     state = ctx.state()
+    stop_state = gr.State(StreamStop())
 
-    def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict):
+    def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict, key: str):
         """The model call (plain data in and out): each request's new rows and the learner's stats. The
-        live pair and learner go into `kept`: the caller's own dict, or on ZeroGPU the worker's copy."""
+        live pair and learner go into `kept`: the caller's own dict, or on ZeroGPU the worker's copy.
+        Ends early once the stop `key` is requested."""
+        from specviz.ui.gpu import StopKey
+
         sent = 0
-        for st in serve_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, ctx.load_pair):
+        stop = StopKey(key)
+        for st in serve_stream(
+            pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, ctx.load_pair, stop=stop
+        ):
             kept.update(pair=st["pair"], learner=st["learner"])
             yield {"new_rows": st["rows"][sent:], "requests": st["requests"], "stats": st["stats"]}
             sent = len(st["rows"])
@@ -206,35 +266,62 @@ def build_tab(ctx: Any) -> None:
         ),
     )
 
-    def on_serve(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, w):
+    def on_serve(
+        pair_name,
+        suites_,
+        n,
+        shift,
+        mix,
+        dist,
+        mnt,
+        g,
+        i,
+        lr_,
+        loss_,
+        bg,
+        w,
+        stop: StreamStop,
+        request: gr.Request | None = None,
+    ):
+        key = new_stop_key()
+        stop.keys.add(key)
         try:
             check_count("requests in the stream", int(n), most=limits.osd_requests)
+            lr_ = check_number("learning rate", lr_, LEAST_LR, MOST_LR)
             kept: dict[str, Any] = {}
-            st = {"rows": [], "pair": None, "learner": None}
-            for snap in served(pair_name, suites_, int(n), shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept):
-                st = {
-                    **st,
-                    "rows": st["rows"] + snap["new_rows"],
-                    "requests": snap["requests"],
-                    "stats": snap["stats"],
-                    "pair": kept.get("pair"),
-                    "learner": kept.get("learner"),
-                }
-                yield (
-                    st,
-                    summary_markdown(st, int(w)),
-                    acceptance_over_stream(st["rows"], st["stats"]["updates"], int(w)),
-                    gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)),
-                )
-        except Exception as e:  # a user's input must not crash the tab
-            yield None, f"**Cannot serve:** {problem_text(e)}", None, gr.update(visible=False)
+            st: dict[str, Any] = {"rows": [], "pair": None, "learner": None}
+            with stopped_on_leave(getattr(request, "session_hash", None), stop):  # a closed page stops its stream
+                for snap in served(pair_name, suites_, int(n), shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept, key):
+                    st = {
+                        **st,
+                        "rows": st["rows"] + snap["new_rows"],
+                        "requests": snap["requests"],
+                        "stats": snap["stats"],
+                        "pair": kept.get("pair"),
+                        "learner": kept.get("learner"),
+                    }
+                    yield (
+                        st,
+                        summary_markdown(st, int(w)),
+                        acceptance_over_stream(st["rows"], st["stats"]["updates"], int(w)),
+                        gr.update(value=acceptance_per_domain(st["rows"], int(w)), visible=bool(mix)),
+                    )
+        except Exception as e:  # a user's mistake, or a fault: one message, logged once
+            raise user_error(e) from e
+        finally:
+            stop.keys.discard(key)
+            forget_stop(key)
 
     def on_analyse(st, w):
         if not st or not st["rows"]:
             return None, "Serve a stream first."
         if st["learner"] is None:
             return None, NO_LEARNER_NOTE
-        return learned_tokens(st, int(w))
+        return analysed(st, int(w))
+
+    # draft and target forward passes over the stream's requests, and a write of the draft's weights:
+    # both wait for their turn on the models like every model call, in this process (the learner lives here)
+    analysed = ctx.hold_models(learned_tokens)
 
     inputs = [
         ctx.pair,
@@ -251,6 +338,7 @@ def build_tab(ctx: Any) -> None:
         background,
         window,
     ]
-    go.click(on_serve, inputs, [state, summary, plot, domains], **ctx.models_queue())
-    analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table])
-    save.click(save_draft, state, download)
+    go.click(on_serve, [*inputs, stop_state], [state, summary, plot, domains], **ctx.models_queue())
+    stop_btn.click(StreamStop.set, stop_state, None, queue=False, api_name="stop_stream")
+    analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table], **ctx.models_queue())
+    save.click(ctx.hold_models(save_draft), state, download, **ctx.models_queue())
