@@ -17,14 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from specviz.errors import SpecvizError
 from specviz.paths import ASSETS, cache_dir
 
 DEFAULT_PATH = ASSETS / "sssd" / "datastore.npz"  # built from the default target's own text
@@ -109,17 +112,42 @@ class Datastore:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = json.dumps({"separator": self.separator, "fingerprint": self.fingerprint, "info": self.info})
-        arrays = {"tokens": self.tokens, "meta": np.frombuffer(meta.encode(), dtype=np.uint8)}
-        np.savez_compressed(path, **arrays, **({"sa": self.sa} if with_suffix_array else {}))
+        arrays: dict[str, Any] = {"tokens": self.tokens, "meta": np.frombuffer(meta.encode(), dtype=np.uint8)}
+        if with_suffix_array:
+            arrays["sa"] = self.sa
+        np.savez_compressed(path, **arrays)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Datastore:
-        with np.load(path) as z:
-            meta = json.loads(z["meta"].tobytes().decode())
-            tokens = z["tokens"]
-            sa = z["sa"] if "sa" in z.files else cached_suffix_array(tokens)
-            return cls(tokens, sa, meta["separator"], meta["fingerprint"], meta["info"])
+        """A datastore file, checked: anything else (a text file, a folder, an .npz of other arrays)
+        is one SpecvizError, never a numpy traceback or an index error in the middle of a run."""
+        try:
+            z = np.load(path)  # never unpickles (allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else "no numpy data"
+            raise _not_a_datastore(path, f"not a readable .npz archive: {why}") from None
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise _not_a_datastore(path, "one numpy array, not an .npz archive")
+        with z:
+            try:
+                meta = json.loads(z["meta"].tobytes().decode())
+                tokens = z["tokens"]
+                sa = z["sa"] if "sa" in z.files else None
+                separator, fingerprint, info = meta["separator"], meta["fingerprint"], meta["info"]
+            except (OSError, ValueError, KeyError, TypeError, EOFError, RecursionError, zipfile.BadZipFile) as e:
+                raise _not_a_datastore(path, f"no readable tokens and meta ({type(e).__name__})") from None
+        if not (tokens.ndim == 1 and tokens.dtype.kind in "iu" and isinstance(separator, int)):
+            raise _not_a_datastore(path, "its tokens are not one row of integer ids")
+        if sa is None:
+            sa = cached_suffix_array(tokens)
+        elif not (
+            sa.shape == tokens.shape and sa.dtype.kind in "iu" and (not len(sa) or 0 <= sa.min() <= sa.max() < len(sa))
+        ):
+            raise _not_a_datastore(path, "its suffix array does not index its tokens")
+        if not (isinstance(fingerprint, str) and isinstance(info, dict)):
+            raise _not_a_datastore(path, "its meta lacks the tokenizer's fingerprint or the info")
+        return cls(tokens, sa, separator, fingerprint, info)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -158,6 +186,10 @@ class Datastore:
             if cut:
                 out.append(row[:cut])
         return out
+
+
+def _not_a_datastore(path: str | Path, why: str) -> SpecvizError:
+    return SpecvizError(f"{path} is not a datastore ({why}): build one with `python -m specviz.train.datastore`")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -49,12 +50,47 @@ def test_bad_prompt_or_settings(prompt, kwargs, message, random_pair):
 @pytest.mark.parametrize("gamma", [0, -3, 2.5, True, "4", 10**6])
 @pytest.mark.parametrize("method", ["vanilla", "heuristic", "sssd", "prompt_lookup", "osd"])
 def test_bad_speculation_length(gamma, method, random_pair):
-    with pytest.raises(SpecvizError, match="speculation_length must be (an integer|from 1 to 64)"):
+    with pytest.raises(SpecvizError, match=r"speculation_length must be (an integer|from 1 to 64)"):
         specviz.run(method, random_pair, "hi", speculation_length=gamma)
 
 
+def test_a_file_that_is_not_a_datastore_is_one_line(tmp_path, random_pair):
+    """`--option sssd.datastore=/etc/passwd` once ended in a 32-line numpy traceback; arrays that do not
+    fit together once loaded silently (SSSD then drafted from nothing)."""
+    import numpy as np
+
+    from specviz.datastore import Datastore, tokenizer_fingerprint
+
+    good = Datastore.build([[1, 2, 3, 4], [2, 3, 4, 5]], tokenizer_fingerprint(random_pair.tokenizer))
+    text = tmp_path / "notes.txt"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    one = tmp_path / "one.npy"
+    np.save(one, good.tokens)
+    other = tmp_path / "other.npz"
+    np.savez(other, weights=np.zeros(3))
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, tokens=np.array([{"a": 1}], dtype=object), meta=np.zeros(2, dtype=np.uint8))
+    flat = Datastore(good.tokens.reshape(2, -1), good.sa, good.separator, good.fingerprint, good.info)
+    past_the_end = Datastore(good.tokens, good.sa + 100, good.separator, good.fingerprint, good.info)
+    cases = {
+        text: "not a readable .npz archive",
+        tmp_path: "not a readable .npz archive",
+        one: "one numpy array",
+        other: "no readable tokens and meta",
+        pickled: "no readable tokens and meta",
+        flat.save(tmp_path / "flat.npz"): "its tokens are not one row of integer ids",
+        past_the_end.save(tmp_path / "past.npz"): "its suffix array does not index its tokens",
+    }
+    for path, words in cases.items():
+        with pytest.raises(SpecvizError, match=re.escape(f"{path} is not a datastore ({words}")):
+            Datastore.load(path)
+    with pytest.raises(SpecvizError, match=r"notes\.txt is not a datastore"):
+        list(specviz.run("sssd", random_pair, [1, 2, 3, 4], max_new_tokens=4, datastore=str(text)))
+    assert Datastore.load(good.save(tmp_path / "good.npz")).fingerprint == good.fingerprint
+
+
 def test_unknown_method_and_option(random_pair):
-    with pytest.raises(SpecvizError, match="unknown method 'medusa'.*vanilla"):
+    with pytest.raises(SpecvizError, match=r"unknown method 'medusa'.*vanilla"):
         specviz.run("medusa", random_pair, "hi")
     with pytest.raises(SpecvizError, match="has no option gamma"):
         specviz.run("vanilla", random_pair, "hi", gamma=3)
@@ -66,7 +102,7 @@ def test_unavailable_model_fails_fast_with_advice(monkeypatch):
 
     hub.hub_reachable.cache_clear()
     start = time.perf_counter()
-    with pytest.raises(ModelNotAvailable, match="not-a-real-org/not-a-model.*hf download"):
+    with pytest.raises(ModelNotAvailable, match=r"not-a-real-org/not-a-model.*hf download"):
         specviz.load_pair(target="not-a-real-org/not-a-model", draft="not-a-real-org/other")
     assert time.perf_counter() - start < 10
     hub.hub_reachable.cache_clear()
@@ -90,6 +126,7 @@ def test_bench_cli_reports_errors_without_a_traceback():
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert out.returncode == 2
     assert "error: unknown method 'medusa'" in out.stderr
@@ -109,8 +146,6 @@ def test_without_autograd_steps_a_run_unchanged_and_outside_autograd(random_pair
 
     from specviz.runner import without_autograd
 
-    seen = []
     plain = [r.emitted for r in specviz.run("vanilla", random_pair, "abc", max_new_tokens=12)]
-    for r in without_autograd(specviz.run("vanilla", random_pair, "abc", max_new_tokens=12)):
-        seen.append(r.emitted)
+    seen = [r.emitted for r in without_autograd(specviz.run("vanilla", random_pair, "abc", max_new_tokens=12))]
     assert seen == plain and not torch.is_inference_mode_enabled()
