@@ -26,7 +26,7 @@ from typing import Any
 
 from specviz.errors import SpecvizError
 from specviz.harness import Variant, describe_machine, mark_parity, run_interleaved, summary_rows
-from specviz.limits import check_unique
+from specviz.limits import MAX_SEED, check_count, check_temperature, check_unique
 from specviz.prompts import SUITES, Prompt, column_of, load_prompt_file, select, take
 
 
@@ -141,8 +141,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m specviz.bench",
         description=__doc__.split("\n\n")[0],
-        epilog="paper experiments and tools (agreement, load): python -m specviz.bench EXPERIMENT --help, with EXPERIMENT one of: "
-        + (", ".join(subcommands()) or "none yet"),
+        epilog="paper experiments and tools (agreement, load): python -m specviz.bench EXPERIMENT --help, "
+        "with EXPERIMENT one of: " + (", ".join(subcommands()) or "none yet"),
     )
     p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")
     p.add_argument("--methods", default="autoregressive,vanilla", help="comma-separated registry names, or 'all'")
@@ -223,12 +223,12 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     for name in methods:
         get_method(name)  # an unknown name fails now, before any model loads
     check_unique("--methods", methods)
-    for path in (args.json, args.report and args.report / "results.json"):
-        if path is not None:
-            check_writable(path)
+    if args.json is not None:
+        check_writable(args.json)
+    if args.report is not None:
+        check_writable(args.report / "results.json", make_folders=True)
+    check_numbers(args)
     categories = tuple(c.strip() for c in args.category.split(",") if c.strip())
-    if args.limit is not None and args.limit < 1:
-        raise SpecvizError("--limit must be at least 1")
     if args.prompt is not None:
         prompts = [Prompt("custom", "prompt/0", args.prompt)]
     elif args.prompts is not None:
@@ -238,8 +238,6 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         prompts = [p for s in suites for p in take(s, 5 if args.limit is None else args.limit, args.offset, categories)]
     if not prompts:
         raise SpecvizError("no prompts selected: check --suite/--prompts, --category, --limit and --offset")
-    if args.repeats < 1:
-        raise SpecvizError("--repeats must be at least 1")
     return BenchConfig(
         pair=args.pair,
         methods=tuple(methods),
@@ -256,6 +254,22 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         dtype=args.dtype,
         peers=tuple(peers_for(methods)) if args.peers else (),
     )
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Every numeric flag in its range before any model loads (--max-new-tokens meets the pair's
+    context once the pair is loaded)."""
+    from specviz.sampling import SamplingConfig
+
+    if args.limit is not None:
+        check_count("--limit", args.limit, most=None)
+    check_count("--offset", args.offset, most=None, least=0)
+    check_count("--max-new-tokens", args.max_new_tokens, most=None)
+    check_count("--repeats", args.repeats, most=None)
+    check_count("--seed", args.seed, most=MAX_SEED, least=0)
+    if args.speculation_length is not None:
+        check_count("--speculation-length", args.speculation_length)
+    SamplingConfig(temperature=check_temperature(args.temperature, "--temperature"), top_p=args.top_p)
 
 
 def parse_options(assignments: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
@@ -300,10 +314,12 @@ def options_listing() -> str:
     return "\n".join(lines)
 
 
-def check_writable(path: Path) -> None:
-    """Fail before a long run, not after it, when its output cannot be written."""
+def check_writable(path: Path, make_folders: bool = False) -> None:
+    """Fail before a long run, not after it, when its output cannot be written. `make_folders`: the
+    writer creates missing folders (--report), so the nearest folder that exists must take a file;
+    else (--json) the file's own folder must."""
     folder = path.parent
-    while not folder.exists() and folder != folder.parent:  # --report creates missing folders
+    while make_folders and not folder.exists() and folder != folder.parent:
         folder = folder.parent
     try:
         if path.is_dir():
@@ -354,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(
-        f"pair {result['pair']['name']} on {result['device']['device']} in {result['pair']['dtype']}, {len(cfg.prompts)} prompts, "
+        f"pair {result['pair']['name']} on {result['device']['device']} in {result['pair']['dtype']}, "
+        f"{len(cfg.prompts)} prompts, "
         f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}"
     )
     print(format_table(result["summary"]))

@@ -17,6 +17,7 @@ import logging
 import os
 
 from specviz.errors import SpecvizError
+from specviz.limits import check_count
 from specviz.serving.limits import app_limits
 from specviz.ui import build_app, launch
 
@@ -44,7 +45,11 @@ def main(argv: list[str] | None = None) -> None:
         help="model pair shown first (default: %(default)s)",
     )
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument(
+        "--port",
+        default=os.environ.get("GRADIO_SERVER_PORT", "7860"),
+        help="TCP port, 1 to 65535 (default: %(default)s)",
+    )
     parser.add_argument("--share", action="store_true", help="also serve on a public gradio.live link")
     parser.add_argument(
         "--device",
@@ -63,12 +68,22 @@ def main(argv: list[str] | None = None) -> None:
     from specviz.models.devices import resolve_device, resolve_dtype
 
     try:
+        port = port_number(args.port)
         limits = app_limits()
         resolve_dtype(args.dtype, resolve_device(args.device))  # a bad --device or --dtype fails here, not on the page
     except SpecvizError as e:
         parser.exit(2, f"error: {e}\n")
     demo = build_app(pair=args.pair, gpu=gpu, limits=limits, device=args.device, dtype=args.dtype)
-    launch(demo, server_name=args.host, server_port=args.port, share=args.share)
+    launch(demo, server_name=args.host, server_port=port, share=args.share)
+
+
+def port_number(text: str) -> int:
+    """--port (GRADIO_SERVER_PORT by default) as a TCP port, or a SpecvizError before the app is built."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise SpecvizError(f"--port (or GRADIO_SERVER_PORT) must be a whole number, got {text!r}") from None
+    return check_count("--port (or GRADIO_SERVER_PORT)", port, most=65535)
 
 
 def log_lines() -> None:

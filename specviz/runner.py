@@ -10,7 +10,7 @@ from typing import Any
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
-from specviz.limits import MAX_SEED, MAX_TEMPERATURE, check_count, check_number
+from specviz.limits import MAX_SEED, check_count, check_number, check_temperature
 from specviz.methods import get_method
 from specviz.metrics import summarize
 from specviz.models.pair import ModelPair, encode_prompt
@@ -87,7 +87,7 @@ def _checked(
         raise SpecvizError(f"method '{method}' needs a draft model, and the pair '{pair.name}' has none")
     max_new_tokens = check_count("max_new_tokens", max_new_tokens, most=pair.max_context)
     sampling = SamplingConfig(
-        temperature=check_number("temperature", temperature, 0.0, MAX_TEMPERATURE),
+        temperature=check_temperature(temperature),
         top_k=check_count("top_k (0: off)", top_k, most=pair.vocab_size, least=0),
         top_p=check_number("top_p", top_p, 0.0, 1.0),
     )

@@ -7,17 +7,17 @@ from dataclasses import dataclass
 import torch
 
 from specviz.errors import SpecvizError
+from specviz.limits import check_temperature
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    temperature: float = 0.0  # 0 means greedy decoding (argmax); > 0 samples from softmax(logits / T)
+    temperature: float = 0.0  # 0 means greedy decoding (argmax); else (>= MIN_TEMPERATURE) samples softmax(logits / T)
     top_k: int = 0  # keep only the k most likely tokens before sampling; 0 keeps all
     top_p: float = 1.0  # keep the smallest set of tokens whose mass reaches top_p; 1.0 keeps all
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise SpecvizError(f"temperature must be 0 (greedy) or positive, got {self.temperature}")
+        check_temperature(self.temperature)
         if self.top_k < 0:
             raise SpecvizError(f"top_k must be 0 (off) or a positive integer, got {self.top_k}")
         if not 0 < self.top_p <= 1:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_console_scripts_resolve_and_answer_help(capsys):
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert set(scripts) == {"specviz", "specviz-bench"}
-    for name, target in scripts.items():
+    for target in scripts.values():
         module, func = target.split(":")
         with pytest.raises(SystemExit) as exit_:
             getattr(importlib.import_module(module), func)(["--help"])
@@ -58,6 +58,7 @@ def test_the_requirements_resolve_for_the_python_the_space_declares(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     import json
@@ -94,7 +95,7 @@ def test_a_built_wheel_carries_the_assets_and_runs_outside_the_checkout(tmp_path
         shutil.copy(ROOT / part, src / part)
     for part in ("specviz", "assets"):
         shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    run = dict(capture_output=True, text=True, timeout=600)
+    run: dict = {"capture_output": True, "text": True, "timeout": 600}
     built = subprocess.run(
         [
             sys.executable,
@@ -108,13 +109,16 @@ def test_a_built_wheel_carries_the_assets_and_runs_outside_the_checkout(tmp_path
             str(tmp_path / "dist"),
             str(src),
         ],
+        check=False,
         **run,
     )
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("specviz-*.whl")
     site = tmp_path / "site"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), str(wheel)], **run
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), str(wheel)],
+        check=False,
+        **run,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     probe = (
@@ -125,7 +129,9 @@ def test_a_built_wheel_carries_the_assets_and_runs_outside_the_checkout(tmp_path
     )
     away = tmp_path / "elsewhere"
     away.mkdir()
-    out = subprocess.run([sys.executable, "-c", probe], cwd=away, env={**os.environ, "PYTHONPATH": str(site)}, **run)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=away, env={**os.environ, "PYTHONPATH": str(site)}, check=False, **run
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assets, prompts, params = out.stdout.split()
     assert Path(assets) == site / "specviz" / "assets"
@@ -144,3 +150,26 @@ def test_a_bad_device_or_dtype_is_one_line_before_the_app_starts(capsys):
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv, env, words",
+    [
+        (["--port", "70000"], {}, "--port (or GRADIO_SERVER_PORT) must be from 1 to 65535, got 70000"),
+        (["--port", "-1"], {}, "--port (or GRADIO_SERVER_PORT) must be from 1 to 65535, got -1"),
+        ([], {"GRADIO_SERVER_PORT": "http"}, "--port (or GRADIO_SERVER_PORT) must be a whole number, got 'http'"),
+    ],
+)
+def test_a_bad_port_is_one_line_before_the_app_is_built(argv, env, words, monkeypatch, capsys):
+    from specviz import cli
+
+    def no_app(**kwargs):
+        raise AssertionError("the app was built before the port was checked")
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cli, "build_app", no_app)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("error: ") and words in err and err.count("\n") == 1, err

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import specviz
 from specviz.errors import SpecvizError
-from specviz.limits import check_count, check_number
+from specviz.limits import MIN_TEMPERATURE, check_count, check_number
 from specviz.serving.limits import AppLimits, app_limits
 from specviz.ui.racing import run_race
 
@@ -79,6 +79,38 @@ def test_check_number(value):
     with pytest.raises(SpecvizError, match="x must be"):
         check_number("x", value, 0.0, 3.0)
     assert check_number("x", 3, 0.0, 3.0) == 3.0
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 5e-324, MIN_TEMPERATURE / 2])
+def test_a_temperature_below_the_floor_is_one_line_in_the_library_and_the_race(perturbed_pair, temperature):
+    """Below the floor, logits / T overflows float32; once it crashed inside sampling with a traceback."""
+    from specviz.sampling import SamplingConfig
+    from specviz.ui.race import settings_from_widgets
+
+    floor = r"temperature must be 0 \(greedy\) or at least 1e-30, got .*overflow float32"
+    with pytest.raises(SpecvizError, match=floor):
+        specviz.run("vanilla", perturbed_pair, "hi", max_new_tokens=4, temperature=temperature)
+    with pytest.raises(SpecvizError, match=floor):
+        SamplingConfig(temperature=temperature)  # what the step-through builds from a saved race's options
+    race_settings = settings_from_widgets("hi", ["autoregressive", "vanilla"], {}, 4, temperature, 1.0, 0)
+    with pytest.raises(SpecvizError, match=floor):
+        for _ in run_race(perturbed_pair, race_settings, {}, threading.Event(), AppLimits()):
+            pass
+
+
+def test_at_the_temperature_floor_sampling_stays_finite(perturbed_pair):
+    """The floor leaves room: logits 10**6 times the default target's largest (47.4) stay finite."""
+    import torch
+
+    from specviz.sampling import SamplingConfig, probabilities
+
+    logits = torch.tensor([[4.74e7, -4.74e7, 0.0, 4.7e7], [47.4, 47.4, -33.0, float("-inf")]])
+    for cfg in (SamplingConfig(temperature=MIN_TEMPERATURE), SamplingConfig(temperature=MIN_TEMPERATURE, top_p=0.5)):
+        probs = probabilities(logits, cfg)
+        assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(2))
+    for method in ("autoregressive", "vanilla", "pearl", "sssd"):
+        records = list(specviz.run(method, perturbed_pair, "hi", max_new_tokens=6, temperature=MIN_TEMPERATURE))
+        assert sum(len(r.emitted) for r in records) == 6
 
 
 def test_a_user_error_is_one_info_line_and_a_fault_is_one_traceback(caplog):
@@ -188,8 +220,7 @@ def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, opti
 
     try:
         race_settings = settings_from_widgets(prompt, methods, options, max_new, temperature, top_p, seed)
-        for race in run_race(perturbed_pair, race_settings, {}, threading.Event(), AppLimits()):
-            pass
+        *_, race = run_race(perturbed_pair, race_settings, {}, threading.Event(), AppLimits())
     except SpecvizError as e:
         assert str(e).strip()
         return
@@ -200,31 +231,61 @@ def test_the_race_handler_runs_or_says_why(perturbed_pair, prompt, methods, opti
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, message, after_load",
     [
-        (["--methods", ""], "--methods names no method"),
-        (["--methods", "vanilla,vanilla"], "--methods lists vanilla more than once"),
-        (["--json", "/proc/specviz.json"], "cannot write /proc/specviz.json"),
-        (["--report", "/proc/specviz-report"], "cannot write /proc/specviz-report/results.json"),
-        (["--json", "."], "cannot write"),
-        (["--max-new-tokens", "0", "--no-warmup"], "max_new_tokens must be from 1 to"),
+        (["--methods", ""], "--methods names no method", False),
+        (["--methods", "vanilla,vanilla"], "--methods lists vanilla more than once", False),
+        (["--json", "/proc/specviz.json"], "cannot write /proc/specviz.json", False),
+        (["--report", "/proc/specviz-report"], "cannot write /proc/specviz-report/results.json", False),
+        (["--json", "."], "cannot write", False),
+        (["--max-new-tokens", "0", "--no-warmup"], "--max-new-tokens must be at least 1, got 0", False),
+        (["--max-new-tokens", "100000", "--no-warmup"], "max_new_tokens must be from 1 to", True),
+        (["--methods", "sssd", "--option", "sssd.datastore=/etc/passwd"], "/etc/passwd is not a datastore", True),
+        (["--methods", "sssd", "--option", "sssd.datastore=/etc"], "/etc is not a datastore", True),
         (
             ["--option", "sssd.speculation_length=99"],
             "--option 'sssd.speculation_length=99': 'sssd' is not among --methods",
+            False,
         ),
         (
             ["--methods", "sssd", "--option", "sssd.speculation_length=99"],
             "speculation_length must be from 1 to 64, got 99",
+            False,
         ),
-        (["--methods", "sssd", "--option", "sssd.sources=all"], "sources must be one of both, input, datastore"),
-        (["--methods", "sssd", "--option", "sssd.learner=1"], "no option 'learner'"),
-        (["--methods", "pearl", "--option", "pearl.concurrent=maybe"], "concurrent must be true or false"),
-        (["--methods", "vanilla", "--option", "vanilla:gamma=3"], "write METHOD.NAME=VALUE"),
+        (["--methods", "sssd", "--option", "sssd.sources=all"], "sources must be one of both, input, datastore", False),
+        (["--methods", "sssd", "--option", "sssd.learner=1"], "no option 'learner'", False),
+        (["--methods", "pearl", "--option", "pearl.concurrent=maybe"], "concurrent must be true or false", False),
+        (["--methods", "vanilla", "--option", "vanilla:gamma=3"], "write METHOD.NAME=VALUE", False),
+        (
+            ["--json", "/nonexistent/dir/x.json"],
+            "cannot write /nonexistent/dir/x.json (No such file or directory)",
+            False,
+        ),
+        (["--report", "/proc/x/report"], "cannot write /proc/x/report/results.json", False),
+        (["--offset", "-5"], "--offset must be at least 0, got -5", False),
+        (["--limit", "0"], "--limit must be at least 1, got 0", False),
+        (["--repeats", "-1"], "--repeats must be at least 1, got -1", False),
+        (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1, got -5", False),
+        (["--temperature", "1e-45"], "--temperature must be 0 (greedy) or at least 1e-30, got 1e-45", False),
+        (["--temperature", "nan"], "--temperature must be from 0 to 100, got nan", False),
+        (["--top-p", "0"], "top_p must be in (0, 1]", False),
+        (["--top-p", "2"], "top_p must be in (0, 1]", False),
+        (["--seed", "-1"], "--seed must be from 0 to", False),
+        (["--seed", str(2**64)], "--seed must be from 0 to", False),
+        (["--speculation-length", "0"], "--speculation-length must be from 1 to 64, got 0", False),
+        (["--speculation-length", "100000"], "--speculation-length must be from 1 to 64, got 100000", False),
     ],
 )
-def test_the_bench_cli_refuses_in_one_line(args, message, capsys):
+def test_the_bench_cli_refuses_in_one_line(args, message, after_load, monkeypatch, capsys):
+    """A bad flag is refused before any model loads (once `--json /nonexistent/dir/x.json` failed after
+    the whole benchmark had run, `--offset -5` took the last five prompts, `--temperature 1e-45` crashed
+    inside sampling); what needs the pair (its context, a datastore's tokenizer) right after it loads."""
     from specviz import bench
+    from specviz.models import pair
 
+    loads, load_pair = [], pair.load_pair
+    monkeypatch.setattr(pair, "load_pair", lambda *a, **k: loads.append(a) or load_pair(*a, **k))
     code = bench.main(["--pair", "tiny-random", "--prompt", "hi", "--quiet", *args])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    assert len(loads) == after_load
