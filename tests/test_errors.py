@@ -22,7 +22,12 @@ from specviz.errors import ModelNotAvailable, SpecvizError
         ([1, 2.5, 3], {}, "token ids must be integers"),
         ([1, "a"], {}, "token ids must be integers"),
         ([1, 10**9], {}, "token ids must be integers"),
+        ([1, 10**30], {}, "token ids must be integers"),
+        ([1, 1e30], {}, "token ids must be integers"),
+        ([1, -1], {}, "token ids must be integers"),
         ("hi", {"max_new_tokens": 0}, "max_new_tokens must be from 1 to"),
+        ("hi", {"max_new_tokens": -5}, "max_new_tokens must be from 1 to"),
+        ("hi", {"max_new_tokens": 10**30}, "max_new_tokens must be from 1 to"),
         ("hi", {"max_new_tokens": 2.0}, "max_new_tokens must be an integer"),
         ("hi", {"max_new_tokens": 10**6}, "max_new_tokens must be from 1 to"),
         ("hi " * 1100, {"max_new_tokens": 1000}, "exceeds the model's context"),
@@ -35,6 +40,8 @@ from specviz.errors import ModelNotAvailable, SpecvizError
         ("hi", {"seed": 2**70}, "seed must be from 0 to"),
         ("hi", {"seed": -1}, "seed must be from 0 to"),
         ("hi", {"seed": "x"}, "seed must be an integer"),
+        ("hi", {"seed": 1.5}, "seed must be an integer"),
+        ("hi", {"temperature": 1e-45}, "temperature must be 0 .greedy. or at least 1e-30"),
         ("hi", {"chat": "yes"}, "chat must be True, False or None"),
         ("abc\ud800", {}, "not valid Unicode text"),
         (None, {}, "must be text or a list of token ids, got NoneType"),
@@ -45,6 +52,16 @@ from specviz.errors import ModelNotAvailable, SpecvizError
 def test_bad_prompt_or_settings(prompt, kwargs, message, random_pair):
     with pytest.raises(SpecvizError, match=message):
         specviz.run("autoregressive", random_pair, prompt, **kwargs)
+
+
+def test_a_token_id_past_the_vocabulary(random_pair):
+    import numpy as np
+
+    size = random_pair.vocab_size
+    for ids in ([1, size], np.array([1, size]), np.array([[1, 2]])):
+        with pytest.raises(SpecvizError, match=re.escape(f"token ids must be integers in [0, {size})")):
+            specviz.run("vanilla", random_pair, ids)
+    assert specviz.run("vanilla", random_pair, np.array([1, size - 1]), max_new_tokens=2)
 
 
 @pytest.mark.parametrize("gamma", [0, -3, 2.5, True, "4", 10**6])
