@@ -34,7 +34,7 @@ def test_long_inputs_are_padded_to_few_shapes_and_compute_the_same():
     """oneDNN keeps a kernel per input shape: a prompt's many lengths meet few padded shapes."""
     sizes = [packed_rows(m) for m in range(1, 2049)]
     assert sizes[:EXACT_ROWS] == list(range(1, EXACT_ROWS + 1))  # decoding and short verification: as they are
-    assert all(m <= p <= 1.25 * m for m, p in zip(range(1, 2049), sizes)) and sizes == sorted(sizes)
+    assert all(m <= p <= 1.25 * m for m, p in zip(range(1, 2049), sizes, strict=True)) and sizes == sorted(sizes)
     assert len(set(sizes)) <= 40
     dense, packed = _model(), _model()
     prepack_linears(packed)

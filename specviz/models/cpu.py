@@ -61,27 +61,35 @@ def version_stamp(t: torch.Tensor) -> tuple[int, int]:
         return id(t), 0
 
 
-def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    w = self.weight
-    if torch.is_grad_enabled() or x.dtype != torch.float32 or w.dtype != torch.float32 or x.device.type != "cpu":
-        return torch.nn.functional.linear(x, w, self.bias)
-    cache = self._specviz_packed
-    if cache.source != version_stamp(w):
-        cache.weight = w.detach().to_mkldnn()
-        cache.bias = None if self.bias is None else self.bias.detach().to_mkldnn()
-        cache.source = version_stamp(w)
-    flat = x.reshape(-1, self.in_features)
-    rows = flat.shape[0]
-    if (padded := packed_rows(rows)) != rows:
-        flat = torch.nn.functional.pad(flat, (0, 0, 0, padded - rows))
-    out = torch._C._nn.mkldnn_linear(flat.to_mkldnn(), cache.weight, cache.bias).to_dense()[:rows]
-    return out.view(*x.shape[:-1], self.out_features)
-
-
 class PackedLinear(torch.nn.Linear):
     """An `nn.Linear` that `prepack_linears` routed through packed oneDNN weights."""
 
-    forward = _packed_forward
+    _specviz_packed: _Packed
+
+    @staticmethod
+    def adopt(linear: torch.nn.Linear) -> None:
+        """Make `linear` a PackedLinear in place. The class, not a bound method stored on the module:
+        that would be a reference cycle, and a dropped model (a released online learner's weights)
+        would wait for the cyclic collector."""
+        linear.__class__ = PackedLinear
+        assert isinstance(linear, PackedLinear)
+        linear._specviz_packed = _Packed()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if torch.is_grad_enabled() or x.dtype != torch.float32 or w.dtype != torch.float32 or x.device.type != "cpu":
+            return torch.nn.functional.linear(x, w, self.bias)
+        cache = self._specviz_packed
+        if cache.weight is None or cache.source != version_stamp(w):
+            cache.weight = w.detach().to_mkldnn()
+            cache.bias = None if self.bias is None else self.bias.detach().to_mkldnn()
+            cache.source = version_stamp(w)
+        flat = x.reshape(-1, self.in_features)
+        rows = flat.shape[0]
+        if (padded := packed_rows(rows)) != rows:
+            flat = torch.nn.functional.pad(flat, (0, 0, 0, padded - rows))
+        out = torch._C._nn.mkldnn_linear(flat.to_mkldnn(), cache.weight, cache.bias).to_dense()[:rows]
+        return out.view(*x.shape[:-1], self.out_features)
 
 
 EXACT_ROWS = 8  # inputs up to this many rows (tokens) are packed as they are
@@ -111,9 +119,6 @@ def prepack_linears(model: torch.nn.Module | None) -> int:
             and module.weight.device.type == "cpu"
             and module.weight.dtype == torch.float32
         ):
-            # The class, not a bound method stored on the module: that would be a reference cycle, and
-            # a dropped model (a released online learner's weights) would wait for the cyclic collector.
-            module._specviz_packed = _Packed()
-            module.__class__ = PackedLinear
+            PackedLinear.adopt(module)
             count += 1
     return count

@@ -12,7 +12,7 @@ tells ties apart from real mismatches (`specviz.parity`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -25,6 +25,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 FLOAT32_MOST_PARAMS = 2_500_000_000  # target + draft parameters that `auto` keeps in float32 on a GPU (~2B-class pairs)
 FLOAT32_MEMORY_SHARE = 0.5  # ... if their float32 weights take at most this share of the GPU's memory
 HOST = torch.device("cpu")
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -107,3 +108,10 @@ def input_embeddings(model: PreTrainedModel) -> torch.Tensor:
     weight = model.get_input_embeddings().weight
     assert isinstance(weight, torch.Tensor)  # a Parameter (or a factorised embedding's product)
     return weight
+
+
+def moved(model: M, device: torch.device, dtype: torch.dtype | None = None) -> M:
+    """`model.to(device[, dtype])`, typed as the model it returns. (transformers declares
+    `PreTrainedModel.to` through functools.wraps, which mypy reads as an unbound function,
+    python/typeshed#10653; through `M` the call type-checks as `nn.Module.to` and still runs the override.)"""
+    return model.to(device) if dtype is None else model.to(device, dtype)

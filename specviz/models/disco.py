@@ -44,11 +44,12 @@ def draft_features(q: torch.Tensor, position: torch.Tensor | int) -> torch.Tenso
 class DiscoClassifier(torch.nn.Module):
     """Standardise the 12 features, then Linear -> ReLU -> Linear -> one logit (accept vs reject)."""
 
+    mean: torch.Tensor  # [12] feature standardisation, from training data (buffers, registered in __init__)
+    std: torch.Tensor  # [12]
+
     def __init__(self, hidden: int = 32):
         super().__init__()  # on the host: one classifier serves every pair, on any device (see `score`)
-        self.register_buffer(
-            "mean", torch.zeros(N_FEATURES, device=HOST)
-        )  # feature standardisation, from training data
+        self.register_buffer("mean", torch.zeros(N_FEATURES, device=HOST))
         self.register_buffer("std", torch.ones(N_FEATURES, device=HOST))
         self.fc1 = torch.nn.Linear(N_FEATURES, hidden, device=HOST)
         self.fc2 = torch.nn.Linear(hidden, 1, device=HOST)

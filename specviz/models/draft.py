@@ -22,6 +22,8 @@ Two forward paths compute the same function (up to the rounding of int8 weights)
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -50,6 +52,8 @@ class FactorisedEmbedding(nn.Module):
 
 class ReducedHead(nn.Module):
     """[.., d] -> logits [.., V]: a linear map onto the K token ids in `vocab_ids`, -inf elsewhere."""
+
+    vocab_ids: torch.Tensor  # a buffer, registered in __init__
 
     def __init__(self, hidden: int, vocab_ids: torch.Tensor, vocab: int):
         super().__init__()
@@ -97,7 +101,9 @@ def reduced_config(
         "rope_type": "default",
         "rope_theta": getattr(t, "rope_theta", 10000.0),
     }
-    return LlamaConfig(
+    # transformers' configs take extra keyword arguments (wrap_init_to_accept_kwargs); their dataclass
+    # signature, which mypy reads, does not show it.
+    return LlamaConfig(  # type: ignore[call-arg]  # head_vocab, embed_rank: see above
         vocab_size=t.vocab_size,  # the target's: logits and input ids live in its vocabulary
         hidden_size=hidden,
         intermediate_size=intermediate,
@@ -124,7 +130,9 @@ def is_reduced(config) -> bool:
 class ReducedVocabDraft(LlamaForCausalLM):
     """LlamaForCausalLM with a factorised input embedding and a head over K tokens (see the module doc)."""
 
-    _tied_weights_keys = {}
+    # Nothing tied: the factorised table is not the head. (transformers reads this class setting from the
+    # class but declares it without ClassVar, which mypy then takes for an instance variable.)
+    _tied_weights_keys: ClassVar[dict[str, str]] = {}  # type: ignore[misc]  # see the comment above
 
     def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor | None = None):
         super().__init__(config)
@@ -147,7 +155,8 @@ class ReducedVocabDraft(LlamaForCausalLM):
         c = self.config
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         w = self.model.embed_tokens.weight
-        return StaticKV(c.num_hidden_layers, c.num_key_value_heads, head_dim, w.dtype, w.device, capacity)
+        kv_heads = c.num_key_value_heads or c.num_attention_heads  # Llama's reading of None
+        return StaticKV(c.num_hidden_layers, kv_heads, head_dim, w.dtype, w.device, capacity)
 
     def _rotary(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [end, head_dim] of positions 0..end-1 (Hugging Face's rotary embedding, cached)."""
@@ -203,7 +212,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
         dt, eps, d = self.lean_dtype(), c.rms_norm_eps, (c.hidden_size,)
         x = self.model.embed_tokens(torch.tensor(ids, device=cache.keys.device))  # [T, d] residual stream
         cos, sin = (t[start : start + T] for t in self._rotary(start + T))  # [T, hd]
-        for i, (layer, (qkv_w, o_w, gate_up_w, down_w)) in enumerate(zip(self.model.layers, layers)):
+        for i, (layer, (qkv_w, o_w, gate_up_w, down_w)) in enumerate(zip(self.model.layers, layers, strict=True)):
             attn, hd = layer.self_attn, layer.self_attn.head_dim
             h = F.rms_norm(x, d, layer.input_layernorm.weight, eps).to(dt)
             qkv = lean_matmul(h, qkv_w).to(x.dtype)  # [T, (H + 2 Hkv) hd]

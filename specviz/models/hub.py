@@ -6,11 +6,15 @@ import os
 import socket
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specviz.errors import ModelNotAvailable
+from specviz.models.devices import moved
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @lru_cache(maxsize=1)
@@ -61,7 +65,7 @@ def load_causal_lm(
     dtype: torch.dtype,
     device_map: str | dict | None = None,
     trust_remote_code: bool = False,
-) -> torch.nn.Module:
+) -> PreTrainedModel:
     """An AutoModelForCausalLM in eval mode, on `device` (or spread by accelerate with `device_map`)."""
     from transformers import AutoModelForCausalLM
 
@@ -72,7 +76,7 @@ def load_causal_lm(
     except (OSError, ValueError, KeyError) as e:
         raise ModelNotAvailable(f"Could not load the model '{model_id}'. {_how_to_get(model_id)}") from e
     if device_map is None:
-        model = model.to(device)
+        model = moved(model, device)
     return model.eval()
 
 

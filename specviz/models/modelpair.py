@@ -6,13 +6,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
+
+from specviz.models.devices import input_embeddings
 
 
 @dataclass(frozen=True)
 class ModelPair:
     name: str  # how the pair was asked for: "tiny-random", "default", a preset, or "target,draft"
-    target: torch.nn.Module  # the model whose output every method must reproduce
-    draft: torch.nn.Module | None  # the small model that proposes tokens (None: no draft model)
+    target: PreTrainedModel  # the model whose output every method must reproduce
+    draft: PreTrainedModel | None  # the small model that proposes tokens (None: no draft model)
     tokenizer: Any  # shared by both models
     chat: bool  # whether text prompts get the tokenizer's chat template by default
     eos_token_ids: tuple[int, ...]  # any of these ends a run
@@ -20,23 +23,25 @@ class ModelPair:
 
     @property
     def device(self) -> torch.device:
-        return self.target.get_input_embeddings().weight.device
+        return input_embeddings(self.target).device
 
     @property
     def vocab_size(self) -> int:
         """Width of the target's output distribution p."""
-        return self.target.get_output_embeddings().weight.shape[0]
+        head = self.target.get_output_embeddings()
+        assert head is not None and isinstance(head.weight, torch.Tensor)  # a causal LM has an output head
+        return head.weight.shape[0]
 
     @property
     def max_context(self) -> int:
         return int(getattr(self.target.config, "max_position_embeddings", 2048))
 
-    def with_draft(self, draft: torch.nn.Module | None, name: str | None = None) -> ModelPair:
+    def with_draft(self, draft: PreTrainedModel | None, name: str | None = None) -> ModelPair:
         """The same target and tokenizer with another draft (e.g. one adapted online)."""
         return replace(self, draft=draft, name=name or self.name)
 
 
-def eos_ids(model: torch.nn.Module, tokenizer: Any) -> tuple[int, ...]:
+def eos_ids(model: PreTrainedModel, tokenizer: Any) -> tuple[int, ...]:
     """Every id that ends generation: the generation config's and the tokenizer's EOS."""
     ids: list[int] = []
     for source in (getattr(model, "generation_config", None), model.config):

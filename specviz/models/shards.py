@@ -10,8 +10,14 @@ a quarter of float32's bytes; they load back as floating point.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+from specviz.models.devices import moved
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 MAX_SHARD_BYTES = (
     9_500_000  # under 10 MB a file: what a Hugging Face Space takes without LFS (and the repo's 20 MB rule)
@@ -107,7 +113,7 @@ def has_shards(folder: Path) -> bool:
     return any(folder.glob(SHARD_GLOB))
 
 
-def load_llama_dir(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+def load_llama_dir(folder: Path, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
     """A Llama causal LM (or a `ReducedVocabDraft`) from config.json + `save_shards` weights, in eval mode."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -126,4 +132,4 @@ def load_llama_dir(folder: Path, device: torch.device, dtype: torch.dtype) -> to
             f"weights in {folder} do not fit its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
     model.tie_weights()
-    return model.to(device, dtype).eval()  # floating tensors only: the head's token ids stay integers
+    return moved(model, device, dtype).eval()  # floating tensors only: the head's token ids stay integers

@@ -12,6 +12,7 @@ from functools import lru_cache
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from specviz.models.devices import HOST, moved
 from specviz.paths import ASSETS
 
 TINY_VOCAB = 512  # byte-level BPE: 256 bytes + 3 special tokens + 253 merges
@@ -39,8 +40,8 @@ def tiny_config(hidden: int, layers: int, heads: int, kv_heads: int) -> LlamaCon
     )
 
 
-TARGET_CONFIG = dict(hidden=64, layers=4, heads=4, kv_heads=2)
-DRAFT_CONFIG = dict(hidden=32, layers=2, heads=2, kv_heads=1)
+TARGET_CONFIG = {"hidden": 64, "layers": 4, "heads": 4, "kv_heads": 2}
+DRAFT_CONFIG = {"hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1}
 
 
 def tiny_model(seed: int, **shape: int) -> LlamaForCausalLM:
@@ -76,7 +77,7 @@ def reduced_copy(model: LlamaForCausalLM, noise: float, seed: int, drop_every: i
         hidden=c.hidden_size,
         layers=c.num_hidden_layers,
         heads=c.num_attention_heads,
-        kv_heads=c.num_key_value_heads,
+        kv_heads=c.num_key_value_heads or c.num_attention_heads,  # Llama's reading of None
         intermediate=c.intermediate_size,
         head_vocab=len(vocab_ids),
         embed_rank=c.hidden_size,
@@ -121,7 +122,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_pair(
-    device: torch.device = torch.device("cpu"),
+    device: torch.device = HOST,
     dtype: torch.dtype = torch.float32,
     draft: str = "random",
     noise: float = 0.003,
@@ -140,7 +141,7 @@ def tiny_pair(
         "reduced": lambda: reduced_copy(target, noise=noise, seed=4),
     }
     draft_model = drafts[draft]()
-    target, draft_model = target.to(device, dtype), draft_model.to(device, dtype)
+    target, draft_model = moved(target, device, dtype), moved(draft_model, device, dtype)
     return ModelPair(
         name="tiny-random" if draft == "random" else f"tiny-{draft}",
         target=target,
