@@ -110,6 +110,13 @@ def input_embeddings(model: PreTrainedModel) -> torch.Tensor:
     return weight
 
 
+def output_embeddings(model: PreTrainedModel) -> torch.Tensor:
+    """The model's head [V, H]: one row per token of its output distribution."""
+    head = model.get_output_embeddings()
+    assert head is not None and isinstance(head.weight, torch.Tensor)  # a causal LM has a head
+    return head.weight
+
+
 def moved(model: M, device: torch.device, dtype: torch.dtype | None = None) -> M:
     """`model.to(device[, dtype])`, typed as the model it returns. (transformers declares
     `PreTrainedModel.to` through functools.wraps, which mypy reads as an unbound function,

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from specviz.models.devices import input_embeddings
+from specviz.models.devices import input_embeddings, output_embeddings
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,7 @@ class ModelPair:
     @property
     def vocab_size(self) -> int:
         """Width of the target's output distribution p."""
-        head = self.target.get_output_embeddings()
-        assert head is not None and isinstance(head.weight, torch.Tensor)  # a causal LM has an output head
-        return head.weight.shape[0]
+        return output_embeddings(self.target).shape[0]
 
     @property
     def max_context(self) -> int:

@@ -25,14 +25,65 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar, cast
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+
+from specviz.models.devices import input_embeddings, output_embeddings
+
+M = TypeVar("M", bound=nn.Module)
+
+
+# What this module reads of a Llama-shaped causal LM (Llama, SmolLM2, Qwen2, ...): the shapes below
+# are Hugging Face's attribute names, which nn.Module's typing cannot see through.
+class _Attention(Protocol):
+    head_dim: int
+    num_key_value_groups: int
+    scaling: float
+    q_proj: nn.Module
+    k_proj: nn.Module
+    v_proj: nn.Module
+    o_proj: nn.Module
+
+
+class _MLP(Protocol):
+    gate_proj: nn.Module
+    up_proj: nn.Module
+    down_proj: nn.Module
+
+    def act_fn(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class DecoderLayer(Protocol):
+    self_attn: _Attention
+    mlp: _MLP
+
+    def input_layernorm(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def post_attention_layernorm(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class _Decoder(Protocol):
+    layers: Sequence[DecoderLayer]  # an nn.ModuleList
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+    def rotary_emb(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def norm(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class _CausalLM(Protocol):
+    model: _Decoder
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +94,8 @@ class StreamingConfig:
     lora_alpha: float = 16.0  # LoRA scale is alpha / rank
     lora_mlp: bool = True  # also adapt gate/up/down of the MLP (else attention projections only)
     eta_rank: int = 8  # rank of f_eta, the map from the main stream to the stream initialisation
-    lora_main: bool = True  # the LoRA also changes the main stream (the paper); False: streams only, the main stream stays the base model
+    lora_main: bool = True  # the LoRA also changes the main stream (the paper); False: streams only,
+    #                         the main stream stays the base model
 
 
 class LoRALinear(nn.Module):
@@ -53,9 +105,11 @@ class LoRALinear(nn.Module):
     def __init__(self, base: nn.Linear, rank: int, alpha: float, on_main: bool = True):
         super().__init__()
         self.base = base  # shared with the original model, frozen
-        like = {"dtype": base.weight.dtype, "device": base.weight.device}
-        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features, **like) / math.sqrt(base.in_features))
-        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, **like))
+        dtype, device = base.weight.dtype, base.weight.device
+        self.lora_A = nn.Parameter(
+            torch.randn(rank, base.in_features, dtype=dtype, device=device) / math.sqrt(base.in_features)
+        )
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, dtype=dtype, device=device))
         self.scale = alpha / rank
         self.on_main = on_main
 
@@ -75,14 +129,14 @@ ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 
-def _shared_copy(model: nn.Module) -> nn.Module:
+def _shared_copy(model: M) -> M:
     """A structural copy of `model` whose parameters and buffers are the original tensors."""
     memo = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     return copy.deepcopy(model, memo)
 
 
 class StreamingLM(nn.Module):
-    def __init__(self, base: nn.Module, cfg: StreamingConfig):
+    def __init__(self, base: PreTrainedModel, cfg: StreamingConfig):
         super().__init__()
         n_layers = base.config.num_hidden_layers
         if not 1 <= cfg.stream_layers <= n_layers:
@@ -99,8 +153,8 @@ class StreamingLM(nn.Module):
             ):
                 for name in names:
                     setattr(owner, name, LoRALinear(getattr(owner, name), cfg.lora_rank, cfg.lora_alpha, cfg.lora_main))
-        hidden, dtype = base.config.hidden_size, base.get_input_embeddings().weight.dtype
-        device = base.get_input_embeddings().weight.device
+        embeddings = input_embeddings(base)
+        hidden, dtype, device = base.config.hidden_size, embeddings.dtype, embeddings.device
         # f_eta(M) = M + U V M  (low rank; U starts at zero) and P_j, one embedding per stream
         self.eta_down = nn.Linear(hidden, cfg.eta_rank, bias=False, dtype=dtype, device=device)
         self.eta_up = nn.Linear(cfg.eta_rank, hidden, bias=False, dtype=dtype, device=device)
@@ -109,14 +163,21 @@ class StreamingLM(nn.Module):
 
     # ----- pieces of one layer, written with the layer's own modules -----
     @property
-    def layers(self) -> nn.ModuleList:
-        return self.tuned.model.layers
+    def _lm(self) -> _CausalLM:
+        """The tuned model, seen through the attributes this module reads (a Llama-shaped causal LM)."""
+        return cast(_CausalLM, self.tuned)
+
+    @property
+    def layers(self) -> Sequence[DecoderLayer]:
+        return self._lm.model.layers
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.tuned.model.rotary_emb(x, positions.unsqueeze(0))  # cos, sin: [1, L, d]
+        return self._lm.model.rotary_emb(x, positions.unsqueeze(0))  # cos, sin: [1, L, d]
 
     @staticmethod
-    def _qkv(layer: nn.Module, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], stream: bool = False):
+    def _qkv(
+        layer: DecoderLayer, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], stream: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, heads, L, d], k and v [B, kv_heads, L, d], rotary applied (as the KV cache stores them)."""
         attn = layer.self_attn
         shape = (*x.shape[:-1], -1, attn.head_dim)
@@ -127,7 +188,15 @@ class StreamingLM(nn.Module):
         return q, k, v
 
     @staticmethod
-    def _finish(layer: nn.Module, residual: torch.Tensor, q, k, v, mask, stream: bool = False) -> torch.Tensor:
+    def _finish(
+        layer: DecoderLayer,
+        residual: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | str,
+        stream: bool = False,
+    ) -> torch.Tensor:
         """Attention (mask: bool, True = may attend, or "causal"), o_proj, residual, MLP block."""
         attn, mlp = layer.self_attn, layer.mlp
         k, v = repeat_kv(k, attn.num_key_value_groups), repeat_kv(v, attn.num_key_value_groups)
@@ -146,7 +215,14 @@ class StreamingLM(nn.Module):
         f = h + self.eta_up(self.eta_down(h))
         return f.unsqueeze(-2) + self.stream_embed
 
-    def _stream_layer(self, layer, s, node_pos, main_k, main_v) -> torch.Tensor:
+    def _stream_layer(
+        self,
+        layer: DecoderLayer,
+        s: torch.Tensor,
+        node_pos: torch.Tensor,
+        main_k: torch.Tensor,
+        main_v: torch.Tensor,
+    ) -> torch.Tensor:
         """One MSA layer for the streams. s [B, T*gamma, H] (node-major), node_pos [T]: each node's
         position; main_k/v [B, kv_heads, S, d]: the main stream's keys/values of this layer."""
         gamma = self.cfg.gamma
@@ -181,7 +257,7 @@ class StreamingLM(nn.Module):
     @torch.no_grad()
     def bottom(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The frozen bottom N - N_s layers (no adapters): hidden states entering layer N - N_s [B, T, H]."""
-        x = self.tuned.model.embed_tokens(input_ids)
+        x = self._lm.model.embed_tokens(input_ids)
         rope = self._rotary(x, torch.arange(input_ids.shape[1], device=input_ids.device))
         for layer in self.layers[: self.first_stream_layer]:
             q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
@@ -189,7 +265,7 @@ class StreamingLM(nn.Module):
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.tuned.lm_head(self.tuned.model.norm(hidden))
+        return self._lm.lm_head(self._lm.model.norm(hidden))
 
     # ----- decoding: streams of one node, read from the main stream's KV cache -----
     @torch.inference_mode()
@@ -245,11 +321,11 @@ def stream_mask(node_pos: torch.Tensor, n_main: int, gamma: int) -> torch.Tensor
     return torch.cat([main, streams], dim=1)
 
 
-def fingerprint(model: nn.Module) -> dict:
+def fingerprint(model: PreTrainedModel) -> dict:
     """Which weights an adapter was trained on: shapes and a few weight values (compared with a
     tolerance, so that the same model in bfloat16 or on another device still matches)."""
-    emb = model.get_input_embeddings().weight
-    head = model.get_output_embeddings().weight
+    emb = input_embeddings(model)
+    head = output_embeddings(model)
     probe = torch.cat([emb[:4, :8].flatten(), head[-4:, -8:].flatten()]).float().cpu()  # [64]
     return {
         "shape": list(emb.shape),
@@ -258,7 +334,7 @@ def fingerprint(model: nn.Module) -> dict:
     }
 
 
-def trained_for(meta: dict[str, str], model: nn.Module) -> bool:
+def trained_for(meta: dict[str, str], model: PreTrainedModel) -> bool:
     """Whether an adapter's metadata names `model` as its target."""
     try:
         theirs = json.loads(meta.get("target", ""))
@@ -280,7 +356,7 @@ def read_adapter_meta(path: str | Path) -> dict[str, str]:
         return dict(f.metadata() or {})
 
 
-def load_adapter(base: nn.Module, path: str | Path) -> StreamingLM:
+def load_adapter(base: PreTrainedModel, path: str | Path) -> StreamingLM:
     """A StreamingLM over `base` with the adapter saved at `path` (it must have been trained on `base`)."""
     from safetensors.torch import load_file
 
@@ -288,7 +364,7 @@ def load_adapter(base: nn.Module, path: str | Path) -> StreamingLM:
     if not trained_for(meta, base):
         raise ValueError(f"the streaming adapter {path} was trained for another target model")
     lm = StreamingLM(base, StreamingConfig(**json.loads(meta["config"])))
-    state = load_file(str(path), device=str(base.get_input_embeddings().weight.device))
+    state = load_file(str(path), device=str(input_embeddings(base).device))
     missing = set(lm.adapter_state()) - set(state)
     if missing:
         raise ValueError(f"the streaming adapter {path} lacks {sorted(missing)[:3]}")
@@ -298,7 +374,7 @@ def load_adapter(base: nn.Module, path: str | Path) -> StreamingLM:
     return lm
 
 
-def untrained(base: nn.Module, cfg: StreamingConfig | None = None, seed: int = 0) -> StreamingLM:
+def untrained(base: PreTrainedModel, cfg: StreamingConfig | None = None, seed: int = 0) -> StreamingLM:
     """Zero LoRA (the tuned model IS the base) and seeded random streams: drafts are guesses, the
     output is still exactly the base model's."""
     with torch.random.fork_rng(devices=[]):
