@@ -3,6 +3,7 @@ and explanation without a model, and one clear error for every bad file."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
@@ -27,10 +28,8 @@ METHODS = tuple(method_names())
 
 @pytest.fixture(scope="module")
 def saved(perturbed_pair):
-    race = None
     settings_ = RaceSettings("def fibonacci(n):", ("autoregressive", "vanilla", "prompt_lookup"), max_new_tokens=16)
-    for race in run_race(perturbed_pair, settings_, {}, threading.Event()):
-        pass
+    race = list(run_race(perturbed_pair, settings_, {}, threading.Event()))[-1]  # one race, redrawn as it runs
     return race, json.loads(json.dumps(race_to_dict(race)))  # through JSON, as a file would be
 
 
@@ -131,19 +130,15 @@ def test_any_one_field_replaced_either_loads_and_draws_or_is_refused_clearly(sav
     race_outputs(race)
     for run in race.runs:  # the step-through explains a loaded race from its records
         for i in range(len(run.records)):
-            try:
+            with contextlib.suppress(SpecvizError):
                 step_html(explain_iteration(run.records, i, race.prompt_ids, race.options, token_text=str))
-            except SpecvizError:
-                pass
 
 
 @pytest.fixture(scope="module", params=[0.0, 1.0], ids=["greedy", "sampling"])
 def saved_all(request, perturbed_pair):
     """A race of every registered method (the oracle is skipped under sampling), through JSON."""
-    race = None
     settings_ = RaceSettings("def fibonacci(n):", METHODS, max_new_tokens=12, temperature=request.param, seed=1)
-    for race in run_race(perturbed_pair, settings_, {}, threading.Event()):
-        pass
+    race = list(run_race(perturbed_pair, settings_, {}, threading.Event()))[-1]
     return race, json.loads(json.dumps(race_to_dict(race)))
 
 
@@ -156,7 +151,7 @@ def test_every_methods_race_round_trips_with_its_typed_extras(saved_all, tmp_pat
     path.write_text(json.dumps(data))
     loaded = load_race(path, METHODS, most_runs=13)
     assert loaded == race and race_html(loaded) == race_html(race)
-    for run, mine in zip(loaded.runs, race.runs):
+    for run, mine in zip(loaded.runs, race.runs, strict=True):
         for r, o in zip(run.records, mine.records, strict=True):
             assert r.tree() == o.tree() and r.pearl() == o.pearl() and (r.stop, r.uniforms) == (o.stop, o.uniforms)
             assert all(r.extras(f) == o.extras(f) for f in get_method(run.name).extra_families())
@@ -187,7 +182,7 @@ def test_a_number_with_absurdly_many_digits_is_one_clear_error(saved, tmp_path, 
     text = json.dumps(saved[1]).replace('"position": ', f'"position": {"9" * digits}', 1)  # the first record's
     path = tmp_path / "digits.json"
     path.write_text(text)
-    with pytest.raises(SpecvizError, match="position|thousands of digits"):
+    with pytest.raises(SpecvizError, match=r"position|thousands of digits"):
         load_race(path, METHODS, most_runs=13)
 
 
@@ -259,3 +254,25 @@ def test_the_race_tab_shows_a_bad_file_as_one_message(load_saved, saved, tmp_pat
     monkeypatch.setattr("specviz.ui.race.race_outputs", lambda race: 1 / 0)  # the board itself failing: a message too
     with pytest.raises(gr.Error, match="specviz failed"):
         list(load_saved(str(path)))
+
+
+def test_a_file_past_the_size_bound_is_refused_before_it_is_read(tmp_path):
+    """A valid 48 MB race cost 70 s of CPU and +860 MB beside timed races (issue 41)."""
+    from specviz.ui.saved import MAX_FILE_BYTES
+
+    path = tmp_path / "big.json"
+    path.write_bytes(b" " * (MAX_FILE_BYTES + 1))
+    assert MAX_FILE_BYTES <= 16 * 2**20
+    with pytest.raises(SpecvizError, match="a saved race here is at most 16 MB"):
+        load_race(path, METHODS, most_runs=13)
+    path.write_bytes(b" " * (20 * 2**20))  # under the old 50 MB bound: read and parsed
+    with pytest.raises(SpecvizError, match="at most 16 MB"):
+        load_race(path, METHODS, most_runs=13)
+
+
+def test_checking_a_saved_race_stops_at_its_time_budget(saved, tmp_path):
+    path = tmp_path / "race_records.json"
+    path.write_text(json.dumps(saved[1]))
+    assert [r.name for r in load_race(path, METHODS, most_runs=13).runs] == [r.name for r in saved[0].runs]
+    with pytest.raises(SpecvizError, match="took too long to check"):
+        load_race(path, METHODS, most_runs=13, budget_s=-1.0)

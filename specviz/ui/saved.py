@@ -4,7 +4,8 @@ The file holds everything the board, the plots and the replay draw from (records
 token's text as the race showed it), so a race recorded elsewhere (on a GPU, with a model this
 machine does not have) is shown and replayed here without loading a model. Files come from
 strangers on a public page, and a bad file is one SpecvizError: the file's size is bounded, so are
-its nesting and numbers' digits where the parser meets them, and every value kept is checked
+its nesting and numbers' digits where the parser meets them, and so is the time its checks may
+take (the load runs beside timed races, not on the models' line), and every value kept is checked
 against its type (so none nests deeper, or is longer, than a record's fields), records by
 `IterationRecord.from_dict`, against the run's lengths and the extra fields their method declares.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,10 @@ from specviz.ui.tokens import TokenSpan
 
 FORMAT = "specviz-race"
 VERSION = 1
-MAX_FILE_BYTES = 50 * 2**20  # far above a 13-method, 1024-token race (~10 MB)
+# Above a 13-method, 1024-token race (~10 MB on the default pair; 12 methods of 512 tokens on the tiny
+# pair: 3.5 MB, checked in 0.6 s of CPU here). 50 MB let a valid file cost 70 s of CPU and +860 MB (issue 41).
+MAX_FILE_BYTES = 16 * 2**20
+CHECK_BUDGET_S = 10.0  # wall seconds the records' checks may take; a file that needs longer is refused
 STATUSES = ("done", "stopped", "skipped", "error")  # how a finished race's runs can end
 KINDS = ("accepted", "target", "rejected")
 
@@ -59,12 +64,15 @@ def race_to_dict(race: Race) -> dict[str, Any]:
     }
 
 
-def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int) -> Race:
-    """A saved race from a file; `methods`: the registered names a run may have."""
+def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int, budget_s: float = CHECK_BUDGET_S) -> Race:
+    """A saved race from a file; `methods`: the registered names a run may have; `budget_s`: the
+    seconds its checks may take."""
+    deadline = time.monotonic() + budget_s
     path = Path(path)
     if path.stat().st_size > MAX_FILE_BYTES:
         raise SpecvizError(
-            f"the file is {path.stat().st_size / 2**20:.0f} MB; a saved race here is at most {MAX_FILE_BYTES // 2**20} MB"
+            f"the file is {path.stat().st_size / 2**20:.0f} MB; a saved race here is at most "
+            f"{MAX_FILE_BYTES // 2**20} MB"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -74,11 +82,11 @@ def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int) -> Rac
         raise SpecvizError("not a saved race: nested too deep") from None
     except ValueError:  # a whole number longer than Python's digit limit (4300 digits; an int64 has at most 19)
         raise SpecvizError("not a saved race: it holds a number thousands of digits long") from None
-    return race_from_dict(data, methods, most_runs)
+    return race_from_dict(data, methods, most_runs, deadline)
 
 
-def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
-    """Inverse of `race_to_dict`, checking every field."""
+def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int, deadline: float = math.inf) -> Race:
+    """Inverse of `race_to_dict`, checking every field, by `deadline` (time.monotonic) at the latest."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SpecvizError(
             "not a saved race: download one with the Race tab's 'Download the records' (race_records.json)"
@@ -94,7 +102,8 @@ def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
     max_new_tokens = _field(data, "max_new_tokens", int)
     if not 1 <= max_new_tokens <= INT64_MAX:
         raise SpecvizError(
-            f"the saved race's 'max_new_tokens' must be a whole number from 1 to 2**63 - 1, not {str(max_new_tokens)[:20]}"
+            "the saved race's 'max_new_tokens' must be a whole number from 1 to 2**63 - 1, "
+            f"not {str(max_new_tokens)[:20]}"
         )
     bounds = RunBounds(prompt_tokens=len(prompt_ids), max_new_tokens=max_new_tokens)
     race = Race(
@@ -103,7 +112,7 @@ def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
         prompt_ids=prompt_ids,
         max_new_tokens=max_new_tokens,
         options=_field(data, "options", dict),
-        runs=[_run(r, methods, bounds) for r in runs],
+        runs=[_run(r, methods, bounds, deadline) for r in runs],
     )
     if not all(isinstance(k, str) and _is_real(v) for k, v in race.options.items()):
         raise SpecvizError(
@@ -115,7 +124,7 @@ def race_from_dict(data: Any, methods: tuple[str, ...], most_runs: int) -> Race:
     return race
 
 
-def _run(data: Any, methods: tuple[str, ...], bounds: RunBounds) -> MethodRun:
+def _run(data: Any, methods: tuple[str, ...], bounds: RunBounds, deadline: float) -> MethodRun:
     if not isinstance(data, dict):
         raise SpecvizError("a run of the saved race is not an object")
     name = _field(data, "name", str)
@@ -134,9 +143,18 @@ def _run(data: Any, methods: tuple[str, ...], bounds: RunBounds) -> MethodRun:
         message=_field(data, "message", str),
         note=_field(data, "note", str),
         options=_options(data.get("options", {}), name),
-        records=[IterationRecord.from_dict(r, bounds, f"record {i} of '{name}'") for i, r in enumerate(records)],
+        records=[_record(r, bounds, f"record {i} of '{name}'", deadline) for i, r in enumerate(records)],
         spans=[_span(s, name, len(records)) for s in _field(data, "spans", list)],
     )
+
+
+def _record(data: Any, bounds: RunBounds, where: str, deadline: float) -> IterationRecord:
+    if time.monotonic() > deadline:
+        raise SpecvizError(
+            f"the saved race took too long to check (stopped at {where}): a race from this app's "
+            "Download loads well within the time allowed"
+        )
+    return IterationRecord.from_dict(data, bounds, where)
 
 
 def _options(data: Any, method: str) -> dict[str, Any]:
