@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import math
 import pkgutil
 import traceback
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from specviz.serving.pools import size_pools
 from specviz.ui.feedback import said_where_raised, user_error
 from specviz.ui.gpu import no_gpu
 from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choices, resolve_pair
+from specviz.ui.saved import MAX_FILE_BYTES
 from specviz.ui.sessions import limit_malloc_arenas, start_janitor
 from specviz.ui.style import CSS
 from specviz.ui.turns import one_at_a_time, stop_visitor
@@ -205,9 +207,52 @@ def build_app(
         for trigger in (demo.load, pair_box.change):
             trigger(status, pair_box, pair_status, **ctx.models_queue(), show_progress="minimal")
         demo.unload(_visitor_left)
+    refuse_inputs_in_one_line(demo)
     # Model runs take turns (timings stay honest); a full queue turns new visitors away politely.
     demo.specviz_limits = limits  # read by launch
     return demo.queue(default_concurrency_limit=4, max_size=limits.queue_size)
+
+
+def refuse_inputs_in_one_line(demo: gr.Blocks) -> None:
+    """Make every component's own check of a value sent to it (gradio's: a number past its box's
+    bounds, a choice not offered, text where a number goes) one line: an INFO line in the log and a
+    message that names the field, not gradio's 20-27-line traceback or its generic error."""
+    for block in demo.blocks.values():
+        if isinstance(block, gr.components.Component) and not isinstance(block, gr.State):
+            vars(block)["preprocess"] = _refused_in_one_line(block, block.preprocess)  # this block's, not its class's
+
+
+def _refused_in_one_line(block: gr.components.Component, preprocess: Callable) -> Callable:
+    def checked(payload: Any) -> Any:
+        empty = payload is None and isinstance(block, gr.Number)  # an empty number box: the handler decides
+        if isinstance(block, (gr.Number, gr.Slider)) and not (empty or _is_number(payload)):
+            raise user_error(SpecvizError(f"{_field(block)} must be a number, got {str(payload)[:40]!r}"))
+        try:
+            return preprocess(payload)
+        except gr.Error as e:  # gradio's own refusal (print_exception=True: a traceback in the log)
+            raise user_error(SpecvizError(_refusal(block, payload, e.message))) from None
+
+    return checked
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _field(block: Any) -> str:
+    return f"'{block.label}'" if isinstance(getattr(block, "label", None), str) else "a field"
+
+
+def _refusal(block: Any, payload: Any, message: str) -> str:
+    """What the page says when gradio refuses a value: for a number, the bounds it must keep."""
+    least, most = getattr(block, "minimum", None), getattr(block, "maximum", None)
+    if isinstance(block, (gr.Number, gr.Slider)) and least is not None and most is not None:
+        return f"{_field(block)} must be from {least:g} to {most:g}, got {payload:g}"
+    if choices := getattr(block, "choices", None):  # a dropdown, radio or checkbox group
+        values = [c[1] if isinstance(c, tuple) else c for c in choices]
+        listed = ", ".join(map(str, values[:12])) + (", ..." if len(values) > 12 else "")
+        return f"{_field(block)} must be one of {listed}, got {str(payload)[:40]!r}"
+    return f"{_field(block)}: {message}"
 
 
 def _visitor_left(request: gr.Request) -> None:
@@ -225,6 +270,8 @@ def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     limits = getattr(demo, "specviz_limits", AppLimits())
     kwargs.setdefault("ssr_mode", False)
     kwargs.setdefault("state_session_capacity", limits.sessions)
+    # uploads are saved races and prompt files: nothing larger is read (gradio took 200 MB in 0.6 s)
+    kwargs.setdefault("max_file_size", MAX_FILE_BYTES)
     size_pools(limits)  # server-wide: past its bound, the least recently used learner gives its weights back
     limit_malloc_arenas()  # before gradio starts its worker threads
     start_janitor(demo, limits.session_ttl_s)

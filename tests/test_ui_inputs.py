@@ -1,0 +1,71 @@
+"""What a stranger can send the app's inputs: every refusal one line (an INFO line in the log, a
+message naming the field), uploads bounded in size (issue 41)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import gradio as gr
+import pytest
+
+from specviz.serving.limits import AppLimits
+from specviz.ui import build_app
+
+
+@pytest.fixture(scope="module")
+def app():
+    return build_app(pair="tiny-random", limits=AppLimits())
+
+
+def component(app, label: str):
+    return next(b for b in app.blocks.values() if getattr(b, "label", None) == label)
+
+
+@pytest.mark.parametrize(
+    ("label", "value", "message"),
+    [
+        ("Seed", "abc", "'Seed' must be a number, got 'abc'"),  # gradio's generic error before
+        ("max new tokens per request", 1000, "'max new tokens per request' must be from 8 to 256, got 1000"),
+        ("max new tokens per request", "abc", "'max new tokens per request' must be a number, got 'abc'"),
+        ("learning rate", 1e308, "'learning rate' must be from 1e-07 to 0.01, got 1e+308"),
+        (
+            "distillation loss (p: target, q: draft)",
+            "xyz",
+            "'distillation loss (p: target, q: draft)' must be one of fkl, rkl, jsd, got 'xyz'",
+        ),
+    ],
+)
+def test_a_value_a_component_refuses_is_one_line_in_the_log(app, caplog, label, value, message):
+    caplog.set_level(logging.INFO)
+    with pytest.raises(gr.Error) as refused:
+        component(app, label).preprocess(value)
+    assert refused.value.message.startswith(message) and refused.value.print_exception is False
+    assert [r.levelname for r in caplog.records] == ["INFO"] and message in caplog.records[0].getMessage()
+
+
+def test_a_value_within_bounds_passes(app):
+    assert component(app, "max new tokens per request").preprocess(64) == 64
+    assert component(app, "Seed").preprocess(None) is None
+
+
+def test_an_upload_past_the_saved_race_bound_is_refused():
+    """`/gradio_api/upload` took 200 MB in 0.6 s and served it back (issue 41)."""
+    import httpx
+
+    from specviz.ui import launch
+    from specviz.ui.saved import MAX_FILE_BYTES
+
+    demo = build_app(pair="tiny-random", limits=AppLimits())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        url = f"http://127.0.0.1:{port}/gradio_api/upload"
+        small = httpx.post(url, files={"files": ("race.json", b"{}")}, timeout=60)
+        assert small.status_code == 200
+        big = httpx.post(url, files={"files": ("race.json", b" " * (MAX_FILE_BYTES + 1))}, timeout=60)
+        assert big.status_code == 413
+    finally:
+        demo.close()
