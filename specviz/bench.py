@@ -265,8 +265,8 @@ def check_numbers(args: argparse.Namespace) -> None:
         check_count("--limit", args.limit, most=None)
     check_count("--offset", args.offset, most=None, least=0)
     check_count("--max-new-tokens", args.max_new_tokens, most=None)
-    check_count("--repeats", args.repeats, most=None)
-    check_count("--seed", args.seed, most=MAX_SEED, least=0)
+    repeats = check_count("--repeats", args.repeats, most=None)
+    check_count("--seed (repeat r runs with seed + r)", args.seed, most=MAX_SEED - (repeats - 1), least=0)
     if args.speculation_length is not None:
         check_count("--speculation-length", args.speculation_length)
     SamplingConfig(temperature=check_temperature(args.temperature, "--temperature"), top_p=args.top_p)
