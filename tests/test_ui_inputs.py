@@ -69,3 +69,48 @@ def test_an_upload_past_the_saved_race_bound_is_refused():
         assert big.status_code == 413
     finally:
         demo.close()
+
+
+def _tab_handlers(module, **ctx_overrides):
+    from tests.conftest import tab_context
+
+    with gr.Blocks() as demo:
+        module.build_tab(tab_context(**ctx_overrides))
+    return {f.fn.__name__: f.fn for f in demo.fns.values() if f.fn is not None}
+
+
+def test_a_megabyte_prompt_is_refused_before_it_waits_for_the_models(random_pair):
+    """The DISCO tab tokenised a 1 MB prompt in the models' turn (8.4 s) before refusing it (issue 41)."""
+    import threading
+
+    from specviz.ui import disco
+    from specviz.ui.turns import TURNS
+
+    loads: list[str] = []
+    run = _tab_handlers(disco, load_pair=lambda name: loads.append(name) or random_pair)["run"]
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            run("tiny-random", "x " * 500_000, True, 0.5, 8, 8, 1)
+        except gr.Error as e:
+            outcome.append(e)
+
+    holder = TURNS.join()  # the models are busy: a handler that waits for them does not return
+    try:
+        worker = threading.Thread(target=call)
+        worker.start()
+        worker.join(10)
+        assert outcome and "the prompt is 1000000 characters long; a prompt here is at most 32768" in str(outcome[0])
+        assert not loads
+    finally:
+        TURNS.leave(holder)
+        worker.join(60)
+
+
+def test_a_prompt_past_the_token_limit_is_refused_in_one_line(random_pair):
+    from specviz.ui import disco
+
+    run = _tab_handlers(disco, load_pair=lambda name: random_pair, limits=AppLimits(prompt_tokens=16))["run"]
+    with pytest.raises(gr.Error, match="tokens long; a prompt here takes at most 16"):
+        run("tiny-random", "def add(a, b): return a + b " * 10, True, 0.5, 8, 8, 1)

@@ -49,6 +49,36 @@ class AppLimits:
         return [_env_name(f.name) for f in dataclasses.fields(AppLimits)]
 
 
+# A prompt longer than this many characters per allowed token is refused before it is tokenised: the
+# default pair's tokenizer reads the README at 3.4 characters a token (its longest token, a run of
+# spaces, is 81); a 1 MB prompt took 4.7-8.4 s to tokenise on the PEARL and DISCO tabs before its
+# refusal, holding the models' turn (issue 41)
+MOST_CHARS_PER_TOKEN = 32
+
+
+def check_prompt_text(text: Any, limits: AppLimits) -> str:
+    """`text` as a prompt short enough to tokenise at once (its tokens are checked after), or a
+    SpecvizError that names the bound."""
+    if not isinstance(text, str):
+        raise SpecvizError(f"the prompt must be text, got {type(text).__name__}")
+    most = limits.prompt_tokens * MOST_CHARS_PER_TOKEN
+    if len(text) > most:
+        raise SpecvizError(
+            f"the prompt is {len(text)} characters long; a prompt here is at most {most} characters "
+            f"({limits.prompt_tokens} tokens): shorten it"
+        )
+    return text
+
+
+def check_prompt_tokens(ids: list[int], limits: AppLimits) -> list[int]:
+    """Token ids of a prompt within `limits.prompt_tokens`, or a SpecvizError that says so."""
+    if len(ids) > limits.prompt_tokens:
+        raise SpecvizError(
+            f"the prompt is {len(ids)} tokens long; a prompt here takes at most {limits.prompt_tokens}: shorten it"
+        )
+    return ids
+
+
 def app_limits(env: Mapping[str, str] | None = None) -> AppLimits:
     """The app's limits: the defaults, each overridden by SPECVIZ_LIMIT_<FIELD> when set."""
     environment: Mapping[str, str] = os.environ if env is None else env

@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
+from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import gpu_seconds
 
@@ -41,7 +42,12 @@ HEADERS = [
 
 
 def disco_vs_oracle(
-    pair: Any, prompt: str, threshold: float | None, sl_max: int | None, max_new_tokens: int, repeats: int = 3
+    pair: Any,
+    prompt: str | list[int],
+    threshold: float | None,
+    sl_max: int | None,
+    max_new_tokens: int,
+    repeats: int = 3,
 ) -> dict[str, Any]:
     """Run the target alone, DISCO, SL-opt and the oracle on one prompt, each warmed up and timed
     `repeats` times (the median run is shown); return the table rows, the iterations and the card."""
@@ -50,7 +56,7 @@ def disco_vs_oracle(
 
     clf = classifier_for(pair.name)
     sl_opt = int(clf.card.get("static_sl_opt", 4))
-    runs = {
+    runs: dict[str, tuple[str, dict[str, Any]]] = {
         AR_LABEL: ("autoregressive", {}),
         "DISCO": ("disco", {"threshold": threshold, "max_speculation_length": sl_max}),
         f"SL-opt ({sl_opt})": ("vanilla", {"speculation_length": sl_opt}),
@@ -105,8 +111,11 @@ def table_row(label: str, result: Any, repeats: int, ar_ms: float) -> dict[str, 
 def card_markdown(clf: Any) -> str:
     card, test = clf.card, clf.card.get("test", {})
     lines = [
-        f"Classifier **{clf.name}**{' (borrowed from another pair)' if card.get('borrowed') else ''}: "
-        f"tuned τ = {clf.threshold}, SL_max = {clf.max_speculation_length}, SL-opt = {card.get('static_sl_opt', '?')}."
+        (
+            f"Classifier **{clf.name}**{' (borrowed from another pair)' if card.get('borrowed') else ''}: "
+            f"tuned τ = {clf.threshold}, SL_max = {clf.max_speculation_length}, "
+            f"SL-opt = {card.get('static_sl_opt', '?')}."
+        )
     ]
     if test:
         lines.append(
@@ -160,7 +169,11 @@ def build_tab(ctx: Any) -> None:
         pair_name: str, text: str, threshold: float | None, length: int | None, n: int, k: int
     ) -> dict[str, Any]:
         """The model call (plain data in and out): the runs, the classifier's card and tuned values."""
-        out = disco_vs_oracle(ctx.load_pair(pair_name), text, threshold, length, n, k)
+        import specviz
+
+        pair = ctx.load_pair(pair_name)
+        ids = check_prompt_tokens(specviz.encode_prompt(pair, text), ctx.limits)
+        out = disco_vs_oracle(pair, ids, threshold, length, n, k)
         clf = out.pop("classifier")
         return {**out, "card": card_markdown(clf), "tuned": (clf.threshold, clf.max_speculation_length)}
 
@@ -172,9 +185,10 @@ def build_tab(ctx: Any) -> None:
     def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float, k: float):
         try:
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
+            check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
             out = measured(pair_name, text, threshold, length, int(n), int(k))
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
-            raise user_error(e) from None
+            raise user_error(e) from e
         df = pd.DataFrame(out["iterations"])
         oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
         used = out["tuned"] if use_tuned else (t, m)
