@@ -83,12 +83,10 @@ class ScoredDrafter:
 
 @dataclass(frozen=True)
 class DiscoOptions:
-    threshold: float | None = number(
-        None, 0.0, 1.0
-    )  # τ: draft while the classifier's P(accepted) is at least this; empty: the value tuned for the pair (in the classifier's card)
-    max_speculation_length: int | None = count(
-        None, limit="speculation_length"
-    )  # SL_max: most tokens drafted per iteration; empty: the tuned value
+    threshold: float | None = number(None, 0.0, 1.0)  # τ: draft while the classifier's P(accepted) is at least this;
+    # empty: the value tuned for the pair (in the classifier's card)
+    max_speculation_length: int | None = count(None, limit="speculation_length")  # SL_max: most tokens drafted per
+    # iteration; empty: the tuned value
     classifier: str = ""  # path to a classifier .safetensors; "": the pair's shipped one
 
     def __post_init__(self) -> None:
@@ -119,12 +117,10 @@ def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
 
 @dataclass(frozen=True)
 class ConfidenceOptions:
-    threshold: float = number(
-        0.4, 0.0, 1.0
-    )  # stop drafting once the draft's top-1 probability is below this (HF's default)
-    max_speculation_length: int = count(
-        20, limit="speculation_length"
-    )  # SL_max: most tokens drafted per iteration (Hugging Face caps them at 20 too)
+    threshold: float = number(0.4, 0.0, 1.0)  # stop drafting once the draft's top-1 probability is below
+    # this (HF's default)
+    max_speculation_length: int = count(20, limit="speculation_length")  # SL_max: most tokens drafted per iteration
+    # (Hugging Face caps them at 20 too)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -2,17 +2,21 @@
 widget by the app and parsed from the bench's `--option METHOD.NAME=VALUE`.
 
 An options dataclass marks a tunable field with `count(...)`, `number(...)` or `choice(...)`; its
-help text is the field's end-of-line comment. Fields without a mark (a bool aside) are for the
-library and the CLI only: file paths never become widgets, so a visitor of a public page cannot
-point a method at a file. Live objects are no options: a run is lent them (`run(..., session=,
-executor=)`).
+help text is the field's comment: the comment at the end of its declaration (on whichever line the
+formatter leaves it) and the comment-only lines right below, for a help too long for one line.
+Fields without a mark (a bool aside) are for the library and the CLI only: file paths never become
+widgets, so a visitor of a public page cannot point a method at a file. Live objects are no
+options: a run is lent them (`run(..., session=, executor=)`).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
-import re
+import io
+import textwrap
+import tokenize
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -108,10 +112,16 @@ def check_fields(options: Any) -> None:
         f.check(getattr(options, f.name))
 
 
-@cache
 def option_fields(cls: type, text: bool = False) -> tuple[OptionField, ...]:
     """The tunable fields of an options dataclass, in declaration order, each with its help;
     `text`: also its text fields (file paths), which only the library and the CLI may set."""
+    return _option_fields(cls, text)
+
+
+# The cache takes the class as a plain `type`: mypy does not see a `type[X]` (what `type(options)`
+# is) as Hashable, which functools.cache asks of its arguments (python/mypy#11470).
+@cache
+def _option_fields(cls: type, text: bool) -> tuple[OptionField, ...]:
     comments = _field_comments(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -131,9 +141,24 @@ def option_fields(cls: type, text: bool = False) -> tuple[OptionField, ...]:
 
 
 def _field_comments(cls: type) -> dict[str, str]:
-    """name -> the end-of-line comment of its declaration in the class body."""
+    """name -> the comment of its declaration in the class body: the comments on the declaration's
+    lines, then the comment-only lines right below it, joined."""
     try:
-        source = inspect.getsource(cls)
+        source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # defined where no source is kept (e.g. an interactive session)
         return {}
-    return dict(re.findall(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+?)\s*$", source, flags=re.M))
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    comments = {t.start[0]: t.string.removeprefix("#").strip() for t in tokens if t.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    out = {}
+    class_def = ast.parse(source).body[0]
+    assert isinstance(class_def, ast.ClassDef)  # the source of a class is its class statement
+    for stmt in class_def.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            end = stmt.end_lineno or stmt.lineno
+            while end < len(lines) and lines[end].lstrip().startswith("#"):  # comment-only lines below
+                end += 1
+            text = " ".join(comments[n] for n in range(stmt.lineno, end + 1) if n in comments)
+            if text:
+                out[stmt.target.id] = text
+    return out

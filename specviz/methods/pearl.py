@@ -48,9 +48,8 @@ from specviz.verify import Verdict, verify
 
 @dataclass(frozen=True)
 class PearlOptions:
-    window: int = count(
-        0, least=0, limit="speculation_length"
-    )  # γ: tokens per drafting phase; 0 = round(c), c measured at the start (Theorem 1)
+    window: int = count(0, least=0, limit="speculation_length")  # γ: tokens per drafting phase; 0 = round(c), c
+    # measured at the start (Theorem 1)
     concurrent: bool = True  # draft and target at the same time (threads / CUDA streams); False: one after the other
 
     def __post_init__(self) -> None:

@@ -22,9 +22,8 @@ from specviz.verify import verify
 
 @dataclass(frozen=True)
 class SpeculativeOptions:
-    speculation_length: int = count(
-        4, limit="speculation_length"
-    )  # γ: tokens drafted per iteration (the heuristic's starting value)
+    speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration (the heuristic's
+    # starting value)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -36,9 +36,8 @@ SOURCES = ("both", "input", "datastore")
 
 @dataclass(frozen=True)
 class SSSDOptions:
-    speculation_length: int = count(
-        8, limit="tree_nodes"
-    )  # S: tree nodes the target verifies per iteration (8 is fastest on a CPU, 16-64 on a GPU)
+    speculation_length: int = count(8, limit="tree_nodes")  # S: tree nodes the target verifies per iteration (8 is
+    # fastest on a CPU, 16-64 on a GPU)
     max_depth: int = count(8)  # longest path in the tree (tokens drafted ahead)
     sources: str = choice("both", SOURCES)  # "input" (prompt + own output), "datastore", or "both" fused
     datastore: str = "auto"  # "auto": the shipped one if it fits the tokenizer; "none"; or a .npz path

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
+from transformers import PreTrainedModel
 
 from specviz.cost.families import SELF_DRAFTING_TREE
 from specviz.decoding import Decoding
@@ -43,27 +43,23 @@ ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target
 
 @dataclass(frozen=True)
 class StreamingOptions:
-    speculation_length: int = count(
-        4, least=0, limit="speculation_length"
-    )  # streams used per iteration (at most the adapter's γ); 0: the tuned model alone
-    tree_width: int = count(
-        2
-    )  # top tokens taken from each stream (1: a single path; 2 with 6 nodes is fastest on a CPU)
-    tree_nodes: int = count(
-        6, limit="tree_nodes"
-    )  # most nodes in the tree (the best by product of stream probabilities)
-    adapter: str = (
-        "auto"  # "auto": the shipped adapter trained for this target, else "untrained"; or a .safetensors path
-    )
+    speculation_length: int = count(4, least=0, limit="speculation_length")  # streams used per iteration (at most the
+    # adapter's γ); 0: the tuned model alone
+    tree_width: int = count(2)  # top tokens taken from each stream (1: a single path; 2 with 6 nodes
+    # is fastest on a CPU)
+    tree_nodes: int = count(6, limit="tree_nodes")  # most nodes in the tree (the best by product of
+    # stream probabilities)
+    adapter: str = "auto"  # "auto": the shipped adapter trained for this target, else "untrained";
+    # or a .safetensors path
 
     def __post_init__(self) -> None:
         check_fields(self)
 
 
-_LOADED: weakref.WeakKeyDictionary[nn.Module, dict[str, msa.StreamingLM]] = weakref.WeakKeyDictionary()
+_LOADED: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, msa.StreamingLM]] = weakref.WeakKeyDictionary()
 
 
-def streaming_model(target: nn.Module, adapter: str = "auto") -> msa.StreamingLM:
+def streaming_model(target: PreTrainedModel, adapter: str = "auto") -> msa.StreamingLM:
     """The MSA model over `target` with `adapter` (loaded once per target and adapter)."""
     per_target = _LOADED.setdefault(target, {})
     if adapter not in per_target:
@@ -79,7 +75,7 @@ def tuned_target(pair, adapter: str = "auto") -> str:
     return "its own fine-tuned target (the base model with its streaming adapter)"
 
 
-def shipped_adapter(target: nn.Module) -> Path | None:
+def shipped_adapter(target: PreTrainedModel) -> Path | None:
     """The shipped adapter trained for exactly this target, if there is one."""
     for path in sorted(ADAPTERS.glob("*.safetensors")):
         if msa.trained_for(msa.read_adapter_meta(path), target):
@@ -87,7 +83,7 @@ def shipped_adapter(target: nn.Module) -> Path | None:
     return None
 
 
-def _load(target: nn.Module, adapter: str) -> msa.StreamingLM:
+def _load(target: PreTrainedModel, adapter: str) -> msa.StreamingLM:
     if adapter == "auto":
         path = shipped_adapter(target)
         return msa.load_adapter(target, path) if path else msa.untrained(target)
@@ -132,15 +128,14 @@ class StreamDrafter:
         self.node: torch.Tensor | None = None  # hidden state of the last accepted token, once known
 
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
-        depth = min(self.gamma, context.depth) if self.node is not None else 0
-        if depth <= 0:
+        depth = min(self.gamma, context.depth)
+        if self.node is None or depth <= 0:
             return TokenTree()
-        probs = self.lm.stream_logits(self.node, len(self.main) - 1, self.main.layer_kv)[:depth].softmax(
-            -1
-        )  # [depth, V]
-        return stream_tree(probs, self.width, budget)
+        logits = self.lm.stream_logits(self.node, len(self.main) - 1, self.main.layer_kv)  # [gamma, V]
+        return stream_tree(logits[:depth].softmax(-1), self.width, budget)
 
     def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
+        assert hidden is not None  # hidden_layer is set, so the verification pass returns hidden states
         self.node = hidden[1 + path[-1]] if path else hidden[0]  # the accepted node is the last token kept
 
 

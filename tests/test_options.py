@@ -1,0 +1,39 @@
+"""Option help texts come from the fields' comments, however the formatter lays the declaration out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specviz.methods import all_methods
+from specviz.methods.options import count, number, option_fields
+
+
+def test_every_option_of_every_method_has_its_help():
+    missing = [f"{s.name}.{f.name}" for s in all_methods() for f in option_fields(s.options, text=True) if not f.help]
+    assert not missing, f"options without a help text: {missing}"
+
+
+@dataclass(frozen=True)
+class Laid:
+    one: int = count(4)  # on one line
+    split: float = number(
+        0.5, 0.0, 1.0
+    )  # after the closing parenthesis, as the formatter leaves a long line's comment, ....
+    # and on the comment line below
+    inside: str = (
+        "auto"  # inside the parentheses, where the formatter puts a long comment of a plain value, ................
+    )
+
+    # a comment after a blank line belongs to no field
+    bare: bool = True
+
+
+def test_the_help_is_the_declarations_comments_and_the_comment_lines_below():
+    helps = {f.name: f.help for f in option_fields(Laid, text=True)}
+    assert helps == {
+        "one": "on one line",
+        "split": "after the closing parenthesis, as the formatter leaves a long line's comment, .... "
+        "and on the comment line below",
+        "inside": "inside the parentheses, where the formatter puts a long comment of a plain value, ................",
+        "bare": "",
+    }
