@@ -1,19 +1,28 @@
-"""A target and a draft that share a tokenizer, loaded once and shared by every run."""
+"""A target and a draft that share a tokenizer, loaded once and shared by every run.
+
+Loaded pairs are kept: the offline ones (tiny-random, default: a few hundred MB at most) up to
+`MOST_OFFLINE_PAIRS`, and at most one pair from the hub (a preset or TARGET,DRAFT), which is let go
+before another is loaded: four kept hub pairs could hold tens of GB (issue 41). `fits_here` says
+whether a preset's weights fit in the memory free on this machine, counted from its config.
+"""
 
 from __future__ import annotations
 
+import gc
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache
 from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from specviz.errors import SpecvizError
 from specviz.models import hub
-from specviz.models.devices import resolve_device, resolve_dtype
+from specviz.models.devices import moved, resolve_device, resolve_dtype
 from specviz.models.modelpair import ModelPair, describe, eos_ids
 from specviz.models.presets import PRESETS
 from specviz.text import visible
@@ -51,6 +60,21 @@ def load_pair(
     distilled draft), a preset from `specviz.models.presets.PRESETS`, or "TARGET,DRAFT" (hub ids or
     local directories).
     """
+    key = _pair_key(name, target, draft, device, dtype, device_map, trust_remote_code)
+    with _LOADING:  # a second caller (another visitor, the page's own pair check) waits for the first's pair
+        return _load_pair(*key)
+
+
+def is_loaded(name: str, device: str = "auto", dtype: str = "auto") -> bool:
+    """Whether `load_pair(name, device=, dtype=)` would return a pair already loaded (no work)."""
+    try:
+        return _pair_key(name, None, None, device, dtype, None, False) in _load_pair
+    except SpecvizError:
+        return False
+
+
+def _pair_key(name, target, draft, device, dtype, device_map, trust_remote_code) -> tuple:
+    """The loader's arguments for a pair name or a target and a draft ("T,D" split into both)."""
     if name and "," in name:
         target, draft = (s.strip() for s in name.split(",", 1))
         name = None
@@ -58,13 +82,12 @@ def load_pair(
         if not target or not draft:
             raise SpecvizError("give a pair name, or both a target and a draft model (hub ids or directories)")
         name = f"{target},{draft}"
-    with _LOADING:  # a second caller (another visitor, the page's own pair check) waits for the first's pair
-        return _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
+    return name, target, draft, device, dtype, device_map, trust_remote_code
 
 
 def load_target(
     name: str, device: str = "cpu", dtype: torch.dtype | None = None
-) -> tuple[torch.nn.Module, Any, tuple[int, ...]]:
+) -> tuple[PreTrainedModel, Any, tuple[int, ...]]:
     """(model, tokenizer, eos ids) of a target alone, for the trainers: 'default', 'tiny-random' or
     a hub id / folder; float32 on a CPU and bfloat16 elsewhere unless `dtype` says otherwise."""
     dev = resolve_device(device)
@@ -76,7 +99,7 @@ def load_target(
     elif name == "tiny-random":
         from specviz.models.tiny import TARGET_CONFIG, tiny_model, tiny_tokenizer
 
-        return tiny_model(seed=1, **TARGET_CONFIG).to(dev, dtype), tiny_tokenizer(), (0,)
+        return moved(tiny_model(seed=1, **TARGET_CONFIG), dev, dtype), tiny_tokenizer(), (0,)
     else:
         tokenizer = hub.load_tokenizer(name)
         model = hub.load_causal_lm(name, dev, dtype)
@@ -108,14 +131,96 @@ def pair_names() -> list[str]:
     return ["default", "tiny-random", *PRESETS]
 
 
-@lru_cache(maxsize=4)
-def _load_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
-    from specviz.models.cpu import prepack_linears
+OFFLINE_PAIRS = ("tiny-random", "default")  # shipped with specviz, well under a billion parameters
+MOST_OFFLINE_PAIRS = 4  # offline pairs kept loaded (one per device and dtype asked for)
+MEMORY_HEADROOM = 1.25  # a pair fits where its weights take at most 1/this of the free memory (the rest:
+# activations, KV caches, the loader's transient copies)
 
-    pair = _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
-    prepack_linears(pair.target)  # float32 on CPU only: few-token forwards get much cheaper
-    prepack_linears(pair.draft)
-    return pair
+
+class LoadedPairs:
+    """The loaded pairs, called like the loader they cache: every offline pair asked for (up to
+    `MOST_OFFLINE_PAIRS`, least recently used let go first) and at most one hub pair."""
+
+    def __init__(self) -> None:
+        self._pairs: OrderedDict[tuple, ModelPair] = OrderedDict()
+
+    def __call__(self, name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
+        from specviz.models.cpu import prepack_linears
+
+        key = (name, target, draft, device, dtype, device_map, trust_remote_code)
+        if key in self._pairs:
+            self._pairs.move_to_end(key)
+            return self._pairs[key]
+        offline = name in OFFLINE_PAIRS
+        if not offline:  # the other hub pair goes before this one loads: its memory is needed
+            self._let_go([k for k in self._pairs if k[0] not in OFFLINE_PAIRS])
+        pair = _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
+        prepack_linears(pair.target)  # float32 on CPU only: few-token forwards get much cheaper
+        prepack_linears(pair.draft)
+        self._pairs[key] = pair
+        kept = [k for k in self._pairs if k[0] in OFFLINE_PAIRS]
+        self._let_go(kept[: max(0, len(kept) - MOST_OFFLINE_PAIRS)])
+        return pair
+
+    def _let_go(self, keys: list[tuple]) -> None:
+        for key in keys:
+            del self._pairs[key]
+        if keys:
+            gc.collect()  # a model's modules hold reference cycles: free its weights now, not at the next collection
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._pairs
+
+    def loaded(self) -> list[str]:
+        """Names of the pairs held, least recently used first."""
+        return [key[0] for key in self._pairs]
+
+    def cache_clear(self) -> None:
+        self._let_go(list(self._pairs))
+
+
+_load_pair = LoadedPairs()
+
+
+@cache
+def preset_params(name: str) -> int | None:
+    """Parameters of a preset's target and draft, counted from their configs (no weights read), or
+    None where a config cannot be read here (offline, not in the local cache)."""
+    preset = PRESETS[name]
+    try:
+        return sum(hub.count_params(model_id) for model_id in (preset.target, preset.draft))
+    except (SpecvizError, ImportError, ValueError):  # no config here, or a model class this transformers lacks
+        return None
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free for new tensors on `device`: the GPU's free memory, or the host's MemAvailable
+    (Linux); None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def fits_here(name: str, device: str = "auto", dtype: str = "auto", free: int | None = None) -> bool:
+    """Whether the pair called `name` can be held here: an offline pair always; a preset when its
+    weights, in the dtype it would load in, take at most 1/MEMORY_HEADROOM of `free` bytes (default:
+    measured now). A preset whose size or the free memory cannot be read does not fit."""
+    if name in OFFLINE_PAIRS:
+        return True
+    params = preset_params(name) if name in PRESETS else None
+    dev = resolve_device(device)
+    free = free_memory(dev) if free is None else free
+    if params is None or free is None:
+        return False
+    element = torch.empty((), dtype=resolve_dtype(dtype, dev, params)).element_size()
+    return MEMORY_HEADROOM * params * element <= free
 
 
 def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
@@ -193,7 +298,7 @@ def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | Non
     ids = list(prompt.tolist() if hasattr(prompt, "tolist") else prompt)
     if not ids:
         raise SpecvizError("the prompt is empty: give at least one token id")
-    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= t < pair.vocab_size]
-    if bad:
-        raise SpecvizError(f"token ids must be integers in [0, {pair.vocab_size}); got {bad[:5]!r}")
+    wrong = [t for t in ids if isinstance(t, bool) or not (isinstance(t, Integral) and 0 <= int(t) < pair.vocab_size)]
+    if wrong:
+        raise SpecvizError(f"token ids must be integers in [0, {pair.vocab_size}); got {wrong[:5]!r}")
     return [int(t) for t in ids]

@@ -19,12 +19,15 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import logging
 import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 MODELS = "specviz-models"  # the app's thread for model calls: every race's, every tab's
 PEARL_TARGET = "pearl-target"  # the app's thread for PEARL's target lane (the draft's is MODELS)
@@ -46,7 +49,8 @@ class Worker:
                 continue
             try:
                 future.set_result(fn(*args))
-            except BaseException as e:  # handed to whoever waits on the future
+            except BaseException as e:  # handed to whoever waits on the future, which reports it
+                log.debug("a call on %s raised; its caller gets the exception", self.thread.name, exc_info=e)
                 future.set_exception(e)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
@@ -62,16 +66,30 @@ class Worker:
         return self.submit(fn, *args).result()
 
 
-_WORKERS: dict[str, Worker] = {}
-_LOCK = threading.Lock()
+class _Workers:
+    """The process's worker threads by name, and the lock that guards them (both renewed in a forked child)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Worker] = {}
+        self.lock = threading.Lock()
+
+
+_WORKERS = _Workers()
 
 
 def on(name: str) -> Worker:
     """The process's worker thread `name`, started on first use."""
-    with _LOCK:
-        if name not in _WORKERS:
-            _WORKERS[name] = Worker(name)
-        return _WORKERS[name]
+    with _WORKERS.lock:
+        if name not in _WORKERS.by_name:
+            _WORKERS.by_name[name] = Worker(name)
+        return _WORKERS.by_name[name]
+
+
+def on_thread(name: str) -> bool:
+    """Whether the caller runs on the worker thread `name` (inside a call made with `running_on`)."""
+    with _WORKERS.lock:
+        worker = _WORKERS.by_name.get(name)
+    return worker is not None and threading.current_thread() is worker.thread
 
 
 def running_on(name: str, fn: Callable) -> Callable:
@@ -100,9 +118,8 @@ def running_on(name: str, fn: Callable) -> Callable:
 
 
 def _forget_after_fork() -> None:
-    global _LOCK
-    _WORKERS.clear()  # their threads did not survive the fork
-    _LOCK = threading.Lock()
+    _WORKERS.by_name.clear()  # their threads did not survive the fork
+    _WORKERS.lock = threading.Lock()  # nor did whoever held the lock
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -85,10 +85,21 @@ class TabContext:
 
     def resolve(self, name: str) -> tuple[Any, str | None]:
         """(pair, notice) of the pair called `name`: one loaded at start-up, else loaded now (cached;
-        'default' falls back to tiny-random offline, and the notice says so)."""
+        'default' falls back to tiny-random offline, and the notice says so). A pair not loaded yet
+        is loaded in a turn on the models (a load beside a timed run would slow it, and two loads at
+        once could hold two pairs' memory)."""
+        from specviz.models.pair import is_loaded
+
         if isinstance(name, str) and name in self.served:
             return self.served[name]
-        return resolve_pair(name, self.allowed_pairs, self.placement)
+        where = (self.allowed_pairs, self.placement)
+        if threads.on_thread(threads.MODELS) or not isinstance(name, str) or name in TINY_VARIANTS:
+            return resolve_pair(name, *where)  # in a model call (its turn held), or nothing to load
+        if is_loaded(name.strip(), self.placement.device, self.placement.dtype):
+            return resolve_pair(name, *where)
+        if self.allowed_pairs is not None and name.strip() not in self.allowed_pairs:
+            return resolve_pair(name, *where)  # refused at once, without waiting for a turn
+        return self.hold_models(resolve_pair)(name, *where)
 
     def load_pair(self, name: str) -> Any:
         """The ModelPair called `name` (see resolve)."""
@@ -154,11 +165,13 @@ def build_app(
     `limits`: what one visitor may ask for (default: specviz.serving.limits.app_limits(), from the environment).
     `placement`: the device and dtype every pair is loaded with."""
     limits = limits or app_limits()
-    allowed = tuple(pair_choices(pair)) if limits.presets_only else None
+    allowed = tuple(pair_choices(pair, placement)) if limits.presets_only else None
     served = (
         serve_loaded(pair, allowed, placement) if gpu is not None else {}
     )  # ZeroGPU: models load now, in this process
-    allowed, choices = (tuple(served), list(served)) if served else (allowed, pair_choices(pair))
+    allowed, choices = (
+        (tuple(served), list(served)) if served else (allowed, list(allowed or pair_choices(pair, placement)))
+    )
     tabs, failures = discover_tabs()
     # Files handed to visitors (downloads) leave gradio's cache as their state does.
     with gr.Blocks(title="specviz: speculative decoding, raced", delete_cache=(600, limits.session_ttl_s)) as demo:
