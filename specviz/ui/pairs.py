@@ -14,11 +14,15 @@ FALLBACK = "tiny-random"
 TINY_VARIANTS = {"tiny-self": "self", "tiny-perturbed": "perturbed"}
 
 
-def pair_choices(first: str) -> list[str]:
-    """The pair dropdown's list: the one asked for, the default, the tiny pairs, the presets."""
-    from specviz.models.pair import pair_names
+def pair_choices(first: str, placement: Placement | None = None) -> list[str]:
+    """The pair dropdown's list: the one asked for, the default, the tiny pairs, and the presets this
+    machine can hold where the pairs run (`placement`): their weights against the memory free now
+    (a CPU Space listed a 7B pair, ~30 GB in float32)."""
+    from specviz.models.pair import fits_here, pair_names
 
-    return list(dict.fromkeys([first, *pair_names(), *TINY_VARIANTS]))
+    where = placement or Placement()
+    fitting = [name for name in pair_names() if fits_here(name, where.device, where.dtype)]
+    return list(dict.fromkeys([first, *fitting, *TINY_VARIANTS]))
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ def resolve_pair(
     name = (name or "default").strip() if isinstance(name, str) else "default"
     if allowed is not None and name not in allowed:
         raise SpecvizError(
-            f"this app races only its listed pairs ({', '.join(allowed)}); to race other models, run specviz on your own machine"
+            f"this app races only its listed pairs ({', '.join(allowed)}); to race other models, run specviz on "
+            "your own machine"
         )
     if name in TINY_VARIANTS:
         return _tiny_variant(TINY_VARIANTS[name], placement), None
