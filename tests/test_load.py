@@ -1,6 +1,7 @@
 """The app under load on loopback (specviz.bench load), small: every race done, Stop stops, a short
 race goes between a long race's methods with its queue position shown, a closed page stops its race,
-and the visitors' sessions expire once they have left."""
+the visitors' sessions expire once they have left, and one round of a hostile client's probes is
+refused in one line each without a traceback or a growing temp folder."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monke
             "1500",
             "--session-ttl",
             "20",
+            "--hostile",
+            "1",
             "--out",
             str(tmp_path),
         ]
@@ -36,7 +39,16 @@ def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monke
     assert result["stopped"] is True
     assert result["short_race_first"] is True and result["queue_position_shown"] is True
     assert result["visitor_left_logged"] is True
-    assert result["tracebacks_in_log"] == 0
+    assert result["tracebacks_in_log"] == 0  # the hostile client's refusals included
+    hostile = {row["probe"]: row for row in result["hostile"]}
+    assert result["hostile_rounds"] == 1 and not result["hostile_unexpected"], result["hostile_unexpected"]
+    assert hostile["upload past the bound"]["message"].startswith("SpecvizError: HTTP 413")
+    assert "nested too deep" in hostile["saved race nested 100k deep"]["message"]
+    assert "'Seed' must be a number" in hostile['race with seed "abc"']["message"]
+    assert "40 / 40" not in hostile["Stop on an online stream"]["message"]
+    # one draft file for three downloads (the tiny pair's draft: a few MB); the temp folder stays small
+    assert len({hostile[f"download the draft ({i})"]["message"] for i in (1, 2, 3)}) == 1
+    assert result["temp_growth_mb"] < 100 and result["temp_largest_mb"] < 100
     assert (
         result["sessions_dropped"] >= 3 and result["rss_visitors_left_mb"] > 0
     )  # the racing visitors' and the warm-up's

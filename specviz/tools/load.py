@@ -18,12 +18,24 @@ Reported: races done and failed, latency p50/p95 (queueing included), server RSS
 warm-up, after the first race, at the end of the races and once the visitors have left, those
 three timings, and the tracebacks in the server log (user errors must not leave any).
 Each race's row (with the server's RSS when it ended) is written to races.jsonl as it finishes.
+
+--hostile N: beside the honest sessions, one more client runs up to N rounds of what a careless or
+hostile visitor tries (issue 41), while the honest sessions race: an upload past the size bound,
+saved races nested 100k deep or holding a 5000-digit number, out-of-range and malformed inputs
+(0 new tokens, seed "abc", a temperature of 1e-45, a learning rate of 1e308, a 1 MB prompt), six
+races at once from one page, and an Online-tab stream whose draft is downloaded three times, analysed,
+then served again and stopped. Each probe is one row of hostile.jsonl: what it expected (a one-line
+refusal, or done), what came back, how long it took. The app's temporary folder (TMPDIR and
+GRADIO_TEMP_DIR point into --out) is measured after the warm-up, at its largest (sampled each
+second) and at the end: the disk a visitor can fill.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import re
 import socket
@@ -37,6 +49,7 @@ from typing import Any
 from specviz.errors import SpecvizError
 from specviz.methods import BASELINE, default_race
 
+log = logging.getLogger(__name__)
 PROMPTS = ["def add(a, b):", "Write a haiku about the sea.", "What is 12 * 7? Explain.", "List three prime numbers."]
 
 
@@ -52,6 +65,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def folder_mb(folder: Path) -> float:
+    """MB of the files under `folder` (files that vanish while counted are skipped)."""
+    total = 0
+    for path in folder.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size if path.is_file() else 0
+    return total / 2**20
 
 
 def start_app(pair: str, log: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
@@ -80,7 +102,8 @@ def start_app(pair: str, log: Path, env: dict[str, str]) -> tuple[subprocess.Pop
 
 
 def race_args(pair: str, methods: list[str], max_new_tokens: int, i: int) -> tuple:
-    """The /race API's inputs: pair, prompt, methods, method options (none: the defaults), max new tokens, T, top-p, seed."""
+    """The /race API's inputs: pair, prompt, methods, method options (none: the defaults), max new
+    tokens, T, top-p, seed."""
     return pair, PROMPTS[i % len(PROMPTS)], methods, {}, max_new_tokens, 0.0, 1.0, 0
 
 
@@ -90,12 +113,163 @@ def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
     try:
         status = client.predict(*args, api_name="/race")[0]
     except Exception as e:  # a failed request is a figure here, not a crash
+        log.debug("a race failed", exc_info=e)
         return False, time.perf_counter() - start, f"{type(e).__name__}: {e}"[:200]
     seconds = time.perf_counter() - start
     from specviz.ui.race import FAILED_NOTE
 
     ok = "Race finished" in status and FAILED_NOTE not in status  # a method's error fails the race too
     return ok, seconds, "" if ok else status[:200]
+
+
+BUG = ("This is a bug", "specviz failed")  # what a refusal must never say
+
+
+def probe(name: str, expect: str, call: Any) -> dict[str, Any]:
+    """Run one hostile probe: `call()` returns what came back, or raises (a refusal). `expect`:
+    'refused' (one line, not a bug) or 'done'."""
+    start = time.perf_counter()
+    try:
+        outcome, message = "done", str(call())[:300]
+    except Exception as e:  # gradio_client raises the app's refusal: the figure is its message
+        log.debug("probe %s refused", name, exc_info=e)
+        outcome, message = "refused", f"{type(e).__name__}: {e}"[:300]
+    one_line = "\n" not in message.strip() and not any(b in message for b in BUG)
+    return {
+        "probe": name,
+        "expected": expect,
+        "outcome": outcome,
+        "ok": outcome == expect and (one_line or outcome == "done"),
+        "seconds": round(time.perf_counter() - start, 2),
+        "message": message,
+    }
+
+
+def hostile_files(folder: Path) -> dict[str, Path]:
+    """The crafted uploads: a saved race nested 100k deep, one holding a 5000-digit number."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"deep": folder / "deep.json", "digits": folder / "digits.json"}
+    files["deep"].write_text("[" * 100_000 + "]" * 100_000)
+    files["digits"].write_text('{"format": "specviz-race", "version": 1, "max_new_tokens": ' + "9" * 5000 + "}")
+    return files
+
+
+def upload(url: str, size: int) -> str:
+    """POST `size` bytes to gradio's upload route; a refusal raises with the server's one line."""
+    import httpx
+
+    answer = httpx.post(f"{url}gradio_api/upload", files={"files": ("x.json", b" " * size)}, timeout=120)
+    if answer.status_code != 200:
+        raise SpecvizError(f"HTTP {answer.status_code}: {answer.text[:200]}")
+    return answer.text
+
+
+def online_args(pair: str, requests: int, tokens: int, lr: float = 3e-5) -> tuple:
+    """The /on_serve API's inputs: pair, suites, requests, shift, mixed, distinct, max new tokens, γ,
+    update interval, learning rate, loss, background, window."""
+    return pair, ["gsm8k"], requests, 0, False, 1, tokens, 4, 1, lr, "fkl", False, 5
+
+
+def hostile_round(url: str, cfg: argparse.Namespace, files: dict[str, Path]) -> list[dict[str, Any]]:
+    """One round of what issue 41's hostile visitor tried; one row per probe."""
+    from gradio_client import Client, handle_file
+
+    from specviz.ui.saved import MAX_FILE_BYTES
+
+    client = Client(url, verbose=False)
+    pair, race = cfg.pair, lambda *args: client.predict(*args, api_name="/race")[0]
+    rows = [
+        probe("upload past the bound", "refused", lambda: upload(url, MAX_FILE_BYTES + 1)),
+        probe(
+            "saved race nested 100k deep",
+            "refused",
+            lambda: client.predict(handle_file(str(files["deep"])), api_name="/load_race"),
+        ),
+        probe(
+            "saved race with a 5000-digit number",
+            "refused",
+            lambda: client.predict(handle_file(str(files["digits"])), api_name="/load_race"),
+        ),
+        probe("race of 0 new tokens", "refused", lambda: race(pair, "hi", [BASELINE], {}, 0, 0.0, 1.0, 0)),
+        probe("race of -5 new tokens", "refused", lambda: race(pair, "hi", [BASELINE], {}, -5, 0.0, 1.0, 0)),
+        probe('race with seed "abc"', "refused", lambda: race(pair, "hi", [BASELINE], {}, 8, 0.0, 1.0, "abc")),
+        probe("race at temperature 1e-45", "refused", lambda: race(pair, "hi", [BASELINE], {}, 8, 1e-45, 1.0, 0)),
+        probe(
+            "1 MB prompt on the DISCO tab",
+            "refused",
+            lambda: client.predict(pair, "x " * 500_000, True, 0.5, 8, 8, 1, api_name="/disco"),
+        ),
+        probe(
+            "learning rate 1e308",
+            "refused",
+            lambda: client.predict(*online_args(pair, 2, 8, 1e308), api_name="/on_serve"),
+        ),
+    ]
+    jobs = [client.submit(pair, PROMPTS[0], [BASELINE], {}, 8, 0.0, 1.0, 0, api_name="/race") for _ in range(6)]
+    outcomes = [probe("one of six races at once", "done", lambda job=job: job.result(timeout=600)[0]) for job in jobs]
+    refused = [o for o in outcomes if o["outcome"] == "refused"]
+    rows.append(
+        {
+            "probe": "six races at once from one page",
+            "expected": "each served or refused in one line (a page holds at most 2 places in the line)",
+            "outcome": f"{len(outcomes) - len(refused)} served, {len(refused)} refused",
+            "ok": all(o["outcome"] == "done" or o["ok"] or "\n" not in o["message"] for o in outcomes)
+            and all(not any(b in o["message"] for b in BUG) for o in outcomes),
+            "seconds": max(o["seconds"] for o in outcomes),
+            "message": refused[0]["message"] if refused else "",
+        }
+    )
+    rows.append(
+        probe(
+            "online stream of 2 requests",
+            "done",
+            lambda: client.predict(*online_args(pair, 2, 8), api_name="/on_serve")[0],
+        )
+    )
+    rows.extend(  # written once per draft version: three clicks, one file
+        probe(f"download the draft ({i + 1})", "done", lambda: client.predict(api_name="/save_draft")) for i in range(3)
+    )
+    rows.append(probe("which tokens did the draft learn", "done", lambda: client.predict(5, api_name="/on_analyse")[1]))
+    job = client.submit(*online_args(pair, 40, 64), api_name="/on_serve")
+    deadline = time.monotonic() + 300
+    while not job.outputs() and not job.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pressed = time.perf_counter()
+    client.predict(api_name="/stop_stream")
+    stopped = probe("Stop on an online stream", "done", lambda: job.result(timeout=600)[0])
+    stopped["seconds"] = round(time.perf_counter() - pressed, 2)
+    stopped["ok"] = stopped["ok"] and "40 / 40" not in stopped["message"]
+    rows.append(stopped)
+    client.close()
+    return rows
+
+
+def run_hostile(url: str, cfg: argparse.Namespace, honest_done: threading.Event) -> list[dict[str, Any]]:
+    """Up to cfg.hostile rounds while the honest sessions race (none starts once they are done)."""
+    files = hostile_files(cfg.out / "hostile")
+    rows: list[dict[str, Any]] = []
+    with (cfg.out / "hostile.jsonl").open("w") as progress:
+        for r in range(cfg.hostile):
+            if r and honest_done.is_set():
+                break
+            for row in hostile_round(url, cfg, files):
+                rows.append({"round": r, **row})
+                progress.write(json.dumps(rows[-1]) + "\n")
+                progress.flush()
+    return rows
+
+
+def sample_folder(folder: Path, done: threading.Event, every_s: float = 1.0) -> dict[str, float]:
+    """The largest size of `folder` seen until `done` (sampled every `every_s` seconds), in a thread;
+    the returned dict fills in as it runs."""
+    seen = {"largest_mb": folder_mb(folder)}
+
+    def loop() -> None:
+        while not done.wait(every_s):
+            seen["largest_mb"] = max(seen["largest_mb"], folder_mb(folder))
+
+    threading.Thread(target=loop, name="temp-folder", daemon=True).start()
+    return seen
 
 
 def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int) -> list[dict[str, Any]]:
@@ -241,7 +415,7 @@ def logged(line: str, text: str) -> list[int]:
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,31 +431,53 @@ def main(argv: list[str] | None = None) -> int:
         "--session-ttl",
         type=int,
         default=60,
-        help="seconds after its last event the app drops a visitor's session; then RSS once all have left (0: the app's own, no wait)",
+        help="seconds after its last event the app drops a visitor's session; then RSS once all have left "
+        "(0: the app's own, no wait)",
     )
     p.add_argument(
         "--minutes", type=float, default=0.0, help="time budget for the races (0: none); no race starts after it"
     )
+    p.add_argument(
+        "--hostile",
+        type=int,
+        default=0,
+        help="rounds of a hostile client's probes beside the honest sessions (0: none; none starts after the races)",
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for results.json, summary.md and the server log")
     cfg = p.parse_args(argv)
-    if not (1 <= cfg.sessions <= 64 and 1 <= cfg.races <= 1000):
-        raise SpecvizError("--sessions must be from 1 to 64 and --races from 1 to 1000 (loopback only, bounded)")
+    if not (1 <= cfg.sessions <= 64 and 1 <= cfg.races <= 1000 and 0 <= cfg.hostile <= 100):
+        raise SpecvizError(
+            "--sessions must be from 1 to 64, --races from 1 to 1000 and --hostile from 0 to 100 "
+            "(loopback only, bounded)"
+        )
     methods = [m.strip() for m in cfg.methods.split(",") if m.strip()] or default_race()
     cfg.out.mkdir(parents=True, exist_ok=True)
     log = cfg.out / "server.log"
     ttl = {"SPECVIZ_LIMIT_SESSION_TTL_S": str(cfg.session_ttl)} if cfg.session_ttl else {}
-    proc, url = start_app(cfg.pair, log, ttl)
+    temp = cfg.out / "tmp"  # the app's temporary folder and gradio's cache: the disk a visitor can fill
+    temp.mkdir(exist_ok=True)
+    folders = {"TMPDIR": str(temp.resolve()), "GRADIO_TEMP_DIR": str((temp / "gradio").resolve())}
+    proc, url = start_app(cfg.pair, log, {**ttl, **folders})
     try:
         from gradio_client import Client
 
         warm = one_race(Client(url, verbose=False), race_args(cfg.pair, methods, cfg.max_new_tokens, 0))
         if not warm[0]:
             raise SpecvizError(f"the warm-up race failed: {warm[2]}")
-        rss_before = rss_mb(proc.pid)
+        rss_before, temp_before = rss_mb(proc.pid), folder_mb(temp)
+        honest_done = threading.Event()
+        temp_seen = sample_folder(temp, honest_done)
+        hostile: list[dict[str, Any]] = []
+        hostile_thread = threading.Thread(target=lambda: hostile.extend(run_hostile(url, cfg, honest_done)))
+        if cfg.hostile:
+            hostile_thread.start()
         started = time.perf_counter()
         rows = run_sessions(url, cfg, methods, proc.pid)
         wall = time.perf_counter() - started
-        rss_after = rss_mb(proc.pid)
+        honest_done.set()
+        if cfg.hostile:
+            hostile_thread.join()
+        rss_after, temp_after = rss_mb(proc.pid), folder_mb(temp)
         stop = {
             **stop_latency(url, cfg, methods),
             **fair_share(url, cfg, methods),
@@ -315,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
         "rss_growth_mb": round(rss_after - rss_before, 1),
         "rss_growth_pct": round(100 * (rss_after / rss_before - 1), 2),
         "rss_growth_second_half_mb": round(rss_after - rows[len(rows) // 2]["rss_mb"], 1),
+        # the steady state (issue 41's goal: < 1 MB per 10 races), read over the second half of the races
+        "rss_growth_per_10_races_second_half_mb": round(
+            10 * (rss_after - rows[len(rows) // 2]["rss_mb"]) / max(1, len(rows) - len(rows) // 2), 2
+        ),
         # from the first race's end (concurrent sessions have all arrived by then: their one-time costs are in)
         "rss_first_race_mb": rows[0]["rss_mb"],
         "rss_growth_from_first_race_pct": round(100 * (rss_after / rows[0]["rss_mb"] - 1), 2),
@@ -325,13 +525,22 @@ def main(argv: list[str] | None = None) -> int:
             else {}
         ),
         **stop,
+        "temp_before_mb": round(temp_before, 1),
+        "temp_largest_mb": round(max(temp_seen["largest_mb"], temp_after), 1),
+        "temp_after_mb": round(temp_after, 1),
+        "temp_growth_mb": round(temp_after - temp_before, 1),
+        "hostile_rounds": len({h["round"] for h in hostile}),
+        "hostile_probes": len(hostile),
+        "hostile_unexpected": sorted({h["probe"] for h in hostile if not h["ok"]}),
+        "hostile_stop_s": [h["seconds"] for h in hostile if h["probe"] == "Stop on an online stream"],
         "visitor_left_logged": bool(logged(LEFT_LOG, text)),
         "tracebacks_in_log": text.count("Traceback (most recent call last)"),
         "problems": sorted({r["problem"] for r in rows if r["problem"]})[:10],
         "rows": rows,
+        "hostile": hostile,
     }
     (cfg.out / "results.json").write_text(json.dumps(result, indent=1))
-    summary = {k: v for k, v in result.items() if k not in ("rows", "methods", "problems")}
+    summary = {k: v for k, v in result.items() if k not in ("rows", "methods", "problems", "hostile")}
     (cfg.out / "summary.md").write_text(
         "| figure | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in summary.items())
     )
