@@ -61,8 +61,7 @@ def test_every_forward_pass_of_a_race_runs_on_the_same_long_lived_threads(pertur
     try:
         settings = RaceSettings("def add(a, b):", ("autoregressive", "vanilla", "pearl"), max_new_tokens=12)
         for _ in range(2):
-            for race in run_race(perturbed_pair, settings, {}, threading.Event()):
-                pass
+            race = list(run_race(perturbed_pair, settings, {}, threading.Event()))[-1]
             assert [run.status for run in race.runs] == ["done"] * 3
     finally:
         for h in hooks:

@@ -67,9 +67,10 @@ def _worker(fn, conn, payload: bytes, stop) -> None:
         else:
             conn.send_bytes(crossing(("value", result)))
         conn.send_bytes(pickle.dumps(("end", None)))
-    except BaseException as e:
+    except BaseException as e:  # as ZeroGPU does: whatever the call raised goes back to the app
         error = e if isinstance(e, gr.Error) else gr.Error(f"ZeroGPU worker error: {type(e).__name__}: {e}")
         conn.send_bytes(pickle.dumps(("error", error)))
+        raise  # ends in the `finally` below: the child exits at once either way
     finally:
         conn.close()
         os._exit(0)  # the child runs nothing of the parent's at exit
@@ -185,12 +186,15 @@ def test_a_race_through_zerogpu_writes_what_it_writes_in_one_process(app, spaces
     before = len(spaces.calls)
     race = race_through(app, methods, 24)
     assert [name for name, _, _ in spaces.calls[before:]] == ["run_method"] * 4  # one worker call per method
-    here = None
-    for here in run_race(
-        specviz.load_pair(PAIR), RaceSettings("def fibonacci(n):", methods, max_new_tokens=24), {}, threading.Event()
-    ):
-        pass
-    for forked, local in zip(race.runs, here.runs):
+    here = list(
+        run_race(
+            specviz.load_pair(PAIR),
+            RaceSettings("def fibonacci(n):", methods, max_new_tokens=24),
+            {},
+            threading.Event(),
+        )
+    )[-1]
+    for forked, local in zip(race.runs, here.runs, strict=True):
         assert forked.status == local.status == "done", forked.message
         assert [r.emitted for r in forked.records] == [r.emitted for r in local.records]
         assert [r.oracle_sl for r in forked.records] == [r.oracle_sl for r in local.records]

@@ -45,7 +45,7 @@ def said_where_raised(fn: Callable) -> Callable:
             try:
                 yield from fn(*args, **kwargs)
             except Exception as e:
-                raise user_error(e) from None
+                raise user_error(e) from e
 
         return steps
 
@@ -54,6 +54,6 @@ def said_where_raised(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except Exception as e:
-            raise user_error(e) from None
+            raise user_error(e) from e
 
     return call
