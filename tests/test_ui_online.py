@@ -10,6 +10,7 @@ import pytest
 
 from specviz.errors import SpecvizError
 from specviz.ui import online
+from specviz.ui.gpu import KeyedStop
 from tests.conftest import tab_context
 
 
@@ -136,14 +137,14 @@ def test_the_learning_rate_is_bounded(random_pair, lr):
     with pytest.raises(gr.Error, match=r"learning rate must be from 1e-07 to 0\.01"):
         list(
             handlers["on_serve"](
-                "tiny-random", ["gsm8k"], 2, 0, False, 1, 8, 3, 2, lr, "fkl", False, 5, online.StreamStop(), None
+                "tiny-random", ["gsm8k"], 2, 0, False, 1, 8, 3, 2, lr, "fkl", False, 5, KeyedStop(), None
             )
         )
 
 
 def test_the_tabs_stop_reaches_the_running_stream(random_pair):
     handlers, _ = _handlers(load_pair=lambda name: random_pair)
-    stop = online.StreamStop()
+    stop = KeyedStop()
     pages = handlers["on_serve"]("tiny-random", ["gsm8k"], 6, 0, False, 1, 64, 3, 2, 3e-3, "fkl", False, 5, stop, None)
     first = next(pages)
     assert "1 / 6 requests served" in first[1] and stop.keys

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from specviz.serving.limits import AppLimits
-from specviz.ui.gpu import MOST_S, gpu_seconds
+from specviz.ui.gpu import MOST_S, KeyedStop, gpu_seconds
 from specviz.ui.panels import Race
 
 FORK = multiprocessing.get_context("fork")
@@ -299,7 +299,7 @@ def test_every_tabs_model_handler_runs_in_a_worker(app, spaces):
     state, html, *_ = handler(app, "specviz.ui.streaming", "on_run")(PAIR, "def f(x):", 8, 2, 2)
     assert state["records"] and "Cannot" not in html
     *_, (state, summary, _, _) = handler(app, "specviz.ui.online", "on_serve")(
-        PAIR, ["gsm8k"], 2, 0, False, 1, 8, 3, 1, 3e-3, "fkl", False, 5, online.StreamStop()
+        PAIR, ["gsm8k"], 2, 0, False, 1, 8, 3, 1, 3e-3, "fkl", False, 5, KeyedStop()
     )
     assert "2 / 2 requests served" in summary and "2 updates" in summary  # the draft learned in its worker
     assert (

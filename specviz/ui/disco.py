@@ -1,6 +1,6 @@
 """The DISCO tab: run DISCO at a chosen tau / SL_max next to the target alone, the oracle and the
 best static length, and see each DISCO decision against the oracle speculation length, plus the
-oracle SL histogram."""
+oracle SL histogram. Stop ends the comparison after the method being timed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import gradio as gr
 from specviz.errors import SpecvizError
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import gpu_seconds
+from specviz.ui.gpu import KeyedStop, StopKey, forget_stop, gpu_seconds, new_stop_key
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -48,9 +48,11 @@ def disco_vs_oracle(
     sl_max: int | None,
     max_new_tokens: int,
     repeats: int = 3,
+    stop: Any = None,
 ) -> dict[str, Any]:
     """Run the target alone, DISCO, SL-opt and the oracle on one prompt, each warmed up and timed
-    `repeats` times (the median run is shown); return the table rows, the iterations and the card."""
+    `repeats` times (the median run is shown); return the table rows, the iterations and the card.
+    `stop` (anything with `is_set()`): once set, no further method runs (`stopped`: True)."""
     from specviz.models.disco import classifier_for
     from specviz.runner import generate_median
 
@@ -62,10 +64,15 @@ def disco_vs_oracle(
         f"SL-opt ({sl_opt})": ("vanilla", {"speculation_length": sl_opt}),
         "Oracle (upper bound)": ("oracle", {}),
     }
-    results = {
-        label: generate_median(method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options)
-        for label, (method, options) in runs.items()
-    }
+    results = {}
+    for label, (method, options) in runs.items():
+        if stop is not None and stop.is_set():
+            break
+        results[label] = generate_median(
+            method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options
+        )
+    if not results:
+        return {"rows": [], "iterations": [], "classifier": clf, "stopped": True}
     ar_ms = ms_per_token(results[AR_LABEL])
     rows = [table_row(label, result, repeats, ar_ms) for label, result in results.items()]
     iterations = [
@@ -80,7 +87,7 @@ def disco_vs_oracle(
         if label != AR_LABEL
         for r in result.records
     ]
-    return {"rows": rows, "iterations": iterations, "classifier": clf}
+    return {"rows": rows, "iterations": iterations, "classifier": clf, "stopped": len(results) < len(runs)}
 
 
 def ms_per_token(result: Any) -> float:
@@ -158,7 +165,10 @@ def build_tab(ctx: Any) -> None:
             repeats = gr.Slider(
                 1, 5, value=DEFAULT_REPEATS, step=1, label="Timed runs of each (after a warm-up; the median is shown)"
             )
-    run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
+    with gr.Row():
+        run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
+        stop_btn = gr.Button("Stop", variant="stop")
+    stop_state = gr.State(KeyedStop())
     card = gr.Markdown()
     table = gr.Dataframe(label="This prompt", interactive=False, headers=HEADERS, wrap=True, elem_id="sv-disco-table")
     with gr.Row():
@@ -166,32 +176,52 @@ def build_tab(ctx: Any) -> None:
         plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
 
     def measure(
-        pair_name: str, text: str, threshold: float | None, length: int | None, n: int, k: int
+        pair_name: str, text: str, threshold: float | None, length: int | None, n: int, k: int, key: str
     ) -> dict[str, Any]:
-        """The model call (plain data in and out): the runs, the classifier's card and tuned values."""
+        """The model call (plain data in and out): the runs, the classifier's card and tuned values;
+        ends after the method being timed once the stop `key` is requested."""
         import specviz
 
         pair = ctx.load_pair(pair_name)
         ids = check_prompt_tokens(specviz.encode_prompt(pair, text), ctx.limits)
-        out = disco_vs_oracle(pair, ids, threshold, length, n, k)
+        out = disco_vs_oracle(pair, ids, threshold, length, n, k, stop=StopKey(key))
         clf = out.pop("classifier")
         return {**out, "card": card_markdown(clf), "tuned": (clf.threshold, clf.max_speculation_length)}
 
     # four methods, each a warm-up and k timed runs of n tokens
     measured = ctx.run_models(
-        measure, seconds=lambda pair_name, text, threshold, length, n, k: gpu_seconds(4 * (k + 1) * n)
+        measure, seconds=lambda pair_name, text, threshold, length, n, k, key: gpu_seconds(4 * (k + 1) * n)
     )
 
-    def run(pair_name: str, text: str, use_tuned: bool, t: float, m: float, n: float, k: float):
+    def run(
+        pair_name: str,
+        text: str,
+        use_tuned: bool,
+        t: float,
+        m: float,
+        n: float,
+        k: float,
+        stop: KeyedStop | None = None,
+    ):
+        key = new_stop_key()
+        if stop is not None:
+            stop.keys.add(key)
         try:
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
-            out = measured(pair_name, text, threshold, length, int(n), int(k))
+            out = measured(pair_name, text, threshold, length, int(n), int(k), key)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e
+        finally:
+            if stop is not None:
+                stop.keys.discard(key)
+            forget_stop(key)
+        used = out["tuned"] if use_tuned else (t, m)
+        if out["stopped"]:  # the methods timed before Stop, without the figures that compare all four
+            note = f"**Stopped** after {len(out['rows'])} of 4 methods. "
+            return note + out["card"], pd.DataFrame(out["rows"], columns=HEADERS), None, None, *used
         df = pd.DataFrame(out["iterations"])
         oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
-        used = out["tuned"] if use_tuned else (t, m)
         return (
             out["card"],
             pd.DataFrame(out["rows"]),
@@ -210,8 +240,9 @@ def build_tab(ctx: Any) -> None:
     tuned.change(show_tuned, [ctx.pair, tuned], [tau, sl_max], api_visibility="private")
     run_btn.click(
         run,
-        [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats],
+        [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats, stop_state],
         [card, table, plot_sl, plot_hist, tau, sl_max],
         api_name="disco",
         **ctx.models_queue(),
     )
+    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_disco")

@@ -83,3 +83,21 @@ class StopKey:
 
     def set(self) -> None:
         self._event.set()
+
+
+class KeyedStop(threading.Event):
+    """A visitor's Stop button for a tab's model calls: set, it also requests the stop keys of the
+    visitor's running calls, which the models' thread (or a ZeroGPU worker) watches. gr.State
+    deep-copies it per visitor: a copy is a fresh one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: set[str] = set()  # the stop keys of the visitor's running calls
+
+    def set(self) -> None:
+        super().set()
+        for key in list(self.keys):
+            request_stop(key)
+
+    def __deepcopy__(self, memo: dict) -> KeyedStop:
+        return KeyedStop()

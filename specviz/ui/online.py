@@ -13,7 +13,6 @@ functions of widget values (tested without a server); no torch at import.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import forget_stop, gpu_seconds, new_stop_key, request_stop
+from specviz.ui.gpu import KeyedStop, forget_stop, gpu_seconds, new_stop_key
 from specviz.ui.turns import stopped_on_leave
 
 TAB_TITLE = "Online learning"
@@ -168,23 +167,6 @@ def save_draft(state: dict[str, Any] | None, folder: Path | None = None) -> str 
     return str(DRAFT_FILES.file_for(learner, folder))
 
 
-class StreamStop(threading.Event):
-    """A visitor's Stop on this tab: set, it also requests the running stream's stop key, which the
-    models' thread (or a ZeroGPU worker) watches. gr.State deep-copies it per visitor: a fresh one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.keys: set[str] = set()  # the stop keys of the visitor's running streams
-
-    def set(self) -> None:
-        super().set()
-        for key in list(self.keys):
-            request_stop(key)
-
-    def __deepcopy__(self, memo: dict) -> StreamStop:
-        return StreamStop()
-
-
 def build_tab(ctx: Any) -> None:
     gr.Markdown(
         "### Online speculative decoding: the draft learns from the requests it serves\n"
@@ -241,7 +223,7 @@ def build_tab(ctx: Any) -> None:
     tokens_table = gr.Markdown()
     download = gr.File(label="adapted draft (safetensors)")
     state = ctx.state()
-    stop_state = gr.State(StreamStop())
+    stop_state = gr.State(KeyedStop())
 
     def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict, key: str):
         """The model call (plain data in and out): each request's new rows and the learner's stats. The
@@ -280,7 +262,7 @@ def build_tab(ctx: Any) -> None:
         loss_,
         bg,
         w,
-        stop: StreamStop,
+        stop: KeyedStop,
         request: gr.Request | None = None,
     ):
         key = new_stop_key()
@@ -339,6 +321,6 @@ def build_tab(ctx: Any) -> None:
         window,
     ]
     go.click(on_serve, [*inputs, stop_state], [state, summary, plot, domains], **ctx.models_queue())
-    stop_btn.click(StreamStop.set, stop_state, None, queue=False, api_name="stop_stream")
+    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_stream")
     analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table], **ctx.models_queue())
     save.click(ctx.hold_models(save_draft), state, download, **ctx.models_queue())
