@@ -8,6 +8,8 @@ import socket
 
 import gradio as gr
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specviz.serving.limits import AppLimits
 from specviz.ui import build_app
@@ -114,3 +116,30 @@ def test_a_prompt_past_the_token_limit_is_refused_in_one_line(random_pair):
     run = _tab_handlers(disco, load_pair=lambda name: random_pair, limits=AppLimits(prompt_tokens=16))["run"]
     with pytest.raises(gr.Error, match="tokens long; a prompt here takes at most 16"):
         run("tiny-random", "def add(a, b): return a + b " * 10, True, 0.5, 8, 8, 1)
+
+
+NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.text(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(which=st.integers(min_value=0), value=NUMBERS)
+def test_any_value_sent_to_a_number_box_or_slider_is_taken_within_bounds_or_refused_in_one_line(app, which, value):
+    """Every number box and slider of the app, any JSON-ish value: within its bounds, or one gr.Error
+    that names the field and prints no traceback (issue 41: 20-27 lines of gradio's per value)."""
+    boxes = sorted((b for b in app.blocks.values() if isinstance(b, (gr.Number, gr.Slider))), key=lambda b: b._id)
+    box = boxes[which % len(boxes)]
+    try:
+        taken = box.preprocess(value)
+    except gr.Error as e:
+        assert e.print_exception is False and "\n" not in e.message and str(box.label) in e.message
+        return
+    if taken is not None:
+        assert box.minimum is None or taken >= box.minimum
+        assert box.maximum is None or taken <= box.maximum
