@@ -68,25 +68,15 @@ def test_a_target_from_the_hub_is_said_to_differ_from_what_the_assets_were_train
 def test_two_first_loads_at_once_share_one_pair():
     """Two visitors (or a visitor's page and its first race) load the default pair at the same time:
     both get the same pair. Without the loading lock both loads failed ("Cannot copy out of meta tensor")."""
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     from specviz.models import pair as pairs
 
     pairs._load_pair.cache_clear()
-    got, errors = [], []
-
-    def load():
-        try:
-            got.append(specviz.load_pair("default"))
-        except Exception as e:  # noqa: BLE001 - the test reports whatever a load raised
-            errors.append(repr(e))
-
-    threads = [threading.Thread(target=load) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and len(got) == 2 and got[0] is got[1]
+    with ThreadPoolExecutor(2) as pool:  # both loads start at once; result() raises what a load raised
+        loads = [pool.submit(specviz.load_pair, "default") for _ in range(2)]
+        got = [load.result() for load in loads]
+    assert got[0] is got[1]
 
 
 @pytest.mark.default_pair

@@ -40,7 +40,10 @@ def test_a_gradient_step_moves_q_toward_p(loss):
     p_logits = torch.randn(4, 9, generator=gen) * 2
     q_logits = torch.randn(4, 9, generator=gen).requires_grad_(True)
     p = torch.softmax(p_logits, -1)
-    distance = lambda: (torch.softmax(q_logits, -1) - p).abs().sum().item()
+
+    def distance() -> float:
+        return (torch.softmax(q_logits, -1) - p).abs().sum().item()
+
     before_loss, before_distance = distillation_loss(p_logits, q_logits, loss), distance()
     before_loss.backward()
     with torch.no_grad():
@@ -192,9 +195,13 @@ def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random
             assert {r.extra["draft_version"] for r in got.records} == {learner.version - 1}  # one draft per request
         assert learner.version == 3
         assert all(np.isfinite(u["loss_first"]) for u in learner.updates), "a reduced head's loss stays finite"
-        changed = [not torch.equal(a, b) for a, b in zip(learner.serving.parameters(), pair.draft.parameters())]
+        changed = [
+            not torch.equal(a, b) for a, b in zip(learner.serving.parameters(), pair.draft.parameters(), strict=True)
+        ]
         assert any(changed), "the draft learned something"
-        assert all(torch.equal(a, b) for a, b in zip(learner.serving.parameters(), learner.trainee.parameters()))
+        assert all(
+            torch.equal(a, b) for a, b in zip(learner.serving.parameters(), learner.trainee.parameters(), strict=True)
+        )
         assert all(p.grad is None for p in learner.trainee.parameters()), "no gradients kept between updates"
 
 
@@ -224,7 +231,9 @@ def test_the_draft_learns_when_requests_run_without_autograd(random_pair, backgr
         assert got == ref
     learner.wait()
     assert learner.version == 3 and len(learner.updates) == 3
-    assert not all(torch.equal(a, b) for a, b in zip(learner.serving.parameters(), random_pair.draft.parameters()))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(learner.serving.parameters(), random_pair.draft.parameters(), strict=True)
+    )
 
 
 def test_save_and_load_roundtrip(tmp_path, random_pair):
@@ -235,10 +244,15 @@ def test_save_and_load_roundtrip(tmp_path, random_pair):
     fresh.load(path)
     adapted = load_adapted_draft(random_pair, path)
     for a, b, c in zip(
-        learner.serving.state_dict().values(), fresh.trainee.state_dict().values(), adapted.draft.state_dict().values()
+        learner.serving.state_dict().values(),
+        fresh.trainee.state_dict().values(),
+        adapted.draft.state_dict().values(),
+        strict=True,
     ):
         assert torch.equal(a, b) and torch.equal(a, c)
-    assert not all(torch.equal(a, b) for a, b in zip(adapted.draft.parameters(), random_pair.draft.parameters()))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(adapted.draft.parameters(), random_pair.draft.parameters(), strict=True)
+    )
 
 
 def test_the_session_gives_each_series_its_own_learner(random_pair):
@@ -250,7 +264,9 @@ def test_the_session_gives_each_series_its_own_learner(random_pair):
     a.config = OsdConfig(update_interval=1, lr=1e-2, steps=1)
     specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=a)
     assert a.version == 1 and a.serving is not random_pair.draft and b.serving is random_pair.draft
-    assert all(torch.equal(x, y) for x, y in zip(before, random_pair.draft.parameters()))  # the pair's draft untouched
+    assert all(
+        torch.equal(x, y) for x, y in zip(before, random_pair.draft.parameters(), strict=True)
+    )  # the pair's draft untouched
 
 
 def test_at_most_capacity_learners_hold_their_own_weights(random_pair):

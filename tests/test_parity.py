@@ -55,7 +55,9 @@ def test_eos_inside_a_draft_ends_the_run_like_autoregressive(method, tiny_pairs)
 
 
 def test_the_pairs_exercise_accept_and_reject_paths(tiny_pairs):
-    run = lambda kind: specviz.generate("vanilla", tiny_pairs[kind], PROMPTS[0], max_new_tokens=60).summary
+    def run(kind):
+        return specviz.generate("vanilla", tiny_pairs[kind], PROMPTS[0], max_new_tokens=60).summary
+
     everything = run("self")
     assert everything.accepted == everything.drafted > 0
     some = run("perturbed")

@@ -4,6 +4,7 @@ mistakes are scripted, and the timestamps each record carries."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from types import SimpleNamespace
 
@@ -110,7 +111,7 @@ def test_each_lane_is_busy_with_one_forward_at_a_time_and_inside_its_step(method
     for lane in ("draft_intervals", "target_intervals"):
         intervals = [i for r in result.records for i in r.extra[lane]]
         assert all(s <= e for s, e in intervals)
-        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(intervals, intervals[1:])), f"{lane} overlap"
+        assert all(e1 <= s2 for (_, e1), (s2, _) in itertools.pairwise(intervals)), f"{lane} overlap"
     for r in result.records:
         for s, e in r.extra["draft_intervals"] + r.extra["target_intervals"]:
             assert r.t_start <= s and e <= r.t_end
@@ -224,7 +225,7 @@ def test_sampling_through_post_verify_chains_follows_the_target(perturbed_pair):
     paths = [((), 1.0)]
     for _ in range(4):
         paths = [
-            (ids + (x,), w * float(p[x]))
+            ((*ids, x), w * float(p[x]))
             for ids, w in paths
             for p in [dist(prompt + list(ids))]
             for x in torch.nonzero(p).flatten().tolist()

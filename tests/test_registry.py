@@ -36,7 +36,9 @@ ALLOWED = {
     "experiments/": "a paper's experiment compares a fixed list of variants: the rows of its table are data",
     "serving/stream.py": "the Online-learning stream compares OSD with the static draft and the target alone",
     "plots/online.py": "'osd' keys the online learner's rows of that stream (against 'static'), not a method",
-    "cost/published.py": "Spec-Bench's method names are another namespace; its rows of the target alone read 'autoregressive'",
+    "cost/published.py": (
+        "Spec-Bench's method names are another namespace; its rows of the target alone read 'autoregressive'"
+    ),
     "train/disco.py": "'oracle' keys DISCO's replay of the oracle speculation length, a row of the paper's table",
     "train/streaming.py": "'streaming' keys the adapter's shape in a training checkpoint",
 }
@@ -49,9 +51,13 @@ def method_names_in_code(path: Path, names: set[str]) -> list[tuple[int, str]]:
     skip = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
-            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                skip.add(id(body[0].value))  # a docstring
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+        ):
+            skip.add(id(body[0].value))  # a docstring
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             skip.add(id(node.right))  # a path component
     return [
@@ -84,7 +90,8 @@ def test_no_module_outside_methods_and_ui_names_a_method():
 def test_the_scan_sees_a_name_in_code_and_not_in_docs_or_folders(tmp_path):
     path = tmp_path / "m.py"
     path.write_text(
-        '"""Runs "vanilla"."""\nASSETS = ROOT / "sssd"\n# "disco"\ndef f():\n    """pearl"""\n    return run("vanilla")\n'
+        '"""Runs "vanilla"."""\nASSETS = ROOT / "sssd"\n# "disco"\n'
+        'def f():\n    """pearl"""\n    return run("vanilla")\n'
     )
     assert method_names_in_code(path, {"vanilla", "sssd", "disco", "pearl"}) == [(6, "vanilla")]
 
@@ -162,9 +169,7 @@ def test_a_fourteenth_method_is_listed_raced_and_explained_with_no_other_edit(fo
     assert boxes[0].value == default_race()  # ticked when the page opens, in registry order
 
     settings = RaceSettings("def fibonacci(n):", ("autoregressive", fourteenth, "heuristic"), max_new_tokens=16)
-    race = None
-    for race in run_race(perturbed_pair, settings, {}, threading.Event()):
-        pass
+    *_, race = run_race(perturbed_pair, settings, {}, threading.Event())  # the race as it ends
     assert [r.name for r in race.runs] == ["autoregressive", fourteenth, "heuristic"] and all(
         r.status == "done" for r in race.runs
     )
@@ -188,9 +193,7 @@ def test_trees_and_pearl_are_explained_by_their_own_formulas(perturbed_pair):
         max_new_tokens=24,
         options={"pearl.window": 3},
     )
-    race = None
-    for race in run_race(perturbed_pair, settings, {}, threading.Event()):
-        pass
+    *_, race = run_race(perturbed_pair, settings, {}, threading.Event())  # the race as it ends
     rows = {r["method"]: r for r in explain_race(race)}
     sssd, pearl = rows[get_method("sssd").label], rows[get_method("pearl").label]
     trees = [t for r in race.runs[2].records if (t := r.tree()) is not None and t.tree_tokens]

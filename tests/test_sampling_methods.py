@@ -17,6 +17,7 @@ below the root too. Negative controls break each rule at position >= 2 only: the
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -153,7 +154,7 @@ def events(record: IterationRecord) -> set[str]:
         def children(node: int) -> list[int]:
             return [i for i, p in enumerate(parents) if p == node]
 
-        for parent, node in zip((-1, *path), path):
+        for parent, node in itertools.pairwise((-1, *path)):
             if children(parent).index(node) > 0:
                 found.add(LATER_SIBLING + (BELOW if parent >= 0 else ""))
         last = path[-1] if path else -1

@@ -4,6 +4,7 @@ test and removed after it)."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -25,7 +26,10 @@ class FollowersDrafter:
 
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
         ids, tree = context.ids, TokenTree()
-        follows = lambda t: [b for (a, b), _ in Counter(zip(ids, ids[1:])).most_common() if a == t]  # noqa: E731
+
+        def follows(t: int) -> list[int]:
+            return [b for (a, b), _ in Counter(itertools.pairwise(ids)).most_common() if a == t]
+
         for first in follows(ids[-1])[:2]:
             if len(tree) >= min(budget, 2 * context.depth) or context.depth < 1:
                 break

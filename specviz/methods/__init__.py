@@ -10,6 +10,7 @@ Race tab ticks it at first, and which Hugging Face setups it is compared with (`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
@@ -22,7 +23,8 @@ from specviz.extras import CommitExtra
 if TYPE_CHECKING:
     from specviz.cost.from_records import Family
 
-BASELINE = "autoregressive"  # the target alone: every speedup divides by its tokens/s, every greedy output must equal its output
+BASELINE = "autoregressive"  # the target alone: every speedup divides by its tokens/s, every greedy output
+#                               must equal its output
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,8 @@ class MethodSpec:
     paper: str  # where it comes from
     options: type  # dataclass of the method's own options (with defaults)
     generate: Callable[..., Iterator[Any]]  # (Decoding, options) -> Iterator[IterationRecord]
-    family: Family  # how it drafts and verifies, and the formula that explains its speed: specviz.cost.families.CHAIN, TREE, ...
+    family: Family  # how it drafts and verifies, and the formula that explains its speed:
+    #                 specviz.cost.families.CHAIN, TREE, ...
     needs_draft: bool = True  # the pair must have a draft model (it drafts with it, or with a copy that learns)
     dynamic_length: bool = (
         False  # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
@@ -83,7 +86,6 @@ class MethodSpec:
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
-_ALL_IMPORTED = False  # a method module imported directly registers itself before the rest are
 
 
 def register(name: str, **spec: Any) -> Callable:
@@ -96,13 +98,11 @@ def register(name: str, **spec: Any) -> Callable:
     return wrap
 
 
+@functools.cache  # once (a method module imported directly registers itself before the rest are)
 def _load_all() -> None:
-    global _ALL_IMPORTED
-    if not _ALL_IMPORTED:
-        for module in pkgutil.iter_modules(__path__):
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{module.name}")
-        _ALL_IMPORTED = True
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
 
 
 def all_methods() -> list[MethodSpec]:

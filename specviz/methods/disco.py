@@ -18,7 +18,7 @@ from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
 from specviz.extras import ConfidenceExtra, DiscoExtra
 from specviz.methods import register
-from specviz.methods.drafting import Draft, Drafter, ModelDrafter
+from specviz.methods.drafting import Draft, Drafter, ModelDrafter, SpeculationPolicy
 from specviz.methods.options import check_fields, count, number
 from specviz.methods.speculative import speculative_decoding
 from specviz.models.disco import DiscoModel, classifier_for, load_disco
@@ -53,7 +53,7 @@ class ScoredLength:
 
 @dataclass
 class DiscoLength(ScoredLength):
-    model: DiscoModel | None = None
+    model: DiscoModel = field(kw_only=True)  # the classifier and its tuned τ, SL_max
 
     def score(self, i: int, q_i: torch.Tensor) -> float:
         return self.model.classifier.score(q_i, i)  # C_i = P(x_i accepted)
@@ -66,15 +66,15 @@ class ConfidenceLength(ScoredLength):
 
 
 class ScoredDrafter:
-    """A drafter whose drafts carry the policy's per-token scores in the record's `extra`
+    """A drafter whose drafts carry the scores of `scored` (the run's policy) in the record's `extra`
     (`family`: DiscoExtra or ConfidenceExtra, whose one field holds them)."""
 
-    def __init__(self, inner: Drafter, family: type[DiscoExtra | ConfidenceExtra]):
-        self.inner, self.family = inner, family
+    def __init__(self, inner: Drafter, scored: ScoredLength, family: type[DiscoExtra | ConfidenceExtra]):
+        self.inner, self.scored, self.family = inner, scored, family
 
-    def propose(self, k: int, policy: ScoredLength) -> Draft:
+    def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
         draft = self.inner.propose(k, policy)
-        draft.extra.update(self.family(tuple(policy.scores)).to_extra())
+        draft.extra.update(self.family(tuple(self.scored.scores)).to_extra())
         return draft
 
     def rollback(self, position: int, accepted: int) -> None:
@@ -96,7 +96,9 @@ class DiscoOptions:
 @register(
     "disco",
     label="DISCO",
-    description="A tiny classifier on the draft's distribution decides after each draft token whether to keep drafting.",
+    description=(
+        "A tiny classifier on the draft's distribution decides after each draft token whether to keep drafting."
+    ),
     paper="Mamou et al. 2024 (DISCO: dynamic speculation lookahead)",
     options=DiscoOptions,
     family=CHAIN,
@@ -112,7 +114,7 @@ def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
         threshold=model.threshold if opts.threshold is None else opts.threshold,
         model=model,
     )
-    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), DiscoExtra), policy)
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), policy, DiscoExtra), policy)
 
 
 @dataclass(frozen=True)
@@ -139,4 +141,4 @@ class ConfidenceOptions:
 )
 def confidence(dec: Decoding, opts: ConfidenceOptions) -> Iterator[IterationRecord]:
     policy = ConfidenceLength(max_length=opts.max_speculation_length, threshold=opts.threshold)
-    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), ConfidenceExtra), policy)
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), policy, ConfidenceExtra), policy)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from transformers import PreTrainedModel
 
 from specviz.decoding import Decoding
 from specviz.models.kv import CachedLM
@@ -83,13 +84,13 @@ class ModelDrafter:
     def __init__(
         self,
         dec: Decoding,
-        model: torch.nn.Module | None = None,
+        model: PreTrainedModel | None = None,
         *,
         lm: CachedLM | None = None,
         generator: torch.Generator | None = None,
     ):
         self.dec = dec
-        self.lm = lm if lm is not None else CachedLM(model if model is not None else dec.pair.draft)
+        self.lm = lm if lm is not None else CachedLM(model if model is not None else dec.pair.draft_model)
         self.generator = generator if generator is not None else dec.generator
         self.vocab = dec.pair.vocab_size
 

@@ -110,18 +110,18 @@ def scored_candidates(
 
     if index is not None and depth > 0:
         for n in range(1, cfg.max_ngram + 1):
-            conts = [c for c in index.continuations(n, depth, cfg.input_matches) if c]
-            if conts:
+            matched = [c for c in index.continuations(n, depth, cfg.input_matches) if c]
+            if matched:
                 scale = w.input_scale * w.short_match_decay ** (cfg.max_ngram - n)
-                offer(count_tree(conts), len(conts), scale, w.input_depth_decay, "input")
+                offer(count_tree(matched), len(matched), scale, w.input_depth_decay, "input")
     if datastore is not None and depth > 0:
-        conts: list[list[int]] = []
+        retrieved: list[list[int]] = []
         for n in range(min(cfg.datastore_ngram, len(ids)), 0, -1):
-            conts += datastore.continuations(ids[-n:], cfg.datastore_samples, depth)
-            if len(conts) >= cfg.min_continuations:
+            retrieved += datastore.continuations(ids[-n:], cfg.datastore_samples, depth)
+            if len(retrieved) >= cfg.min_continuations:
                 break
-        if conts:
-            offer(count_tree(conts), len(conts), w.datastore_scale, 1.0, "datastore")
+        if retrieved:
+            offer(count_tree(retrieved), len(retrieved), w.datastore_scale, 1.0, "datastore")
     return best
 
 

@@ -10,7 +10,7 @@ so it is an upper bound, never a real method; the look-ahead is done before the 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -42,9 +42,9 @@ def greedy_continuation(dec: Decoding) -> list[int]:
 class OracleLength(StaticLength):
     """gamma = runs[position - start]: the draft's run of correct guesses from here on."""
 
-    dec: Decoding | None = None
-    runs: np.ndarray | None = None  # runs[j] = draft hits in a row from position start + j
-    start: int = 0
+    dec: Decoding = field(kw_only=True)
+    runs: np.ndarray = field(kw_only=True)  # runs[j] = draft hits in a row from position start + j
+    start: int = field(kw_only=True)
 
     def speculation_length(self) -> int:
         j = len(self.dec.ids) - self.start
@@ -57,7 +57,10 @@ class OracleLength(StaticLength):
 @register(
     "oracle",
     label="Oracle SL (upper bound)",
-    description="ORACLE, not a real method: peeks at the target's greedy output and drafts exactly as many tokens as will be accepted.",
+    description=(
+        "ORACLE, not a real method: peeks at the target's greedy output and drafts exactly as many tokens as will be"
+        " accepted."
+    ),
     paper="Mamou et al. 2024 (DISCO's oracle speculation length)",
     options=OracleOptions,
     family=CHAIN,
@@ -71,6 +74,6 @@ def oracle(dec: Decoding, opts: OracleOptions) -> Iterator[IterationRecord]:
         raise SpecvizError("the oracle peeks at the target's greedy output: run it with temperature 0")
     start = len(dec.ids)
     sequence = greedy_continuation(dec)  # before the first step: dec's clock has not started yet
-    runs = draft_agreement_runs(dec.pair.draft, sequence, start) if len(sequence) > start else np.zeros(0, int)
+    runs = draft_agreement_runs(dec.pair.draft_model, sequence, start) if len(sequence) > start else np.zeros(0, int)
     policy = OracleLength(gamma=0, dec=dec, runs=runs, start=start)
     yield from speculative_decoding(dec, ModelDrafter(dec), policy)

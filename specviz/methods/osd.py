@@ -43,7 +43,10 @@ def osd_session(pair: Any) -> Any:
 @register(
     "osd",
     label="Online SD",
-    description="Vanilla SD whose draft is distilled online, every few requests, on the target's distributions where it was wrong.",
+    description=(
+        "Vanilla SD whose draft is distilled online, every few requests, on the target's distributions where it was"
+        " wrong."
+    ),
     paper="Liu et al. 2023, Online Speculative Decoding",
     options=OsdOptions,
     family=CHAIN,

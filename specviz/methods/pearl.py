@@ -65,7 +65,7 @@ class Pearl:
         self.dec = dec
         self.gamma = opts.window or optimal_window(dec.pair)  # measured before the run's clock starts
         dec.now()  # start the clock in this thread, before a second thread reads it
-        self.draft_lm, self.target = TimedLM(dec.pair.draft, dec.now), TimedLM(dec.pair.target, dec.now)
+        self.draft_lm, self.target = TimedLM(dec.pair.draft_model, dec.now), TimedLM(dec.pair.target, dec.now)
         seed = int(
             torch.randint(2**62, (1,), generator=dec.generator, device=dec.generator.device)
         )  # the draft samples in its own thread
@@ -80,7 +80,9 @@ class Pearl:
     # ----- the paper's phases -----
     def draft_alone(self) -> None:
         """Ablation without pre-verify: the draft drafts while the target waits."""
-        self.pending, _ = self.round("draft", self.draft_job(self.dec.ids, self.window()), None)
+        drafted, _ = self.round("draft", self.draft_job(self.dec.ids, self.window()), None)
+        assert drafted is not None  # the loop drafts alone only with a window of at least one token
+        self.pending = drafted
 
     def pre_verify(self) -> IterationRecord:
         """The draft proposes x_1..x_k while the target reads the prefix; p(. | prefix) judges x_1
@@ -88,13 +90,15 @@ class Pearl:
         stay pending. Rejected: the target's correction is emitted and the rest is dropped."""
         dec, position = self.dec, len(self.dec.ids)
         draft, rows = self.round("pre-verify", self.draft_job(dec.ids, self.window()), self.target_job(dec.ids, 1))
+        assert rows is not None  # the round ran the target's job
         draft = draft or NO_DRAFT
-        first = draft.tokens[:1]
-        verdict = verify(first, rows, draft.q[:1].to(rows.device) if first else None, dec.sampling, dec.generator)
+        first, q = draft.tokens[:1], draft.q  # q [k, V]: None only for NO_DRAFT, which has no tokens
+        q_first = q[:1].to(rows.device) if q is not None and first else None
+        verdict = verify(first, rows, q_first, dec.sampling, dec.generator)
         accepted = bool(first) and verdict.accepted == 1
         record = self.record(first, verdict, "pre-verify", dropped=() if accepted else tuple(draft.tokens[1:]))
-        if accepted:
-            self.pending = Draft(draft.tokens[1:], draft.q[1:], 0)
+        if accepted and q is not None:
+            self.pending = Draft(draft.tokens[1:], q[1:], 0)
         else:
             self.drafter.rollback(position, 0)
             self.target.truncate(position)
@@ -110,6 +114,7 @@ class Pearl:
         self.target.truncate(min(len(self.target), position - 1))  # re-read the last committed token for p(x_1)
         mode = "post-verify" if k else "verify"
         ahead, rows = self.round(mode, self.draft_job(context, k), self.target_job(context, m + 1))
+        assert rows is not None and pending.q is not None  # the target's job ran; pending: the draft model's
         verdict = verify(pending.tokens, rows, pending.q.to(rows.device), dec.sampling, dec.generator)
         keep_ahead = ahead is not None and verdict.accepted == m
         if keep_ahead:
@@ -117,7 +122,7 @@ class Pearl:
         record = self.record(
             pending.tokens, verdict, mode, drafted_ahead=tuple(ahead.tokens) if ahead else (), ahead_kept=keep_ahead
         )
-        if keep_ahead:
+        if ahead is not None and keep_ahead:
             self.pending = ahead
         else:
             self.pending = NO_DRAFT
@@ -135,10 +140,15 @@ class Pearl:
     def target_job(self, context: list[int], n_logits: int) -> Callable[[], torch.Tensor]:
         return lambda: self.target.forward(context[len(self.target) :], n_logits=n_logits)  # [n_logits, V]
 
-    def round(self, mode: str, draft_job, target_job) -> tuple[Draft | None, torch.Tensor | None]:
+    def round(
+        self,
+        mode: str,
+        draft_job: Callable[[], Draft] | None,
+        target_job: Callable[[], torch.Tensor] | None,
+    ) -> tuple[Draft | None, torch.Tensor | None]:
         start = self.dec.now()
         if target_job is None:
-            drafted, rows, parallel = draft_job(), None, False
+            drafted, rows, parallel = draft_job() if draft_job is not None else None, None, False
         else:
             drafted, rows, parallel = self.lanes.run(draft_job, target_job)
         self.log.add(
@@ -162,8 +172,8 @@ class Pearl:
             mode=mode,
             window=self.gamma,
             parallel_threads=self.lanes.threads,
-            draft_intervals=tuple(map(tuple, log.draft)),
-            target_intervals=tuple(map(tuple, log.target)),
+            draft_intervals=tuple((start, end) for start, end in log.draft),
+            target_intervals=tuple((start, end) for start, end in log.target),
             phases=tuple(Phase(**p) for p in log.phases),
             ideal_s=r.t_end - r.t_start - log.deficit,
             **mode_fields,
@@ -201,7 +211,10 @@ PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Leng
 @register(
     "pearl",
     label="PEARL",
-    description="Draft and target run at the same time: pre-verify the first draft while drafting, keep drafting while verifying.",
+    description=(
+        "Draft and target run at the same time: pre-verify the first draft while drafting, keep drafting while"
+        " verifying."
+    ),
     paper=PAPER,
     options=PearlOptions,
     family=PARALLEL,

@@ -3,8 +3,9 @@
 `TimedLM` notes when each forward pass really ran; `Lanes` runs a round's draft job and target job
 concurrently (the target's on an executor's thread: the caller's, or one the run starts; its own
 CUDA stream on GPU; the CPU's intra-op threads split between them) or one after the other; `Round`
-gathers the passes between two records and the time full overlap would have saved. `optimal_window` is Theorem 1's window γ = round(c),
-with c = target / draft forward time measured once per pair.
+gathers the passes between two records and the time full overlap would have saved.
+`optimal_window` is Theorem 1's window γ = round(c), with c = target / draft forward time measured
+once per pair.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from specviz.cost.formulas import pearl_window
 from specviz.models.devices import synchronize
@@ -26,7 +28,7 @@ from specviz.models.kv import CachedLM
 class TimedLM(CachedLM):
     """A CachedLM that notes the real start and end of every forward pass on the run's clock."""
 
-    def __init__(self, model: torch.nn.Module, clock: Callable[[], float]):
+    def __init__(self, model: PreTrainedModel, clock: Callable[[], float]):
         super().__init__(model)
         self.clock = clock
         self.intervals: list[tuple[float, float]] = []  # (start, end) of each pass, seconds
@@ -48,14 +50,14 @@ class TimedLM(CachedLM):
 def forward_time_ratio(pair: Any, context: int = 32, repeats: int = 5) -> float:
     """c = target / draft time of one decoding forward pass (one new token after `context`)."""
 
-    def seconds(model: torch.nn.Module) -> float:
+    def seconds(model: PreTrainedModel) -> float:
         lm = TimedLM(model, time.perf_counter)
         lm.forward([(7 * i + 3) % pair.vocab_size for i in range(context)])  # prefill, not timed
         for _ in range(repeats + 1):  # the first decoding pass warms up
             lm.forward([1])
         return statistics.median(e - s for s, e in lm.intervals[2:])
 
-    return seconds(pair.target) / seconds(pair.draft)
+    return seconds(pair.target) / seconds(pair.draft_model)
 
 
 # c measured once per (draft, target) pair of model objects: a cache, like the pair loader's

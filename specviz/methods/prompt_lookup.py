@@ -59,7 +59,10 @@ class PromptLookupDrafter:
 @register(
     "prompt_lookup",
     label="Prompt lookup",
-    description="Drafts by copying what followed the last matching n-gram of the prompt (as the model reads it: with the chat template and its system prompt) and output; no draft model.",
+    description=(
+        "Drafts by copying what followed the last matching n-gram of the prompt (as the model reads it: with the chat"
+        " template and its system prompt) and output; no draft model."
+    ),
     paper="Saxena 2023 (prompt lookup decoding)",
     options=PromptLookupOptions,
     family=CHAIN,

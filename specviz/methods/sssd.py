@@ -32,6 +32,7 @@ from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
 
 SOURCES = ("both", "input", "datastore")
+GREEDY = SamplingConfig()  # decode_batch's default (frozen: one instance serves every call)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,10 @@ class NgramTreeDrafter:
 @register(
     "sssd",
     label="SSSD (n-gram tree)",
-    description="Training-free: a token tree from n-gram matches in the prompt, its own output and a datastore, verified in one pass.",
+    description=(
+        "Training-free: a token tree from n-gram matches in the prompt, its own output and a datastore, verified in"
+        " one pass."
+    ),
     paper="Marzollo et al. 2024 (SSSD: Simply-Scalable Speculative Decoding)",
     options=SSSDOptions,
     family=TREE,
@@ -136,7 +140,7 @@ def decode_batch(
     tree_size: int,
     *,
     max_new_tokens: int = 128,
-    sampling: SamplingConfig = SamplingConfig(),
+    sampling: SamplingConfig = GREEDY,
     seed: int = 0,
     opts: SSSDOptions = SSSDOptions(),
 ) -> list[list[IterationRecord]]:

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from specviz.decoding import Decoding
-from specviz.extras import TreeExtra
+from specviz.extras import Parent, TokenId, TreeExtra
 from specviz.methods.ngram_tree import TokenTree
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
@@ -34,8 +34,9 @@ class TreeContext:
 
 
 class TreeDrafter(Protocol):
-    # the decoder layer whose input hidden states the drafter reads back after verification (None: none)
-    hidden_layer: int | None
+    @property
+    def hidden_layer(self) -> int | None:
+        """The decoder layer whose input hidden states the drafter reads back after verification (None: none)."""
 
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
         """A tree of at most `budget` nodes (and `context.depth` levels) to follow `context.ids`."""
@@ -50,8 +51,8 @@ def tree_extra(
 ) -> TreeExtra:
     """The record's tree fields: the whole tree (for the tree plot) and each drafted token's source."""
     return TreeExtra(
-        tree_tokens=tuple(tree.tokens),
-        tree_parents=tuple(tree.parents),
+        tree_tokens=tuple(TokenId(t) for t in tree.tokens),
+        tree_parents=tuple(Parent(p) for p in tree.parents),
         tree_scores=tuple(round(s, 4) for s in tree.scores),
         tree_sources=tuple(tree.sources),
         accepted_path=tuple(path),
@@ -105,7 +106,8 @@ def tree_step(dec: Decoding, target: CachedLM, drafter: TreeDrafter, budget: int
 def greedy_path(tokens: Sequence[int], parents: Sequence[int], continuation: Sequence[int]) -> list[int]:
     """The nodes greedy verification keeps when the target's next tokens are `continuation` (a replay
     without the target): from the root, the child whose token is the target's, while there is one."""
-    path, node = [], -1
+    path: list[int] = []
+    node: int | None = -1  # the root
     for want in continuation:
         node = next((i for i, p in enumerate(parents) if p == node and tokens[i] == want), None)
         if node is None:

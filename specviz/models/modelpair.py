@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from specviz.errors import SpecvizError
 from specviz.models.devices import input_embeddings, output_embeddings
 
 
@@ -33,6 +34,13 @@ class ModelPair:
     @property
     def max_context(self) -> int:
         return int(getattr(self.target.config, "max_position_embeddings", 2048))
+
+    @property
+    def draft_model(self) -> PreTrainedModel:
+        """The draft, for a method that drafts with it (the runner refuses such a method on a pair without one)."""
+        if self.draft is None:
+            raise SpecvizError(f"the pair '{self.name}' has no draft model")
+        return self.draft
 
     def with_draft(self, draft: PreTrainedModel | None, name: str | None = None) -> ModelPair:
         """The same target and tokenizer with another draft (e.g. one adapted online)."""
