@@ -66,7 +66,7 @@ def test_batched_cache_rolls_back_and_measurement_reports_every_point():
 
 
 def _rec(method, i, drafted, accepted, draft_ms, verify_ms, t_start, t_end):
-    emitted = tuple(drafted[:accepted]) + (7,)
+    emitted = (*drafted[:accepted], 7)
     return IterationRecord(
         method=method,
         iteration=i,

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
+from transformers import PreTrainedModel
 
 from specviz.cost.shapes import ModelShape
+from specviz.models.devices import moved
 from specviz.models.kv import BatchedLM
 
 
@@ -26,7 +28,7 @@ class ForwardTiming:
         return {**asdict(self), "samples": list(self.samples)}
 
 
-def random_model(shape: ModelShape, seed: int = 0) -> torch.nn.Module:
+def random_model(shape: ModelShape, seed: int = 0) -> PreTrainedModel:
     """A Llama with `shape` and random weights: it costs the same per forward as the trained model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -45,12 +47,12 @@ def random_model(shape: ModelShape, seed: int = 0) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    return model.to(dtype).eval()
+    return moved(model, dtype=dtype).eval()
 
 
 @torch.inference_mode()
 def measure_forward_times(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     batch_sizes: Sequence[int] = (1, 4, 16),
     n_tokens: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
     context_len: int = 256,

@@ -27,8 +27,9 @@ a 64-token verification pass sits near the 3090's ridge (75.7 TFLOP/s / 936 GB/s
 from __future__ import annotations
 
 import csv
+import operator
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, reduce
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,9 @@ def _pass_seconds(p: Pass, row: dict[str, str], eager: Engine, grid: dict[str, n
     )
     gemm, bandwidth = chip.gemm_flops_per_s(p.shape.dtype) * eager.compute_efficiency, chip.memory_bandwidth
     t = sum(
-        overlap_time(op.flops / gemm, op.bytes / (grid["memory_efficiency"] * bandwidth), grid["overlap_exponent"])
+        overlap_time(
+            np.asarray(op.flops / gemm), op.bytes / (grid["memory_efficiency"] * bandwidth), grid["overlap_exponent"]
+        )
         for op in ops
     )
     layers = p.shape.n_layers if p.overhead_layers is None else p.overhead_layers
@@ -184,8 +187,11 @@ def _pass_seconds(p: Pass, row: dict[str, str], eager: Engine, grid: dict[str, n
 
 
 def _predict(row: dict[str, str], engine: Engine, grid: dict[str, np.ndarray]) -> np.ndarray:
-    baseline, passes = row_passes(row)
-    step = sum(p.count * _pass_seconds(p, row, engine, grid) for p in passes)
+    predictable = row_passes(row)
+    if predictable is None:
+        raise ValueError(f"no prediction for the row {row}: it names no chip, shape and stack, or no method we model")
+    baseline, passes = predictable
+    step = reduce(operator.add, (p.count * _pass_seconds(p, row, engine, grid) for p in passes))
     if row["kind"] == "forward":
         return step
     bookkeeping = grid["step_overhead_per_layer_s"] * baseline.shape.n_layers
@@ -254,9 +260,11 @@ def fit_engine(
     published = np.array([published_value(r) for r in rows])
     for _ in range(rounds):
         mesh = np.meshgrid(*axes.values(), indexing="ij")
-        grid = {k: m.ravel() for k, m in zip(axes, mesh)}
-        loss = np.mean([np.abs(np.log(_predict(r, base, grid) / v)) for r, v in zip(rows, published)], axis=0)
-        best = {k: float(g[np.argmin(loss)]) for k, g in grid.items()}
+        grid = {k: m.ravel() for k, m in zip(axes, mesh, strict=True)}
+        loss = np.mean(
+            [np.abs(np.log(_predict(r, base, grid) / v)) for r, v in zip(rows, published, strict=True)], axis=0
+        )
+        best: dict[str, Any] = {k: float(g[np.argmin(loss)]) for k, g in grid.items()}  # Engine fields, floats
         axes = {k: _zoom(a, best[k]) for k, a in axes.items()}
     return replace(base, **best)
 
@@ -354,8 +362,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for use in ("fit", "test"):
         errs = [abs(r["error"]) for r in spec if r["role"] == use]
         out[f"Spec-Bench {use}: median |error|"] = float(np.median(errs)) if errs else None
-    for chip, (within, held) in held_out_within(rows).items():
-        out[f"Spec-Bench Vicuna-7B {chip}: methods within 15 %"] = f"{len(within)} of {held} ({', '.join(within)})"
+    for chip, (within, n_held) in held_out_within(rows).items():
+        out[f"Spec-Bench Vicuna-7B {chip}: methods within 15 %"] = f"{len(within)} of {n_held} ({', '.join(within)})"
     return out
 
 
@@ -377,8 +385,8 @@ def engine_line(engine: Engine) -> str:
         "max(c, m)" if np.isinf(engine.overlap_exponent) else f"(c^p + m^p)^(1/p), p = {engine.overlap_exponent:.2f}"
     )
     return (
-        f"{engine.name}: {engine.memory_efficiency:.0%} of peak bandwidth, {engine.compute_efficiency:.0%} of the chip's "
-        f"measured GEMM rate (not fit), operator time {overlap}, "
+        f"{engine.name}: {engine.memory_efficiency:.0%} of peak bandwidth, "
+        f"{engine.compute_efficiency:.0%} of the chip's measured GEMM rate (not fit), operator time {overlap}, "
         f"{engine.overhead_s * 1e3:.2f} ms per forward + {engine.overhead_per_layer_s * 1e3:.3f} ms per layer, "
         f"{engine.step_overhead_per_layer_s * 1e3:.3f} ms per layer of a speculative step's bookkeeping"
     )
@@ -395,8 +403,10 @@ def report_markdown(engines: dict[str, Engine], rows: list[dict[str, Any]], sens
             "",
             "## How much rests on HF eager's overlap exponent p",
             "",
-            "HF eager refit with p held at each value (the fit picks the lowest loss); held-out Spec-Bench "
-            "Vicuna-7B methods within 15 %:",
+            (
+                "HF eager refit with p held at each value (the fit picks the lowest loss); held-out Spec-Bench "
+                "Vicuna-7B methods within 15 %:"
+            ),
             "",
             "| p | fit loss (mean abs log error) | " + " | ".join(chips) + " |",
             "|---|---|" + "---|" * len(chips),

@@ -31,9 +31,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
 
 from specviz.cost.hardware import Hardware
 from specviz.cost.shapes import ModelShape
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,15 @@ class OperatorCost:
         return "compute" if self.compute_s(hw, dtype) >= self.memory_s(hw) else "memory"
 
 
-def overlap_time(c: float, m: float, p: float = math.inf) -> float:
+@overload
+def overlap_time(c: float, m: float, p: float = math.inf) -> float: ...
+
+
+@overload
+def overlap_time(c: np.ndarray, m: np.ndarray, p: float | np.ndarray = math.inf) -> np.ndarray: ...
+
+
+def overlap_time(c: float | np.ndarray, m: float | np.ndarray, p: float | np.ndarray = math.inf) -> float | np.ndarray:
     """(c^p + m^p)^(1/p): an operator's time from its compute time c and memory time m, p = inf:
     max(c, m). Written as hi · (1 + (lo/hi)^p)^(1/p) so no power underflows; plain arithmetic, so
     c, m and p may be floats or numpy arrays alike (the published-rows fit evaluates grids)."""
@@ -69,7 +81,7 @@ def operator_costs(
 ) -> list[OperatorCost]:
     """FLOPs and bytes of each operator of one forward pass (SSSD Table 1, for any shape)."""
     B, S, L, N = batch_size, n_tokens, context_len, shape.n_layers
-    h, d, I, V, m = shape.hidden_size, shape.head_dim, shape.intermediate_size, shape.vocab_size, shape.mlp_matrices
+    h, d, ffn, V, m = shape.hidden_size, shape.head_dim, shape.intermediate_size, shape.vocab_size, shape.mlp_matrices
     nq, nkv, w = shape.n_heads, shape.n_kv_heads, shape.bytes_per_param
     T = B * S  # tokens in the forward pass
     R = B * (S if n_logits is None else n_logits)  # LM-head rows
@@ -84,7 +96,7 @@ def operator_costs(
             N * w * (B * kv_width * (L + S) + T * kv_width + 2 * T * nq * d),
         ),
         OperatorCost("o_proj", N * 2 * T * nq * d * h, N * w * (nq * d * h + T * (nq * d + h))),
-        OperatorCost("mlp", N * 2 * T * m * h * I, N * w * (m * h * I + T * (2 * h + m * I))),
+        OperatorCost("mlp", N * 2 * T * m * h * ffn, N * w * (m * h * ffn + T * (2 * h + m * ffn))),
         OperatorCost("lm_head", 2 * R * h * V, w * (h * V + R * (h + V))),
     ]
 
@@ -152,19 +164,18 @@ def forward_breakdown(
     shape: ModelShape, hardware: Hardware, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0
 ) -> list[dict]:
     """Per operator: FLOPs, bytes, compute and memory seconds, which one binds; plain dicts for tables."""
-    rows = []
-    for op in engine_operator_costs(shape, hardware, batch_size, n_tokens, context_len):
-        rows.append(
-            {
-                "operator": op.name,
-                "flops": op.flops,
-                "bytes": op.bytes,
-                "compute_s": op.compute_s(hardware, shape.dtype),
-                "memory_s": op.memory_s(hardware),
-                "time_s": op.time_s(hardware, shape.dtype),
-                "bound": op.bound(hardware, shape.dtype),
-            }
-        )
+    rows = [
+        {
+            "operator": op.name,
+            "flops": op.flops,
+            "bytes": op.bytes,
+            "compute_s": op.compute_s(hardware, shape.dtype),
+            "memory_s": op.memory_s(hardware),
+            "time_s": op.time_s(hardware, shape.dtype),
+            "bound": op.bound(hardware, shape.dtype),
+        }
+        for op in engine_operator_costs(shape, hardware, batch_size, n_tokens, context_len)
+    ]
     rows.append(
         {
             "operator": "overhead",

@@ -117,8 +117,10 @@ def output_embeddings(model: PreTrainedModel) -> torch.Tensor:
     return head.weight
 
 
-def moved(model: M, device: torch.device, dtype: torch.dtype | None = None) -> M:
-    """`model.to(device[, dtype])`, typed as the model it returns. (transformers declares
-    `PreTrainedModel.to` through functools.wraps, which mypy reads as an unbound function,
+def moved(model: M, device: torch.device | None = None, dtype: torch.dtype | None = None) -> M:
+    """`model.to(device, dtype)` (either may be left out), typed as the model it returns. (transformers
+    declares `PreTrainedModel.to` through functools.wraps, which mypy reads as an unbound function,
     python/typeshed#10653; through `M` the call type-checks as `nn.Module.to` and still runs the override.)"""
-    return model.to(device) if dtype is None else model.to(device, dtype)
+    if dtype is None:
+        return model.to(device)
+    return model.to(dtype) if device is None else model.to(device, dtype)
