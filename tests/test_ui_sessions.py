@@ -130,3 +130,43 @@ def test_threads_share_few_malloc_heaps_once_limited(mode, most):
         assert arenas > 2, out.stderr  # the unlimited case, so the limit's test can tell
     else:
         assert 1 <= arenas <= most, out.stderr
+
+
+def _files(folder, sizes_mb):
+    """Files of the given sizes, oldest first (their modification times a second apart)."""
+    paths = []
+    for i, mb in enumerate(sizes_mb):
+        path = folder / f"upload-{i}" / "x.json"
+        path.parent.mkdir()
+        path.write_bytes(b" " * int(mb * 2**20))
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+        paths.append(path)
+    return paths
+
+
+def test_gradios_file_cache_is_kept_under_its_bound_oldest_first(tmp_path):
+    """gradio bounds each upload's size, not their number: a stream of 15 MB uploads filled the disk."""
+    from specviz.ui.sessions import bound_folder
+
+    paths = _files(tmp_path, [3, 2, 2, 1])
+    assert bound_folder(tmp_path, most_mb=4) == 2  # 8 MB: the two oldest go, 3 MB stay
+    assert [p.exists() for p in paths] == [False, False, True, True]
+    assert bound_folder(tmp_path, most_mb=4) == 0
+
+
+def test_the_janitor_bounds_the_file_cache(tmp_path, monkeypatch):
+    import time
+
+    from specviz.ui import sessions
+
+    monkeypatch.setattr(sessions, "CACHE_MOST_MB", 1)
+    monkeypatch.setattr(sessions, "gradio_cache", lambda: tmp_path)
+    paths = _files(tmp_path, [1, 1, 0.5])
+    done = sessions.start_janitor(object(), idle_s=3600, every_s=0.05)
+    try:
+        deadline = time.monotonic() + 10
+        while paths[1].exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        done.set()
+    assert [p.exists() for p in paths] == [False, False, True]

@@ -15,7 +15,10 @@ under the copy's own id, next to the original, and never drops it: a race adds ~
 A janitor thread (started by `specviz.ui.blocks.launch`) does every few seconds what gradio does
 not: it drops those orphaned copies (a block id this app never built; the app uses no gr.render,
 so every such id is a copy), the deep-link configs, and whole sessions that no event has touched
-for the time-to-live, then hands the freed memory back to the operating system.
+for the time-to-live, then hands the freed memory back to the operating system. It also keeps
+gradio's file cache (uploads and the files handed to visitors) under `CACHE_MOST_MB`, the oldest
+files going first: gradio bounds each upload's size (the app sets it to a saved race's bound), not
+their number, and keeps them for the time-to-live.
 
 glibc gives each new thread that allocates while other threads are alive a heap ("arena") of its
 own, up to eight per core, and keeps every arena for the life of the process; a server's threads
@@ -35,6 +38,7 @@ import logging
 import os
 import threading
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,10 @@ JANITOR_EVERY_S = 10.0
 DROPPED_LOG = "dropped %d idle visitor session(s)"  # the janitor's log line (the load tool counts them)
 MALLOC_ARENAS = 2  # heaps all threads share: PEARL's two model threads each have one
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+# gradio's file cache kept under this: four adapted default-pair drafts (~96 MB each) and the visitors'
+# race downloads (a saved race is at most 16 MB) fit; a stream of uploads does not fill the disk
+CACHE_MOST_MB = 1024
+CACHE_LOG = "gradio's file cache was over %d MB: deleted %d file(s), oldest first"
 
 
 def drop_update_copies(demo: Any) -> int:
@@ -122,6 +130,33 @@ def _glibc() -> Any:
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
+def bound_folder(folder: Path, most_mb: float) -> int:
+    """Delete the oldest files under `folder` (by modification time) until the rest take at most
+    `most_mb` MB; returns how many went."""
+    files = []
+    for path in folder.rglob("*"):
+        try:
+            if path.is_file():
+                stat = path.stat()
+                files.append((stat.st_mtime, stat.st_size, path))
+        except OSError:  # gone meanwhile (gradio's own cleanup, a download's rewrite)
+            continue
+    total, deleted = sum(size for _, size, _ in files), 0
+    for _, size, path in sorted(files):
+        if total <= most_mb * 2**20:
+            break
+        path.unlink(missing_ok=True)
+        total, deleted = total - size, deleted + 1
+    return deleted
+
+
+def gradio_cache() -> Path:
+    """Where gradio keeps uploads and the files it hands out (GRADIO_TEMP_DIR, else the temp folder's 'gradio')."""
+    from gradio.utils import get_upload_folder
+
+    return Path(get_upload_folder())
+
+
 def tidy(demo: Any, idle_s: float) -> tuple[int, int]:
     """One round of the janitor: (update copies dropped, idle sessions dropped)."""
     if getattr(demo, "state_holder", None) is None:  # not serving yet
@@ -139,11 +174,14 @@ def start_janitor(demo: Any, idle_s: float, every_s: float = JANITOR_EVERY_S) ->
             try:
                 copies, sessions = tidy(demo, idle_s)
                 give_back_freed_memory()
+                files = bound_folder(gradio_cache(), CACHE_MOST_MB)
             except Exception:  # a janitor round must never take the server down; the next round retries
                 log.exception("tidying the visitors' sessions failed")
                 continue
             if sessions:
                 log.info(DROPPED_LOG, sessions)
+            if files:
+                log.info(CACHE_LOG, CACHE_MOST_MB, files)
             log.debug("dropped %d component copies", copies)
 
     threading.Thread(target=loop, name="specviz-sessions", daemon=True).start()
