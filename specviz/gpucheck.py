@@ -95,7 +95,8 @@ def gguf_from_parts(folder: Path) -> Path:
     expected = json.loads((folder / "gguf.json").read_text())
     if len(parts) != expected["parts"]:
         raise SystemExit(
-            f"{len(parts)} of the GGUF's {expected['parts']} parts are in {folder}: was a call skipped, or the machine given back between calls?"
+            f"{len(parts)} of the GGUF's {expected['parts']} parts are in {folder}: was a call skipped, or the"
+            " machine given back between calls?"
         )
     data = lzma.decompress(b"".join(p.read_bytes() for p in parts))
     if hashlib.sha256(data).hexdigest() != expected["sha256"]:
@@ -129,7 +130,8 @@ def race(out: Path, device: str, prompts_per_suite: int, max_new_tokens: int) ->
         result = run_benchmark(cfg, progress=False)
         (out / f"bench-{dtype}.json").write_text(json.dumps(result, indent=1))
         print(
-            f"== bench, default pair in {dtype} on {result['device'].get('gpu', device)} ({time.perf_counter() - t0:.0f} s)"
+            f"== bench, default pair in {dtype} on {result['device'].get('gpu', device)}"
+            f" ({time.perf_counter() - t0:.0f} s)"
         )
         print(format_table(result["summary"]), flush=True)
         if dtype == "float32":
@@ -243,7 +245,8 @@ def pack(folder: Path, repo: Path, calls: int | None, wheel: bool = True) -> Non
     size = -(-len(packed) // n)
     if size > room:
         raise SystemExit(
-            f"{n} calls carry {size / 2**20:.1f} MiB each beside a {tree / 2**20:.1f} MiB tree: more than {room / 2**20:.1f} MiB"
+            f"{n} calls carry {size / 2**20:.1f} MiB each beside a {tree / 2**20:.1f} MiB tree:"
+            f" more than {room / 2**20:.1f} MiB"
         )
     shutil.rmtree(folder, ignore_errors=True)
     for i in range(n):

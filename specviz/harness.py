@@ -110,7 +110,13 @@ class RunRow:
 
 def _where(variant: Variant, prompt: Prompt, repeat: int) -> dict[str, Any]:
     """A row's fields that say which run it is."""
-    return dict(suite=prompt.suite, category=prompt.category, prompt_id=prompt.id, repeat=repeat, variant=variant.label)
+    return {
+        "suite": prompt.suite,
+        "category": prompt.category,
+        "prompt_id": prompt.id,
+        "repeat": repeat,
+        "variant": variant.label,
+    }
 
 
 def run_interleaved(
@@ -138,7 +144,7 @@ def run_interleaved(
 
     with series_executor() as lane:
         runners = [(v, _runner(pair, v, keep_records, lane)) for v in variants]
-        sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+        sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p}
         if warmup:
             for _, run in runners:
                 run(prompts[0], dict(sampling, max_new_tokens=WARMUP_TOKENS), seed, 0)
@@ -204,7 +210,7 @@ def mark_parity(
         ar, hf = (refs[name].get((r.prompt_id, r.repeat)) for name in (REFERENCE, HF_REFERENCE))
         same = r.output_ids == ar if greedy and ar is not None else None
         parity, first = ("same" if same else None), None
-        if same is False and judge:
+        if same is False and judge and ar is not None:  # (same is False only where ar is known)
             judged = compare(pair, prompt_ids[r.prompt_id], ar, r.output_ids)
             parity, first = judged.verdict, judged.first_difference
         out.append(
@@ -224,7 +230,7 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
     median of per-prompt tokens/s, and for our methods the median ratio to their HF peer."""
     from specviz.peers import PEERS
 
-    out = []
+    out: list[dict[str, Any]] = []
     for method in methods:
         mine = [r for r in rows if r.method == method]
         if not mine:
@@ -247,9 +253,11 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
                 "median_tokens_per_s": statistics.median(t for t in per_prompt if t is not None)
                 if any(per_prompt)
                 else None,
-                "acceptance_rate": metrics.acceptance_rate(sum(r.accepted for r in mine), sum(drafted))
-                if drafted
-                else None,
+                "acceptance_rate": (
+                    metrics.acceptance_rate(sum(r.accepted for r in mine if r.accepted is not None), sum(drafted))
+                    if drafted
+                    else None
+                ),
                 "mean_accepted_length": metrics.mean_accepted_length(new, tf),
                 "target_forwards_per_token": metrics.target_forwards_per_token(tf, new),
                 "matches_autoregressive": _all_or_none(r.matches_autoregressive for r in mine),
@@ -301,7 +309,7 @@ def describe_machine(device: str) -> dict[str, Any]:
     """Where a measurement ran: device, Python, torch, CPU, intra-op threads (and the GPU's name)."""
     import torch
 
-    info = {"device": device, "python": platform.python_version(), "torch": torch.__version__}
+    info: dict[str, Any] = {"device": device, "python": platform.python_version(), "torch": torch.__version__}
     info["cpu"] = platform.processor() or platform.machine()
     info["threads"] = torch.get_num_threads()
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -312,7 +320,8 @@ def describe_machine(device: str) -> dict[str, Any]:
 def add_comparison_args(
     p: argparse.ArgumentParser, *, suites: str, limit: int, max_new_tokens: int, pair_help: str | None = None
 ) -> None:
-    """An experiment's first options: --pair, its prompts (--suites or --prompts, --limit, --offset), --max-new-tokens."""
+    """An experiment's first options: --pair, its prompts (--suites or --prompts, --limit, --offset),
+    --max-new-tokens."""
     p.add_argument("--pair", default="default", help=pair_help)
     add_prompt_args(p, suites)
     p.add_argument("--limit", type=int, default=limit, help="prompts per suite")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+from transformers import PreTrainedModel
 
 from specviz.models.kv import CachedLM
 from specviz.models.pair import ModelPair
@@ -21,7 +22,7 @@ from specviz.records import IterationRecord
 
 
 @torch.inference_mode()
-def draft_predictions(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:
+def draft_predictions(draft: PreTrainedModel, sequence: Sequence[int], start: int) -> np.ndarray:
     """The draft's greedy guess for sequence[j] given sequence[:j] (teacher-forced), for j in [start, len)."""
     # one teacher-forced pass through the path that drafts (a lean draft's own, int8 on a CPU)
     logits = CachedLM(draft).forward(list(sequence), n_logits=len(sequence) - start + 1)  # rows for j-1 in [start-1, L)
@@ -54,7 +55,7 @@ def replay_chain(hits: Sequence[bool], draft_length: Callable[[int, int], int]) 
         j += emitted
 
 
-def draft_agreement_runs(draft: torch.nn.Module, sequence: Sequence[int], start: int) -> np.ndarray:
+def draft_agreement_runs(draft: PreTrainedModel, sequence: Sequence[int], start: int) -> np.ndarray:
     """runs[j - start] = consecutive greedy draft hits from sequence[j] on, for j in [start, len)."""
     return agreement_runs(draft_predictions(draft, sequence, start) == np.asarray(sequence[start:]))
 

@@ -35,9 +35,10 @@ def compare(pair, prompt_ids: Sequence[int], reference: Sequence[int], output: S
     reference, output = list(reference), list(output)
     if output == reference:
         return Parity(True)
-    k = next((i for i, (a, b) in enumerate(zip(reference, output)) if a != b), None)
+    n = min(len(reference), len(output))  # the tokens both have
+    k = next((i for i, (a, b) in enumerate(zip(reference[:n], output[:n], strict=True)) if a != b), None)
     if k is None:  # one stopped earlier: not a choice between two tokens
-        return Parity(False, min(len(reference), len(output)))
+        return Parity(False, n)
     return Parity(False, k, is_tie(pair, [*prompt_ids, *reference[:k]], reference[k], output[k]))
 
 

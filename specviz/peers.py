@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from specviz.errors import SpecvizError
 from specviz.methods import all_methods
 from specviz.models.pair import ModelPair
 
@@ -123,15 +124,18 @@ def run_peer(
 ) -> dict[str, Any]:
     """One `generate()` call of peer `name`; returns the benchmark's run fields."""
     import torch
+    from transformers import GenerationMixin
 
     peer = PEERS[name]
     target, draft = pair.target, pair.draft
-    kwargs: dict[str, Any] = dict(
-        max_new_tokens=max_new_tokens,
-        eos_token_id=list(pair.eos_token_ids),
-        pad_token_id=pair.eos_token_ids[0],
-        do_sample=temperature > 0,
-    )
+    if not isinstance(target, GenerationMixin):  # every Hugging Face causal LM is
+        raise SpecvizError(f"the target of '{pair.name}' has no generate(): the peers cannot run on it")
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "eos_token_id": list(pair.eos_token_ids),
+        "pad_token_id": pair.eos_token_ids[0],
+        "do_sample": temperature > 0,
+    }
     if temperature > 0:  # the same warping as ours: no top-k, the same top-p
         kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
     settings: dict[str, Any] = {}
@@ -153,7 +157,9 @@ def run_peer(
     ):
         _sync(pair.device)
         t0 = time.perf_counter()
-        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+        # transformers types generate's self as a Protocol written for the `ty` checker, which mypy
+        # does not match with PreTrainedModel (GenerativePreTrainedModel in transformers/_typing.py).
+        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)  # type: ignore[misc]
         _sync(pair.device)
         wall = time.perf_counter() - t0
     output = out[0, len(prompt_ids) :].tolist()

@@ -68,7 +68,7 @@ def analyse(draft: Any, examples: list, tokenizer: Any, batch: int = 16) -> dict
             drafted = guess[b, start : start + a].tolist()
             top1 = e.topk[0][:a, 0].tolist() if e.topk is not None else e.ids[e.answer_start :]
             p_top1 = torch.from_numpy(e.topk[1][:a, 0].astype("float32")).exp().tolist() if e.topk is not None else None
-            for j, (d, t) in enumerate(zip(drafted, top1)):
+            for j, (d, t) in enumerate(zip(drafted, top1, strict=True)):  # a answer tokens each
                 hit = int(d == t)
                 piece = pieces.setdefault(t, tokenizer.convert_ids_to_tokens(int(t)))
                 keys = [

@@ -163,12 +163,12 @@ def markdown(rows: list[dict], oracle: list[dict], header: str) -> str:
         "| suite | method | ms/token | speedup | acceptance | mean SL | mean abs(SL - oracle SL) | = AR |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['suite']} | {r['label']} | {fmt(r['ms_per_token'], '.1f')} | {fmt(r['speedup'])} | "
-            f"{fmt(r['acceptance_rate'])} | {fmt(r['mean_sl'])} | {fmt(r['sl_abs_error'])} | "
-            f"{'yes' if r['matches_autoregressive'] else 'NO'} |"
-        )
+    lines.extend(
+        f"| {r['suite']} | {r['label']} | {fmt(r['ms_per_token'], '.1f')} | {fmt(r['speedup'])} | "
+        f"{fmt(r['acceptance_rate'])} | {fmt(r['mean_sl'])} | {fmt(r['sl_abs_error'])} | "
+        f"{'yes' if r['matches_autoregressive'] else 'NO'} |"
+        for r in rows
+    )
     lines += [
         "",
         "Oracle speculation length per iteration (Table 2):",
@@ -177,7 +177,8 @@ def markdown(rows: list[dict], oracle: list[dict], header: str) -> str:
         "|---|---:|---:|---:|",
     ]
     lines += [
-        f"| {o['suite']} | {o['iterations']} | {o['oracle_sl_mean']:.2f} ± {o['oracle_sl_std']:.2f} | {o['oracle_sl_median']:.0f} |"
+        f"| {o['suite']} | {o['iterations']} | {o['oracle_sl_mean']:.2f} ± {o['oracle_sl_std']:.2f} "
+        f"| {o['oracle_sl_median']:.0f} |"
         for o in oracle
     ]
     return "\n".join(lines)
@@ -213,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = table(runs, iterations, [v.label for v in rows])
     oracle = oracle_stats(iterations)
     header = (
-        f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), "
-        f"greedy, max {args.max_new_tokens} new tokens, classifier '{clf.name}' (tau={clf.threshold}, "
+        f"DISCO comparison: pair {pair.name}, {len(prompts)} prompts "
+        f"({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
+        f"classifier '{clf.name}' (tau={clf.threshold}, "
         f"SL_max={clf.max_speculation_length}{', borrowed' if clf.card.get('borrowed') else ''}), SL-opt={sl_opt}"
     )
     text = markdown(summary, oracle, header)

@@ -43,8 +43,13 @@ def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str
     alpha = estimate_alpha(drafting) or 0.0
     c = sum(r.draft_ms for r in drafting) / max(1, drafted) / t1
     ratio = sum(r.verify_ms for r in drafting) / max(1, len(drafting)) / t1
-    tokens = lambda runs: sum(len(r.emitted) for run in runs for r in run)
-    seconds = lambda runs: sum(run[-1].t_end for run in runs if run)
+
+    def tokens(runs: list) -> int:
+        return sum(len(r.emitted) for run in runs for r in run)
+
+    def seconds(runs: list) -> float:
+        return sum(run[-1].t_end for run in runs if run)
+
     ar_tps = metrics.tokens_per_s(tokens(baseline), seconds(baseline))
     vanilla_tps = metrics.tokens_per_s(tokens(vanilla), seconds(vanilla))
     return {
@@ -87,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     gammas = [int(g) for g in args.gammas.split(",")]
     variants = [Variant("autoregressive", "autoregressive")]
     variants += [Variant(f"vanilla γ={g}", "vanilla", {"speculation_length": g}) for g in gammas]
-    key = dict(zip((v.label for v in variants), ["autoregressive", *gammas]))  # label -> this module's key
+    key = dict(zip((v.label for v in variants), ["autoregressive", *gammas], strict=True))  # label -> this module's key
     done = mark_parity(
         run_interleaved(
             pair,
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for g in gammas
     ]
-    result = {
+    result: dict[str, Any] = {
         "pair": {"name": pair.name, **pair.info},
         "machine": describe_machine(pair.info.get("device", "cpu")),
         "config": vars(args) | {"out": str(args.out)},
@@ -138,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         "vanilla_tokens_per_s",
     ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in result["rows"]:
-        lines.append(
-            "| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |"
-        )
+    lines.extend(
+        "| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |"
+        for row in result["rows"]
+    )
     text = (
         f"draft quality: pair {pair.name}, γ = {args.gammas}, greedy, max {args.max_new_tokens} new tokens, "
         f"{args.limit} prompts per suite; greedy outputs differing from autoregressive: {mismatches}\n\n"

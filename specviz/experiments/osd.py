@@ -1,8 +1,9 @@
-"""OSD's Figures 3-5 on one pair: acceptance over a stream of requests, online draft vs the same draft kept static.
+r"""OSD's Figures 3-5 on one pair: acceptance over a stream of requests, online draft vs the same draft kept static.
 
     python -m specviz.bench osd --pair default --suites gsm8k --requests 200 --max-new-tokens 64
     python -m specviz.bench osd --pair default --suites gsm8k,humaneval --shift-every 100   # distribution shift
-    python -m specviz.bench osd --pair tiny-random --suites gsm8k --distinct 2 --requests 40 --update-interval 2 --lr 3e-3
+    python -m specviz.bench osd --pair tiny-random --suites gsm8k --distinct 2 --requests 40 \
+        --update-interval 2 --lr 3e-3
 
 Greedy decoding. Every request is served for real by `osd` (the learner updates the draft every
 --update-interval requests, between requests); the static draft's acceptance on the same request
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import sys
 from dataclasses import asdict, fields
@@ -71,7 +73,7 @@ def summarize_stream(rows: list[dict], window: int, gamma: int) -> dict[str, Any
     from specviz.cost.formulas import osd_speedup
 
     first, last = rows[:window], rows[-window:]
-    out = {
+    out: dict[str, Any] = {
         f"{who}_alpha_{name}": window_alpha(part, who)
         for who in ("static", "osd")
         for name, part in (("first", first), ("last", last))
@@ -102,7 +104,7 @@ def segments(rows: list[dict], window: int) -> list[dict[str, Any]]:
         [0, *shift_points(rows, max_shifts=50), len(rows)] if len({r["suite"] for r in rows}) > 1 else [0, len(rows)]
     )
     out = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         part, n = rows[lo:hi], max(1, min(window, (hi - lo) // 2))
         row = {"suite": part[0]["suite"], "requests": [lo, hi - 1]}
         for who in ("static", "osd"):
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    learner = OnlineLearner(pair.draft, learner_cfg)
+    learner = OnlineLearner(pair.draft_model, learner_cfg)
     rows = []
     args.out.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=len(prompts), desc="osd stream", unit="request", disable=args.quiet)

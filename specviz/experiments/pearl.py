@@ -43,9 +43,11 @@ def variants(window: int, vanilla_gamma: int, modes: list[str]) -> list[Variant]
         Variant("autoregressive", "autoregressive"),
         Variant(f"vanilla (γ={vanilla_gamma})", "vanilla", {"speculation_length": vanilla_gamma}),
     ]
-    for mode in modes:
-        for method in ("pearl", "pearl-no-pre", "pearl-no-post"):
-            rows.append(Variant(f"{method} [{mode}]", method, {"window": window, "concurrent": mode == "threads"}))
+    rows.extend(
+        Variant(f"{method} [{mode}]", method, {"window": window, "concurrent": mode == "threads"})
+        for mode in modes
+        for method in ("pearl", "pearl-no-pre", "pearl-no-post")
+    )
     return rows
 
 
@@ -134,11 +136,15 @@ def table(runs: list[dict], order: list[str], window: int, vanilla_gamma: int, c
             phases = [n for r in rs for n in r["phases"]]
             ideal = _tps(mine, name, "ideal_s")
             method = rs[0]["method"] if rs else None
-            predicted = {
-                "autoregressive": 1.0,
-                "vanilla": vanilla_speedup_pearl_units(alpha, c, vanilla_gamma),
-                "pearl": pearl_speedup(alpha, c, window),
-            }.get(method)
+            predicted = (
+                {
+                    "autoregressive": 1.0,
+                    "vanilla": vanilla_speedup_pearl_units(alpha, c, vanilla_gamma),
+                    "pearl": pearl_speedup(alpha, c, window),
+                }.get(method)
+                if method is not None
+                else None
+            )
             rows.append(
                 {
                     "suite": suite,
@@ -186,17 +192,20 @@ def markdown(rows: list[dict], header: str) -> str:
     lines = [
         header,
         "",
-        "| suite | variant | tok/s | × AR | × vanilla | ideal tok/s | ideal × AR | ideal × vanilla | "
-        "tokens / phase | draft idle | target idle | predicted × AR | = AR |",
+        (
+            "| suite | variant | tok/s | × AR | × vanilla | ideal tok/s | ideal × AR | ideal × vanilla | "
+            "tokens / phase | draft idle | target idle | predicted × AR | = AR |"
+        ),
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['suite']} | {r['variant']} | {fmt(r['tokens_per_s'], '.1f')} | {fmt(r['speedup_vs_ar'])} | "
-            f"{fmt(r['speedup_vs_vanilla'])} | {fmt(r['ideal_tokens_per_s'], '.1f')} | {fmt(r['ideal_speedup_vs_ar'])} | "
-            f"{fmt(r['ideal_speedup_vs_vanilla'])} | {fmt(r['mean_tokens_per_phase'])} | {fmt(r['draft_idle'], '.0%')} | "
-            f"{fmt(r['target_idle'], '.0%')} | {fmt(r['predicted_speedup_vs_ar'])} | {'yes' if r['matches_autoregressive'] else 'NO'} |"
-        )
+    lines.extend(
+        f"| {r['suite']} | {r['variant']} | {fmt(r['tokens_per_s'], '.1f')} | {fmt(r['speedup_vs_ar'])} | "
+        f"{fmt(r['speedup_vs_vanilla'])} | {fmt(r['ideal_tokens_per_s'], '.1f')} | "
+        f"{fmt(r['ideal_speedup_vs_ar'])} | {fmt(r['ideal_speedup_vs_vanilla'])} | "
+        f"{fmt(r['mean_tokens_per_phase'])} | {fmt(r['draft_idle'], '.0%')} | {fmt(r['target_idle'], '.0%')} | "
+        f"{fmt(r['predicted_speedup_vs_ar'])} | {'yes' if r['matches_autoregressive'] else 'NO'} |"
+        for r in rows
+    )
     return "\n".join(lines)
 
 
@@ -220,7 +229,7 @@ def speedup_figure(rows: list[dict]):
         y=[r["predicted_speedup_vs_ar"] for r in mine],
         mode="markers",
         name="predicted (specviz.cost, α from vanilla)",
-        marker=dict(symbol="diamond", size=10, color="#D55E00"),
+        marker={"symbol": "diamond", "size": 10, "color": "#D55E00"},
     )
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive")
     fig.update_layout(
@@ -264,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     machine = describe_machine(pair.info.get("device", "cpu"))
     header = (
         f"PEARL comparison: pair {pair.name} on {machine['device']} ({machine.get('threads')} intra-op threads), "
-        f"{len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
+        f"{len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, "
+        f"max {args.max_new_tokens} new tokens, "
         f"c = T_target/T_draft = {c:.2f}, PEARL window γ = {window}, vanilla γ = {vanilla_gamma}"
     )
     text = markdown(summary, header)

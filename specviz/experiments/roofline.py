@@ -22,6 +22,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _ints(s: str) -> list[int]:
@@ -107,7 +108,7 @@ def measure(args, argv) -> dict:
     from specviz.cost.hardware import PRESETS
     from specviz.cost.measure import measure_forward_times, random_model
     from specviz.harness import describe_machine
-    from specviz.models.devices import resolve_device, resolve_dtype
+    from specviz.models.devices import moved, resolve_device, resolve_dtype
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -126,7 +127,7 @@ def measure(args, argv) -> dict:
         f"load average {load_before}"
     )
     print(f"timing {shape.name} ({dtype}, random weights) on {device}, L={args.context}:")
-    model = random_model(shape).to(device)
+    model = moved(random_model(shape), device)
     points = [
         t.as_dict()
         for t in measure_forward_times(model, args.batch_sizes, args.tokens, args.context, args.repeats, progress=True)
@@ -136,7 +137,7 @@ def measure(args, argv) -> dict:
     if args.draft_shape:
         dshape = get_shape(args.draft_shape).with_dtype(dtype)
         print(f"timing draft {dshape.name}:")
-        dmodel = random_model(dshape).to(device)
+        dmodel = moved(random_model(dshape), device)
         draft_points = [
             t.as_dict() for t in measure_forward_times(dmodel, [1], [1], args.context, args.repeats, progress=True)
         ]
@@ -216,7 +217,7 @@ def theory_tables(shape_name: str, context: int, batch_sizes=(1, 4, 16, 64)) -> 
     measured shape and for Llama-2-7B (the SSSD-sized case), with and without per-forward overhead."""
     from specviz.cost import HARDWARE, THIS_MACHINE, get_hardware, get_shape, knee_tokens, speculation_budget
 
-    out = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}  # shape -> hf-eager / ideal -> hardware -> budget, knee
     for name in dict.fromkeys([shape_name, "Llama-2-7B"]):
         for hw in HARDWARE.values():
             shape = get_shape(name).with_dtype("float32" if hw.name == THIS_MACHINE else "bfloat16")

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -44,7 +44,13 @@ Proposer = Callable[[list[int], int, int], tuple[list[int], list[int]]]  # (ids,
 # --- replay: accepted lengths of any tree drafter along a greedy reference -------------------------
 
 
-def replay(prompt_ids: list[int], reference: list[int], propose: Proposer, size: int) -> dict[str, float]:
+class Replayed(TypedDict):
+    steps: int  # verification passes
+    tokens: int  # tokens of the reference, all emitted
+    draft_s: float  # seconds spent drafting
+
+
+def replay(prompt_ids: list[int], reference: list[int], propose: Proposer, size: int) -> Replayed:
     """Greedy tree verification simulated along `reference`: steps, tokens, draft time."""
     from specviz.methods.trees import greedy_path
 
@@ -138,7 +144,7 @@ def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 
         ids = [encode_prompt(pair, p.text) for p in chunk]
         t0 = time.perf_counter()
         records = decode_batch(pair, ids, tree_size, max_new_tokens=max_new_tokens, opts=SSSDOptions(sources="input"))
-        for p, prompt_ids, rs in zip(chunk, ids, records):
+        for p, prompt_ids, rs in zip(chunk, ids, records, strict=True):
             refs.append(
                 {
                     "suite": p.suite,
@@ -226,7 +232,10 @@ def fig6(
             tokens = sum(len(r.emitted) for rs in records for r in rs)
             latency = [rs[-1].t_end for rs in records]
             steps = max(len(rs) for rs in records)
-            parity = all([t for r in rs for t in r.emitted] == ref["output_ids"] for rs, ref in zip(records, refs))
+            parity = all(
+                [t for r in rs for t in r.emitted] == ref["output_ids"]
+                for rs, ref in zip(records, refs[:B], strict=True)
+            )
             rows.append(
                 {
                     "batch_size": B,
@@ -283,7 +292,7 @@ def validation_prompts(path: Path, lines: tuple[int, int], limit: int):
     """ShareGPT prompts from the held-out line range (no training set and no benchmark uses them)."""
     from specviz.prompts import Prompt
 
-    out = []
+    out: list[Prompt] = []
     with path.open() as f:
         for i, line in enumerate(f):
             if lines[0] <= i < lines[1] and len(out) < limit:
@@ -406,12 +415,12 @@ def main(argv: list[str] | None = None) -> int:
         results["fig4"] = fig4(refs, datastore, [int(s) for s in args.sizes.split(",")])
         write_outputs(args.out, results)
     if "speed" in stages:
-        per_suite = {}
-        speed_refs = [
-            r
-            for r in refs
-            if per_suite.setdefault(r["suite"], []).append(r) or len(per_suite[r["suite"]]) <= args.speed_limit
-        ]
+        per_suite: dict[str, int] = {}  # references seen per suite
+        speed_refs = []  # the first --speed-limit of each suite
+        for r in refs:
+            per_suite[r["suite"]] = per_suite.get(r["suite"], 0) + 1
+            if per_suite[r["suite"]] <= args.speed_limit:
+                speed_refs.append(r)
         speed_ids = {r["prompt_id"] for r in speed_refs}
         results["speed_runs"] = speed_b1(
             pair, [p for p in prompts if p.id in speed_ids], speed_refs, options, args.speed_new_tokens

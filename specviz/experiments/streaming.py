@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
+from typing import Any
 
 from specviz import metrics
 from specviz.harness import (
@@ -82,8 +84,8 @@ def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> l
             rs = [r for r in mine if r["variant"] == name]
             ref_name = order[1] if rs and rs[0]["method"] == "streaming" else order[0]
             ref = refs[ref_name]
-            tokens, wall, forwards = _total(rs, "new_tokens"), _total(rs, "wall_s"), _total(rs, "target_forwards")
-            ref_tokens, ref_wall = _total(ref.values(), "new_tokens"), _total(ref.values(), "wall_s")
+            tokens, wall, forwards = _count(rs, "new_tokens"), _seconds(rs, "wall_s"), _count(rs, "target_forwards")
+            ref_tokens, ref_wall = _count(ref.values(), "new_tokens"), _seconds(ref.values(), "wall_s")
             rows.append(
                 {
                     "suite": suite,
@@ -92,14 +94,14 @@ def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> l
                     "runs": len(rs),
                     "tokens": tokens,
                     "target_forwards": forwards,
-                    "draft_forwards": _total(rs, "draft_forwards"),
+                    "draft_forwards": _count(rs, "draft_forwards"),
                     "tokens_per_target_forward": metrics.mean_accepted_length(tokens, forwards),
                     "ms_per_token": metrics.ms_per_token(tokens, wall),
                     "baseline": ref_name,
                     "speedup": metrics.speedup(
                         metrics.tokens_per_s(ref_tokens, ref_wall), metrics.tokens_per_s(tokens, wall)
                     ),
-                    "acceptance_rate": metrics.acceptance_rate(_total(rs, "accepted"), _total(rs, "drafted"))
+                    "acceptance_rate": metrics.acceptance_rate(_count(rs, "accepted"), _count(rs, "drafted"))
                     or 0.0,  # 0, not None, for AR
                     "extra_params": extra_params.get(rs[0]["method"], 0),
                     "matches_baseline": all(r["output_ids"] == ref[r["prompt_id"]]["output_ids"] for r in rs),
@@ -108,8 +110,13 @@ def table(runs: list[dict], order: list[str], extra_params: dict[str, int]) -> l
     return rows
 
 
-def _total(runs, key: str) -> float:
-    """The sum of one field over runs."""
+def _count(runs: Iterable[dict[str, Any]], key: str) -> int:
+    """The sum of one whole-number field over runs."""
+    return sum(r[key] for r in runs)
+
+
+def _seconds(runs: Iterable[dict[str, Any]], key: str) -> float:
+    """The sum of one field of seconds over runs."""
     return sum(r[key] for r in runs)
 
 
@@ -120,7 +127,8 @@ def tuned_agreement(runs: list[dict], original: str, tuned: str) -> dict[str, fl
     same, total, whole = 0, 0, 0
     for pid, x in a.items():
         y = b[pid]
-        n = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+        m = min(len(x), len(y))  # the tokens both have
+        n = next((i for i, (u, v) in enumerate(zip(x[:m], y[:m], strict=True)) if u != v), m)
         same, total, whole = same + n, total + len(x), whole + (x == y)
     return {"identical_outputs": whole / max(1, len(a)), "tokens_before_first_difference": same / max(1, total)}
 
@@ -132,20 +140,24 @@ def markdown(rows: list[dict], agreement: dict, header: str) -> str:
     lines = [
         header,
         "",
-        "| suite | method | tokens / target forward | ms/token | speedup | vs | target calls | draft calls | "
-        "extra params | = baseline |",
+        (
+            "| suite | method | tokens / target forward | ms/token | speedup | vs | target calls | draft calls | "
+            "extra params | = baseline |"
+        ),
         "|---|---|---:|---:|---:|---|---:|---:|---:|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['suite']} | {r['label']} | {fmt(r['tokens_per_target_forward'])} | {fmt(r['ms_per_token'], '.1f')} | "
-            f"{fmt(r['speedup'])} | {r['baseline']} | {r['target_forwards']} | {r['draft_forwards']} | "
-            f"{r['extra_params']:,} | {'yes' if r['matches_baseline'] else 'NO'} |"
-        )
+    lines.extend(
+        f"| {r['suite']} | {r['label']} | {fmt(r['tokens_per_target_forward'])} | "
+        f"{fmt(r['ms_per_token'], '.1f')} | {fmt(r['speedup'])} | {r['baseline']} | {r['target_forwards']} | "
+        f"{r['draft_forwards']} | {r['extra_params']:,} | {'yes' if r['matches_baseline'] else 'NO'} |"
+        for r in rows
+    )
     lines += [
         "",
-        f"Tuned vs original greedy output: {agreement['identical_outputs']:.0%} of outputs identical, "
-        f"{agreement['tokens_before_first_difference']:.0%} of tokens before the first difference.",
+        (
+            f"Tuned vs original greedy output: {agreement['identical_outputs']:.0%} of outputs identical, "
+            f"{agreement['tokens_before_first_difference']:.0%} of tokens before the first difference."
+        ),
     ]
     return "\n".join(lines)
 
@@ -187,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     agreement = tuned_agreement(runs, rows[0].label, rows[1].label)
     header = (
         f"Speculative streaming: pair {pair.name}, adapter '{args.adapter}' (N_s={lm.cfg.stream_layers}, "
-        f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts ({', '.join(prompt_sources(args))}, offset "
-        f"{args.offset}), greedy, max {args.max_new_tokens} new tokens, on {pair.device!s} ({describe_machine(str(pair.device))['threads']} threads)"
+        f"gamma={lm.cfg.gamma}, LoRA rank {lm.cfg.lora_rank}), {len(prompts)} prompts "
+        f"({', '.join(prompt_sources(args))}, offset {args.offset}), greedy, max {args.max_new_tokens} new tokens, "
+        f"on {pair.device!s} ({describe_machine(str(pair.device))['threads']} threads)"
     )
     text = markdown(summary, agreement, header)
     print(text)

@@ -61,7 +61,10 @@ class TargetDistributions:
 
     @staticmethod
     def cat(parts: list[TargetDistributions]) -> TargetDistributions:
-        indices = None if parts[0].indices is None else torch.cat([p.indices for p in parts])
+        tops = [p.indices for p in parts if p.indices is not None]
+        if tops and len(tops) < len(parts):
+            raise ValueError("cannot concatenate full distributions with top-k ones")
+        indices = torch.cat(tops) if tops else None
         return TargetDistributions(torch.cat([p.log_p for p in parts]), indices, parts[0].vocab)
 
 

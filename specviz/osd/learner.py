@@ -18,13 +18,17 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specviz.errors import SpecvizError
+from specviz.models.devices import input_embeddings
 from specviz.osd.buffers import POSITIONS, ReplayBuffer, RequestBuffer, Sample
 from specviz.osd.losses import LOSSES, distillation_loss
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -70,7 +74,7 @@ class OsdConfig:
 class OnlineLearner:
     """One adapting draft: a serving copy, a trainee copy, the replay buffer Q and the update history."""
 
-    def __init__(self, draft: torch.nn.Module, config: OsdConfig | None = None, pool: Any = None):
+    def __init__(self, draft: PreTrainedModel, config: OsdConfig | None = None, pool: Any = None):
         self.config = config or OsdConfig()
         # what bounds the learners holding weights of their own (hold(self) / drop(self): the server's
         # AdaptedDrafts, which may `release` this one); None: unbounded, as in the library
@@ -80,7 +84,7 @@ class OnlineLearner:
         # float32 trainee and Adam's two moments would be ~4x the draft's size).
         self._draft = draft
         self.serving = draft  # drafts; changes only between requests, and then it is this learner's own copy
-        self._trainee: torch.nn.Module | None = None
+        self._trainee: PreTrainedModel | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self.replay = ReplayBuffer(self.config.buffer_cap)
         self.rng = random.Random(self.config.seed)
@@ -98,7 +102,7 @@ class OnlineLearner:
         return self.serving is not self._draft or self._trainee is not None
 
     @property
-    def trainee(self) -> torch.nn.Module:
+    def trainee(self) -> PreTrainedModel:
         """The copy that learns (float32, no dropout: eval mode), made when first needed."""
         if self._trainee is None:
             self._trainee = copy.deepcopy(self._draft).float().eval().requires_grad_(True)
@@ -109,10 +113,11 @@ class OnlineLearner:
     @property
     def optimizer(self) -> torch.optim.Optimizer:
         """The trainee's optimiser (made with it)."""
-        _ = self.trainee
+        _ = self.trainee  # made with the optimiser
+        assert self._optimizer is not None
         return self._optimizer
 
-    def _own_serving(self) -> torch.nn.Module:
+    def _own_serving(self) -> PreTrainedModel:
         """The serving draft, copied from the pair's before this learner first changes it."""
         if self.serving is self._draft:
             self.serving = copy.deepcopy(self._draft).eval().requires_grad_(False)
@@ -139,7 +144,7 @@ class OnlineLearner:
             self.pool.hold(self)
 
     # -- serving ---------------------------------------------------------------------------------
-    def begin_request(self) -> torch.nn.Module:
+    def begin_request(self) -> PreTrainedModel:
         """The draft for the next request (a finished background update is swapped in first)."""
         if self._worker is not None and not self._worker.is_alive():
             self._swap()
@@ -213,10 +218,10 @@ class OnlineLearner:
             "ms": (time.perf_counter() - t0) * 1e3,
         }
 
-    def sample_loss(self, s: Sample, model: torch.nn.Module | None = None) -> torch.Tensor:
+    def sample_loss(self, s: Sample, model: PreTrainedModel | None = None) -> torch.Tensor:
         """The distillation loss of `model` (default: the trainee) at one request's recorded positions."""
         model = model or self.trainee
-        device = model.get_input_embeddings().weight.device
+        device = input_embeddings(model).device
         ids = torch.tensor(
             [s.ids[: max(s.positions)]], device=device
         )  # [1, L]: inputs up to the last recorded position
