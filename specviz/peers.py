@@ -159,7 +159,8 @@ def run_peer(
         t0 = time.perf_counter()
         # transformers types generate's self as a Protocol written for the `ty` checker, which mypy
         # does not match with PreTrainedModel (GenerativePreTrainedModel in transformers/_typing.py).
-        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)  # type: ignore[misc]
+        mask = torch.ones_like(input_ids)
+        out = target.generate(input_ids, attention_mask=mask, **kwargs)  # type: ignore[misc]  # ty-only self type
         _sync(pair.device)
         wall = time.perf_counter() - t0
     output = out[0, len(prompt_ids) :].tolist()

@@ -103,7 +103,7 @@ def reduced_config(
     }
     # transformers' configs take extra keyword arguments (wrap_init_to_accept_kwargs); their dataclass
     # signature, which mypy reads, does not show it.
-    return LlamaConfig(  # type: ignore[call-arg]  # head_vocab, embed_rank: see above
+    return LlamaConfig(  # type: ignore[call-arg]  # the stub hides **kwargs; head_vocab, embed_rank are extra
         vocab_size=t.vocab_size,  # the target's: logits and input ids live in its vocabulary
         hidden_size=hidden,
         intermediate_size=intermediate,
@@ -132,7 +132,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
 
     # Nothing tied: the factorised table is not the head. (transformers reads this class setting from the
     # class but declares it without ClassVar, which mypy then takes for an instance variable.)
-    _tied_weights_keys: ClassVar[dict[str, str]] = {}  # type: ignore[misc]  # see the comment above
+    _tied_weights_keys: ClassVar[dict[str, str]] = {}  # type: ignore[misc]  # transformers omits ClassVar
 
     def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor | None = None):
         super().__init__(config)
