@@ -40,3 +40,25 @@ def test_the_disco_tabs_stop_reaches_its_model_call(perturbed_pair, monkeypatch)
     finally:
         forget_stop("pressedbefore")
     assert card.startswith("**Stopped** after 0 of 4 methods") and table.empty and plot_sl is None
+
+
+def test_a_closed_page_stops_its_disco_comparison(perturbed_pair, monkeypatch):
+    """The page's unload event stops the visitor's runs (`stop_visitor`): the DISCO tab's too."""
+    from types import SimpleNamespace
+
+    from specviz.ui.turns import stop_visitor
+
+    with gr.Blocks() as demo:
+        disco.build_tab(tab_context(load_pair=lambda name: perturbed_pair))
+    run = next(f.fn for f in demo.fns.values() if f.fn is not None and f.fn.__name__ == "run")
+    real = disco.disco_vs_oracle
+
+    def closed_during(*args, **kwargs):
+        stop_visitor("page-1")  # the page closes while the first method is timed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(disco, "disco_vs_oracle", closed_during)
+    card, *_ = run(
+        "tiny-perturbed", "def f(x):", True, 0.5, 8, 8, 1, KeyedStop(), SimpleNamespace(session_hash="page-1")
+    )
+    assert card.startswith("**Stopped** after 0 of 4 methods")

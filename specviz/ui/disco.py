@@ -12,6 +12,7 @@ from specviz.errors import SpecvizError
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, forget_stop, gpu_seconds, new_stop_key
+from specviz.ui.turns import stopped_on_leave
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -202,19 +203,20 @@ def build_tab(ctx: Any) -> None:
         n: float,
         k: float,
         stop: KeyedStop | None = None,
+        request: gr.Request | None = None,
     ):
         key = new_stop_key()
-        if stop is not None:
-            stop.keys.add(key)
+        stop = stop if stop is not None else KeyedStop()
+        stop.keys.add(key)
         try:
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
-            out = measured(pair_name, text, threshold, length, int(n), int(k), key)
+            with stopped_on_leave(getattr(request, "session_hash", None), stop):  # a closed page stops it too
+                out = measured(pair_name, text, threshold, length, int(n), int(k), key)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e
         finally:
-            if stop is not None:
-                stop.keys.discard(key)
+            stop.keys.discard(key)
             forget_stop(key)
         used = out["tuned"] if use_tuned else (t, m)
         if out["stopped"]:  # the methods timed before Stop, without the figures that compare all four
