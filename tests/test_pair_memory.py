@@ -103,3 +103,28 @@ def test_a_pair_not_loaded_yet_is_loaded_in_a_turn_on_the_models(monkeypatch):
     finally:
         TURNS.leave(holder)
     assert loads == ["smollm2-360m/135m"] * 2
+
+
+def test_a_model_call_holding_its_turn_loads_without_joining_the_line(monkeypatch):
+    """A race's method asks for its pair inside its turn (on the handler's thread): if another
+    visitor's hub pair took its place meanwhile, it loads there, never waiting behind itself."""
+    import gradio as gr
+
+    from specviz.ui import blocks
+    from specviz.ui.turns import TURNS
+    from tests.conftest import tab_context
+
+    loads: list[str] = []
+    monkeypatch.setattr(blocks, "resolve_pair", lambda name, *where: (loads.append(name), None))
+    monkeypatch.setattr(pairs, "is_loaded", lambda name, device="auto", dtype="auto": False)
+    with gr.Blocks():
+        ctx = tab_context()
+    mine = TURNS.join()  # this race's method holds the models
+    try:
+        worker = threading.Thread(target=ctx.load_pair, args=("smollm2-360m/135m",))
+        worker.start()
+        worker.join(10)
+        assert not worker.is_alive() and loads == ["smollm2-360m/135m"]
+    finally:
+        TURNS.leave(mine)
+        worker.join(30)

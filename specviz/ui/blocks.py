@@ -85,25 +85,28 @@ class TabContext:
 
     def resolve(self, name: str) -> tuple[Any, str | None]:
         """(pair, notice) of the pair called `name`: one loaded at start-up, else loaded now (cached;
-        'default' falls back to tiny-random offline, and the notice says so). A pair not loaded yet
-        is loaded in a turn on the models (a load beside a timed run would slow it, and two loads at
-        once could hold two pairs' memory)."""
+        'default' falls back to tiny-random offline, and the notice says so). For a handler that does
+        not hold a turn on the models: a pair not loaded yet is loaded in a turn (a load beside a
+        timed run would slow it, and two loads at once could hold two pairs' memory)."""
         from specviz.models.pair import is_loaded
 
+        if not isinstance(name, str) or name in self.served or name in TINY_VARIANTS:
+            return self.held(name)  # nothing to load
+        if threads.on_thread(threads.MODELS) or is_loaded(name.strip(), self.placement.device, self.placement.dtype):
+            return self.held(name)  # in a model call (its turn held), or loaded already
+        if self.allowed_pairs is not None and name.strip() not in self.allowed_pairs:
+            return self.held(name)  # refused at once, without waiting for a turn
+        return self.hold_models(self.held)(name)
+
+    def held(self, name: str) -> tuple[Any, str | None]:
+        """`resolve` for a caller that holds a turn on the models (a model call): loads where needed."""
         if isinstance(name, str) and name in self.served:
             return self.served[name]
-        where = (self.allowed_pairs, self.placement)
-        if threads.on_thread(threads.MODELS) or not isinstance(name, str) or name in TINY_VARIANTS:
-            return resolve_pair(name, *where)  # in a model call (its turn held), or nothing to load
-        if is_loaded(name.strip(), self.placement.device, self.placement.dtype):
-            return resolve_pair(name, *where)
-        if self.allowed_pairs is not None and name.strip() not in self.allowed_pairs:
-            return resolve_pair(name, *where)  # refused at once, without waiting for a turn
-        return self.hold_models(resolve_pair)(name, *where)
+        return resolve_pair(name, self.allowed_pairs, self.placement)
 
     def load_pair(self, name: str) -> Any:
-        """The ModelPair called `name` (see resolve)."""
-        return self.resolve(name)[0]
+        """The ModelPair called `name`, for a model call (it holds its turn: see `held`)."""
+        return self.held(name)[0]
 
 
 def discover_tabs() -> tuple[list[ModuleType], list[tuple[str, str]]]:
