@@ -37,7 +37,9 @@ def agreement_runs(hits: np.ndarray) -> np.ndarray:
     return runs[:-1]
 
 
-def replay_chain(hits: Sequence[bool], draft_length: Callable[[int, int], int]) -> Iterator[tuple[int, int, int, int]]:
+def replay_chain(
+    hits: Sequence[bool] | np.ndarray, draft_length: Callable[[int, int], int]
+) -> Iterator[tuple[int, int, int, int]]:
     """Greedy speculative decoding replayed on a known greedy output, without running a model.
 
     hits[j]: the draft's greedy guess for output token j (given the true prefix) is the target's.

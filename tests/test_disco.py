@@ -266,7 +266,7 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
     assert sliders["Max new tokens"] <= 32 and sliders["Timed runs of each (after a warm-up; the median is shown)"] <= 3
     out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
     rows = {r["method"]: r for r in out["rows"]}
-    assert list(rows)[0] == tab.AR_LABEL and all(list(r) == tab.HEADERS for r in rows.values())
+    assert next(iter(rows)) == tab.AR_LABEL and all(list(r) == tab.HEADERS for r in rows.values())
     assert all(r["runs (median shown)"] == 1 for r in rows.values())
     ar = rows[tab.AR_LABEL]  # the reference of the speedups
     assert ar["speedup vs AR (×)"] == 1.0 and ar["acceptance"] is ar["mean SL"] is ar["mean |SL − oracle|"] is None

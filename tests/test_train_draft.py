@@ -231,13 +231,13 @@ def test_more_steps_start_a_new_schedule_and_export_only_writes_the_checkpoint(b
     for name in ("data", "work", "shipped"):
         shutil.copytree(src / name, tmp_path / name)
     args = train_cli(tmp_path, steps=6)
-    assert train_draft.main(args + ["--more-steps", "2", "--lr", "1e-3"]) == 0
+    assert train_draft.main([*args, "--more-steps", "2", "--lr", "1e-3"]) == 0
     rows = list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))
     assert [int(r["step"]) for r in rows] == list(range(1, 9))
     assert [float(r["lr"]) for r in rows[6:]] == [1e-3, 5.5e-4]  # cosine from 1e-3 over steps 6..8, no warm-up
     assert "steps 6-8" in (tmp_path / "draft" / "MODEL_CARD.md").read_text()
     shutil.rmtree(tmp_path / "draft")
-    assert train_draft.main(args + ["--export-only"]) == 0
+    assert train_draft.main([*args, "--export-only"]) == 0
     assert len(list(csv.DictReader((tmp_path / "work" / "train-draft.csv").open()))) == 8  # no training
     assert json.loads((tmp_path / "draft" / "training.json").read_text())["result"]["step"] == 8
 

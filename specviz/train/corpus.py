@@ -167,7 +167,7 @@ class WorkFolder:
     def append(self, jobs: list[Job], outputs: list[list[int]], topk: list[tuple[np.ndarray, np.ndarray]]) -> None:
         with open(self.ids, "ab") as fi, open(self.logp, "ab") as fl, open(self.text, "a") as ft:
             lines = []
-            for job, out, (ids, logp) in zip(jobs, outputs, topk):
+            for job, out, (ids, logp) in zip(jobs, outputs, topk, strict=True):
                 fi.write(ids.astype(np.uint16).tobytes())
                 fl.write(logp.astype(np.float16).tobytes())
                 rec = {
@@ -269,7 +269,7 @@ def answer_batch(
         ids = nxt[:, None]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         positions = positions[:, -1:] + 1
-    topk = [(torch.stack(a).numpy(), torch.stack(b).numpy()) for a, b in zip(top_ids, top_logp)]
+    topk = [(torch.stack(a).numpy(), torch.stack(b).numpy()) for a, b in zip(top_ids, top_logp, strict=True)]
     return outputs, topk
 
 
@@ -351,13 +351,13 @@ def generate(args) -> int:
         if long:
             skipped |= {f"{j.source}:{j.line}" for j in long}
             (args.work / "skipped.json").write_text(json.dumps(sorted(skipped)))
-            batch = [(j, p) for j, p in batch if len(p) <= cfg.max_prompt_tokens]
-        if batch:
+        fitting = [(j, p) for j, p in batch if len(p) <= cfg.max_prompt_tokens]
+        if fitting:
             gen = torch.Generator().manual_seed(SEED + len(work.records))
-            outputs, topk = answer_batch(model, [p for _, p in batch], batch[0][0].temperature, eos, cfg, gen)
-            work.append([j for j, _ in batch], outputs, topk)
+            outputs, topk = answer_batch(model, [p for _, p in fitting], fitting[0][0].temperature, eos, cfg, gen)
+            work.append([j for j, _ in fitting], outputs, topk)
             tokens += sum(len(o) for o in outputs)
-        bar.update(len(batch) + len(long))
+        bar.update(len(fitting) + len(long))
         bar.set_postfix(tok_s=f"{tokens / (time.monotonic() - started):.0f}")
         if deadline and time.monotonic() > deadline:
             break
@@ -385,7 +385,8 @@ def load_shipped(folder: Path = CORPUS) -> list[dict]:
         with np.load(path) as z:  # z[name] decompresses anew on every access: read each array once
             shard = {name: z[name] for name in z.files}
         names, tokens, offsets = [str(s) for s in shard["source_names"]], shard["tokens"], shard["offsets"]
-        for s, line, t, a, b in zip(shard["source"], shard["line"], shard["temperature"], offsets[:-1], offsets[1:]):
+        columns = (shard["source"], shard["line"], shard["temperature"], offsets[:-1], offsets[1:])
+        for s, line, t, a, b in zip(*columns, strict=True):  # one of each per answer
             out.append(
                 {"source": names[s], "line": int(line), "temperature": float(t) / 100, "output_ids": tokens[a:b]}
             )
@@ -455,7 +456,8 @@ put a prompt back in front of its answer.
   {len(shard_paths(args.out))} file(s) `answers-*.npz` ({size:.2f} MB): uint16 `tokens` with `offsets`, and per
   answer `source`, `line` and `temperature` (hundredths)
 - each prompt is put through the target's chat template as a single user turn; answers stop at the
-  target's EOS or after {GenerationConfig.max_new_tokens} new tokens; prompts over {GenerationConfig.max_prompt_tokens} tokens are skipped
+  target's EOS or after {GenerationConfig.max_new_tokens} new tokens; prompts over
+  {GenerationConfig.max_prompt_tokens} tokens are skipped
 - the target in bfloat16 on a 2-core CPU (`--dtype` default: 1.5x the float32 speed there), greedy (temperature 0)
   or sampled at temperature 0.7 (no top-k/top-p)
 - split: a prompt is held out for validation when crc32("source:line") % {splits.CORPUS.modulus} == 0 (both of its
@@ -597,4 +599,4 @@ if __name__ == "__main__":
         raise SystemExit(main())
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None

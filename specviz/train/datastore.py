@@ -33,8 +33,8 @@ def teacher_documents(path: Path, exclude: set[int], with_prompts: bool) -> Iter
 
 
 def text_documents(path: Path, tokenizer) -> Iterator[list[int]]:
-    for line in path.open():
-        line = line.strip()
+    for raw in path.open():
+        line = raw.strip()
         if not line:
             continue
         text = json.loads(line)["text"] if path.suffix == ".jsonl" else line
@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     store = Datastore.build(docs, tokenizer_fingerprint(tokenizer), info)
     path = store.save(args.out, with_suffix_array=not args.tokens_only)
     print(
-        f"datastore: {store.info['documents']} documents, {len(store)} tokens -> {path} ({path.stat().st_size / 1e6:.2f} MB)"
+        f"datastore: {store.info['documents']} documents, {len(store)} tokens -> {path}"
+        f" ({path.stat().st_size / 1e6:.2f} MB)"
     )
     return 0
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import sys
@@ -164,7 +165,7 @@ def extract(pair, sequences: list[Sequence], max_len: int = 1024, logits: np.nda
         match = (q.argmax(-1) == p.argmax(-1)).cpu().numpy()
         tv = (0.5 * (p - q).abs().sum(-1)).cpu().numpy()
         rows.append((base.cpu().numpy(), match, tv, np.full(len(match), n)))
-    return Positions(*(np.concatenate(c) for c in zip(*rows)))
+    return Positions(*(np.concatenate(c) for c in zip(*rows, strict=True)))  # rows: 4-tuples
 
 
 # ---------------------------------------------------------------- training
@@ -234,7 +235,7 @@ class Costs:
 def sequences(seq: np.ndarray) -> list[tuple[int, int]]:
     """(start, end) of each run of equal sequence ids: one answer's positions."""
     cuts = [0, *(np.flatnonzero(np.diff(seq)) + 1).tolist(), len(seq)]
-    return list(zip(cuts, cuts[1:]))
+    return list(itertools.pairwise(cuts))
 
 
 def replay(pos: Positions, decide, costs: Costs) -> dict:
@@ -383,7 +384,7 @@ def fit(
     scores = test_scores[np.arange(len(i_test)), i_test]  # C_i at the oracle's i
     label = test.match.astype(bool)
     static_f1 = {k: f1(i_test < k, label) for k in range(1, POSITION_CAP + 1)}
-    best_static = max(static_f1, key=static_f1.get)
+    best_static = max(static_f1, key=static_f1.__getitem__)
     test_replay = tune(test, test_scores, costs)
     card = {
         "pair": pair_name,
@@ -527,11 +528,22 @@ def summary_text(card: dict) -> str:
     v, t = card["validation"], card["test"]
     lines = [
         "accept rate (train/val/test): " + ", ".join(f"{card['accept_rate'][s]:.3f}" for s in SPLITS),
-        f"tuned on validation: tau={v['disco_best']['threshold']}, SL_max={v['disco_best']['max_speculation_length']}, SL-opt={v['sl_opt']}",
-        f"test F1 (accept class): DISCO {t['f1_accept_disco']:.3f} vs best static SL-{t['static_best_k_for_f1']} {t['f1_accept_static_best']:.3f}",
-        f"test replay ms/token: DISCO {t['replay_at_tuned']['ms_per_token']:.2f}, SL-opt {t['replay_sl_opt']['ms_per_token']:.2f}, "
-        f"oracle {t['replay']['oracle']['ms_per_token']:.2f}",
-        f"one decision {card['decision_cost_us']:.0f} us vs one draft forward {card['costs_ms']['draft_ms'] * 1e3:.0f} us",
+        (
+            f"tuned on validation: tau={v['disco_best']['threshold']}, "
+            f"SL_max={v['disco_best']['max_speculation_length']}, SL-opt={v['sl_opt']}"
+        ),
+        (
+            f"test F1 (accept class): DISCO {t['f1_accept_disco']:.3f} "
+            f"vs best static SL-{t['static_best_k_for_f1']} {t['f1_accept_static_best']:.3f}"
+        ),
+        (
+            f"test replay ms/token: DISCO {t['replay_at_tuned']['ms_per_token']:.2f}, "
+            f"SL-opt {t['replay_sl_opt']['ms_per_token']:.2f}, oracle {t['replay']['oracle']['ms_per_token']:.2f}"
+        ),
+        (
+            f"one decision {card['decision_cost_us']:.0f} us "
+            f"vs one draft forward {card['costs_ms']['draft_ms'] * 1e3:.0f} us"
+        ),
     ]
     return "\n".join(lines)
 

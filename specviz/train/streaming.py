@@ -23,10 +23,12 @@ import random
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch.nn import functional as F
+from transformers import PreTrainedModel
 
 from specviz.models.streaming import StreamingConfig, StreamingLM, load_adapter
 from specviz.train import splits
@@ -56,7 +58,7 @@ class TrainConfig:
     device: str = "cpu"
 
 
-def load_target(name: str, device: str) -> torch.nn.Module:
+def load_target(name: str, device: str) -> PreTrainedModel:
     """The float32 target the adapter is trained on ('default', 'tiny-random', a hub id or folder)."""
     from specviz.models.pair import load_target as load
 
@@ -98,6 +100,8 @@ class TeacherLogits:
 
     def probs(self, start: int, rows: torch.Tensor) -> torch.Tensor:
         """p = softmax of rows start + rows (relative row indices [n]) -> [n, V]."""
+        if self.rows is None:
+            raise ValueError("no teacher logits to read: the file is absent (check `covers` first)")
         picked = self.rows[start + rows.numpy()]  # [n, V] float16
         return torch.from_numpy(np.asarray(picked, dtype=np.float32)).softmax(-1)
 
@@ -112,9 +116,10 @@ def scored_streams(lm: StreamingLM) -> range:
 
 def ss_loss(
     lm: StreamingLM, ex: Example, teacher: TeacherLogits | None, cfg: TrainConfig, bottom: dict | None = None
-) -> tuple[torch.Tensor, dict]:
-    """L_ss on one example, and per-stream losses and top-1 agreement for the log. `bottom` caches
-    the frozen bottom layers' output per example (they never change during training)."""
+) -> tuple[torch.Tensor | float, dict]:
+    """L_ss on one example (0.0: no position to score), and per-stream losses and top-1 agreement for
+    the log. `bottom` caches the frozen bottom layers' output per example (they never change during
+    training)."""
     ids = torch.tensor([ex.ids], device=lm.stream_embed.device)
     key = (ex.logits_row, tuple(ex.ids))
     h = bottom.get(key) if bottom is not None else None
@@ -129,7 +134,8 @@ def ss_loss(
         nodes = nodes[torch.randperm(len(nodes))[: cfg.positions]].sort().values
     main, streams = lm(ids, h, nodes)  # [1, T, H], [1, K, gamma, H]
     soft = not cfg.hard and ex.logits_row is not None and teacher is not None and teacher.covers(ex.logits_row, T - P)
-    stats, total = {}, 0.0
+    stats: dict[str, float] = {}
+    total: torch.Tensor | float = 0.0
     for j in scored_streams(lm):  # j = 0: main stream (y_{t+1}); j >= 1: stream j (y_{t+1+j})
         if j == 0:
             t = answer if not 0 < cfg.positions < len(answer) else answer[torch.randperm(len(answer))[: cfg.positions]]
@@ -142,6 +148,7 @@ def ss_loss(
         logits = lm.logits(hidden)  # [n, V]
         tokens = ids[0, t + 1 + j]
         if soft:
+            assert teacher is not None and ex.logits_row is not None  # checked in `soft`
             p = teacher.probs(ex.logits_row, t + 1 + j - P).to(logits.device)  # p(. | prefix up to y_{t+1+j})
             loss = -(p * logits.log_softmax(-1)).sum(-1).mean()
             want = p.argmax(-1)
@@ -171,7 +178,7 @@ def evaluate(lm: StreamingLM, examples: list[Example], teacher: TeacherLogits | 
             sums[f"n{j}"] = sums.get(f"n{j}", 0) + n
             for k in ("loss", "top1_", "top3_"):
                 sums[f"{k}{j}"] = sums.get(f"{k}{j}", 0.0) + n * stats.get(f"{k}{j}", 0.0)
-    out = {"examples": len(examples)}
+    out: dict[str, Any] = {"examples": len(examples)}
     for j in streams:
         n = sums[f"n{j}"]
         out[f"stream{j}" if j else "main"] = {
@@ -203,7 +210,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         state["step"] = saved["step"]
     teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), base.config.vocab_size)
     rng = random.Random(cfg.seed + state["step"])
-    epoch = {"order": [], "examples": 0}  # what is left of this epoch's shuffled examples, and how many it had
+    epoch: dict[str, Any] = {
+        "order": [],
+        "examples": 0,
+    }  # what is left of this epoch's shuffled examples, and how many it had
     bottom: dict = {}  # example -> frozen hidden states entering layer N - N_s
 
     def loss_at(step: int) -> tuple[torch.Tensor, dict]:
@@ -215,6 +225,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             rng.shuffle(order)
             epoch.update(order=order, examples=len(order))
         loss, stats = ss_loss(lm, epoch["order"].pop(), teacher, cfg, bottom)
+        assert isinstance(loss, torch.Tensor), "an example with no position to score"
         return loss, {"loss": float(loss.detach()), **stats}
 
     def after_step(step: int, stats: dict) -> dict:
@@ -289,7 +300,7 @@ def evaluate_checkpoint(cfg: TrainConfig, n: int) -> dict:
 
 
 @torch.inference_mode()
-def agreement(base: torch.nn.Module, lm: StreamingLM, prompts: list[list[int]], new_tokens: int) -> dict:
+def agreement(base: PreTrainedModel, lm: StreamingLM, prompts: list[list[int]], new_tokens: int) -> dict:
     """How often the tuned model's greedy output equals the original's (token-wise up to the first
     difference, and whole outputs)."""
     from specviz.models.kv import CachedLM
@@ -305,7 +316,7 @@ def agreement(base: torch.nn.Module, lm: StreamingLM, prompts: list[list[int]], 
     same_prefix, same_whole = 0, 0
     for ids in prompts:
         a, b = greedy(base, ids), greedy(lm.tuned, ids)
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))  # new_tokens each
         same_prefix += n
         same_whole += n == len(a)
     return {

@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
 
     checkpoint = args.work / f"checkpoint-{args.out.name}.pt"
     if args.export_only or args.more_steps:
-        if not checkpoint.is_file():
+        saved = Checkpoint(checkpoint).load(weights_only=False)
+        if saved is None:
             raise SpecvizError(f"no checkpoint {checkpoint} to export or continue")
-        done = Checkpoint(checkpoint).load(weights_only=False)["state"]["step"]
+        done = saved["state"]["step"]
         cfg = (
             replace(cfg, steps=done)
             if args.export_only
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(
-        f"[specviz] wrote {args.out}: held-out agreement {result['val_agree']:.3f}, coverage {cover:.3f}, c {cost['c']:.3f}",
+        f"[specviz] wrote {args.out}: held-out agreement {result['val_agree']:.3f}, coverage {cover:.3f}, "
+        f"c {cost['c']:.3f}",
         file=sys.stderr,
     )
     return 0
@@ -149,4 +151,4 @@ def run_cli() -> None:
         raise SystemExit(main())
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None

@@ -84,33 +84,47 @@ def model_card(
         "it shares the target's tokenizer. Its class is `specviz.models.draft.ReducedVocabDraft`.",
         "",
         "## Shape",
-        f"- Llama, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads ({shape.kv_heads} key/value), "
-        f"MLP {shape.intermediate}, {params / 1e6:.1f}M parameters, matrices stored as int8 with a scale per row",
-        f"- head over the {shape.head_vocab} most frequent answer tokens of the training split (q = 0 for every other "
-        f"token; they cover {cover:.1%} of the held-out answer tokens); input table [V, {shape.embed_rank}] lifted to "
-        f"width {shape.hidden}",
+        (
+            f"- Llama, {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads ({shape.kv_heads} key/value), "
+            f"MLP {shape.intermediate}, {params / 1e6:.1f}M parameters, matrices stored as int8 with a scale per row"
+        ),
+        (
+            f"- head over the {shape.head_vocab} most frequent answer tokens of the training split "
+            f"(q = 0 for every other token; they cover {cover:.1%} of the held-out answer tokens); "
+            f"input table [V, {shape.embed_rank}] lifted to width {shape.hidden}"
+        ),
         "- decoding on a CPU runs int8 weights with bfloat16 activations (`ReducedVocabDraft.step`)",
         "",
         "## Data",
         f"- {len(data.train)} answers for training ({data.answer_tokens} answer tokens; "
         + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         + f"), {len(data.val)} held out (`corpus.held_out`)",
-        f"- {data.with_topk} training answers with the target's top-k log-probabilities (soft targets), the rest "
-        "with the answer token only",
+        (
+            f"- {data.with_topk} training answers with the target's top-k log-probabilities (soft targets), the rest "
+            "with the answer token only"
+        ),
         "",
         "## Training",
-        f"- {result['step']} steps, {result['tokens']} answer positions seen "
-        f"(about {result['tokens'] / max(1, data.answer_tokens):.1f} epochs of the training answers)",
+        (
+            f"- {result['step']} steps, {result['tokens']} answer positions seen "
+            f"(about {result['tokens'] / max(1, data.answer_tokens):.1f} epochs of the training answers)"
+        ),
         *schedule_lines(result, cfg),
-        f"- wall time {result['seconds'] / 60:.1f} min on {args.device} ({torch.get_num_threads()} thread(s)); every step's lr, "
-        f"loss, agreement and validation are in `train-{args.out.name}.csv` of the work folder",
-        f"- held-out agreement argmax q == the target's greedy token: {result['val_agree']:.3f} "
-        f"({min(cfg.val_answers, sum(e.greedy for e in data.val))} held-out greedy answers; "
-        "`python -m specviz.bench draft_quality` measures the acceptance itself)",
+        (
+            f"- wall time {result['seconds'] / 60:.1f} min on {args.device} ({torch.get_num_threads()} thread(s)); "
+            f"every step's lr, loss, agreement and validation are in `train-{args.out.name}.csv` of the work folder"
+        ),
+        (
+            f"- held-out agreement argmax q == the target's greedy token: {result['val_agree']:.3f} "
+            f"({min(cfg.val_answers, sum(e.greedy for e in data.val))} held-out greedy answers; "
+            "`python -m specviz.bench draft_quality` measures the acceptance itself)"
+        ),
         "",
         "## Cost",
-        f"- one token over a 128-token cache: target {cost['target_ms']:.1f} ms, draft {cost['draft_ms']:.2f} ms "
-        f"-> c = {cost['c']:.3f} (measured at export on the training machine)",
+        (
+            f"- one token over a 128-token cache: target {cost['target_ms']:.1f} ms, draft {cost['draft_ms']:.2f} ms "
+            f"-> c = {cost['c']:.3f} (measured at export on the training machine)"
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -7,6 +7,7 @@ import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -82,7 +83,7 @@ def train(
         lr=cfg.lr,
         betas=(0.9, 0.95),
     )
-    state = {"step": 0, "seconds": 0.0, "tokens": 0}
+    state: dict[str, Any] = {"step": 0, "seconds": 0.0, "tokens": 0}
     store = Checkpoint(checkpoint)
     saved = store.load(weights_only=False)
     if saved:
