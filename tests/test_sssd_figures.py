@@ -70,7 +70,7 @@ def test_tab_handlers_run_and_show_trees(perturbed_pair):
 def test_tab_run_reports_bad_input_instead_of_raising(perturbed_pair):
     from specviz.ui import sssd_tree
 
-    state, out, first, fig, line, count = sssd_tree.run_and_show(
+    state, out, _first, fig, _line, count = sssd_tree.run_and_show(
         "tiny", [5, 17, 300], 10**9, 8, "input", load_pair=lambda name: perturbed_pair
     )
     assert (
@@ -79,7 +79,7 @@ def test_tab_run_reports_bad_input_instead_of_raising(perturbed_pair):
         and out.startswith("<p><b>Cannot run:</b>")
         and "max_new_tokens must be from 1 to" in out
     )
-    state, out, first, fig, line, count = sssd_tree.run_and_show(
+    state, out, _first, fig, _line, count = sssd_tree.run_and_show(
         "tiny", [5, 17, 300, 5, 17], 12, 8, "input", load_pair=lambda name: perturbed_pair
     )
     assert count == len(state["records"]) >= 1 and fig is not None and "<span" in out

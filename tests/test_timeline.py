@@ -23,7 +23,9 @@ def test_lanes_idle_shares_and_figure(perturbed_pair):
         spans = busy_intervals(records)
         for lane, part in spans.groupby("lane"):
             starts, ends = part["start"].tolist(), part["end"].tolist()
-            assert all(e1 <= s2 + 1e-9 for e1, s2 in zip(ends, starts[1:])), f"{label} {lane} spans overlap"
+            assert all(e1 <= s2 + 1e-9 for e1, s2 in zip(ends[:-1], starts[1:], strict=True)), (
+                f"{label} {lane} spans overlap"
+            )
         idle = idle_fractions(records)
         assert all(0.0 <= v <= 1.0 for v in idle.values())
     assert set(busy_intervals(runs["autoregressive"])["lane"]) == {"target"}
