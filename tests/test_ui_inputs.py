@@ -143,3 +143,26 @@ def test_any_value_sent_to_a_number_box_or_slider_is_taken_within_bounds_or_refu
     if taken is not None:
         assert box.minimum is None or taken >= box.minimum
         assert box.maximum is None or taken <= box.maximum
+
+
+def test_the_online_and_disco_sliders_stop_at_the_apps_limits(random_pair):
+    """A deployment's lower limits bound the tabs' own sliders, and their handlers refuse past them."""
+    from specviz.ui import disco, online
+
+    limits = AppLimits(speculation_length=4, max_new_tokens=64)
+    for module, labels in (
+        (online, {"max new tokens per request": 64, "speculation length γ": 4}),
+        (disco, {"Max new tokens": 64, "SL_max: most draft tokens per iteration": 4}),
+    ):
+        from tests.conftest import tab_context
+
+        with gr.Blocks() as demo:
+            module.build_tab(tab_context(limits=limits, load_pair=lambda name: random_pair))
+        widgets = {getattr(b, "label", None): b for b in demo.blocks.values()}
+        assert {label: widgets[label].maximum for label in labels} == labels
+    run = _tab_handlers(disco, load_pair=lambda name: random_pair, limits=limits)["run"]
+    with pytest.raises(gr.Error, match="SL_max must be from 1 to 4, got 8"):
+        run("tiny-random", "def f(x):", False, 0.5, 8, 8, 1)
+    serve = _tab_handlers(online, load_pair=lambda name: random_pair, limits=limits)["on_serve"]
+    with pytest.raises(gr.Error, match="speculation length γ must be from 1 to 4, got 8"):
+        list(serve("tiny-random", ["gsm8k"], 2, 0, False, 1, 8, 8, 1, 3e-5, "fkl", False, 5, None))

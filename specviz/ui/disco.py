@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
+from specviz.limits import check_count
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, forget_stop, gpu_seconds, new_stop_key
@@ -156,13 +157,20 @@ def build_tab(ctx: Any) -> None:
             tuned = gr.Checkbox(True, label="Use the classifier's tuned τ and SL_max (untick to set them below)")
             # the sliders show the values in use: the tuned ones (locked) until the box is unticked
             tau_value, sl_value = tuned_values(ctx.pair.value)
+            limits = ctx.limits
+            most_sl, most_tokens = max(2, min(16, limits.speculation_length)), max(16, min(256, limits.max_new_tokens))
             tau = gr.Slider(
                 0.0, 1.0, value=tau_value, step=0.05, label="τ: keep drafting while C_i ≥ τ", interactive=False
             )
             sl_max = gr.Slider(
-                1, 16, value=sl_value, step=1, label="SL_max: most draft tokens per iteration", interactive=False
+                1,
+                most_sl,
+                value=min(sl_value, most_sl),
+                step=1,
+                label="SL_max: most draft tokens per iteration",
+                interactive=False,
             )
-            max_new = gr.Slider(8, 256, value=DEFAULT_TOKENS, step=8, label="Max new tokens")
+            max_new = gr.Slider(8, most_tokens, value=min(DEFAULT_TOKENS, most_tokens), step=8, label="Max new tokens")
             repeats = gr.Slider(
                 1, 5, value=DEFAULT_REPEATS, step=1, label="Timed runs of each (after a warm-up; the median is shown)"
             )
@@ -210,6 +218,9 @@ def build_tab(ctx: Any) -> None:
         stop.keys.add(key)
         try:
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
+            check_count("max new tokens", int(n), most=ctx.limits.max_new_tokens)
+            if length is not None:
+                check_count("SL_max", length, most=ctx.limits.speculation_length)
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
             with stopped_on_leave(getattr(request, "session_hash", None), stop):  # a closed page stops it too
                 out = measured(pair_name, text, threshold, length, int(n), int(k), key)

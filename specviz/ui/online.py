@@ -196,8 +196,10 @@ def build_tab(ctx: Any) -> None:
                 0, 50, value=0, step=1, label="distinct prompts per suite (0: all; small: a repetitive stream)"
             )
         with gr.Column():
-            max_new = gr.Slider(8, 256, value=32, step=8, label="max new tokens per request")
-            gamma = gr.Slider(1, 12, value=4, step=1, label="speculation length γ")
+            most_tokens = max(16, min(256, limits.max_new_tokens))  # the app's limits, where below the tab's own
+            max_new = gr.Slider(8, most_tokens, value=min(32, most_tokens), step=8, label="max new tokens per request")
+            most_gamma = max(2, min(12, limits.speculation_length))
+            gamma = gr.Slider(1, most_gamma, value=min(4, most_gamma), step=1, label="speculation length γ")
             interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
             lr = gr.Number(
                 3e-5,
@@ -262,13 +264,16 @@ def build_tab(ctx: Any) -> None:
         loss_,
         bg,
         w,
-        stop: KeyedStop,
+        stop: KeyedStop | None = None,
         request: gr.Request | None = None,
     ):
         key = new_stop_key()
+        stop = stop if stop is not None else KeyedStop()  # called without the page (a test, a script)
         stop.keys.add(key)
         try:
             check_count("requests in the stream", int(n), most=limits.osd_requests)
+            check_count("max new tokens per request", int(mnt), most=limits.max_new_tokens)
+            check_count("speculation length γ", int(g), most=limits.speculation_length)
             lr_ = check_number("learning rate", lr_, LEAST_LR, MOST_LR)
             kept: dict[str, Any] = {}
             st: dict[str, Any] = {"rows": [], "pair": None, "learner": None}
