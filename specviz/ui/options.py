@@ -15,7 +15,7 @@ from specviz.methods.options import OptionField, option_fields
 from specviz.serving.limits import AppLimits
 
 
-def option_widget(f: OptionField, limits: AppLimits) -> gr.Component:
+def option_widget(f: OptionField, limits: AppLimits) -> gr.Checkbox | gr.Dropdown | gr.Textbox | gr.Slider:
     """One option's widget: a slider for a number with a default, a text box for one the method
     tunes itself when left empty, a checkbox or a dropdown."""
     most = f.bound(limits)
