@@ -8,7 +8,8 @@ each drafted position from one target pass, the top-k of q from one pass of the 
 the method drafted with it unchanged), and the distribution the target's own token came from: the
 residual norm(max(0, p − q)) after a rejection under sampling (`specviz.verify.residual`, the
 function the run drew it from), p for a bonus token, p's argmax under greedy decoding. Without the
-models (a race recorded elsewhere) it explains from the record alone. The result is plain values; `specviz.ui.stepthrough` draws it.
+models (a race recorded elsewhere) it explains from the record alone. The result is plain values;
+`specviz.ui.stepthrough` draws it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from specviz.errors import SpecvizError
 from specviz.extras import OnlineExtra
+from specviz.metrics import tested
 from specviz.records import IterationRecord
 
 TOP_K = 5
@@ -93,7 +95,8 @@ def explain_iteration(
         ids = [*context, *r.drafted]
         if max(ids) >= pair.vocab_size or min(ids) < 0 or len(ids) > pair.max_context:
             raise SpecvizError(
-                f"these records hold token ids the pair '{pair.name}' does not have: they were recorded with other models"
+                f"these records hold token ids the pair '{pair.name}' does not have: they were recorded with "
+                "other models"
             )
     text = token_text or (lambda t: _readable(pair, t))
     greedy = float(options.get("temperature", 0.0)) == 0.0
@@ -102,7 +105,9 @@ def explain_iteration(
     role, source_words, top = _target_token(r, greedy, text, dists)
     p_check = None
     if dists is not None and r.p_target:
-        p_check = max(abs(float(dists["p"][j, t]) - p) for j, (t, p) in enumerate(zip(r.drafted, r.p_target)))
+        p_check = max(
+            abs(float(dists["p"][j, t]) - p) for j, (t, p) in enumerate(zip(r.drafted, r.p_target, strict=True))
+        )
     own = r.emitted[r.accepted :]
     k = len(r.drafted)
     return IterationStep(
@@ -158,17 +163,18 @@ def _recompute(pair: Any, context: list[int], r: IterationRecord, options: dict[
 
 def _top(dist: Any, text: Any, k: int = TOP_K) -> tuple[tuple[int, str, float], ...]:
     values, ids = dist.topk(k)
-    return tuple((int(t), text(int(t)), round(float(v), 4)) for v, t in zip(values, ids) if v > 0)
+    return tuple((int(t), text(int(t)), round(float(v), 4)) for v, t in zip(values, ids, strict=True) if v > 0)
 
 
 def _checks(r: IterationRecord, greedy: bool, text: Any, dists: dict | None) -> tuple[DraftCheck, ...]:
     uniforms = r.uniforms
+    judged = tested(r)  # the accepted drafts and the first refused one (specviz.metrics)
     out = []
     for j, token in enumerate(r.drafted):
         p = r.p_target[j] if r.p_target and j < len(r.p_target) else None
         q = r.q_draft[j] if r.q_draft and j < len(r.q_draft) else None
         u = uniforms[j] if uniforms and j < len(uniforms) else None
-        tested, accepted = j <= r.accepted, j < r.accepted
+        was_tested, accepted = j < judged, j < r.accepted
         out.append(
             DraftCheck(
                 index=j,
@@ -177,10 +183,10 @@ def _checks(r: IterationRecord, greedy: bool, text: Any, dists: dict | None) -> 
                 p=p,
                 q=q,
                 u=u,
-                tested=tested,
+                tested=was_tested,
                 accepted=accepted,
                 rule=_rule(r, j, greedy, p, q, u, text, dists)
-                if tested
+                if was_tested
                 else "not tested: an earlier draft was rejected",
                 p_top=_top(dists["p"][j], text) if dists else (),
                 q_top=_top(dists["q"][j], text) if dists and "q" in dists else (),
@@ -233,7 +239,8 @@ def _target_token(r: IterationRecord, greedy: bool, text: Any, dists: dict | Non
             "EOS or the token budget ended the run here"
             if r.stop
             else (
-                "none: every draft was accepted and the method already holds drafts for the next position (PEARL's post-verify)"
+                "none: every draft was accepted and the method already holds drafts for the next position "
+                "(PEARL's post-verify)"
             )
         )
         return "", why, ()
@@ -287,12 +294,18 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
     return (
         f"before: the target's cache holds {held} tokens",
         (
-            f"verify: one pass feeds {fed} and the {nodes} drafted token{'s' if nodes != 1 else ''}; the cache grows to "
+            f"verify: one pass feeds {fed} and the {nodes} drafted token{'s' if nodes != 1 else ''}; the cache "
+            "grows to "
             f"{r.position + nodes} entries, and every drafted position is scored at once"
         ),
         (
             f"rollback: cut back to {kept} entries (the context and {r.accepted} accepted); {dropped} "
-            f"entr{'y' if dropped == 1 else 'ies'} of rejected or unused drafts dropped; the draft's cache is cut to the same prefix"
+            f"entr{'y' if dropped == 1 else 'ies'} of rejected or unused drafts dropped"
+            + (
+                "; the draft model's cache is cut to the same prefix"
+                if r.draft_forwards
+                else " (no draft model ran: its drafts came from text, so only the target's cache is cut)"
+            )
         ),
         "after: the target's own token is fed with the next iteration's drafts"
         if len(r.emitted) > r.accepted
@@ -302,7 +315,7 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
 
 def _notes(r: IterationRecord) -> tuple[str, ...]:
     notes, tree, pearl, online = [], r.tree(), r.pearl(), r.extras(OnlineExtra)
-    if tree is not None:
+    if tree is not None and tree.tree_tokens:
         notes.append(
             f"a tree of {len(tree.tree_tokens)} candidate tokens was verified in one pass; shown: the path "
             "the verification took (accepted) and the main branch after it"

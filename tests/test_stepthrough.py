@@ -48,7 +48,7 @@ def test_every_iteration_of_every_method_is_explained_as_it_ran(perturbed_pair, 
 def test_sampling_shows_the_uniform_each_draft_was_tested_with(perturbed_pair):
     ids, records = run(perturbed_pair, "vanilla", temperature=1.0, seed=3)
     corrections = 0
-    for i, r in enumerate(records):
+    for i in range(len(records)):
         step = explain_iteration(records, i, ids, {"temperature": 1.0}, pair=perturbed_pair, recompute="target+draft")
         for c in step.checks:
             if c.tested:  # the rule as specviz.verify applied it: u < min(1, p/q) accepts
@@ -76,3 +76,21 @@ def test_an_iteration_that_does_not_exist_is_one_clear_error(perturbed_pair):
         explain_iteration(records, len(records), ids, {}, pair=perturbed_pair, recompute="target")
     with pytest.raises(SpecvizError, match="do not follow"):
         explain_iteration(records[1:], 0, ids, {}, pair=perturbed_pair, recompute="target")
+
+
+@pytest.mark.parametrize("method", ["vanilla", "sssd"])
+def test_the_cache_story_names_the_draft_models_cache_only_where_one_ran(perturbed_pair, method):
+    """SSSD drafts from text: its step-through said "the draft's cache is cut" (issue 38, item 8)."""
+    ids, records = run(perturbed_pair, method)
+    i = next(i for i, r in enumerate(records) if r.drafted)
+    mode = recompute_for(get_method(method), perturbed_pair, {})
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute=mode)
+    rollback = next(line for line in step.cache if line.startswith("rollback"))
+    assert ("draft model's cache is cut" in rollback) == (method == "vanilla")
+    assert ("no draft model ran" in rollback) == (method == "sssd")
+    shown = step_html(step, method)
+    assert f"iteration {i + 1} of" in shown and "within 0.0e+00" not in shown
+    assert "equal the run's" in shown or "differ from the run's by at most" in shown
+    assert step_distributions(step).layout.title.text.startswith(
+        f"The distributions behind one iteration: iteration {i + 1} "
+    )

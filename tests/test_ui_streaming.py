@@ -16,7 +16,8 @@ def test_run_and_inspect_a_tree(random_pair):
     assert records[0]["extra"]["tree_tokens"] == []  # no node before the first forward
     later = records[1]["extra"]
     assert later["tree_tokens"] and set(later["tree_sources"]) <= {"stream 1", "stream 2", "stream 3"}
-    fig, line = tab.show_iteration(state, 1)
+    fig, line = tab.show_iteration(state, 2)  # iterations count from 1
+    assert line.startswith(f"iteration 2 of {len(records)}:")
     assert fig.data and "tree nodes from the streams" in line
     nodes = {t.name: t for t in fig.data if (t.name or "").startswith("from stream")}
     assert nodes and all(t.marker.color == tab.stream_colour(name.removeprefix("from ")) for name, t in nodes.items())

@@ -77,8 +77,8 @@ def test_span_kinds_follow_the_record():
     spans = SpanBuilder(tok, []).extend(records)
     assert [(s.kind, s.text) for s in spans] == [
         ("accepted", "a"),
-        ("rejected", "bc"),
-        ("rejected", ""),
+        ("rejected", "b"),  # each rejected draft with its own text (was: "bc" here and "" on the next)
+        ("rejected", "c"),
         ("target", "d"),
         ("accepted", "a"),
         ("accepted", "b"),
@@ -91,13 +91,35 @@ def test_span_kinds_follow_the_record():
     assert (rejected.p, rejected.q, rejected.ratio) == (0.2, 0.5, pytest.approx(0.4))
     assert spans[5].ratio == pytest.approx(0.6)  # one-hot q: min(1, p / 1)
     title = rejected.title()
-    assert "iteration 0" in title and "p(target) = 0.200" in title and "q(draft) = 0.500" in title
-    assert f"token bc (id {rejected.token_id})" in title  # the token's text, not only its id
+    assert "iteration 1:" in title and "p(target) = 0.200" in title and "q(draft) = 0.500" in title  # from 1
+    assert f"token b (id {rejected.token_id})" in title  # the token's own text, not the rejected tail's
     assert (
         "rule (greedy): kept only if it is the target's most likely token: it is not" in title
     )  # the rule that decided
     sampled = SpanBuilder(tok, [], greedy=False).extend(records)
     assert "rule (sampling): kept with probability min(1, p/q) = 0.400" in sampled[1].title()
+
+
+def test_drafts_after_the_first_rejection_are_untested_not_rejected():
+    """Only the first refused draft met the rule; the ones after it were never compared with the target
+    (the board called them rejected, "it is not the target's most likely token", even at p = 1)."""
+    tok = tiny_tokenizer()
+    a, b, c, d = (tok(w)["input_ids"][0] for w in ("a", "b", "c", "d"))
+    records = [record(0, [a, b, c, a], 1, [a, d], p=(0.9, 0.2, 1.0, 1.0), q=(0.8, 0.5, 0.4, 0.9))]
+    for greedy in (True, False):
+        spans = SpanBuilder(tok, [], greedy=greedy).extend(records)
+        first, *after = [s for s in spans if s.kind == "rejected"]
+        assert first.tested and "rejected by the target" in first.title() and "rule (" in first.title()
+        assert len(after) == 2 and not any(s.tested for s in after)
+        for s in after:
+            tip = s.title()
+            assert "untested" in tip and "without a test" in tip and "rejected by the target" not in tip
+            assert "rule (" not in tip and "it is not" not in tip and "p(target) = 1.000" in tip
+            assert s.text and "completes" not in tip  # its own text, no note of a character it does not complete
+    out = tokens_html(spans)
+    assert out.count("sv-untested") == 2 and out.count('class="sv-rejgroup"') == 1
+    budget = [record(0, [a, b, c], 1, [a], p=(0.9, 0.2, 0.1))]  # the budget ended the step: nothing refused
+    assert [s.tested for s in SpanBuilder(tok, []).extend(budget) if s.kind == "rejected"] == [False, False]
 
 
 def test_a_real_run_becomes_spans_that_spell_its_output(perturbed_pair):

@@ -51,13 +51,14 @@ DTYPES = {
 
 
 def records_frame(records: Iterable[IterationRecord], labels: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """One row per iteration, with per-method running totals: tokens (emitted so far, after this
+    """One row per iteration (`iteration` counted from 1, as the app shows it; a record's own index
+    counts from 0), with per-method running totals: tokens (emitted so far, after this
     step), drafted_total, accepted_total, running_acceptance (accepted_total / drafted_total)."""
     rows = [
         {
             "method": r.method,
             "label": (labels or {}).get(r.method, r.method),
-            "iteration": r.iteration,
+            "iteration": r.iteration + 1,  # counted from 1, as every view of the app shows it
             "position": r.position,
             "speculation_length": r.speculation_length,
             "oracle_sl": r.oracle_sl,

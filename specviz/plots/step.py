@@ -34,15 +34,17 @@ def step_distributions(step) -> go.Figure:
         )
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_yaxes(autorange="reversed", automargin=True)
-    fig.update_xaxes(rangemode="tozero", tickformat=".0%", nticks=4)
+    fig.update_xaxes(rangemode="tozero", tickformat=".2~%", nticks=4)
     fig = finish(
         fig,
-        f"{TITLE}: iteration {step.iteration} of {step.method}",
-        "probability (top tokens of each)",
+        f"{TITLE}: iteration {step.iteration + 1} of {step.method}",  # counted from 1, as the step-through
+        "",
         "",
         legend="distribution",
+        subtitle="the top tokens of each distribution; x: probability",
     )
-    return fig
+    # one short axis title under every panel: the long one sat under the first, narrow panel only, clipped
+    return fig.update_xaxes(title_text="probability", title_standoff=4)
 
 
 def _bars(top: tuple[tuple[int, str, float], ...], name: str, colour: str, show: bool) -> go.Bar:

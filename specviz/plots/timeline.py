@@ -46,7 +46,7 @@ def busy_intervals(records: Records) -> pd.DataFrame:
     for r in _rows(records):
         pearl = r.pearl()
         if pearl is not None:
-            for lane, intervals in zip(LANES, (pearl.draft_intervals, pearl.target_intervals)):
+            for lane, intervals in zip(LANES, (pearl.draft_intervals, pearl.target_intervals), strict=True):
                 for start, end in intervals:
                     mode = next((p.mode for p in pearl.phases if p.start <= start <= p.end), pearl.mode)
                     out.append({"lane": lane, "start": start, "end": end, "iteration": r.iteration, "mode": mode})
@@ -100,8 +100,8 @@ def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure
             for mode, part in spans[spans["lane"] == lane].groupby("mode", sort=False):
                 name = f"{lane}" + (f" · {mode}" if mode else "")
                 hover = [
-                    f"{name}<br>step {it}<br>{1e3 * s:.1f}–{1e3 * e:.1f} ms"
-                    for s, e, it in zip(part["start"], part["end"], part["iteration"])
+                    f"{name}<br>step {it + 1}<br>{1e3 * s:.1f}–{1e3 * e:.1f} ms"
+                    for s, e, it in zip(part["start"], part["end"], part["iteration"], strict=True)
                 ]
                 fig.add_bar(
                     y=[y] * len(part),
@@ -122,7 +122,7 @@ def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure
         title=title or "Which model runs when: busy spans per lane, waiting in grey",
         barmode="overlay",
         xaxis_title="time since the run started (ms)",
-        yaxis=dict(categoryorder="array", categoryarray=categories[::-1], title=""),
+        yaxis={"categoryorder": "array", "categoryarray": categories[::-1], "title": ""},
         legend_title="model · mode",
         height=140 + 60 * len(categories),
     )

@@ -73,22 +73,27 @@ def run_and_show(
             state = run(pair_name, prompt, max_new_tokens, speculation_length, sources)
         else:
             state = run_sssd(pair_name, prompt, max_new_tokens, speculation_length, sources, load_pair)
-    except Exception as e:  # a user's input must not crash the tab
-        return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", 0, None, "", 1
-    first = next((i for i, r in enumerate(state["records"]) if r["accepted"]), 0)
+    except (
+        SpecvizError,
+        OSError,
+        ValueError,
+    ) as e:  # a user's input (or a pair that cannot load): said in the tab; a fault raises
+        return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", 1, None, "", 1
+    first = next((i + 1 for i, r in enumerate(state["records"]) if r["accepted"]), 1)  # counted from 1
     fig, line = show_iteration(state, first)
     return state, coloured_output(state), first, fig, line, len(state["records"])
 
 
 def show_iteration(state: dict[str, Any] | None, iteration: int):
-    """The tree figure of one iteration, and a one-line summary of it."""
+    """The tree figure of one iteration (counted from 1, as everywhere in the app), and a one-line summary of it."""
     if not state or not state["records"]:
         return None, "Run SSSD first."
-    r = state["records"][min(int(iteration), len(state["records"]) - 1)]
+    r = state["records"][min(max(1, int(iteration)), len(state["records"])) - 1]
     fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
     tree = record_tree(r).tree_tokens
     return fig, (
-        f"iteration {r['iteration']}: {len(tree)} candidate nodes, {r['accepted']} accepted, "
+        f"iteration {r['iteration'] + 1} of {len(state['records'])}: {len(tree)} candidate nodes, "
+        f"{r['accepted']} accepted, "
         f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms"
     )
 
@@ -115,7 +120,7 @@ def build_tab(ctx: Any) -> None:
             sources = gr.Radio(["both", "input", "datastore"], value="both", label="draft sources")
     go = gr.Button("Run SSSD", variant="primary")
     output = gr.HTML()
-    iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
+    iteration = gr.Slider(1, 2, value=1, step=1, label="iteration (from 1)")
     summary = gr.Markdown()
     plot = gr.Plot(label="candidate tree", show_label=False)
     state = ctx.state()
@@ -131,7 +136,7 @@ def build_tab(ctx: Any) -> None:
         except SpecvizError as e:
             return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", gr.update(), None, ""
         st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, run=sssd)
-        return st, out, gr.update(maximum=max(1, count - 1), value=first), fig, line
+        return st, out, gr.update(maximum=max(2, count), value=first), fig, line
 
     go.click(
         on_run,

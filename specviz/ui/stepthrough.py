@@ -50,13 +50,15 @@ def step_html(step: Any, label: str | None = None) -> str:
     )
     rows = "".join(
         f"<tr class='{'sv-step-ok' if c.accepted else 'sv-step-no' if c.tested else 'sv-step-untested'}'>"
-        f"<td>{c.index + 1}</td><td><code>{e(c.text)}</code></td><td>{_num(c.p)}</td><td>{'one-hot' if c.q is None else _num(c.q)}</td>"
+        f"<td>{c.index + 1}</td><td><code>{e(c.text)}</code></td><td>{_num(c.p)}</td>"
+        f"<td>{'one-hot' if c.q is None else _num(c.q)}</td>"
         f"<td>{_num(c.u)}</td><td>{e(c.rule)}</td></tr>"
         for c in step.checks
     )
     table = (
         (
-            "<table class='sv-step-table'><thead><tr><th>#</th><th>draft token</th><th>p(x) target</th><th>q(x) draft</th>"
+            "<table class='sv-step-table'><thead><tr><th>#</th><th>draft token</th><th>p(x) "
+            "target</th><th>q(x) draft</th>"
             f"<th>u</th><th>the test as applied</th></tr></thead><tbody>{rows}</tbody></table>"
         )
         if step.checks
@@ -71,10 +73,17 @@ def step_html(step: Any, label: str | None = None) -> str:
         else f"<p><b>The target's own token:</b> {e(step.target_from)}.</p>"
     )
     cache = "".join(f"<li>{e(line)}</li>" for line in step.cache)
-    check = "" if step.p_check is None else f"; recomputed p(x) within {step.p_check:.1e} of the run's"
+    check = (
+        ""
+        if step.p_check is None
+        else "; the recomputed p(x) equal the run's"
+        if step.p_check == 0
+        else f"; the recomputed p(x) differ from the run's by at most {step.p_check:.1e}"
+    )
     notes = "".join(f"<li>{e(n)}</li>" for n in step.notes)
     return (
-        f"<div class='sv-step-view' tabindex='0'>{head}<p><b>Accepted {step.accepted} of {len(step.checks)} drafts.</b></p>{table}{own}"
+        f"<div class='sv-step-view' tabindex='0'>{head}<p><b>Accepted {step.accepted} of {len(step.checks)} "
+        f"drafts.</b></p>{table}{own}"
         f"<p><b>KV cache</b></p><ul>{cache}</ul>{'<ul>' + notes + '</ul>' if notes else ''}"
         f"<p class='sv-note'>Distributions: {e(step.source)}{check}.</p></div>"
     )
@@ -130,8 +139,10 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
                 step = explain_iteration(
                     run.records, i, race.prompt_ids, race.options, token_text=lambda t: texts.get(t, f"#{t}")
                 )
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:
-            raise user_error(e) from None
+            raise user_error(e) from e
         return i + 1, step_html(step, run.label), step_distributions(step)
 
     def here(race, pair_name, method, iteration):

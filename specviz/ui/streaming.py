@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from specviz.errors import SpecvizError
 from specviz.plots.tree import record_tree, record_tree_figure
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
@@ -69,21 +70,23 @@ def coloured_output(state: dict[str, Any]) -> str:
             source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
             used.add(source)
             spans.append(
-                f'<span style="color:{stream_colour(source)}" title="{source}">{html.escape(state["text"][str(token)])}</span>'
+                f'<span style="color:{stream_colour(source)}" '
+                f'title="{source}">{html.escape(state["text"][str(token)])}</span>'
             )
     legend = " · ".join(f'<span style="color:{stream_colour(s)}">■ {s}</span>' for s in sorted(used))
     return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
 
 
 def show_iteration(state: dict[str, Any] | None, iteration: int):
-    """The tree figure of one iteration, and a one-line summary of it."""
+    """The tree figure of one iteration (counted from 1, as everywhere in the app), and a one-line summary of it."""
     if not state or not state["records"]:
         return None, "Run streaming first."
-    r = state["records"][min(int(iteration), len(state["records"]) - 1)]
+    r = state["records"][min(max(1, int(iteration)), len(state["records"])) - 1]
     fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)), colour_of=stream_colour)
     tree = record_tree(r).tree_tokens
     return fig, (
-        f"iteration {r['iteration']}: {len(tree)} tree nodes from the streams, {r['accepted']} accepted, "
+        f"iteration {r['iteration'] + 1} of {len(state['records'])}: {len(tree)} tree nodes from the streams, "
+        f"{r['accepted']} accepted, "
         f"{len(r['emitted'])} emitted in one target forward; streams took {r['draft_ms']:.2f} ms, "
         f"verification {r['verify_ms']:.1f} ms"
     )
@@ -93,7 +96,10 @@ def summary_line(state: dict[str, Any]) -> str:
     records = state["records"]
     tokens = sum(len(r["emitted"]) for r in records)
     against = state.get("against") or "the target itself (this adapter leaves the main stream untouched)"
-    return f"{tokens} tokens in {len(records)} target forwards: {tokens / max(1, len(records)):.2f} tokens per forward. Lossless against {against}."
+    return (
+        f"{tokens} tokens in {len(records)} target forwards: {tokens / max(1, len(records)):.2f} tokens per forward. "
+        f"Lossless against {against}."
+    )
 
 
 def build_tab(ctx: Any) -> None:
@@ -118,7 +124,7 @@ def build_tab(ctx: Any) -> None:
     go = gr.Button("Run streaming", variant="primary")
     output = gr.HTML()
     overall = gr.Markdown()
-    iteration = gr.Slider(0, 1, value=0, step=1, label="iteration")
+    iteration = gr.Slider(1, 2, value=1, step=1, label="iteration (from 1)")
     summary = gr.Markdown()
     plot = gr.Plot(label="stream tree", show_label=False)
     state = ctx.state()
@@ -131,15 +137,19 @@ def build_tab(ctx: Any) -> None:
     def on_run(pair_name, text, n, k, w):
         try:
             st = streamed(pair_name, text, int(n), int(k), int(w))
-        except Exception as e:  # a user's input must not crash the tab
+        except (
+            SpecvizError,
+            OSError,
+            ValueError,
+        ) as e:  # a user's input (or a pair that cannot load): said in the tab; a fault raises
             return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, ""
-        first = next((i for i, r in enumerate(st["records"]) if r["accepted"]), 0)
+        first = next((i + 1 for i, r in enumerate(st["records"]) if r["accepted"]), 1)  # counted from 1
         fig, line = show_iteration(st, first)
         return (
             st,
             coloured_output(st),
             summary_line(st),
-            gr.update(maximum=max(1, len(st["records"]) - 1), value=first),
+            gr.update(maximum=max(2, len(st["records"])), value=first),
             fig,
             line,
         )

@@ -3,6 +3,8 @@
 accepted draft  -> sky-blue tint + solid blue underline
 target's token  -> orange tint + orange box border, bold
 rejected draft  -> reddish-purple text, struck through, smaller (toggle hides them)
+untested draft  -> as rejected, but faded and struck with a dotted line: after an iteration's first
+                   rejection the rest of its draft is dropped without a test
 """
 
 from __future__ import annotations
@@ -13,16 +15,22 @@ KIND_COLOURS = {"accepted": OKABE_ITO["blue"], "target": OKABE_ITO["orange"], "r
 
 CSS = """
 .sv-tip { position: fixed; z-index: 1000; max-width: 22rem; white-space: pre-line; pointer-events: none;
-          background: #1f2937; color: #fff; padding: 6px 9px; border-radius: 6px; font-size: .85rem; line-height: 1.35; }
+          background: #1f2937; color: #fff; padding: 6px 9px; border-radius: 6px; font-size: .85rem;
+    line-height: 1.35; }
 .sv-tok:focus { outline: 2px solid #0072B2; }
-#sv-summary th, #sv-summary th *, #sv-disco-table th, #sv-disco-table th * { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
+#sv-summary th, #sv-summary th *, #sv-disco-table th, #sv-disco-table th * { word-break: keep-all;
+    overflow-wrap: normal; hyphens: none; }
 /* Markdown tables: numbers and headers on one line; a narrow screen scrolls the table sideways
    instead of breaking every cell into one character per line. */
 .prose table { display: block; overflow-x: auto; max-width: 100%; }
 .prose th, .prose td { white-space: nowrap; word-break: keep-all; }
 .prose td:last-child { white-space: normal; min-width: 16rem; }
+/* The why table fits the page: its cells wrap, its last column (the reading) is the widest. */
+#sv-why table { display: table; width: 100%; } #sv-why td, #sv-why th { white-space: normal; }
+#sv-why td:last-child { min-width: 20rem; }
 .sv-step-table { border-collapse: collapse; font-size: .95rem; margin: .4rem 0; }
-.sv-step-table td, .sv-step-table th { padding: 3px 8px; border-bottom: 1px solid var(--border-color-primary); text-align: left; }
+.sv-step-table td, .sv-step-table th { padding: 3px 8px; border-bottom: 1px solid var(--border-color-primary);
+    text-align: left; }
 .sv-step-table tr.sv-step-ok td:nth-child(2) { border-bottom: 2px solid #0072B2; }
 .sv-step-table tr.sv-step-no td:nth-child(2) { color: #CC79A7; text-decoration: line-through; }
 .sv-step-table tr.sv-step-untested { opacity: .55; }
@@ -31,7 +39,8 @@ CSS = """
 .sv-header h1 { margin: 0 0 .2rem 0; font-size: 1.9rem; }
 .sv-header p { margin: 0; opacity: .8; font-size: 1.05rem; }
 .sv-note { font-size: .95rem; opacity: .85; }
-.sv-legend { display: flex; flex-wrap: wrap; gap: .5rem 1.4rem; align-items: center; font-size: 1rem; padding: .3rem 0; }
+.sv-legend { display: flex; flex-wrap: wrap; gap: .5rem 1.4rem; align-items: center; font-size: 1rem;
+    padding: .3rem 0; }
 .sv-legend .sv-tok { font-size: 1rem; }
 #sv-board { display: grid !important; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 14px; }
 #sv-board > * { min-width: 0 !important; width: auto !important; }
@@ -42,9 +51,11 @@ CSS = """
 .sv-panel.sv-running { border-color: #0072B2; box-shadow: 0 0 0 2px rgba(0,114,178,.25); }
 .sv-panel-head { display: flex; justify-content: space-between; align-items: baseline; gap: .5rem; }
 .sv-panel-head h3 { margin: 0; font-size: 1.15rem; }
-.sv-status { font-size: .8rem; padding: 1px 8px; border-radius: 999px; border: 1px solid currentColor; white-space: nowrap; }
+.sv-status { font-size: .8rem; padding: 1px 8px; border-radius: 999px; border: 1px solid currentColor;
+    white-space: nowrap; }
 .sv-status.sv-done { color: #009E73; } .sv-status.sv-running { color: #0072B2; }
-.sv-status.sv-queued, .sv-status.sv-waiting { opacity: .6; } .sv-status.sv-error, .sv-status.sv-skipped, .sv-status.sv-stopped { color: #D55E00; }
+.sv-status.sv-queued, .sv-status.sv-waiting { opacity: .6;
+    } .sv-status.sv-error, .sv-status.sv-skipped, .sv-status.sv-stopped { color: #D55E00; }
 .sv-paper { font-size: .78rem; opacity: .7; margin: 2px 0 6px 0; }
 .sv-metrics { display: grid; grid-template-columns: repeat(3, 1fr); gap: 4px 10px; margin: 4px 0 8px 0; }
 .sv-metric { display: flex; flex-direction: column; line-height: 1.15; }
@@ -52,19 +63,23 @@ CSS = """
 .sv-metric span { font-size: .72rem; opacity: .75; text-transform: uppercase; letter-spacing: .03em; }
 .sv-metric span a { color: inherit; text-decoration: underline dotted; }
 .sv-glossary dt { font-weight: 600; margin-top: .4em; } .sv-glossary dd { margin: 0 0 0 1em; }
-.sv-bar { height: 6px; background: var(--border-color-primary); border-radius: 3px; overflow: hidden; margin-bottom: 8px; }
+.sv-bar { height: 6px; background: var(--border-color-primary); border-radius: 3px; overflow: hidden;
+    margin-bottom: 8px; }
 .sv-bar > div { height: 100%; background: #0072B2; }
 .sv-text { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 1rem; line-height: 1.75;
            white-space: pre-wrap; overflow-wrap: anywhere; max-height: 60vh; overflow-y: auto; }
 .sv-message { font-size: .9rem; color: #D55E00; margin: 4px 0; }
 .sv-tok { border-radius: 3px; padding: 1px 0; }
 .sv-tok.sv-accepted { background: rgba(86,180,233,.28); border-bottom: 2px solid #0072B2; }
-.sv-tok.sv-target { background: rgba(230,159,0,.28); outline: 1.5px solid #E69F00; outline-offset: -1px; font-weight: 700; }
+.sv-tok.sv-target { background: rgba(230,159,0,.28); outline: 1.5px solid #E69F00; outline-offset: -1px;
+    font-weight: 700; }
 .sv-tok.sv-rejected { color: #CC79A7; text-decoration: line-through 2px; font-size: .85em; opacity: .9; }
+.sv-tok.sv-rejected.sv-untested { text-decoration: line-through dotted 2px; opacity: .5; }
 .sv-rejgroup { margin: 0 1px; }
 body.sv-hide-rejected .sv-rejgroup { display: none; }
 .sv-clock { font-size: 1.1rem; font-variant-numeric: tabular-nums; margin-bottom: 6px; }
-.sv-track { display: grid; grid-template-columns: 11rem 1fr 6rem; gap: 4px 10px; align-items: center; margin: 6px 0 12px 0; }
+.sv-track { display: grid; grid-template-columns: 11rem 1fr 6rem; gap: 4px 10px; align-items: center;
+    margin: 6px 0 12px 0; }
 .sv-track .sv-bar { margin: 0; height: 12px; border-radius: 6px; }
 .sv-track .sv-finish { font-variant-numeric: tabular-nums; font-size: .9rem; }
 /* On a phone plotly's toolbar sits over the plot titles; zoom and pan by touch need no toolbar. */
@@ -77,8 +92,12 @@ def legend_html() -> str:
     return (
         '<div class="sv-legend">'
         '<span><span class="sv-tok sv-accepted">accepted</span> draft token the target kept (underlined)</span>'
-        '<span><span class="sv-tok sv-target">target</span> token the target chose itself: correction, bonus, or plain next token (boxed)</span>'
-        '<span><span class="sv-rejgroup"><span class="sv-tok sv-rejected">rejected</span></span> draft token the target turned down (struck through)</span>'
+        '<span><span class="sv-tok sv-target">target</span> token the target chose itself: correction, bonus, '
+        "or plain next token (boxed)</span>"
+        '<span><span class="sv-rejgroup"><span class="sv-tok sv-rejected">rejected</span></span> draft token the '
+        "target tested and turned down (struck through)</span>"
+        '<span><span class="sv-rejgroup"><span class="sv-tok sv-rejected sv-untested">untested</span></span> draft '
+        "token after a rejection: dropped without a test (faded)</span>"
         "<span>Hover or tap a token for its iteration, p(target), q(draft) and the rule that decided it.</span>"
         "</div>"
     )

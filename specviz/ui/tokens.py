@@ -10,7 +10,11 @@ Span kinds (the app's legend):
 - "accepted": a draft token the target kept;
 - "target":   the token the target chose itself (the correction after a rejection, the bonus token
               after a full acceptance, or simply the next token of autoregressive decoding);
-- "rejected": a draft token the target turned down, shown where it was proposed, struck through.
+- "rejected": a draft token the target did not keep, shown where it was proposed, struck through.
+              Only the first of an iteration's rejected drafts was tested (and turned down); the ones
+              after it were never compared with the target (`tested` is False: drawn faded).
+
+Iterations are shown counted from 1, as in the step-through (a record's `iteration` counts from 0).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specviz.metrics import tested
 from specviz.records import IterationRecord
 from specviz.text import visible
 
@@ -77,6 +82,7 @@ class TokenSpan:
     q: float | None = None  # q(x): the draft's probability (None: a deterministic drafter, one-hot q)
     role: str = ""  # for target tokens: "correction" | "bonus" | "next token"; for drafts: "draft"
     greedy: bool = True  # the run decoded greedily (the rule that decided is the argmax, not min(1, p/q))
+    tested: bool = True  # False: a draft after the iteration's first rejection, never compared with the target
 
     @property
     def ratio(self) -> float | None:
@@ -87,18 +93,27 @@ class TokenSpan:
         return 1.0 if q <= 0 else min(1.0, self.p / q)
 
     def title(self) -> str:
-        """The token's tooltip: what it is, p and q, and the rule that decided, as applied."""
+        """The token's tooltip: what it is, p and q, and the rule that decided, as applied (a draft
+        after the first rejection met no rule: it was dropped untested)."""
+        untested = self.kind == "rejected" and not self.tested
         what = {
             "accepted": "draft token, accepted by the target",
             "rejected": "draft token, rejected by the target",
             "target": f"chosen by the target ({self.role})",
         }[self.kind]
-        shown = visible(self.text) if self.text else "(completes the next token's character)"
-        lines = [f"iteration {self.iteration}: {what}", f"token {shown} (id {self.token_id})"]
+        if untested:
+            what = (
+                "draft token, untested: an earlier draft of this iteration was rejected, so this one was "
+                "dropped without a test"
+            )
+        shown = visible(self.text) if self.text else "(its bytes end in the next token's character)"
+        lines = [f"iteration {self.iteration + 1}: {what}", f"token {shown} (id {self.token_id})"]
         if self.p is not None:
             lines.append(f"p(target) = {self.p:.3f}")
             lines.append("q(draft) = one-hot (no draft distribution)" if self.q is None else f"q(draft) = {self.q:.3f}")
-            if self.greedy:
+            if untested:
+                lines.append("rule: not applied (whatever p is, a draft after a rejection is never kept)")
+            elif self.greedy:
                 lines.append(
                     "rule (greedy): kept only if it is the target's most likely token"
                     + (": it is" if self.kind == "accepted" else ": it is not")
@@ -122,43 +137,34 @@ class SpanBuilder:
 
     def add(self, record: IterationRecord) -> list[TokenSpan]:
         """Spans of one iteration, in reading order: accepted drafts, rejected drafts, the target's token."""
-        r, new = record, []
-        for i in range(min(r.accepted, len(r.emitted))):
-            token = r.emitted[i]
-            new.append(
-                TokenSpan(
-                    self.detok.push(token),
-                    "accepted",
-                    r.iteration,
-                    token,
-                    _at(r.p_target, i),
-                    _at(r.q_draft, i),
-                    "draft",
-                    self.greedy,
-                )
-            )
+        r = record
+        new = [
+            self._draft(r, i, self.detok.push(r.emitted[i]), "accepted") for i in range(min(r.accepted, len(r.emitted)))
+        ]
         rejected = r.rejected
-        if rejected:  # the first rejected token sits where the correction is about to go
-            text = self.detok.peek(rejected)
-            for j, token in enumerate(rejected):
-                i = r.accepted + j
-                new.append(
-                    TokenSpan(
-                        text if j == 0 else "",
-                        "rejected",
-                        r.iteration,
-                        token,
-                        _at(r.p_target, i),
-                        _at(r.q_draft, i),
-                        "draft",
-                        self.greedy,
-                    )
-                )
+        judged = tested(r)  # drafts the target compared: the accepted ones and the first refused one
+        shown = ""  # each rejected draft's own text: what it adds to the ones before it
+        for j in range(len(rejected)):
+            text = self.detok.peek(rejected[: j + 1])
+            before = shown.rstrip(REPLACEMENT)  # a character the previous draft left incomplete, now whole
+            own = text[len(before) :] if text.startswith(before) else text
+            shown = text
+            i = r.accepted + j
+            new.append(self._draft(r, i, own, "rejected", tested=i < judged))
         role = "next token" if not r.drafted else "correction" if rejected else "bonus"
-        for token in r.emitted[r.accepted :]:
-            new.append(TokenSpan(self.detok.push(token), "target", r.iteration, token, role=role, greedy=self.greedy))
+        new.extend(
+            TokenSpan(self.detok.push(token), "target", r.iteration, token, role=role, greedy=self.greedy)
+            for token in r.emitted[r.accepted :]
+        )
         self.spans.extend(new)
         return new
+
+    def _draft(self, r: IterationRecord, i: int, text: str, kind: str, tested: bool = True) -> TokenSpan:
+        """Draft i of record r as a span (its token as written: emitted when kept, drafted when not), with p and q."""
+        token = r.emitted[i] if kind == "accepted" else r.drafted[i]
+        return TokenSpan(
+            text, kind, r.iteration, token, _at(r.p_target, i), _at(r.q_draft, i), "draft", self.greedy, tested
+        )
 
     def finish(self) -> list[TokenSpan]:
         """End of the run: give text still held back to the last token written."""
@@ -196,7 +202,8 @@ def span_html(span: TokenSpan, t: float | None = None) -> str:
     tip = html.escape(span.title(), quote=True)  # shown by the page's tooltip (page.js): hover, focus or tap
     text = html.escape(span.text) if span.text else "&#8203;"  # zero-width: keeps an empty token hoverable
     when = "" if t is None else f' data-t="{t:.4f}"'
-    return f'<span class="sv-tok sv-{span.kind}"{when} tabindex="0" data-tip="{tip}">{text}</span>'
+    kind = f"sv-{span.kind}" + ("" if span.tested else " sv-untested")
+    return f'<span class="sv-tok {kind}"{when} tabindex="0" data-tip="{tip}">{text}</span>'
 
 
 def tokens_html(spans: Sequence[TokenSpan], times: Mapping[int, float] | None = None) -> str:
