@@ -109,7 +109,8 @@ def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     assert (
         legend.locator(".sv-accepted").count()
         == legend.locator(".sv-target").count()
-        == legend.locator(".sv-rejected").count()
+        == legend.locator(".sv-rejected:not(.sv-untested)").count()
+        == legend.locator(".sv-untested").count()
         == 1
     )
     # metrics: in each panel and in the summary table
@@ -129,7 +130,10 @@ def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     page.wait_for_function("() => !document.body.classList.contains('sv-hide-rejected')")
     assert rejected.is_visible()
     # the plots hold this race's data (before any race they are titled placeholders without traces)
-    traces = "id => { const e = document.querySelector(`#sv-plot-${id} .js-plotly-plot`); return e && e.data ? e.data.length : -1; }"
+    traces = (
+        "id => { const e = document.querySelector(`#sv-plot-${id} .js-plotly-plot`); "
+        "return e && e.data ? e.data.length : -1; }"
+    )
     for plot, n in (("time", 3), ("acceptance", 2), ("histogram", 2), ("sl", 3)):
         page.wait_for_function(f"() => ({traces})('{plot}') === {n}")
     page.screenshot(path=str(ARTIFACTS / "race.png"), full_page=True)
@@ -138,7 +142,8 @@ def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     page.wait_for_selector("#sv-replay-track .sv-clock:has-text('Replay')")
     page.wait_for_function("() => document.querySelectorAll('#sv-replay-track .sv-finish').length === 3")
     page.wait_for_function(
-        "() => [...document.querySelectorAll('#sv-replay-track .sv-finish')].every(e => e.innerText.includes('finished'))"
+        "() => [...document.querySelectorAll('#sv-replay-track .sv-finish')].every(e => "
+        "e.innerText.includes('finished'))"
     )
     assert page.locator("#sv-board .sv-future").count() == 0  # every token revealed at the end
     assert page.locator("#sv-replay-track .sv-finish").first.inner_text().split(":")[0] in ("1st", "2nd", "3rd")
@@ -170,7 +175,7 @@ def test_gradio_client_calls_race(server):
     from gradio_client import Client
 
     client = Client(server, verbose=False)
-    status, track, placeholder, *rest = client.predict(
+    status, _track, _placeholder, *rest = client.predict(
         "tiny-perturbed",
         "def add(a, b):",
         ["autoregressive", "vanilla"],
@@ -185,8 +190,8 @@ def test_gradio_client_calls_race(server):
     panels = [x for x in rest if isinstance(x, str) and "data-method" in x]
     assert [re.search(r'data-method="(\w+)"', p).group(1) for p in panels] == ["autoregressive", "vanilla"]
     table = next(x for x in rest if isinstance(x, dict) and "headers" in x)
-    assert [row[0] for row in table["data"]] == ["Autoregressive", "Vanilla SD"]
-    assert [row[1] for row in table["data"]] == [12, 12]
+    assert sorted(row[1] for row in table["data"]) == ["Autoregressive", "Vanilla SD"]  # fastest first
+    assert [row[2] for row in table["data"]] == [12, 12]
 
 
 def test_a_saved_race_loads_and_replays_without_its_model(page, perturbed_pair, tmp_path):
@@ -197,13 +202,12 @@ def test_a_saved_race_loads_and_replays_without_its_model(page, perturbed_pair, 
     from specviz.ui.racing import RaceSettings, run_race
     from specviz.ui.saved import race_to_dict
 
-    for race in run_race(
+    *_, race = run_race(
         perturbed_pair,
         RaceSettings("def add(a, b):", ("autoregressive", "vanilla"), max_new_tokens=20),
         {},
         threading.Event(),
-    ):
-        pass
+    )
     data = race_to_dict(race) | {"pair": "Vicuna-7B / EAGLE on an A100 (recorded elsewhere)"}
     path = tmp_path / "race_records.json"
     path.write_text(json.dumps(data))
@@ -228,8 +232,7 @@ def test_step_through_shows_each_drafts_test_with_the_runs_values(page, perturbe
     from specviz.ui.saved import race_to_dict
 
     settings = RaceSettings("def fibonacci(n):", ("autoregressive", "vanilla"), max_new_tokens=24)
-    for race in run_race(perturbed_pair, settings, {}, threading.Event()):
-        pass
+    *_, race = run_race(perturbed_pair, settings, {}, threading.Event())
     path = tmp_path / "race_records.json"
     path.write_text(json.dumps(race_to_dict(race)))  # the page's own pair: the step-through reruns the models
     page.set_input_files("#sv-load-race input[type=file]", str(path))
@@ -245,9 +248,10 @@ def test_step_through_shows_each_drafts_test_with_the_runs_values(page, perturbe
         shown = [rows.nth(j).locator("td").nth(2).inner_text() for j in range(rows.count())]
         assert shown == [f"{p:.3f}" for p in records[i].p_target]
         assert f"Accepted {records[i].accepted} of" in page.locator("#sv-step-view").inner_text()
-        assert "recomputed p(x) within" in page.locator("#sv-step-view").inner_text()
+        assert "the recomputed p(x)" in page.locator("#sv-step-view").inner_text()
         page.wait_for_function(
-            "() => { const e = document.querySelector('#sv-step-plot .js-plotly-plot'); return e && e.data && e.data.length > 1; }"
+            "() => { const e = document.querySelector('#sv-step-plot .js-plotly-plot'); "
+            "return e && e.data && e.data.length > 1; }"
         )
         if i == 0:
             page.click("#sv-step-next")
@@ -331,4 +335,188 @@ def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
         not in page.locator("#sv-board .sv-panel[data-method=autoregressive] .sv-paper").inner_text()
     )
     disco = page.locator("#sv-board .sv-panel[data-method=disco]")  # its empty boxes: the tuned τ and SL_max
-    assert "sv-done" in disco.get_attribute("class") and "threshold" not in disco.locator(".sv-paper").inner_text()
+    assert "sv-done" in disco.get_attribute("class")
+    assert "threshold = tuned (default)" in disco.locator(".sv-paper").inner_text()  # defaults named as such
+    assert "speculation_length = 2 (default)" not in vanilla.inner_text()  # a changed option is not a default
+
+
+# Issue 38: the race tells the truth. The checks below share one race (`raced`) and two saved races.
+TIPS = "sel => [...document.querySelectorAll(sel)].map(e => e.dataset.tip)"
+# a Dataframe's rows as the page shows them (gradio draws its body as rows of cells, not <td>s)
+ROWS = (
+    "id => [...document.querySelectorAll(`#${id} [role=row]`)].filter(r => r.getAttribute('aria-rowindex') > 1)"
+    ".map(r => [...r.children].map(c => c.innerText.trim()))"
+)
+
+
+def table_rows(page, elem_id: str, count: int) -> list[list[str]]:
+    """The cells of a Dataframe's `count` rows, once they are drawn."""
+    page.wait_for_function(
+        f"id => {{ const r = ({ROWS})(id); return r.length === {count} && r[0][0] !== ''; }}", arg=elem_id
+    )
+    return page.evaluate(ROWS, elem_id)
+
+
+ISSUE_38 = {"Autoregressive": "autoregressive", "Vanilla SD": "vanilla", "Prompt lookup": "prompt_lookup"}
+
+
+@pytest.fixture(scope="module")
+def raced(page):
+    """One race of three methods on the tiny pair (its drafts have rejections with untested tokens after them)."""
+    set_race(page, "def fibonacci(n):", ISSUE_38, 24)
+    page.click("#sv-run")
+    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    return page
+
+
+def test_drafts_after_a_rejection_are_shown_untested_with_their_own_text(raced):
+    """Item 1: only the first refused draft of an iteration was tested; the board called the ones after it
+    'rejected ... it is not the target's most likely token' and drew them zero-width."""
+    groups = raced.evaluate(
+        "() => [...document.querySelectorAll('#sv-board .sv-rejgroup')].map(g => [...g.children].map(e => "
+        "({untested: e.classList.contains('sv-untested'), tip: e.dataset.tip, text: e.innerText})))"
+    )
+    assert any(len(g) > 1 for g in groups), groups  # this race has drafts after a rejection
+    for group in groups:
+        first, *after = group
+        assert first["untested"] or "rejected by the target" in first["tip"]
+        for token in after:
+            assert token["untested"] and "untested" in token["tip"] and "without a test" in token["tip"]
+            assert "rejected by the target" not in token["tip"] and "it is not" not in token["tip"]
+        for token in group:  # each with its own text, none zero-width with a note of another's character
+            assert token["text"] not in ("", "\u200b") and "completes the next token" not in token["tip"]
+    untested = raced.locator("#sv-board .sv-untested").first
+    untested.scroll_into_view_if_needed()
+    untested.hover()
+    raced.wait_for_selector(".sv-tip:not([hidden]):has-text('dropped without a test')")
+    assert float(untested.evaluate("e => getComputedStyle(e).opacity")) < 0.55  # drawn faded
+    ARTIFACTS.mkdir(exist_ok=True)
+    raced.screenshot(path=str(ARTIFACTS / "race_untested_tip_1440.png"))
+
+
+def test_iterations_count_from_one_on_the_board_the_plots_and_the_step_through(raced):
+    """Item 4: the step-through counted from 1, its plot title and the tooltips from 0."""
+    tips = raced.evaluate(TIPS, "#sv-board .sv-tok")
+    numbers = [int(re.match(r"iteration (\d+):", t).group(1)) for t in tips]
+    assert min(numbers) == 1
+    for plot in ("acceptance", "sl"):
+        xs = raced.evaluate(
+            f"() => document.querySelector('#sv-plot-{plot} .js-plotly-plot')._fullData.flatMap(t => "
+            "Array.from(t.x || []))"
+        )
+        assert min(xs) == 1, plot
+    if not raced.locator("#sv-step-method input").is_visible():  # an earlier test may have opened it
+        raced.click("#sv-step button:has-text('Step through one iteration')")
+    raced.locator("#sv-step-method input").click()
+    raced.get_by_role("option", name="Vanilla SD").click()
+    raced.wait_for_selector("#sv-step-view:has-text('Vanilla SD, iteration 1 of')")
+    raced.wait_for_function(
+        "() => { const e = document.querySelector('#sv-step-plot .js-plotly-plot');"
+        " return e && e.layout && e.layout.title.text.includes('iteration 1 of'); }"
+    )
+    assert "within 0.0e+00" not in raced.locator("#sv-step-view").inner_text()
+
+
+def test_one_name_per_metric_and_the_formula_marked_as_predicted(raced):
+    """Item 3: 'acceptance' meant accepted ÷ drafted on the panels and α in the why table; the reading
+    stated the formula's tokens per iteration as if measured."""
+    labels = raced.evaluate(
+        "() => [...document.querySelectorAll('#sv-board .sv-metric span')].map(e => e.innerText.toLowerCase())"
+    )
+    assert "accepted ÷ drafted" in labels and "tokens per target pass" in labels and "acceptance" not in labels
+    headers = raced.locator("#sv-summary thead").inner_text()
+    for name in ("α (accepted ÷ tested)", "acceptance rate (%)", "tokens per target pass"):
+        assert " ".join(name.split()) in " ".join(headers.split()), name
+    if not raced.locator("#sv-term-alpha").is_visible():
+        raced.click("#sv-glossary button:has-text('What the numbers mean')")
+    raced.wait_for_selector("#sv-term-alpha")
+    terms = raced.locator("#sv-glossary dt").all_inner_texts()
+    assert sum("α" in t for t in terms) == 1 and any("accepted ÷ drafted" in t for t in terms)
+    why = raced.locator("#sv-why tbody tr")
+    assert why.count() == 2
+    for i in range(2):  # the formula's tokens labelled predicted, beside the measured ones (or the run flagged)
+        reading = why.nth(i).locator("td").last.inner_text()
+        assert ("predicted by the formula" in reading and "measured" in reading) or "timing disturbed" in reading
+
+
+def _saved_race(pair, tmp_path, name: str, scale: dict[str, float]) -> str:
+    """A race of the tiny pair saved with a quiet machine's timings (test_ui_race.timed_race), each
+    method's scaled by `scale` (a run disturbed by other load)."""
+    import json
+
+    from test_ui_race import timed_race
+
+    from specviz.ui.saved import race_to_dict
+
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(race_to_dict(timed_race(pair, scale))))
+    return str(path)
+
+
+def test_a_verdict_after_every_race_and_disturbed_timing_flagged(page, perturbed_pair, tmp_path):
+    """Items 10 and 2: the summary fastest first with the winner marked, one sentence per method, the
+    winner in the status line; a run whose timing is impossible is flagged on its panel, not explained."""
+    page.set_input_files("#sv-load-race input[type=file]", _saved_race(perturbed_pair, tmp_path, "clean", {}))
+    page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
+    page.wait_for_selector("#sv-verdict:has-text('Verdict')")
+    rows = table_rows(page, "sv-summary", 3)
+    speedups = [float(r[5]) for r in rows]
+    assert len(rows) == 3 and speedups == sorted(speedups, reverse=True) and rows[0][0] == "★ fastest"
+    verdict = page.locator("#sv-verdict")
+    items = verdict.locator("li").all_inner_texts()
+    assert [i.split(" ")[0] for i in items] == [r[1].split(" ")[0] for r in rows]  # one line per method, same order
+    assert verdict.locator("strong").first.inner_text().startswith("Verdict:")
+    assert all("by these counts" in i or "baseline" in i for i in items)
+    assert page.locator("#sv-board .sv-flag").count() == 0
+    page.set_input_files(
+        "#sv-load-race input[type=file]", _saved_race(perturbed_pair, tmp_path, "loaded", {"prompt_lookup": 0.4})
+    )
+    page.wait_for_selector("#sv-board .sv-flag")
+    flags = page.locator("#sv-board .sv-flag")
+    assert flags.count() == 1 and "timing disturbed by other load: re-run" in flags.first.inner_text()
+    assert page.locator("#sv-board .sv-panel[data-method=prompt_lookup] .sv-flag").count() == 1
+    assert "Prompt lookup" not in page.locator("#sv-verdict strong").first.inner_text()
+    assert "timing disturbed" in page.locator("#sv-why").inner_text()
+    page.locator("#sv-board").screenshot(path=str(ARTIFACTS / "race_disturbed_flag.png"))
+
+
+def test_the_pearl_tab_races_pearl_within_the_limit_against_the_target_alone(page, server):
+    """Item 5: γ at most 16 (and refused above), a target-alone row, vanilla at its own default γ, whitespace
+    tokens visible, and the table fits the page at 1440 px."""
+    from gradio_client import Client
+
+    page.set_viewport_size({"width": 1440, "height": 900})
+    try:
+        page.get_by_role("tab", name="PEARL: parallel drafting").click()
+        slider = page.get_by_label("number input for Window γ, at most 16 (0: round(T_target / T_draft), measured)")
+        assert slider.get_attribute("max") == "16"
+        number = page.locator("input[aria-label^='number input for Max new tokens']").last
+        number.fill("16")
+        number.press("Enter")
+        runs = page.locator("input[aria-label^='number input for Timed runs']")
+        runs.fill("1")
+        runs.press("Enter")
+        page.get_by_role("button", name="Run the target alone, vanilla and PEARL").click()
+        methods = [row[0] for row in table_rows(page, "sv-pearl-table", 3)]
+        assert (
+            methods[0] == "target alone"
+            and methods[1] == "vanilla (γ=4, its default)"
+            and methods[2].startswith("PEARL (γ=")
+        )
+        assert int(re.search(r"γ=(\d+)", methods[2]).group(1)) <= 16
+        steps = page.evaluate(ROWS, "sv-pearl-steps")
+        assert steps and all(cell for row in steps for cell in row)  # no blank cell: a space is ·, a line break ⏎
+        for table in ("#sv-pearl-table", "#sv-pearl-steps"):  # no column cut off at the right
+            fits = page.evaluate(
+                "() => "
+                f"{{ const t = document.querySelector('{table} [role=grid]'); const b = t.getBoundingClientRect();"
+                " return b.right <= window.innerWidth && t.scrollWidth <= t.clientWidth + 1; }"
+            )
+            assert fits, table
+        page.screenshot(path=str(ARTIFACTS / "pearl_1440.png"), full_page=True)
+    finally:
+        page.get_by_role("tab", name="Race").click()
+        page.set_viewport_size({"width": 1500, "height": 1100})
+    client = Client(server, verbose=False)
+    with pytest.raises(Exception, match="at most 16"):
+        client.predict("tiny-perturbed", "def f(x):", 23, False, 8, 1, api_name="/pearl")

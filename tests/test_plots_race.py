@@ -58,7 +58,7 @@ def check_figure(fig, trace_names):
 
 def test_tokens_vs_time(frame, recorded):
     fig = check_figure(tokens_vs_time(frame), list(LABELS.values()))
-    for trace, m in zip(fig.data, METHODS):
+    for trace, m in zip(fig.data, METHODS, strict=True):
         assert trace.y[0] == 0 and trace.y[-1] == 30
         assert trace.x[-1] == pytest.approx(recorded[m][-1].t_end)
     assert "(s)" in fig.layout.xaxis.title.text
@@ -74,7 +74,7 @@ def test_accepted_histogram_shares_sum_to_one(frame, recorded):
     fig = check_figure(accepted_histogram(frame), ["Vanilla SD", "Prompt lookup"])
     for trace in fig.data:
         assert sum(trace.y) == pytest.approx(1.0)
-    vanilla = dict(zip(fig.data[0].x, fig.data[0].y))
+    vanilla = dict(zip(fig.data[0].x, fig.data[0].y, strict=True))
     n = len(recorded["vanilla"])
     assert vanilla.get(0, 0) == pytest.approx(sum(r.accepted == 0 for r in recorded["vanilla"]) / n)
 
@@ -107,9 +107,17 @@ def test_empty_race_plots_say_so():
         assert not fig.data and fig.layout.annotations
 
 
+LABELS_BY_LABEL = {label: name for name, label in LABELS.items()}
+
+
 def test_summary_table_uses_the_metrics(recorded):
     table = summary_table(recorded, LABELS)
-    assert isinstance(table, pd.DataFrame) and list(table["method"]) == list(LABELS.values())
+    assert isinstance(table, pd.DataFrame) and sorted(table["method"]) == sorted(LABELS.values())
+    speedups = list(table["speedup vs AR (×)"])
+    assert speedups == sorted(speedups, reverse=True)  # fastest first, the winner marked
+    assert table["place"].iloc[0] == "★ fastest" and list(table["place"].iloc[1:]) == ["2", "3"]
+    flagged = summary_table(recorded, LABELS, disturbed={LABELS_BY_LABEL[table["method"].iloc[0]]})
+    assert flagged["place"].iloc[0] == "timing disturbed" and flagged["place"].iloc[1] == "★ fastest"
     row = table.set_index("method").loc["Vanilla SD"]
     m = summary_metrics(summarize(recorded["vanilla"]))
     ar = summary_metrics(summarize(recorded["autoregressive"]))

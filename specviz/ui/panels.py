@@ -14,6 +14,8 @@ from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
 from specviz.ui.tokens import TokenSpan, tokens_html
 
+DISTURBED = "timing disturbed by other load: re-run"  # a panel's flag (specviz.ui.verdict's checks)
+
 
 @dataclass
 class MethodRun:
@@ -30,6 +32,8 @@ class MethodRun:
     )  # the method's own options set for this race (the rest at their defaults)
     records: list[IterationRecord] = field(default_factory=list)
     spans: list[TokenSpan] = field(default_factory=list)
+    probe_ms: float | None = None  # the target alone's step time, measured right before this run (None: not measured)
+    flags: list[str] = field(default_factory=list)  # why its timing cannot be the method's own (specviz.ui.verdict)
 
 
 @dataclass
@@ -91,16 +95,26 @@ def _metric(value: str, name: str, term: str | None = None) -> str:
     return f'<div class="sv-metric"><b>{value}</b><span>{label}</span></div>'
 
 
-def options_text(options: dict) -> str:
-    """The options a run was given away from its defaults, for its panel ("" when none)."""
-    shown = ", ".join(f"{k} = {'tuned' if v is None else v}" for k, v in options.items())
-    return f" · {shown}" if shown else ""
+def options_text(options: dict, method: str | None = None) -> str:
+    """The options a run was given, and `method`'s others at their defaults (named as such), for its
+    panel ("" when it has none)."""
+    from specviz.methods import get_method
+    from specviz.methods.options import option_fields
+
+    def value(v: object) -> str:
+        return "tuned" if v is None else str(v)
+
+    defaults = {} if method is None else {f.name: f.default for f in option_fields(get_method(method).options)}
+    shown = [f"{k} = {value(v)}" for k, v in options.items()]
+    shown += [f"{k} = {value(v)} (default)" for k, v in defaults.items() if k not in options]
+    return f" · {', '.join(shown)}" if shown else ""
 
 
 def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) -> str:
     """One method's panel. Its spans carry their iteration's end time and the panel its finish time,
     so the page can replay every finished run on one clock without asking the server again."""
     records, status = run.records, run.status
+    paper = "the baseline: the target model alone, one token per pass" if run.name == BASELINE else run.paper
     m = live_metrics(records, None if run.name == BASELINE else baseline_tps)
     pearl = records[-1].pearl() if records else None
     speed = "1.00×" if run.name == BASELINE and records else _fmt(m["speedup"], ".2f") + ("×" if m["speedup"] else "")
@@ -109,15 +123,17 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
             _metric(str(m["tokens"]), "tokens"),
             _metric(_fmt(m["tokens_per_s"], ".1f"), "tokens / s"),
             _metric(speed, "speedup vs AR", "speedup"),
-            _metric(_fmt(m["acceptance_rate"], ".0%"), "acceptance", "acceptance"),
-            _metric(_fmt(m["mean_accepted_length"], ".2f"), "tokens / target fwd", "accepted-length"),
-            _metric(f"{m['target_forwards']} / {m['draft_forwards']}", "target / draft fwd"),
+            _metric(_fmt(m["acceptance_rate"], ".0%"), "accepted ÷ drafted", "acceptance"),
+            _metric(_fmt(m["mean_accepted_length"], ".2f"), "tokens per target pass", "accepted-length"),
+            _metric(f"{m['target_forwards']} / {m['draft_forwards']}", "target / draft passes"),
         ]
         # methods with modes (PEARL: pre-verify / post-verify) show the latest step's
         + ([_metric(html.escape(pearl.mode), "mode")] if pearl else [])
     )
-    progress = min(100.0, 100.0 * m["tokens"] / max(1, max_new_tokens))
+    progress = min(100.0, 100.0 * int(m["tokens"] or 0) / max(1, max_new_tokens))
     message = "".join(f'<div class="sv-message">{html.escape(m)}</div>' for m in (run.note, run.message) if m)
+    if run.flags:  # the timing cannot be the method's: say so here, where its numbers are
+        message += f'<div class="sv-flag" role="alert"><b>⚠️ {DISTURBED}.</b> {html.escape("; ".join(run.flags))}.</div>'
     text = tokens_html(run.spans, {r.iteration: r.t_end for r in records})
     finished = status in ("done", "stopped") and records
     replay = f' data-end="{records[-1].t_end:.4f}" data-tokens="{m["tokens"]}"' if finished else ""
@@ -126,7 +142,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
         f' data-max="{max_new_tokens}"{replay}>'
         f'<div class="sv-panel-head"><h3>{html.escape(run.label)}</h3>'
         f'<span class="sv-status sv-{status}">{status}</span></div>'
-        f'<div class="sv-paper">{html.escape(run.paper)}{html.escape(options_text(run.options))}</div>'
+        f'<div class="sv-paper">{html.escape(paper)}{html.escape(options_text(run.options, run.name))}</div>'
         f'<div class="sv-metrics">{metrics}</div>'
         f'<div class="sv-bar"><div style="width:{progress:.1f}%"></div></div>'
         f"{message}"

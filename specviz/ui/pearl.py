@@ -1,5 +1,5 @@
-"""The PEARL tab: vanilla SD and PEARL on one prompt, drawn as a timeline of which model runs when
-(mutual waiting in grey), with PEARL's mode (pre-verify / post-verify) at every step."""
+"""The PEARL tab: the target alone, vanilla SD and PEARL on one prompt, drawn as a timeline of which
+model runs when (mutual waiting in grey), with PEARL's mode (pre-verify / post-verify) at every step."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.errors import SpecvizError
+from specviz.serving.limits import AppLimits
+from specviz.text import visible
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import gpu_seconds
+from specviz.ui.racing import DEFAULT_LIMITS
 
 TAB_TITLE = "PEARL: parallel drafting"
 TAB_ORDER = 50
@@ -19,44 +23,78 @@ INTRO = (
     "restarts drafting at once. *Post-verify*: while the target verifies, the draft keeps drafting as if "
     "everything will be accepted; if it is, the next verification starts immediately, so the draft length "
     "grows while the draft is right. γ defaults to round(T_target / T_draft), measured (Theorem 1; PEARL's c, the "
-    "inverse of the draft cost c of the Race and Theory tabs), and vanilla SD runs at the same γ. Greedy decoding: "
+    "inverse of the draft cost c of the Race and Theory tabs), within the Race's limit. The target alone runs "
+    "too (every speedup divides by it), and vanilla SD at its own default γ, not PEARL's. Greedy decoding: "
     "every method emits the same text. *Threads* runs the two models truly at once (a thread each); on a "
     "machine with few shared cores they slow each other down, so the *parallel-ideal* time (each step's "
-    "shorter job hidden behind the longer one) is shown too."
+    "shorter job hidden behind the longer one) is shown too. Tokens: · a space, ⏎ a line break, ∅ none."
 )
 
 
 # the tables' columns (shown before the first run too)
 ROW_COLUMNS = [
     "method",
-    "runs (median shown)",
+    "runs",
     "tokens",
     "steps",
-    "measured ms/token",
-    "parallel-ideal ms/token",
+    "ms/token",
+    "× target alone",
+    "ms/token, parallel-ideal",
     "draft idle",
     "target idle",
 ]
-STEP_COLUMNS = ["step", "mode", "verified drafts", "accepted", "emitted", "dropped / drafted ahead", "ran in parallel"]
+STEP_COLUMNS = ["step", "mode", "verified drafts", "accepted", "emitted", "dropped / drafted ahead", "in parallel"]
+
+
+def tab_window(pair: Any, window: int, limits: AppLimits = DEFAULT_LIMITS) -> tuple[int, str]:
+    """PEARL's γ for this tab and what to say of it: `window` (0: Theorem 1's, measured), within the
+    Race's limit on draft tokens per iteration; a larger one asked for is refused."""
+    from specviz.methods.pearl_lanes import optimal_window
+
+    most = limits.speculation_length
+    if window > most:
+        raise SpecvizError(
+            f"window γ = {window}: the Race drafts at most {most} tokens per iteration; choose 1 to {most}, "
+            "or 0 for Theorem 1's window"
+        )
+    if window:
+        return window, f"γ = {window}, chosen"
+    theorem = optimal_window(pair)
+    if theorem > most:
+        return most, f"γ = {most}: Theorem 1's window, {theorem}, is above the Race's limit of {most}"
+    return theorem, f"γ = {theorem}, Theorem 1's window"
 
 
 def compare(
-    pair: Any, prompt: str, window: int, concurrent: bool, max_new_tokens: int, repeats: int = 3
+    pair: Any,
+    prompt: str,
+    window: int,
+    concurrent: bool,
+    max_new_tokens: int,
+    repeats: int = 3,
+    limits: AppLimits = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
-    """Run vanilla (γ = PEARL's window) and PEARL on one prompt, each warmed up and timed `repeats`
-    times (the median run is shown); rows, per-step modes and the records. PEARL's target lane runs
-    on the app's thread for it, as in a race."""
-    from specviz.methods.pearl_lanes import optimal_window
+    """Run the target alone, vanilla (its own default γ) and PEARL (γ: `tab_window`) on one prompt,
+    each warmed up and timed `repeats` times (the median run is shown); rows, per-step modes, the
+    records and the window's note. PEARL's target lane runs on a thread of the comparison's own, warmed
+    up by each method's untimed warm-up run (`generate_median`)."""
+    from specviz.methods import BASELINE, get_method
     from specviz.plots.timeline import idle_fractions
     from specviz.runner import generate_median
-    from specviz.serving import threads
 
-    gamma = int(window) or optimal_window(pair)
-    runs = {
-        f"vanilla (γ={gamma})": ("vanilla", {"speculation_length": gamma}),
+    gamma, note = tab_window(pair, int(window), limits)
+    vanilla = get_method("vanilla").make_options().speculation_length
+    runs: dict[str, tuple[str, dict[str, Any]]] = {
+        "target alone": (BASELINE, {}),
+        f"vanilla (γ={vanilla}, its default)": ("vanilla", {}),
         f"PEARL (γ={gamma})": ("pearl", {"window": gamma, "concurrent": bool(concurrent)}),
     }
     rows, records, steps = [], {}, []
+    alone_ms = None
+
+    def shown(ids: Any) -> str:
+        return visible(pair.tokenizer.decode(list(ids or ())))  # whitespace as ·, ⏎, ⇥; nothing as ∅
+
     for label, (method, options) in runs.items():
         result = generate_median(
             method,
@@ -64,40 +102,41 @@ def compare(
             prompt,
             repeats=repeats,
             max_new_tokens=int(max_new_tokens),
-            executor=threads.on(threads.PEARL_TARGET),
             **options,
         )
         s, idle = result.summary, idle_fractions(result.records)
         ideal = sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in result.records)
+        ms = 1e3 * s.wall_s / max(1, s.new_tokens)
+        alone_ms = ms if method == BASELINE else alone_ms
         rows.append(
             {
                 "method": label,
-                "runs (median shown)": repeats,
+                "runs": repeats,
                 "tokens": s.new_tokens,
                 "steps": s.iterations,
-                "measured ms/token": round(1e3 * s.wall_s / max(1, s.new_tokens), 1),
-                "parallel-ideal ms/token": round(1e3 * ideal / max(1, s.new_tokens), 1),
-                "draft idle": f"{idle['draft']:.0%}",
+                "ms/token": round(ms, 1),
+                "× target alone": f"{alone_ms / ms:.2f}×" if alone_ms else "–",
+                "ms/token, parallel-ideal": round(1e3 * ideal / max(1, s.new_tokens), 1),
+                "draft idle": f"{idle['draft']:.0%}" if method != BASELINE else "–",
                 "target idle": f"{idle['target']:.0%}",
             }
         )
         records[label] = [r.to_dict() for r in result.records]  # plain data: the timeline is drawn where the page is
         if method == "pearl":
-            decode = pair.tokenizer.decode
             steps = [
                 {
-                    "step": r.iteration,
+                    "step": r.iteration + 1,  # counted from 1, as everywhere in the app
                     "mode": p.mode,
-                    "verified drafts": decode(list(r.drafted)),
+                    "verified drafts": shown(r.drafted),
                     "accepted": r.accepted,
-                    "emitted": decode(list(r.emitted)),
-                    "dropped / drafted ahead": decode(list(p.dropped or p.drafted_ahead or ())),
-                    "ran in parallel": any(phase.parallel for phase in p.phases),
+                    "emitted": shown(r.emitted),
+                    "dropped / drafted ahead": shown(p.dropped or p.drafted_ahead),
+                    "in parallel": any(phase.parallel for phase in p.phases),
                 }
                 for r in result.records
                 if (p := r.pearl())
             ]
-    return {"rows": rows, "records": records, "steps": steps}
+    return {"rows": rows, "records": records, "steps": steps, "window": note}
 
 
 def build_tab(ctx: Any) -> None:
@@ -105,33 +144,45 @@ def build_tab(ctx: Any) -> None:
 
     from specviz.plots.timeline import timeline
 
+    limits = getattr(ctx, "limits", DEFAULT_LIMITS)
     gr.Markdown(INTRO)
     with gr.Row():
         prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, scale=3)
         with gr.Column(scale=2):
-            window = gr.Slider(0, 32, value=0, step=1, label="Window γ (0: round(T_target / T_draft), measured)")
+            most = limits.speculation_length
+            window = gr.Slider(
+                0, most, value=0, step=1, label=f"Window γ, at most {most} (0: round(T_target / T_draft), measured)"
+            )
             concurrent = gr.Checkbox(True, label="Threads: draft and target truly at the same time")
             max_new = gr.Slider(8, 256, value=64, step=8, label="Max new tokens")
             repeats = gr.Slider(
                 1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)"
             )
-    run_btn = gr.Button("Run vanilla vs PEARL", variant="primary")
-    table = gr.Dataframe(headers=ROW_COLUMNS, label="This prompt", interactive=False)
+    run_btn = gr.Button("Run the target alone, vanilla and PEARL", variant="primary")
+    table = gr.Dataframe(
+        headers=ROW_COLUMNS, label="This prompt", interactive=False, wrap=True, elem_id="sv-pearl-table"
+    )
     plot = gr.Plot(label="Timeline: which model runs when", show_label=False)
-    steps = gr.Dataframe(headers=STEP_COLUMNS, label="PEARL step by step", interactive=False)
+    steps = gr.Dataframe(
+        headers=STEP_COLUMNS, label="PEARL step by step", interactive=False, wrap=True, elem_id="sv-pearl-steps"
+    )
 
-    # the model call (plain data in and out): vanilla and PEARL, each a warm-up and k timed runs of n tokens
+    # the model call (plain data in and out): the target alone, vanilla and PEARL, each a warm-up and k timed runs of
+    # n tokens
     compared = ctx.run_models(
-        lambda pair_name, text, w, conc, n, k: compare(ctx.load_pair(pair_name), text, w, conc, n, k),
-        seconds=lambda pair_name, text, w, conc, n, k: gpu_seconds(2 * (k + 1) * n),
+        lambda pair_name, text, w, conc, n, k: compare(ctx.load_pair(pair_name), text, w, conc, n, k, limits),
+        seconds=lambda pair_name, text, w, conc, n, k: gpu_seconds(3 * (k + 1) * n),
     )
 
     def run(pair_name: str, text: str, w: float, conc: bool, n: float, k: float):
         try:
             out = compared(pair_name, text, int(w), bool(conc), int(n), int(k))
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
-            raise user_error(e) from None
-        return pd.DataFrame(out["rows"]), timeline(out["records"]), pd.DataFrame(out["steps"])
+            raise user_error(e) from e
+        title = f"Which model runs when ({out['window']}): busy spans per lane, waiting in grey"
+        return pd.DataFrame(out["rows"]), timeline(out["records"], title), pd.DataFrame(out["steps"])
 
     run_btn.click(
         run,

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
-from specviz.methods import all_methods, default_race, get_method
+from specviz.methods import BASELINE, all_methods, default_race, get_method
 from specviz.plots.acceptance import TITLE as ACCEPTANCE_TITLE
 from specviz.plots.acceptance import running_acceptance
 from specviz.plots.accepted_histogram import TITLE as HISTOGRAM_TITLE
@@ -35,6 +35,7 @@ from specviz.ui.racing import RaceSettings, method_runner, method_seconds, run_r
 from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
 from specviz.ui.turns import stopped_on_leave
+from specviz.ui.verdict import ranking, timing_flags, verdict_markdown
 from specviz.ui.why import glossary_html, why_markdown
 
 TAB_TITLE = "Race"
@@ -90,7 +91,8 @@ def own_prompts(path: str | None) -> tuple[str, ...]:
         return ()
     if os.path.getsize(path) > OWN_FILE_BYTES:
         raise SpecvizError(
-            f"the prompt file is {os.path.getsize(path) / 2**20:.1f} MB; here it may be at most {OWN_FILE_BYTES // 2**20} MB"
+            f"the prompt file is {os.path.getsize(path) / 2**20:.1f} MB; here it may be at most "
+            f"{OWN_FILE_BYTES // 2**20} MB"
         )
     return tuple(p.text for p in load_prompt_file(Path(path)))[:OWN_SHOWN]
 
@@ -126,7 +128,10 @@ def race_status_line(race: Race) -> str:
         if run.status == "running":
             return f"Running **{run.label}** alone…"
         if run.status == "waiting":  # its message: "waiting for the models: 2 runs ahead of you (about 30 s)"
-            return f"**{run.label}** is {run.message}. Other visitors' runs go between this race's methods; Stop leaves the line."
+            return (
+                f"**{run.label}** is {run.message}. Other visitors' runs go between this race's methods; "
+                "Stop leaves the line."
+            )
     return "Preparing…"
 
 
@@ -138,7 +143,7 @@ def race_outputs(race: Race) -> dict[str, Any]:
     drafting = [r for r in finished if any(rec.drafted for rec in r.records)]
     chosen = sl_opening(drafting)
     return {
-        "table": summary_table({r.name: r.records for r in finished}, labels),
+        "table": summary_table({r.name: r.records for r in finished}, labels, {r.name for r in race.runs if r.flags}),
         "time": tokens_vs_time(df),
         "acceptance": running_acceptance(df),
         "histogram": accepted_histogram(df),
@@ -146,6 +151,17 @@ def race_outputs(race: Race) -> dict[str, Any]:
         "sl": speculation_length_vs_oracle(df, chosen or ""),
         "frame": df,
     }
+
+
+def winner_words(race: Race) -> str:
+    """', Vanilla SD won at 1.52× the target alone' for the status line ('' without a trusted winner)."""
+    trusted = [(r, s) for r, s in ranking(race) if s is not None and not r.flags]
+    if not trusted or len(race.finished()) < 2:
+        return ""
+    run, speedup = trusted[0]
+    if run.name == BASELINE:
+        return ": no method beat the target alone"
+    return f": **{run.label}** won at {speedup:.2f}× the target alone"
 
 
 def sl_opening(drafting: list[Any]) -> str | None:
@@ -182,7 +198,8 @@ def build_tab(ctx: Any) -> None:
 
 def _settings(ui: SimpleNamespace) -> None:
     """Prompt, Run and Stop, examples, methods and decoding settings."""
-    # ticked when the page opens (the registry's default race: the baseline and one method per paper, so the first race is short)
+    # ticked when the page opens (the registry's default race: the baseline and one method per paper, so the first
+    # race is short)
     defaults = default_race() or [s.name for s in ui.specs if not s.is_oracle]
     limits = ui.limits
     with gr.Row(equal_height=False):
@@ -253,9 +270,10 @@ def _board(ui: SimpleNamespace) -> None:
     with gr.Row(elem_id="sv-board"):
         ui.placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
         ui.panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in ui.specs}
+    ui.verdict = gr.Markdown(elem_id="sv-verdict")
     ui.table = gr.Dataframe(
         summary_table({}),
-        label="Summary: every method on this prompt",
+        label="Summary: every method on this prompt, fastest first",
         interactive=False,
         elem_id="sv-summary",
         wrap=True,
@@ -310,7 +328,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
         baseline, out = race.baseline_tokens_per_s(), {}
         for run in race.runs:
-            key = (run.status, len(run.records), run.message, baseline is not None)
+            key = (run.status, len(run.records), run.message, baseline is not None, tuple(run.flags))
             if drawn.get(run.name) != key:
                 drawn[run.name] = key
                 out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)
@@ -327,14 +345,16 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         seed,
         stop: StopSignal,
         sessions: dict,
-        request: gr.Request = None,
+        request: gr.Request | None = None,
     ):
         try:
             settings = settings_from_widgets(prompt, methods, method_options, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
             pair, notice = ctx.resolve(pair_name)
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
-            raise user_error(e) from None
+            raise user_error(e) from e
         if notice:
             gr.Warning(notice)
         stop.event.clear()
@@ -343,8 +363,10 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         try:
             with stopped_on_leave(visitor, stop.event):  # a closed tab stops the race
                 yield from stream_race(pair, settings, sessions, stop, head)
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:
-            raise user_error(e) from None
+            raise user_error(e) from e
 
     def stream_race(pair, settings, sessions, stop, head):
         race, drawn, first = None, {}, True
@@ -360,7 +382,10 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
         failures = [r.label for r in race.runs if r.status == "error"]
         failed = f" {FAILED_NOTE}: {', '.join(failures)}." if failures else ""
-        status = f"{head}Race finished.{stopped}{failed} Press **Replay race** to watch the runs on one clock."
+        status = (
+            f"{head}Race finished{winner_words(race)}.{stopped}{failed} "
+            "Press **Replay race** to watch the runs on one clock."
+        )
         yield from finished_board(
             ctx, ui, race, status, {sessions_state: sessions}
         )  # returned: the state's time-to-live restarts
@@ -400,6 +425,7 @@ def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
         ui.track,
         ui.placeholder,
         *ui.panels.values(),
+        ui.verdict,
         ui.table,
         ui.why,
         ctx.race,
@@ -418,10 +444,13 @@ def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
 def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more: dict, reveal: bool = False) -> Any:
     """The board, table, plots and downloads of a finished race; `reveal`: a loaded race, whose
     panels are shown (and the others hidden) here rather than when it started."""
+    flags = timing_flags(race)  # a loaded race is checked here; a raced one was as it went
+    for run in race.runs:
+        run.flags = flags.get(run.name, [])
     out = race_outputs(race)
     baseline = race.baseline_tokens_per_s()
     html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
-    board = {ui.panels[name]: value for name, value in html_of.items()}
+    board: dict[Any, Any] = {ui.panels[name]: value for name, value in html_of.items()}  # component -> value or update
     if reveal:
         board = {
             ui.placeholder: gr.update(visible=False),
@@ -432,6 +461,7 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
         yield {
             ui.status: status,
             **board,
+            ui.verdict: verdict_markdown(race, flags),
             ui.table: out["table"],
             ui.why: why_markdown(race),
             ctx.race: race,
@@ -458,14 +488,17 @@ def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
         try:  # the board too: whatever a file holds, the page shows one message, never a traceback
             race = load_race(path, tuple(ui.panels), ctx.limits.methods_per_race)
             status = (
-                f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it was recorded. "
+                f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it "
+                "was recorded. "
                 "Press **Replay race** to watch it on one clock."
             )
             yield from finished_board(
                 ctx, ui, race, status, {ui.saved: None}, reveal=True
             )  # the box is ready for the next file
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:
-            raise user_error(e) from None
+            raise user_error(e) from e
 
     ui.saved.upload(load_saved, ui.saved, [*board_outputs(ctx, ui), ui.saved], api_name="load_race")
 
@@ -490,8 +523,10 @@ def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
     def load_own(path: str | None):
         try:
             texts = own_prompts(path)
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:
-            raise user_error(e) from None
+            raise user_error(e) from e
         if not texts:
             return (
                 (),
@@ -507,14 +542,18 @@ def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
     def pick(suite: str, index: Any, texts: tuple[str, ...]):
         try:
             return example_text(suite, index, texts) if index is not None else gr.skip()
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:
-            raise user_error(e) from None
+            raise user_error(e) from e
 
     def shuffle(suite: str, texts: tuple[str, ...]):
         try:
             return random.choice(texts) if suite == OWN and texts else shuffled(suite, random.randrange(1 << 30)).text
+        except gr.Error:  # already said on the page
+            raise
         except Exception as e:
-            raise user_error(e) from None
+            raise user_error(e) from e
 
     ui.prompt_file.upload(load_own, ui.prompt_file, [own, ui.suite, ui.example], api_visibility="private").then(
         pick, [ui.suite, ui.example, own], ui.prompt, api_visibility="private"

@@ -18,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +33,13 @@ from specviz.ui.gpu import StopKey, forget_stop, gpu_seconds, new_stop_key, requ
 from specviz.ui.panels import BASELINE, MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.turns import TURNS, Turns
+from specviz.ui.verdict import step_ms, timing_flags
 
 log = logging.getLogger(__name__)
+DEFAULT_LIMITS = AppLimits()  # a public Space's (frozen: one instance serves as every default)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
+PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
 _END = object()
 _WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
 RESTARTS_NOTE = (
@@ -59,7 +62,7 @@ class RaceSettings:
     top_p: float = 1.0
     seed: int = 0
 
-    def check(self, limits: AppLimits = AppLimits()) -> None:
+    def check(self, limits: AppLimits = DEFAULT_LIMITS) -> None:
         """Problems a user can cause, as one clear SpecvizError each (the prompt's length is checked
         once it is tokenised, in run_race)."""
         if not self.methods:
@@ -75,7 +78,7 @@ class RaceSettings:
         for method in {key.partition(".")[0] for key in self.options}:
             self.method_options(method, limits)
 
-    def method_options(self, method: str, limits: AppLimits = AppLimits()) -> dict[str, Any]:
+    def method_options(self, method: str, limits: AppLimits = DEFAULT_LIMITS) -> dict[str, Any]:
         """The options given for `method` ("method.option" keys), checked by `app_options`."""
         mine = {key.partition(".")[2]: value for key, value in self.options.items() if key.partition(".")[0] == method}
         return app_options(method, mine, limits)
@@ -89,7 +92,7 @@ class RaceSettings:
         }
 
 
-def app_options(method: str, values: dict[str, Any], limits: AppLimits = AppLimits()) -> dict[str, Any]:
+def app_options(method: str, values: dict[str, Any], limits: AppLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """`values` ({option: value}) of one method, each checked against its range and the app's limits.
     Only tunable options (specviz.methods.options) may come from a visitor (the page, the API, a saved
     race): never a file path or an object."""
@@ -101,13 +104,15 @@ def app_options(method: str, values: dict[str, Any], limits: AppLimits = AppLimi
     for name, value in values.items():
         if name not in fields_:
             raise SpecvizError(
-                f"{method}.{name}: {method} has no option {name!r} to set here (its options: {', '.join(fields_) or 'none'})"
+                f"{method}.{name}: {method} has no option {name!r} to set here (its options: "
+                f"{', '.join(fields_) or 'none'})"
             )
         f = fields_[name]
-        if f.kind == "int" and isinstance(value, float) and value.is_integer():
-            value = int(value)  # a slider's 8.0
+        given = (
+            int(value) if f.kind == "int" and isinstance(value, float) and value.is_integer() else value
+        )  # a slider's 8.0
         out[name] = (
-            f.parse(value) if isinstance(value, str) and f.kind in ("int", "float") else f.check(value)
+            f.parse(given) if isinstance(given, str) and f.kind in ("int", "float") else f.check(given)
         )  # a text box's "0.9"
         if out[name] is not None and f.kind == "int":
             check_count(f"{method}.{name}", out[name], most=int(f.bound(limits)), least=int(f.least))
@@ -136,8 +141,8 @@ def session_note(state: Any) -> str:
 
 
 def stream_records(
-    gen: Iterator[Any], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S
-) -> Iterator[list[Any]]:
+    gen: Generator[Any, None, None], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S
+) -> Generator[list[Any], None, None]:
     """Drain `gen` on the models' thread; yield the records that arrived, in batches, every refresh_s
     (an empty batch when none did, so that the caller wakes to look at its Stop button).
 
@@ -154,8 +159,9 @@ def stream_records(
                 q.put(record)
                 if stop.is_set():
                     break
-        except BaseException as e:  # handed to the page thread
+        except BaseException as e:  # handed to the page thread, which raises it; the worker keeps it too
             q.put(e)
+            raise
         finally:
             gen.close()
             q.put(_END)
@@ -194,9 +200,9 @@ def run_race(
     settings: RaceSettings,
     sessions: dict,
     stop: threading.Event,
-    limits: AppLimits = AppLimits(),
+    limits: AppLimits = DEFAULT_LIMITS,
     turns: Turns = TURNS,
-    runner: Callable[..., Iterator[tuple[str, Any]]] | None = None,
+    runner: Callable[..., Generator[tuple[str, Any], None, None]] | None = None,
     forks: bool = False,
 ) -> Iterator[Race]:
     """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
@@ -267,20 +273,38 @@ def run_race(
                 continue
             key = new_stop_key()
             compare_with = reference if run.name not in lossy else None
+            probe = run.name != BASELINE and BASELINE in runnable  # the baseline's speed right before this method
             updates = runner(
-                pair.name, prompt_ids, run.name, run.options, settings.sampling(), not warm, key, sessions, compare_with
+                pair.name,
+                prompt_ids,
+                run.name,
+                run.options,
+                settings.sampling(),
+                not warm,
+                key,
+                sessions,
+                compare_with,
+                probe,
             )
             warm = True
             yield from _run_method(pair, race, run, updates, stop, key)
             if run.name == BASELINE and greedy and run.status == "done":
                 reference = [t for r in run.records for t in r.emitted]
+            flags = timing_flags(race)  # a disturbed run says so on its panel as soon as it is known
+            for done in race.runs:
+                done.flags = flags.get(done.name, [])
         finally:
             turns.leave(ticket)
         yield race
 
 
 def _run_method(
-    pair: Any, race: Race, run: MethodRun, updates: Iterator[tuple[str, Any]], stop: threading.Event, key: str
+    pair: Any,
+    race: Race,
+    run: MethodRun,
+    updates: Generator[tuple[str, Any], None, None],
+    stop: threading.Event,
+    key: str,
 ) -> Iterator[Race]:
     """One method's run, alone on the models: its records stream into `run` as they arrive; Stop
     reaches the run through its stop key."""
@@ -299,6 +323,8 @@ def _run_method(
                 yield race
             elif kind == "oracle":
                 run.records = value
+            elif kind == "probe":
+                run.probe_ms = value
             elif kind == "parity":
                 run.note = " ".join(filter(None, [run.note, parity_note(value, pair.info.get("dtype", ""))]))
             elif kind == "error":
@@ -324,12 +350,13 @@ def parity_note(parity: dict[str, Any], dtype: str) -> str:
     if parity["verdict"] == "tie":
         return (
             f"{where}, where the target's two best tokens are tied in {dtype} (equal within its rounding): which "
-            "one an argmax picks depends on the order of the sums. Not a fault of the method; in float32 it would not happen."
+            "one an argmax picks depends on the order of the sums. Not a fault of the method; in float32 it "
+            "would not happen."
         )
     return f"{where}, and not at a tie: a fault in specviz. Please report it with the race's JSON download."
 
 
-def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tuple[str, Any]]]:
+def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tuple[str, Any], None, None]]:
     """The models' side of a race: a function that runs one method and yields plain data only, so that
     `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each item pickled across), and
     this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
@@ -344,13 +371,16 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
         stop_key: str,
         sessions: dict,
         reference: list[int] | None = None,
-    ) -> Iterator[tuple[str, Any]]:
+        probe: bool = False,
+    ) -> Generator[tuple[str, Any], None, None]:
         """Yields ("records", [IterationRecord]) every REFRESH_S while the method runs, then ("oracle",
         its records with the oracle speculation length filled); ("error", message) where it failed.
         Ends after the current iteration once `stop_key` is requested. `warm_up`: the race's first
         method (a fresh ZeroGPU worker also warms up). `sessions`: see run_race. `reference`: the
         target alone's greedy tokens; a run that ends on its own is compared with them, ("parity",
-        {"verdict": same | tie | differs, "first_difference": k}) (specviz.parity)."""
+        {"verdict": same | tie | differs, "first_difference": k}) (specviz.parity). `probe`: first time
+        PROBE_STEPS steps of the target alone on the prompt, ("probe", ms per step), so that a run the
+        machine's other load slowed down can be told from a slow method (specviz.ui.verdict)."""
         import specviz
         from specviz.methods import get_method
         from specviz.parity import compare
@@ -370,6 +400,10 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Iterator[tup
             )
             if warm_up or pair.name not in _WARMED:
                 threads.on(MODELS).call(_warm_up, pair, prompt_ids)
+            if probe:
+                ms = threads.on(MODELS).call(_probe, pair, prompt_ids)
+                if ms is not None:
+                    yield "probe", ms
             stream = stream_records(gen, StopKey(stop_key))
             for batch in stream:
                 records += batch
@@ -401,6 +435,13 @@ def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
     for _ in specviz.run(method, pair, prompt_ids[-64:], max_new_tokens=WARMUP_TOKENS):
         pass
     _WARMED.add(pair.name)
+
+
+def _probe(pair: Any, prompt_ids: list[int]) -> float | None:
+    """The target alone's median milliseconds per decoding step on this prompt, now."""
+    import specviz
+
+    return step_ms(list(specviz.run(BASELINE, pair, prompt_ids, max_new_tokens=PROBE_STEPS + 1)))
 
 
 def method_seconds(

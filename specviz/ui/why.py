@@ -1,11 +1,16 @@
 """Why each method of a race was fast or slow, in the formula's terms, and what the numbers mean.
 
-One line per drafting method: its family, α (how often a drafted token is accepted), its speculation
+One line per drafting method: its family, α (the per-token acceptance probability), its speculation
 length (γ drafts, or a tree of S nodes), the draft cost c, the verify cost, the speedup its family's
 formula predicts from them (`specviz.cost.families`, named by its registry entry) next to the one
-measured, and a plain reading: an iteration of a chain emits E[tokens] = (1 − α^(γ+1)) / (1 − α)
-tokens for the price of γc + T(γ+1)/T(1) decoding steps, so the method pays when the first exceeds
-the second. Shared by the Race tab (under the board) and the Theory tab. No torch here.
+measured, and a plain reading: an iteration of a chain is predicted to emit E[tokens] = (1 − α^(γ+1))
+/ (1 − α) tokens (shown beside the tokens it emitted, measured) for the price of γc + T(γ+1)/T(1)
+decoding steps, so the method pays when the tokens exceed the steps. Shared by the Race tab (under
+the board) and the Theory tab. No torch here.
+
+One vocabulary (`GLOSSARY`): α is only ever the per-token acceptance probability of Leviathan et al.
+(accepted ÷ tested); accepted ÷ drafted is the "acceptance rate", and new tokens per target pass are
+"tokens per target pass", each under its own name wherever it is shown.
 """
 
 from __future__ import annotations
@@ -13,32 +18,42 @@ from __future__ import annotations
 from typing import Any
 
 from specviz.cost.families import FAMILIES, TARGET_ALONE
-from specviz.cost.from_records import explain_run, reading
+from specviz.cost.from_records import explain_run
 from specviz.methods import get_method
-from specviz.ui.panels import BASELINE, Race
+from specviz.ui.panels import BASELINE, DISTURBED, Race
 
 # Shown in the Race tab; every metric label of a panel links to its entry (#sv-term-<key>).
 GLOSSARY = {
-    "acceptance": (
-        "acceptance rate",
-        "accepted draft tokens ÷ drafted tokens. A fully accepted block counts every token; "
-        "a rejection ends the block, and the tokens after it count as drafted but not accepted.",
-    ),
     "alpha": (
-        "α",
-        "the chance that one drafted token is accepted given the ones before it were (Leviathan et al.), "
-        "estimated from where each block stopped; higher than the acceptance rate, which counts the tokens after a rejection too.",
+        "α (per-token acceptance probability)",
+        (
+            "the chance that one drafted token is accepted given the ones before it were (Leviathan et al.): "
+            "accepted ÷ tested, where the tested drafts are the accepted ones and the first rejected one of each "
+            "iteration (the drafts after it are never tested). The only number called α here."
+        ),
+    ),
+    "acceptance": (
+        "acceptance rate (accepted ÷ drafted)",
+        (
+            "accepted draft tokens ÷ all drafted tokens, the untested ones after a rejection included; "
+            "so it is lower than α, and falls as γ grows even when α does not."
+        ),
     ),
     "accepted-length": (
-        "tokens / target fwd (mean accepted length)",
-        "new tokens per forward pass of the target: 1 for autoregressive decoding, up to γ + 1 for speculation.",
+        "tokens per target pass",
+        (
+            "new tokens per forward pass of the target (the mean accepted length, the bonus or correction token "
+            "included): 1 for autoregressive decoding, up to γ + 1 for speculation."
+        ),
     ),
     "c": ("c (draft cost)", "one draft token's time ÷ one target decoding step: what drafting costs per token."),
     "verify": (
         "verify cost",
-        "a verification pass ÷ one decoding step: T(γ+1)/T(1) over γ drafts and the bonus token, "
-        "T(S+1)/T(1) over a tree of S nodes, T(pass)/T(1) for PEARL's mean target pass. "
-        "Memory-bound hardware keeps it near 1; this CPU pays more.",
+        (
+            "a verification pass ÷ one decoding step: T(γ+1)/T(1) over γ drafts and the bonus token, "
+            "T(S+1)/T(1) over a tree of S nodes, T(pass)/T(1) for PEARL's mean target pass. "
+            "Memory-bound hardware keeps it near 1; this CPU pays more."
+        ),
     ),
     "family": (
         "family",
@@ -48,8 +63,10 @@ GLOSSARY = {
     ),
     "oracle-sl": (
         "oracle speculation length",
-        "how many of the following tokens the draft would have guessed right at "
-        "that iteration: the length a perfect policy would have drafted (DISCO's oracle).",
+        (
+            "how many of the following tokens the draft would have guessed right at "
+            "that iteration: the length a perfect policy would have drafted (DISCO's oracle)."
+        ),
     ),
     "speedup": (
         "speedup vs AR",
@@ -75,8 +92,22 @@ def explain_race(race: Race) -> list[dict[str, Any]]:
     for name, run in runs.items():
         row = explain_run(run.records, base.records, get_method(name).family)  # the baseline's family explains nothing
         if row:
-            rows.append({**row, "method": run.label})
+            rows.append({**row, "method": run.label, "name": name})
     return rows
+
+
+def reading(row: dict[str, Any], disturbed: list[str] | None = None) -> str:
+    """One plain sentence from an `explain_run` row: the tokens an iteration is predicted to emit, by the
+    formula from α, beside the ones it emitted (measured), against what an iteration cost; a run whose
+    timing was disturbed (specviz.ui.verdict) is not explained by its method."""
+    if disturbed:
+        return f"⚠️ {DISTURBED}: these timings are not the method's"
+    predicted, measured, cost = row["expected_tokens"], row["measured_tokens_per_iteration"], row["iteration_cost"]
+    pays = measured > cost
+    return (
+        f"{predicted:.2f} tokens per {row['unit']} predicted by the formula, {measured:.2f} measured, for the price "
+        f"of {cost:.2f} steps ({row['cost_terms']}): " + ("pays" if pays else "loses")
+    )
 
 
 def why_markdown(race: Race | None) -> str:
@@ -84,23 +115,33 @@ def why_markdown(race: Race | None) -> str:
     if race is None:
         return ""
     rows = explain_race(race)
+    flags = {r.name: r.flags for r in race.runs if r.flags}
     if not rows:
         return (
             "**Why fast or slow:** include *Autoregressive* in the race (it is the baseline every speedup "
             "divides by) and at least one drafting method."
         )
     lines = [
-        "**Why each method was fast or slow** — its [family](#sv-term-family)'s formula from this race's own counts and "
-        "timings ([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)). The counts (α, γ) say what the "
-        "draft did; the timings (c, verify cost) come from one run each and move from run to run on a shared CPU, so two "
-        "methods with the same counts can show different c and speedups:",
+        (
+            "**Why each method was fast or slow** — its [family](#sv-term-family)'s formula from this race's "
+            "own counts and "
+            "timings ([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)). The counts (α, γ) "
+            "say what the "
+            "draft did; the timings (c, verify cost) come from one run each and move from run to run on a "
+            "shared CPU, so two methods with the same counts can show different c and speedups:"
+        ),
         "",
-        "| method | family | α | speculation length | c | verify cost | predicted | measured | reading |",
+        (
+            "| method | family | α | speculation length | c | verify cost | predicted speedup | measured speedup "
+            "| reading |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['method']} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | {r['c']:.3f} | {r['verify_label']} = "
-        f"{r['verify_ratio']:.2f} | {r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× | {reading(r)} |"
+        f"| {r['method']} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | {r['c']:.3f} | "
+        f"{r['verify_label']} = "
+        f"{r['verify_ratio']:.2f} | {r['predicted_speedup']:.2f}× | {r['measured_speedup']:.2f}× | "
+        f"{reading(r, flags.get(r['name']))} |"
         for r in rows
     ]
     lines += ["", "Predicted by " + "; ".join(dict.fromkeys(f"{r['family']}: {r['formula']}" for r in rows)) + "."]

@@ -1,0 +1,232 @@
+"""What a finished race says: who won and why, whether its timings can be trusted, and where the
+prompt stands against the shipped benchmarks. Pure functions of a `Race` (no torch).
+
+Timing on a shared machine: the methods run one after another, so another process that runs while
+one of them runs makes that one slow (or makes the baseline slow, and every other method look fast).
+`timing_problems` checks each run against what is possible and against the machine's own pace:
+
+- a target pass over γ + 1 tokens costs at least one plain decoding step: verify cost
+  T(γ+1)/T(1) ≥ 1 (less a noise margin), T(1) the baseline's mean step. A slowed baseline breaks
+  it for every method. (The speedup bound, speedup ≤ tokens per target pass ÷ verify cost, then
+  holds by itself: each run's wall time includes its own target passes. The issue's 2.64× at 1.58
+  tokens per pass had a baseline slower than its steps, which this check and the next catch.)
+- a run's target passes of one size take about the same time: where passes slower than twice their
+  size's median hold a fifth of its verification time, load came and went during the run;
+- the target alone, timed for a few steps right before each method (`MethodRun.probe_ms`), runs as
+  fast as it did in the race's Autoregressive run.
+
+A run that fails a check is flagged on its panel ("timing disturbed by other load: re-run") instead
+of being explained as a property of the method.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from specviz.methods import BASELINE, get_method
+from specviz.ui.panels import DISTURBED, MethodRun, Race, live_metrics
+
+VERIFY_FLOOR = 0.9  # verify cost below this (1 − noise): a verification cheaper than one step, impossible
+EVEN = 0.05  # a speedup within this of 1: neither a gain nor a loss on a shared machine
+STALLED_SHARE = 0.2  # a run's verification time in passes over twice their size's median: load came and went
+PROBE_TOLERANCE = 0.25  # the target alone's step time before a method off the race's by more than this share
+
+
+def step_ms(records: Sequence[Any]) -> float | None:
+    """The median milliseconds of one plain decoding step of a target-alone run (its first record,
+    which also reads the prompt, left out): the probe's measure."""
+    steps = [r.verify_ms for r in records[1:] if r.target_forwards and not r.drafted]
+    return statistics.median(steps) if steps else None
+
+
+def _pass_size(r: Any) -> tuple[int, str]:
+    """The tokens a record's target pass read (a tree's nodes or the drafts, and one more), and PEARL's mode."""
+    tree, pearl = r.tree(), r.pearl()
+    return 1 + len((tree.tree_tokens if tree else ()) or r.drafted), pearl.mode if pearl else ""
+
+
+def stalled_share(records: Sequence[Any]) -> float:
+    """The share of a run's verification time in passes slower than twice the median of their size
+    (the first record, which also reads the prompt, left out)."""
+    sizes: dict[tuple[int, str], list[float]] = {}
+    for r in records[1:]:
+        if r.target_forwards:
+            sizes.setdefault(_pass_size(r), []).append(r.verify_ms / r.target_forwards)
+    total = sum(sum(times) for times in sizes.values())
+    slow = sum(t for times in sizes.values() if len(times) >= 3 for t in times if t > 2 * statistics.median(times))
+    return slow / total if total > 0 else 0.0
+
+
+def timing_problems(run: MethodRun, baseline: MethodRun | None, probes: Sequence[float] = ()) -> list[str]:
+    """Why `run`'s timings cannot be the method's own (none: they can). `baseline`: the race's
+    Autoregressive run; `probes`: the target alone's step time measured before each other method
+    (for the baseline itself: whether they agree with its own)."""
+    if not run.records or run.status not in ("done", "stopped"):
+        return []
+    problems = []
+    stalled = stalled_share(run.records)
+    if stalled > STALLED_SHARE:
+        problems.append(f"{stalled:.0%} of its verification time went to passes over twice as slow as their like")
+    steps = [r.verify_ms for r in baseline.records[1:] if r.target_forwards] if baseline else []
+    if baseline is None or not steps:
+        return problems
+    t1, median = statistics.fmean(steps), statistics.median(steps)
+    if run.name == BASELINE:
+        off = [p for p in probes if abs(p / median - 1) > PROBE_TOLERANCE]
+        if len(probes) >= 2 and len(off) > len(probes) / 2:
+            problems.append(
+                f"the target alone took {statistics.median(probes):.2f} ms a step when timed before the other "
+                f"methods, {median:.2f} ms in this run"
+            )
+        return problems
+    if run.probe_ms is not None and abs(run.probe_ms / median - 1) > PROBE_TOLERANCE:
+        problems.append(
+            f"the target alone took {run.probe_ms:.2f} ms a step right before this method, {median:.2f} ms in the "
+            "Autoregressive run"
+        )
+    drafting = [r for r in run.records[1:] if r.drafted and r.target_forwards]
+    if drafting:
+        verify = sum(r.verify_ms for r in drafting) / sum(r.target_forwards for r in drafting) / t1
+        if verify < VERIFY_FLOOR:
+            problems.append(
+                f"its target passes over the drafts took {verify:.2f} of a plain decoding step (verify cost); "
+                "a pass over more tokens cannot cost less than one"
+            )
+    return problems
+
+
+def timing_flags(race: Race) -> dict[str, list[str]]:
+    """method -> why its timing is disturbed, for the race's finished runs that fail a check."""
+    baseline = next((r for r in race.runs if r.name == BASELINE and r.status == "done"), None)
+    probes = [r.probe_ms for r in race.runs if r.probe_ms is not None]
+    flags = {r.name: timing_problems(r, baseline, probes) for r in race.finished()}
+    return {name: problems for name, problems in flags.items() if problems}
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """One method's speedups in the shipped benchmark run the Leaderboard tab reads for it."""
+
+    folder: str  # under benchmarks/
+    prompts: str  # which prompts, in words (the run's title)
+    machine: str  # where it ran
+    overall: float  # Σ the target alone's seconds ÷ Σ the method's: the benchmark README's figure
+    per_prompt: tuple[float, ...]  # the target alone's wall time ÷ the method's, prompt by prompt
+
+
+@cache
+def shipped_speedups(pair: str) -> dict[str, Shipped]:
+    """method -> its speedup in the first shipped run that measured it (`specviz.leaderboard`'s
+    declaration: the runs behind the README's figures), for the default pair, the only pair with
+    shipped results; {} where benchmarks/ is not installed (a wheel, a Space)."""
+    from specviz.errors import SpecvizError
+    from specviz.leaderboard import leaderboard_rows
+
+    if pair != "default":
+        return {}
+    try:
+        rows = leaderboard_rows()
+    except (OSError, SpecvizError, KeyError, ValueError):  # not shipped with this installation, or unreadable
+        return {}
+    out = {}
+    for method, group in rows.groupby("method", sort=False):
+        first = group[group["source"] == group["source"].iloc[0]]
+        out[str(method)] = Shipped(
+            str(first["source"].iloc[0]),
+            str(first["title"].iloc[0]),
+            str(first["machine"].iloc[0]),
+            float(first["ar_s"].sum() / first["method_s"].sum()),
+            tuple(float(x) for x in first["ar_s"] / first["method_s"]),
+        )
+    return out
+
+
+def prompt_place(speedup: float, shipped: Shipped) -> str:
+    """Where this prompt's speedup stands among the shipped benchmark's prompts, in words."""
+    below = sum(s < speedup for s in shipped.per_prompt)
+    n = len(shipped.per_prompt)
+    share = below / n if n else 0.5
+    ease = (
+        "an easy prompt for it"
+        if share >= 0.75
+        else "a hard prompt for it"
+        if share <= 0.25
+        else "a typical prompt for it"
+    )
+    return (
+        f"{speedup:.2f}× here against {shipped.overall:.2f}× over the {n} prompts of benchmarks/{shipped.folder} "
+        f"({shipped.prompts}; {shipped.machine}; faster here than on {below} of them): {ease}"
+    )
+
+
+def ranking(race: Race) -> list[tuple[MethodRun, float | None]]:
+    """The finished runs with their speedup vs the target alone, fastest first (None: no baseline)."""
+    baseline = race.baseline_tokens_per_s()
+    rows = [(r, live_metrics(r.records, baseline)["speedup"]) for r in race.finished()]
+    rows = [(r, 1.0 if r.name == BASELINE else s) for r, s in rows]
+    return sorted(rows, key=lambda rs: -(rs[1] if rs[1] is not None else float("-inf")))
+
+
+def why_sentence(run: MethodRun, baseline: MethodRun, speedup: float | None) -> str:
+    """One sentence from the run's measured α, draft cost c and verify cost: the tokens an iteration
+    emitted against what it cost, in the target's decoding steps; the verb from the measured speedup
+    (the counts leave out time outside the models' passes, so they can differ a little)."""
+    from specviz.cost.from_records import explain_run
+
+    if run.name == BASELINE:
+        return "the baseline: one token per pass of the target."
+    row = explain_run(run.records, baseline.records, get_method(run.name).family)
+    if row is None or speedup is None:
+        return "it drafted nothing the formula can explain."
+    tokens, cost = row["measured_tokens_per_iteration"], row["iteration_cost"]
+    verb = "gains" if speedup >= 1 + EVEN else "loses" if speedup <= 1 - EVEN else "breaks about even"
+    return (
+        f"{verb}: each {row['unit']} emitted {tokens:.2f} tokens (α = {row['alpha']:.2f}) for the time of "
+        f"{cost:.2f} target steps ({row['cost_terms']}; c = {row['c']:.3f}), {tokens / cost:.2f}× by these counts."
+    )
+
+
+def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = None) -> str:
+    """Who won and why, one line per method (fastest first), and the prompt's place against the
+    shipped benchmarks; '' before a race."""
+    if race is None or not race.finished():
+        return ""
+    flags = timing_flags(race) if flags is None else flags
+    ranked = ranking(race)
+    baseline = next((r for r in race.runs if r.name == BASELINE and r.status == "done"), None)
+    if baseline is None:
+        return "**Verdict:** none. Include *Autoregressive* in the race: it is the baseline every speedup divides by."
+    trusted = [(r, s) for r, s in ranked if r.name not in flags and s is not None]
+    winner = trusted[0] if trusted else None
+    if winner is None:
+        head = f"**Verdict: none this time — every run's {DISTURBED}.**"
+    elif winner[0].name == BASELINE:
+        head = f"**Verdict: the target alone wins** — no method beat {baseline.label} on this prompt."
+    else:
+        head = f"**Verdict: {winner[0].label} wins, {winner[1]:.2f}× the target alone.**"
+    shipped = shipped_speedups(race.pair)
+    lines = [head, ""]
+    for place, (run, speedup) in enumerate(ranked, start=1):
+        mark = " ★" if winner is not None and run is winner[0] else ""
+        shown = "–" if speedup is None else f"{speedup:.2f}×"
+        if run.name in flags:
+            why = f"⚠️ {DISTURBED} ({'; '.join(flags[run.name])}): this figure is not the method's."
+        else:
+            why = why_sentence(run, baseline, speedup)
+            if run.name in shipped and speedup is not None:
+                place_words = prompt_place(speedup, shipped[run.name])
+                why += f" {place_words[0].upper()}{place_words[1:]}."
+        lines.append(f"{place}. **{run.label}**{mark} {shown}: {why}")
+    if shipped and any(r.name in shipped for r, _ in ranked):
+        lines += [
+            "",
+            (
+                "The shipped benchmarks (the Leaderboard tab) ran the default pair at each method's defaults: a race "
+                "with other options, other lengths or on other hardware compares with them loosely."
+            ),
+        ]
+    return "\n".join(lines)
