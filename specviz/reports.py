@@ -45,6 +45,7 @@ def summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 def markdown(result: dict[str, Any], command: str | None = None) -> str:
     """A Markdown page: machine, command, the headline table and the per-suite table."""
     cfg, dev = result.get("config", {}), result.get("device", {})
+    length = cfg.get("speculation_length") or "each method's own"
     lines = [f"# specviz benchmark: pair `{result['pair']['name']}`", ""]
     if command:
         lines += ["```", command, "```", ""]
@@ -54,11 +55,13 @@ def markdown(result: dict[str, Any], command: str | None = None) -> str:
         + f", torch {dev.get('torch', '?')}",
         f"- prompts: {len(cfg.get('prompts', []))}, max {cfg.get('max_new_tokens')} new tokens, "
         + ("greedy" if not cfg.get("temperature") else f"temperature {cfg['temperature']}")
-        + f", speculation length {cfg.get('speculation_length') or 'each method’s own'}"
+        + f", speculation length {length}"
         + "".join(f", {m}.{k} = {v}" for m, opts in (cfg.get("options") or {}).items() for k, v in opts.items())
         + f", repeats {cfg.get('repeats')}",
-        "- speedup = tokens/s ÷ our autoregressive tokens/s (all prompts); × peer = median over prompts of "
-        "our tokens/s ÷ the Hugging Face peer's on the same prompt, measured back to back",
+        (
+            "- speedup = tokens/s ÷ our autoregressive tokens/s (all prompts); × peer = median over prompts of "
+            "our tokens/s ÷ the Hugging Face peer's on the same prompt, measured back to back"
+        ),
         "",
         summary_frame(result["summary"]).to_markdown(index=False, floatfmt=".3f"),
         "",

@@ -54,7 +54,7 @@ def metric_bars(summary: list[dict[str, Any]], column: str, title: str, unit: st
     )
     for name, colour in (("specviz method", OUR_COLOUR), ("Hugging Face peer", PEER_COLOUR)):
         fig.add_scatter(
-            x=[None], y=[None], mode="markers", marker=dict(color=colour, symbol="square", size=12), name=name
+            x=[None], y=[None], mode="markers", marker={"color": colour, "symbol": "square", "size": 12}, name=name
         )
     fig.update_layout(title=title, xaxis_title="method", yaxis_title=unit, legend_title="")
     return fig

@@ -8,6 +8,8 @@ dicts (request, loss_first, loss_last, ms), `tokens` the rows of `specviz.osd.an
 
 from __future__ import annotations
 
+import itertools
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -23,7 +25,7 @@ ALPHA = "α (accepted / tested drafts)"
 
 def shift_points(rows: list[dict], max_shifts: int = 20) -> list[int]:
     """Requests where the stream moves to another suite (none for a mixed stream: too many to mark)."""
-    points = [r["request"] for prev, r in zip(rows, rows[1:]) if r["suite"] != prev["suite"]]
+    points = [r["request"] for prev, r in itertools.pairwise(rows) if r["suite"] != prev["suite"]]
     return points if len(points) <= max_shifts else []
 
 
@@ -33,7 +35,7 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
     x = [r["request"] + 1 for r in rows]
     for who, name, colour in (("static", "static draft", STATIC_COLOUR), ("osd", "online draft (OSD)", ONLINE_COLOUR)):
         acc, dra = [r[f"{who}_accepted"] for r in rows], [r[f"{who}_tested"] for r in rows]
-        per_request = [a / d if d else None for a, d in zip(acc, dra)]
+        per_request = [a / d if d else None for a, d in zip(acc, dra, strict=True)]
         fig.add_scatter(
             x=x,
             y=per_request,

@@ -33,14 +33,14 @@ def improvement_curves_figure(
         ys = speedup_curve(a, c, gammas, verify_ratio)
         width = 4 if highlight is not None and abs(a - highlight) < 1e-9 else 2
         fig.add_scatter(
-            x=gammas, y=ys, mode="lines", line=dict(color=colour, width=width), name=f"α={a:.2f}", legendgroup=f"{a}"
+            x=gammas, y=ys, mode="lines", line={"color": colour, "width": width}, name=f"α={a:.2f}", legendgroup=f"{a}"
         )
         g = optimal_gamma(a, c, max_gamma, verify_ratio)
         fig.add_scatter(
             x=[g],
             y=[ys[g - 1]],
             mode="markers",
-            marker=dict(symbol="star", size=14, color=colour),
+            marker={"symbol": "star", "size": 14, "color": colour},
             name=f"best γ={g}",
             legendgroup=f"{a}",
             showlegend=False,
@@ -68,11 +68,11 @@ def speedup_vs_alpha_figure(cs: Sequence[float], max_gamma: int = 16, fixed_gamm
     for i, c in enumerate(cs):
         colour = PALETTE[i % len(PALETTE)]
         best = [speedup_with_verify_cost(a, optimal_gamma(a, c, max_gamma), c, 1.0) for a in alphas]
-        fig.add_scatter(x=alphas, y=best, mode="lines", line=dict(color=colour, width=2.5), name=f"c={c:g}, best γ")
+        fig.add_scatter(x=alphas, y=best, mode="lines", line={"color": colour, "width": 2.5}, name=f"c={c:g}, best γ")
         if fixed_gamma:
             fixed = [speedup_with_verify_cost(a, fixed_gamma, c, 1.0) for a in alphas]
             fig.add_scatter(
-                x=alphas, y=fixed, mode="lines", line=dict(color=colour, dash="dot"), name=f"c={c:g}, γ={fixed_gamma}"
+                x=alphas, y=fixed, mode="lines", line={"color": colour, "dash": "dot"}, name=f"c={c:g}, γ={fixed_gamma}"
             )
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     fig.update_layout(
@@ -97,7 +97,7 @@ def speedup_heatmap_figure(
             y=gammas,
             z=np.array(z).T,
             colorscale="Viridis",
-            colorbar=dict(title="speedup ×"),
+            colorbar={"title": "speedup ×"},
             hovertemplate="α=%{x:.2f}, γ=%{y}: %{z:.2f}×",
         )
     )
@@ -105,14 +105,14 @@ def speedup_heatmap_figure(
         x=alphas,
         y=[optimal_gamma(a, c, max_gamma, verify_ratio) for a in alphas],
         mode="lines",
-        line=dict(color="white", width=3, shape="hv"),
+        line={"color": "white", "width": 3, "shape": "hv"},
         name="optimal γ",
     )
     fig.update_layout(
         title=f"Speedup over (α, γ) at c = {c:g}",
         xaxis_title="acceptance rate α",
         yaxis_title="speculation length γ",
-        legend=dict(x=0.01, y=0.99),
+        legend={"x": 0.01, "y": 0.99},
     )
     return fig
 

@@ -115,7 +115,7 @@ def tree_figure(
         "",
         legend="",
         subtitle=subtitle,
-        height=max(360, ROW_PX * (max(rows) + 1) + 150),
+        height=int(max(360, ROW_PX * (max(rows) + 1) + 150)),
     )  # a row per leaf
 
 
@@ -161,7 +161,8 @@ def add_nodes(
 
 
 def record_tree(record: dict[str, Any]) -> TreeExtra:
-    """The tree of a record as a dict (`IterationRecord.to_dict()`, plain data in a tab's state); empty when it has none."""
+    """The tree of a record as a dict (`IterationRecord.to_dict()`, plain data in a tab's state); empty
+    when it has none."""
     return of(record.get("extra", {}), TreeExtra) or TreeExtra((), (), (), (), (), ())
 
 

@@ -21,6 +21,7 @@ from specviz.cost import ENGINES, HARDWARE, SHAPES, THIS_MACHINE, get_hardware, 
 from specviz.cost.calibrate import hardware_from_result
 from specviz.cost.formulas import expected_tokens, improvement_factor, optimal_gamma
 from specviz.cost.roofline import cost_curve_rows, knee_tokens, speculation_budget, verify_cost_ratio
+from specviz.errors import SpecvizError
 from specviz.paths import ASSETS
 from specviz.plots.roofline import cost_curves_figure, published_speedups_figure
 from specviz.plots.speedup import (
@@ -133,7 +134,10 @@ def published_errors() -> tuple[dict, dict]:
 def calibration_note(engine: str) -> str:
     """What a GPU curve rests on: datasheet figures, and the engine's calibration and its error."""
     if engine == NO_ENGINE:
-        return "**Datasheet roofline**: peak compute and bandwidth, no framework time; real engines are slower (pick one above)."
+        return (
+            "**Datasheet roofline**: peak compute and bandwidth, no framework time; real engines are slower "
+            "(pick one above)."
+        )
     text = f"**{engine}** is calibrated on published measurements ({ENGINES[engine].source}); no GPU ran here."
     s, within_by_chip = published_errors()
     forward = s.get(f"forward {engine} test: median |error|")
@@ -230,12 +234,16 @@ def build_tab(ctx: Any) -> None:
         try:
             shape = resolve_shape(m, pair_name, ctx.load_pair)
             return roofline_view(hw, m, b, ctx_len, eng, shape=shape)
-        except Exception as e:  # a user's choice (e.g. a pair that cannot load) must not crash the tab
+        except (
+            SpecvizError,
+            OSError,
+            ValueError,
+        ) as e:  # a user's choice (or a pair that cannot load): said in the tab; a fault raises
             return None, f"**Cannot draw this:** {problem_text(e)}"
 
     roof_inputs = [hardware, model, batch, context, engine, ctx.pair]
-    for w in (hardware, model, batch, context, engine):
-        w.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
+    for widget in (hardware, model, batch, context, engine):
+        widget.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
 
     gr.Markdown("### Published GPU speedups vs the cost model (Spec-Bench, Vicuna, fp16, batch 1)")
     show = gr.Button("Compare with the published figures")
@@ -244,7 +252,8 @@ def build_tab(ctx: Any) -> None:
     show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
     gr.Markdown(
-        "### The last race through its methods' formulas: measured α, speculation length, c and verify cost → predicted speedup"
+        "### The last race through its methods' formulas: measured α, speculation length, c and verify cost → "
+        "predicted speedup"
     )
     explain = gr.Button("Explain the last race")
     race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False)
