@@ -234,3 +234,16 @@ def test_the_residual_is_one_function_and_the_step_through_shows_it(perturbed_pa
     )
     step = explain_iteration(records, i, ids, {"temperature": 1.0}, pair=perturbed_pair, recompute="target+draft")
     assert step.target_role == "correction" and step.target_top[0][0] == 7 and len(step.target_top) == 1
+
+
+def test_a_drafter_on_a_pair_without_a_draft_names_the_pair(perturbed_pair):
+    """The runner refuses a drafting method on a pair without a draft; a library caller that builds
+    the drafter itself gets the same kind of error, not an AttributeError from inside the cache."""
+    from specviz.decoding import Decoding
+    from specviz.errors import SpecvizError
+    from specviz.sampling import SamplingConfig
+
+    alone = perturbed_pair.with_draft(None, name="target alone")
+    dec = Decoding(alone, [5, 17, 300], "vanilla", 8, SamplingConfig(), seed=0)
+    with pytest.raises(SpecvizError, match="the pair 'target alone' has no draft model"):
+        ModelDrafter(dec)
