@@ -324,3 +324,15 @@ def test_the_experiment_reports_alpha_at_the_start_and_end_of_each_suite_stretch
     assert (segs[1]["osd_alpha_start"], segs[1]["osd_alpha_end"]) == (0.0, 0.5)  # the dip at the shift, then recovery
     assert segs[1]["static_alpha_start"] == segs[1]["static_alpha_end"] == 0.25
     assert len(segments(rows[:4], window=50)) == 1
+
+
+def test_full_and_top_k_distributions_do_not_concatenate():
+    """One buffer holds one form: mixing them is refused whichever comes first (a full part first used
+    to give a top-k buffer without indices; a top-k part first, a TypeError from torch.cat)."""
+    logits = torch.randn(3, 16)
+    full, top = TargetDistributions.from_logits(logits, top_k=0), TargetDistributions.from_logits(logits, top_k=4)
+    for parts in ([full, top], [top, full]):
+        with pytest.raises(ValueError, match="full distributions with top-k"):
+            TargetDistributions.cat(parts)
+    assert TargetDistributions.cat([top, top]).indices.shape == (6, 4)
+    assert TargetDistributions.cat([full, full]).indices is None

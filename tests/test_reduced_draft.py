@@ -4,6 +4,7 @@ Hugging Face forward computes, through cache growth, rollback and weight updates
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specviz.models.draft import grouped_attention
@@ -78,3 +79,12 @@ def test_grouped_attention_equals_repeated_key_value_heads():
     ref = torch.nn.functional.scaled_dot_product_attention(q, k_rep, v_rep, attn_mask=visible, scale=0.3)
     got = grouped_attention(q, k, v, 0.3, start)
     assert torch.allclose(got, ref.transpose(0, 1).reshape(T, H * hd), atol=1e-5)
+
+
+def test_per_layer_cache_reads_say_a_lean_model_has_none(reduced_pair):
+    """A lean draft decodes over its own StaticKV: asking for a Hugging Face cache layer is a ValueError
+    that says so (it was an AttributeError on StaticKV)."""
+    lm = CachedLM(reduced_pair.draft)
+    lm.forward(IDS[:4])
+    with pytest.raises(ValueError, match="not on a lean-decoding model"):
+        lm.layer_kv(0)
