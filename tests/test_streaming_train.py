@@ -7,6 +7,7 @@ import csv
 import json
 
 import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -178,3 +179,10 @@ def test_streams_only_training_keeps_the_main_stream(tmp_path):
         )
     rows = list(csv.DictReader((out / "log.csv").open()))
     assert rows[-1]["loss0"] == "" and rows[-1]["loss1"] != ""
+
+
+def test_teacher_logits_without_their_file_cover_nothing_and_refuse_a_read(tmp_path):
+    teacher = train.TeacherLogits(tmp_path / "teacher_logits.f16", 16)
+    assert not teacher.covers(0, 1)
+    with pytest.raises(ValueError, match="the file is absent"):
+        teacher.probs(0, torch.arange(2))
