@@ -164,7 +164,12 @@ def build_tab(ctx: Any) -> None:
     )
     plot = gr.Plot(label="Timeline: which model runs when", show_label=False)
     steps = gr.Dataframe(
-        headers=STEP_COLUMNS, label="PEARL step by step", interactive=False, wrap=True, elem_id="sv-pearl-steps"
+        headers=STEP_COLUMNS,
+        label="PEARL step by step",
+        interactive=False,
+        wrap=True,  # a long draft wraps inside its column: every column stays on the page
+        column_widths=["5%", "11%", "28%", "8%", "24%", "16%", "8%"],
+        elem_id="sv-pearl-steps",
     )
 
     # the model call (plain data in and out): the target alone, vanilla and PEARL, each a warm-up and k timed runs of

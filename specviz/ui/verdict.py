@@ -184,9 +184,11 @@ def why_sentence(run: MethodRun, baseline: MethodRun, speedup: float | None) -> 
         return "it drafted nothing the formula can explain."
     tokens, cost = row["measured_tokens_per_iteration"], row["iteration_cost"]
     verb = "gains" if speedup >= 1 + EVEN else "loses" if speedup <= 1 - EVEN else "breaks about even"
+    apart = (tokens >= cost) != (speedup >= 1)  # the counts and the clock on two sides of 1
     return (
         f"{verb}: each {row['unit']} emitted {tokens:.2f} tokens (α = {row['alpha']:.2f}) for the time of "
-        f"{cost:.2f} target steps ({row['cost_terms']}; c = {row['c']:.3f}), {tokens / cost:.2f}× by these counts."
+        f"{cost:.2f} target steps ({row['cost_terms']}; c = {row['c']:.3f}), {tokens / cost:.2f}× by these counts"
+        + (" (the rest: time outside the models' passes, which the counts leave out, or noise)." if apart else ".")
     )
 
 
