@@ -197,3 +197,62 @@ def test_a_run_past_a_typical_turn_is_not_given_a_made_up_estimate():
     assert "about" not in note and note.startswith("1 run ahead of you (the run on the models has taken 0 s so far")
     for t in (holder, mine):
         turns.leave(t)
+
+
+class FakeQueue:
+    """gradio's queue as far as `event_live` reads it: the events of the jobs running now."""
+
+    def __init__(self, *event_ids: str):
+        self.active_jobs = [[type("Event", (), {"_id": e})() for e in event_ids], None]
+
+
+def in_event(event_id: str, queue: FakeQueue):
+    """A context in which gradio is handling `event_id` (what its function wrapper sets)."""
+    import contextvars
+    from types import SimpleNamespace
+
+    from gradio.context import LocalContext
+
+    context = contextvars.copy_context()
+    context.run(LocalContext.blocks.set, SimpleNamespace(_queue=queue))
+    context.run(LocalContext.event_id.set, event_id)
+    return context
+
+
+def test_a_cancelled_request_sets_its_runs_stop():
+    """gradio cannot interrupt a call running in a thread: after a client cancelled, the models stayed
+    busy 6-39 s (issue 41). The watcher sets the run's Stop once gradio drops the event's job."""
+    from specviz.ui.turns import stop_when_cancelled
+
+    queue, stop = FakeQueue("ev-1", "ev-2"), threading.Event()
+
+    def run() -> None:
+        with stop_when_cancelled(stop, every_s=0.02):
+            assert not stop.wait(0.2)  # still running: no stop
+            queue.active_jobs[0] = [e for e in queue.active_jobs[0] if e._id != "ev-1"]  # the client cancelled
+            assert stop.wait(5)
+
+    in_event("ev-1", queue).run(run)
+
+
+def test_a_request_cancelled_while_it_waits_leaves_the_line_without_running():
+    turns, queue, ran = Turns(), FakeQueue("ev-1"), []
+    holder = turns.join()  # the models are busy
+    call = one_at_a_time(lambda: ran.append(1), turns)
+    failed: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            in_event("ev-1", queue).run(call)
+        except SpecvizError as e:
+            failed.append(e)
+
+    worker = threading.Thread(target=waiting)
+    worker.start()
+    while len(turns._line) < 2:
+        time.sleep(0.01)
+    queue.active_jobs[0] = []  # cancelled
+    worker.join(10)
+    assert not worker.is_alive() and not ran and "cancelled before its turn" in str(failed[0])
+    assert len(turns._line) == 1
+    turns.leave(holder)

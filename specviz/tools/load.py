@@ -24,7 +24,8 @@ hostile visitor tries (issue 41), while the honest sessions race: an upload past
 saved races nested 100k deep or holding a 5000-digit number, out-of-range and malformed inputs
 (0 new tokens, seed "abc", a temperature of 1e-45, a learning rate of 1e308, a 1 MB prompt), six
 races at once from one page, and an Online-tab stream whose draft is downloaded three times, analysed,
-then served again and stopped. Each probe is one row of hostile.jsonl: what it expected (a one-line
+then served again and stopped, and once more cancelled by its client (a short race is timed
+from the cancel). Each probe is one row of hostile.jsonl: what it expected (a one-line
 refusal, or done), what came back, how long it took. The app's temporary folder (TMPDIR and
 GRADIO_TEMP_DIR point into --out) is measured after the warm-up, at its largest (sampled each
 second) and at the end: the disk a visitor can fill.
@@ -240,8 +241,28 @@ def hostile_round(url: str, cfg: argparse.Namespace, files: dict[str, Path]) -> 
     stopped["seconds"] = round(time.perf_counter() - pressed, 2)
     stopped["ok"] = stopped["ok"] and "40 / 40" not in stopped["message"]
     rows.append(stopped)
+    rows.append(cancelled_stream(client, pair))
     client.close()
     return rows
+
+
+def cancelled_stream(client: Any, pair: str) -> dict[str, Any]:
+    """A 40-request Online stream cancelled by its client once it streams (job.cancel, as a closed
+    request does), then a one-method 8-token race: seconds from the cancel until that race is done
+    (the models stayed busy 6-39 s after a cancel: issue 41)."""
+    job = client.submit(*online_args(pair, 40, 64), api_name="/on_serve")
+    deadline = time.monotonic() + 300
+    while not job.outputs() and not job.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cancelled = time.perf_counter()
+    job.cancel()
+    row = probe(
+        "a race right after a cancelled online stream",
+        "done",
+        lambda: client.predict(pair, PROMPTS[0], [BASELINE], {}, 8, 0.0, 1.0, 0, api_name="/race")[0],
+    )
+    row["seconds"] = round(time.perf_counter() - cancelled, 2)
+    return row
 
 
 def run_hostile(url: str, cfg: argparse.Namespace, honest_done: threading.Event) -> list[dict[str, Any]]:

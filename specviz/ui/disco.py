@@ -13,7 +13,7 @@ from specviz.limits import check_count
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, forget_stop, gpu_seconds, new_stop_key
-from specviz.ui.turns import stopped_on_leave
+from specviz.ui.turns import stop_when_cancelled, stopped_on_leave
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -222,7 +222,8 @@ def build_tab(ctx: Any) -> None:
             if length is not None:
                 check_count("SL_max", length, most=ctx.limits.speculation_length)
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
-            with stopped_on_leave(getattr(request, "session_hash", None), stop):  # a closed page stops it too
+            # a closed page stops it too, and so does a cancelled request
+            with stopped_on_leave(getattr(request, "session_hash", None), stop), stop_when_cancelled(stop):
                 out = measured(pair_name, text, threshold, length, int(n), int(k), key)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e

@@ -26,7 +26,7 @@ from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, 
 from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, forget_stop, gpu_seconds, new_stop_key
-from specviz.ui.turns import stopped_on_leave
+from specviz.ui.turns import stop_when_cancelled, stopped_on_leave
 
 TAB_TITLE = "Online learning"
 TAB_ORDER = 70
@@ -277,7 +277,8 @@ def build_tab(ctx: Any) -> None:
             lr_ = check_number("learning rate", lr_, LEAST_LR, MOST_LR)
             kept: dict[str, Any] = {}
             st: dict[str, Any] = {"rows": [], "pair": None, "learner": None}
-            with stopped_on_leave(getattr(request, "session_hash", None), stop):  # a closed page stops its stream
+            # a closed page stops its stream, and so does a cancelled request
+            with stopped_on_leave(getattr(request, "session_hash", None), stop), stop_when_cancelled(stop):
                 for snap in served(pair_name, suites_, int(n), shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept, key):
                     st = {
                         **st,

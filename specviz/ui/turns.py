@@ -9,7 +9,10 @@ while it waits, the page says how many runs are ahead and about how long that ta
 typical turn, how long the run on the models has held them instead). A run that is alone on the
 models keeps honest timings: no two model runs ever share the processor. Other tabs hold one turn
 for their whole (bounded) call. A visitor who closes the tab stops their running race
-(`stop_visitor`, wired to the page's unload event). Nothing here imports torch.
+(`stop_visitor`, wired to the page's unload event). A call whose client cancels it (gradio's
+/cancel, gradio_client's job.cancel) leaves the line if it is waiting, and its Stop is set if it is
+running (`stop_when_cancelled`): gradio itself cannot interrupt a call that is running in a thread,
+and the models stayed busy 6-39 s after a cancel (issue 41). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from specviz.errors import SpecvizError
 
@@ -43,6 +46,67 @@ def current_visitor() -> str | None:
         return None
     request = LocalContext.request.get(None)
     return getattr(request, "session_hash", None)
+
+
+def event_live() -> Callable[[], bool] | None:
+    """A check that says whether the gradio event being handled is still running (False once its
+    client cancelled it or its job ended); None outside an event. It reads gradio's queue of active
+    jobs (gradio 6 has no public call for it); a gradio without that bookkeeping reads as running."""
+    try:
+        from gradio.context import LocalContext
+    except ImportError:
+        return None
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return None
+
+    def live() -> bool:
+        jobs = getattr(queue, "active_jobs", None)
+        if jobs is None:
+            return True
+        return any(job and any(getattr(e, "_id", None) == event_id for e in job) for job in list(jobs))
+
+    return live
+
+
+class Signal(Protocol):
+    """What a run watches to stop: a threading.Event, a ZeroGPU stop key, a cancelled request."""
+
+    def is_set(self) -> bool: ...
+
+
+class Cancelled:
+    """A Stop signal set once the gradio event being handled is cancelled (`is_set` looks each time)."""
+
+    def __init__(self, live: Callable[[], bool]) -> None:
+        self._live = live
+
+    def is_set(self) -> bool:
+        return not self._live()
+
+
+@contextmanager
+def stop_when_cancelled(stop: threading.Event, every_s: float = POLL_S) -> Iterator[None]:
+    """Within the block, set `stop` once the gradio event being handled is cancelled (a daemon
+    thread looks every `every_s` seconds; outside an event, nothing to watch)."""
+    live = event_live()
+    if live is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(every_s):
+            if not live():
+                stop.set()
+                return
+
+    threading.Thread(target=watch, name="specviz-cancel-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 class Ticket:
@@ -123,7 +187,7 @@ class Turns:
         left = typical - held + (ahead - 1) * typical
         return f"{runs} (about {max(1, round(left))} s)"
 
-    def waiting(self, ticket: Ticket, stop: threading.Event | None = None, every_s: float = NOTE_S) -> Iterator[str]:
+    def waiting(self, ticket: Ticket, stop: Signal | None = None, every_s: float = NOTE_S) -> Iterator[str]:
         """The waiting note, when it changes and at most every `every_s` seconds (the first at once),
         until `ticket` holds the models or `stop` is set (checked every POLL_S)."""
         shown, shown_at = None, -math.inf
@@ -134,7 +198,7 @@ class Turns:
                 yield note
 
     @contextmanager
-    def turn(self, stop: threading.Event | None = None) -> Iterator[bool]:
+    def turn(self, stop: Signal | None = None) -> Iterator[bool]:
         """Hold the models for a block: yields True once they are ours, False if `stop` was set first."""
         ticket = self.join()
         try:
@@ -180,20 +244,30 @@ def stop_visitor(visitor: str | None) -> int:
     return len(stops)
 
 
+CANCELLED = "the request was cancelled before its turn on the models"
+
+
 def one_at_a_time(fn: Callable, turns: Turns = TURNS) -> Callable:
-    """Wrap an event handler so it runs while holding a turn (generators: for their whole run)."""
+    """Wrap an event handler so it runs while holding a turn (generators: for their whole run); a
+    call cancelled while it waits leaves the line without running (a SpecvizError nobody reads)."""
     if inspect.isgeneratorfunction(inspect.unwrap(fn)):  # through wrappers such as spaces.GPU
 
         @functools.wraps(fn)
         def gen_wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            with turns.turn():
+            live = event_live()
+            with turns.turn(Cancelled(live) if live else None) as served:
+                if not served:
+                    raise SpecvizError(CANCELLED)
                 yield from fn(*args, **kwargs)
 
         return gen_wrapper
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with turns.turn():
+        live = event_live()
+        with turns.turn(Cancelled(live) if live else None) as served:
+            if not served:
+                raise SpecvizError(CANCELLED)
             return fn(*args, **kwargs)
 
     return wrapper
