@@ -70,6 +70,8 @@ BAD = {
         options={"speculation_length": 20}
     ),
     "1 to 3": lambda d: d["runs"].extend(d["runs"]),
+    "'probe_ms' must be a number": lambda d: d["runs"][1].update(probe_ms=-1.0),
+    "'flags' must be a list": lambda d: d["runs"][1].update(flags="slow"),
 }
 
 

@@ -293,7 +293,7 @@ def test_every_tabs_model_handler_runs_in_a_worker(app, spaces):
     card, table, *_ = handler(app, "specviz.ui.disco", "run")(PAIR, "def f(x):", True, 0.5, 8, 8, 1)
     assert card.startswith("Classifier") and len(table) == 4
     rows, _, steps = handler(app, "specviz.ui.pearl", "run")(PAIR, "def f(x):", 2, False, 8, 1)
-    assert len(rows) == 2 and len(steps)
+    assert len(rows) == 3 and len(steps)  # the target alone, vanilla and PEARL
     state, html, *_ = handler(app, "specviz.ui.sssd_tree", "on_run")(PAIR, "def f(x): return f(x)", 8, 4, "input")
     assert state["records"] and "Cannot" not in html
     state, html, *_ = handler(app, "specviz.ui.streaming", "on_run")(PAIR, "def f(x):", 8, 2, 2)

@@ -58,6 +58,8 @@ def race_to_dict(race: Race) -> dict[str, Any]:
                 "options": r.options,
                 "records": [x.to_dict() for x in r.records],
                 "spans": [asdict(s) for s in r.spans],
+                "probe_ms": r.probe_ms,
+                "flags": list(r.flags),
             }
             for r in race.runs
         ],
@@ -145,7 +147,25 @@ def _run(data: Any, methods: tuple[str, ...], bounds: RunBounds, deadline: float
         options=_options(data.get("options", {}), name),
         records=[_record(r, bounds, f"record {i} of '{name}'", deadline) for i, r in enumerate(records)],
         spans=[_span(s, name, len(records)) for s in _field(data, "spans", list)],
+        probe_ms=_probe_ms(data.get("probe_ms"), name),
+        flags=_flags(data.get("flags", []), name),
     )
+
+
+def _probe_ms(value: Any, method: str) -> float | None:
+    """The target alone's step time measured before the run (absent in races saved before it was kept)."""
+    if value is None:
+        return None
+    if not (_is_real(value) and value >= 0):
+        raise SpecvizError(f"run '{method}': 'probe_ms' must be a number of milliseconds, not negative, or null")
+    return float(value)
+
+
+def _flags(value: Any, method: str) -> list[str]:
+    """Why a run's timing is not the method's own (specviz.ui.verdict): a few lines of text."""
+    if not (isinstance(value, list) and len(value) <= 16 and all(isinstance(f, str) and len(f) <= 500 for f in value)):
+        raise SpecvizError(f"run '{method}': 'flags' must be a list of at most 16 lines of text")
+    return list(value)
 
 
 def _record(data: Any, bounds: RunBounds, where: str, deadline: float) -> IterationRecord:
