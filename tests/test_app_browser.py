@@ -445,6 +445,21 @@ def test_one_name_per_metric_and_the_formula_marked_as_predicted(raced):
         assert ("predicted by the formula" in reading and "measured" in reading) or "timing disturbed" in reading
 
 
+def test_a_metrics_glossary_link_opens_the_collapsed_glossary(raced):
+    """Item 8: the panels' metric labels link to the glossary, which did nothing while it was collapsed."""
+    if raced.locator("#sv-term-acceptance").is_visible():  # an earlier check opened it: close it
+        raced.click("#sv-glossary button:has-text('What the numbers mean')")
+        raced.wait_for_selector("#sv-term-acceptance", state="hidden")
+    raced.locator("#sv-board .sv-panel[data-method=vanilla] a[href='#sv-term-acceptance']").click()
+    entry = raced.locator("#sv-term-acceptance")
+    entry.wait_for(state="visible")
+    raced.wait_for_function(
+        "() => { const b = document.getElementById('sv-term-acceptance').getBoundingClientRect();"
+        " return b.top >= 0 && b.bottom <= window.innerHeight; }"
+    )
+    assert "accepted ÷ drafted" in entry.inner_text()
+
+
 def _saved_race(pair, tmp_path, name: str, scale: dict[str, float]) -> str:
     """A race of the tiny pair saved with a quiet machine's timings (test_ui_race.timed_race), each
     method's scaled by `scale` (a run disturbed by other load)."""

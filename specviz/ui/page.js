@@ -37,7 +37,26 @@
     const id = e.key === 'ArrowLeft' ? 'sv-step-prev' : e.key === 'ArrowRight' ? 'sv-step-next' : null;
     if (id) { e.preventDefault(); document.getElementById(id).click(); }
   });
-  // 3. During a race, keep the running method's panel in view (the smallest scroll that shows it).
+  // 3. A metric's label links to its glossary entry (#sv-term-...): while the glossary is collapsed the
+  //    entry is not on the page, so the link opens it first, then scrolls to the entry once drawn.
+  document.addEventListener('click', (e) => {
+    const link = e.target.closest && e.target.closest('a[href^="#sv-term-"]');
+    if (!link) return;
+    const id = link.getAttribute('href').slice(1);
+    const shown = () => { const el = document.getElementById(id); return el && el.getClientRects().length ? el : null; };
+    if (shown()) return;  // open already: the browser follows the link
+    e.preventDefault();
+    const header = document.querySelector('#sv-glossary button');
+    if (header) header.click();
+    const start = performance.now();
+    const reach = () => {
+      const entry = shown();  // drawn on first opening, hidden (not removed) while collapsed
+      if (entry) entry.scrollIntoView({ block: 'center' });
+      else if (performance.now() - start < 3000) requestAnimationFrame(reach);
+    };
+    requestAnimationFrame(reach);
+  });
+  // 4. During a race, keep the running method's panel in view (the smallest scroll that shows it).
   let last = null;
   new MutationObserver(() => {
     const running = document.querySelector('#sv-board .sv-panel.sv-running');
