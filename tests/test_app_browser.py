@@ -438,10 +438,11 @@ def test_one_name_per_metric_and_the_formula_marked_as_predicted(raced):
     raced.wait_for_selector("#sv-term-alpha")
     terms = raced.locator("#sv-glossary dt").all_inner_texts()
     assert sum("α" in t for t in terms) == 1 and any("accepted ÷ drafted" in t for t in terms)
-    why = raced.locator("#sv-why tbody tr")
-    assert why.count() == 2
+    assert raced.locator("#sv-why tbody tr").count() == 2
+    readings = raced.locator("#sv-why li")
+    assert readings.count() == 2
     for i in range(2):  # the formula's tokens labelled predicted, beside the measured ones (or the run flagged)
-        reading = why.nth(i).locator("td").last.inner_text()
+        reading = readings.nth(i).inner_text()
         assert ("predicted by the formula" in reading and "measured" in reading) or "timing disturbed" in reading
 
 

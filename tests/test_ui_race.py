@@ -47,7 +47,7 @@ def test_a_race_runs_every_method_alone_in_registry_order(perturbed_pair):
     why = why_markdown(race)  # under the board: the formula's reading of each drafting method, by its label
     assert f"| {race.runs[1].label} |" in why and f"| {race.runs[2].label} |" in why
     for run in race.runs[1:]:  # a run this shared machine's load disturbed is flagged, not explained
-        line = next(x for x in why.split("\n") if x.startswith(f"| {run.label} |"))
+        line = next(x for x in why.split("\n") if x.startswith(f"- **{run.label}**: "))
         assert ("timing disturbed" in line) == bool(run.flags)
         assert run.flags or "tokens per iteration predicted by the formula" in line
     assert 'href="#sv-term-acceptance"' in html and 'id="sv-term-acceptance"' in glossary_html()

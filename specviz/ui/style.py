@@ -26,7 +26,7 @@ CSS = """
 .prose th, .prose td { white-space: nowrap; word-break: keep-all; }
 .prose td:last-child { white-space: normal; min-width: 16rem; }
 /* The why table fits the page: its cells wrap, its last column (the reading) is the widest. */
-#sv-why table { display: table; width: 100%; } #sv-why td:last-child { white-space: normal; min-width: 20rem; }
+#sv-why table { display: table; width: 100%; } #sv-why td:last-child { white-space: nowrap; min-width: 0; }
 .sv-step-table { border-collapse: collapse; font-size: .95rem; margin: .4rem 0; }
 .sv-step-table td, .sv-step-table th { padding: 3px 8px; border-bottom: 1px solid var(--border-color-primary);
     text-align: left; }
