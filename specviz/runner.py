@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
@@ -17,6 +17,12 @@ from specviz.models.pair import ModelPair, encode_prompt
 from specviz.oracle import fill_oracle_sl
 from specviz.records import IterationRecord, RunSummary
 from specviz.sampling import SamplingConfig
+
+
+class Submitter(Protocol):
+    """What runs a method's side work: a ThreadPoolExecutor, or the app's models thread (serving.threads.Worker)."""
+
+    def submit(self, fn: Any, /, *args: Any) -> Future: ...
 
 
 def run(
@@ -31,7 +37,7 @@ def run(
     seed: int = 0,
     chat: bool | None = None,
     session: Any = None,
-    executor: Executor | None = None,
+    executor: Submitter | None = None,
     **options: Any,
 ) -> Iterator[IterationRecord]:
     """Decode `prompt` with `method`, yielding one record per speculative iteration.
@@ -139,7 +145,7 @@ def generate_median(
     *,
     repeats: int = 3,
     chat: bool | None = None,
-    executor: Executor | None = None,
+    executor: Submitter | None = None,
     **kwargs: Any,
 ) -> RunResult:
     """`generate` timed for a fair one-prompt comparison: a short untimed warm-up run (first calls pay
