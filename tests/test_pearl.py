@@ -187,8 +187,8 @@ def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pa
     with gr.Blocks():
         tab.build_tab(tab_context("tiny-perturbed", load_pair=lambda name: perturbed_pair))
     out = tab.compare(perturbed_pair, "def f(x):", window=3, concurrent=True, max_new_tokens=16, repeats=2)
-    assert [r["tokens"] for r in out["rows"]] == [16, 16] and [r["runs (median shown)"] for r in out["rows"]] == [2, 2]
-    assert set(out["records"]) == {"vanilla (γ=3)", "PEARL (γ=3)"}
+    assert [r["tokens"] for r in out["rows"]] == [16, 16, 16] and [r["runs"] for r in out["rows"]] == [2, 2, 2]
+    assert set(out["records"]) == {"target alone", "vanilla (γ=4, its default)", "PEARL (γ=3)"}
     assert {s["mode"] for s in out["steps"]} <= {"pre-verify", "post-verify", "verify"}
     assert out["steps"][0]["mode"] == "pre-verify"
     assert all(list(r) == tab.ROW_COLUMNS for r in out["rows"]) and all(
