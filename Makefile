@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup app test browser bench clean
+.PHONY: setup app test lint browser bench clean
 
 setup: $(VENV)/.installed
 
@@ -27,7 +27,13 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-test: setup browser
+# ruff (format and lint) and mypy, configured in pyproject.toml; make test runs them first.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: setup browser lint
 	$(BIN)/python -m pytest
 
 bench: setup
