@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specviz.metrics import tested
+
 
 @dataclass(frozen=True)
 class Family:
@@ -29,7 +31,7 @@ def estimate_alpha(records: Sequence[Any]) -> float | None:
     """Maximum-likelihood i.i.d. α from accept/reject prefixes: every accepted draft is a success,
     every iteration that stopped at a rejection one failure (a fully accepted draft is censored)."""
     accepted = sum(r.accepted for r in records)
-    rejections = sum(1 for r in records if r.accepted < len(r.drafted))
+    rejections = sum(tested(r) - r.accepted for r in records)  # a draft cut by the budget was never judged
     return accepted / (accepted + rejections) if accepted + rejections else None
 
 
@@ -61,14 +63,3 @@ def explain_run(records: Sequence[Any], baseline_records: Sequence[Any], family:
         "measured_tokens_per_iteration": sum(len(r.emitted) for r in records) / len(records),
         "measured_speedup": tps / base_tps,
     }
-
-
-def reading(row: dict[str, Any]) -> str:
-    """One plain sentence from an `explain_run` row: tokens per iteration against what an iteration costs."""
-    pays = row["expected_tokens"] > row["iteration_cost"]
-    return (
-        f"{row['expected_tokens']:.2f} tokens per {row['unit']} for the price of {row['iteration_cost']:.2f} steps "
-        f"({row['cost_terms']}): "
-        + ("pays" if pays else "loses")
-        + (", as measured" if pays == (row["measured_speedup"] > 1) else ", the measurement disagrees")
-    )
