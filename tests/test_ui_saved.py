@@ -47,6 +47,21 @@ def test_a_loaded_race_draws_the_same_board_table_and_why(saved, tmp_path):
     )
 
 
+def test_each_run_is_saved_with_every_option_it_ran_with(saved, tmp_path):
+    """Defaults included (a file saying `options: {}` did not say what ran); a file of either form
+    loads back to the same race, its panels naming the defaults as such."""
+    race, data = saved
+    runs = {r["name"]: r for r in data["runs"]}
+    assert runs["vanilla"]["options"] == {"speculation_length": 4} and runs["autoregressive"]["options"] == {}
+    assert race_from_dict(data, METHODS, most_runs=13) == race
+    older = broken(data, lambda d: [r.update(options={}) for r in d["runs"]])  # saved before defaults were
+    assert race_from_dict(older, METHODS, most_runs=13) == race
+    changed = broken(data, lambda d: d["runs"][1]["options"].update(speculation_length=2))
+    vanilla = race_from_dict(changed, METHODS, most_runs=13).runs[1]
+    assert vanilla.options == {"speculation_length": 2}
+    assert "speculation_length = 4 (default)" in race_html(race)
+
+
 def broken(data: dict, edit) -> dict:
     out = copy.deepcopy(data)
     edit(out)
@@ -72,6 +87,7 @@ BAD = {
     "1 to 3": lambda d: d["runs"].extend(d["runs"]),
     "'probe_ms' must be a number": lambda d: d["runs"][1].update(probe_ms=-1.0),
     "'flags' must be a list": lambda d: d["runs"][1].update(flags="slow"),
+    "'tested' must be true or false": lambda d: d["runs"][1]["spans"][0].update(tested="no"),
 }
 
 
@@ -112,6 +128,8 @@ def paths(value, prefix=()):
 @example(where=("runs", 1, "records", 0, "draft_forwards"), value=2**64)
 @example(where=("runs", 1, "records", 0, "target_forwards"), value=2**64)
 @example(where=("runs", 1, "records", 0, "speculation_length"), value=2**64)
+# a draft's `tested` of another type loaded, and a truthy string drew an untested draft as tested
+@example(where=("runs", 1, "spans", 0, "tested"), value="no")
 def test_any_one_field_replaced_either_loads_and_draws_or_is_refused_clearly(saved, where, value):
     """`where`: an index into the saved race's places (any int, taken modulo their number), or the
     place itself in a pinned example."""
@@ -127,6 +145,8 @@ def test_any_one_field_replaced_either_loads_and_draws_or_is_refused_clearly(sav
     except SpecvizError as e:
         assert str(e)
         return
+    flags = [(s.greedy, s.tested) for run in race.runs for s in run.spans]  # kept as the types they are drawn as
+    assert all(isinstance(flag, bool) for pair in flags for flag in pair)
     race_html(race)  # and everything the Race tab draws from it
     why_markdown(race)
     race_outputs(race)

@@ -95,18 +95,37 @@ def _metric(value: str, name: str, term: str | None = None) -> str:
     return f'<div class="sv-metric"><b>{value}</b><span>{label}</span></div>'
 
 
-def options_text(options: dict, method: str | None = None) -> str:
-    """The options a run was given, and `method`'s others at their defaults (named as such), for its
-    panel ("" when it has none)."""
+def default_options(method: str) -> dict:
+    """`method`'s tunable options at their defaults (None: the method tunes it itself)."""
     from specviz.methods import get_method
     from specviz.methods.options import option_fields
+
+    return {f.name: f.default for f in option_fields(get_method(method).options)}
+
+
+def resolved_options(options: dict, method: str) -> dict:
+    """Every tunable option `method` runs with: those set in `options`, the rest at their defaults."""
+    return {**default_options(method), **options}
+
+
+def set_options(options: dict, method: str) -> dict:
+    """The options of `options` that differ from `method`'s defaults (the inverse of `resolved_options`)."""
+    defaults = default_options(method)
+    return {k: v for k, v in options.items() if k not in defaults or v != defaults[k]}
+
+
+def options_text(options: dict, method: str | None = None) -> str:
+    """The options a run was given and `method`'s others, each at its default named as such
+    ("speculation_length = 4 (default)"), for its panel ("" when it has none)."""
 
     def value(v: object) -> str:
         return "tuned" if v is None else str(v)
 
-    defaults = {} if method is None else {f.name: f.default for f in option_fields(get_method(method).options)}
-    shown = [f"{k} = {value(v)}" for k, v in options.items()]
-    shown += [f"{k} = {value(v)} (default)" for k, v in defaults.items() if k not in options]
+    defaults = {} if method is None else default_options(method)
+    shown = [
+        f"{k} = {value(v)}{' (default)' if k in defaults and v == defaults[k] else ''}"
+        for k, v in {**defaults, **options}.items()
+    ]
     return f" · {', '.join(shown)}" if shown else ""
 
 

@@ -23,7 +23,7 @@ from specviz.errors import SpecvizError
 from specviz.extras import INT64_MAX
 from specviz.methods import get_method
 from specviz.records import IterationRecord, RunBounds
-from specviz.ui.panels import MethodRun, Race
+from specviz.ui.panels import MethodRun, Race, resolved_options, set_options
 from specviz.ui.racing import app_options
 from specviz.ui.tokens import TokenSpan
 
@@ -55,7 +55,7 @@ def race_to_dict(race: Race) -> dict[str, Any]:
                 "status": r.status,
                 "message": r.message,
                 "note": r.note,
-                "options": r.options,
+                "options": resolved_options(r.options, r.name),  # every option it ran with, defaults included
                 "records": [x.to_dict() for x in r.records],
                 "spans": [asdict(s) for s in r.spans],
                 "probe_ms": r.probe_ms,
@@ -178,11 +178,14 @@ def _record(data: Any, bounds: RunBounds, where: str, deadline: float) -> Iterat
 
 
 def _options(data: Any, method: str) -> dict[str, Any]:
-    """A run's own options (absent in races saved before they were kept), checked as the race checks
-    a visitor's: a file from a stranger names no file path for the step-through to load."""
+    """A run's options (absent in races saved before they were kept; all of them, defaults included,
+    since they are saved resolved), checked as the race checks a visitor's: a file from a stranger
+    names no file path for the step-through to load. The run keeps those set away from the defaults,
+    as a race's runs do (a default is the method's own value, not the file's: no check of the app's
+    limits applies to it, and confidence's SL_max of 20 is above the limit of 16 on speculation length)."""
     if not (isinstance(data, dict) and all(isinstance(k, str) for k in data)):
         raise SpecvizError(f"run '{method}': 'options' must map option names to values")
-    return app_options(method, data)
+    return app_options(method, set_options(data, method))
 
 
 def _span(data: Any, method: str, records: int) -> TokenSpan:
@@ -195,8 +198,9 @@ def _span(data: Any, method: str, records: int) -> TokenSpan:
         raise SpecvizError(
             f"{where}: 'iteration' must be one of the run's and 'token_id' a whole number from 0 to 2**63 - 1"
         )
-    if not isinstance(data.get("greedy", True), bool):
-        raise SpecvizError(f"{where}: 'greedy' must be true or false")
+    for flag in ("greedy", "tested"):  # absent in races saved before they were kept: true
+        if not isinstance(data.get(flag, True), bool):
+            raise SpecvizError(f"{where}: '{flag}' must be true or false")
     if not all(data.get(k) is None or _is_real(data[k]) for k in ("p", "q")):
         raise SpecvizError(f"{where}: 'p' and 'q' must be numbers or null")
     return TokenSpan(**{f.name: data[f.name] for f in fields(TokenSpan) if f.name in data})
