@@ -16,7 +16,7 @@ import specviz
 from specviz.errors import SpecvizError
 from specviz.limits import MIN_TEMPERATURE, check_count, check_number
 from specviz.serving.limits import AppLimits, app_limits
-from specviz.ui.racing import run_race
+from specviz.ui.racing import RaceSettings, run_race
 
 
 def test_app_limits_come_from_the_environment():
@@ -92,7 +92,9 @@ def test_a_temperature_below_the_floor_is_one_line_in_the_library_and_the_race(p
         specviz.run("vanilla", perturbed_pair, "hi", max_new_tokens=4, temperature=temperature)
     with pytest.raises(SpecvizError, match=floor):
         SamplingConfig(temperature=temperature)  # what the step-through builds from a saved race's options
-    race_settings = settings_from_widgets("hi", ["autoregressive", "vanilla"], {}, 4, temperature, 1.0, 0)
+    with pytest.raises(SpecvizError, match=floor):  # the race's settings refuse it before any run
+        settings_from_widgets("hi", ["autoregressive", "vanilla"], {}, 4, temperature, 1.0, 0)
+    race_settings = RaceSettings("hi", ("autoregressive", "vanilla"), max_new_tokens=4, temperature=temperature)
     with pytest.raises(SpecvizError, match=floor):
         for _ in run_race(perturbed_pair, race_settings, {}, threading.Event(), AppLimits()):
             pass

@@ -451,3 +451,52 @@ def test_the_pearl_tab_races_within_the_limit_against_the_target_alone(perturbed
     cells = [s[k] for s in out["steps"] for k in ("verified drafts", "emitted", "dropped / drafted ahead")]
     assert all(cells) and not any(c != c.strip() or " " in c or "\n" in c for c in cells)  # ·, ⏎, ∅: never blank
     assert out["steps"][0]["step"] == 1
+
+
+def _race_tab(**ctx_overrides):
+    """The Race tab built alone: its Blocks and its handlers by name."""
+    import gradio as gr
+
+    from specviz.ui import race as tab
+    from tests.conftest import tab_context
+
+    with gr.Blocks() as demo:
+        tab.build_tab(tab_context(**ctx_overrides))
+    return demo, {f.fn.__name__: f for f in demo.fns.values() if f.fn is not None}
+
+
+def test_the_race_tab_bounds_its_seed_its_prompt_and_its_saved_race_parses():
+    """Issue 41: the seed box had no bounds (a seed past 2**63 - 1 reached torch), a megabyte prompt
+    was tokenised before its refusal, and any number of saved races could parse at once."""
+    import gradio as gr
+
+    from specviz.limits import MAX_SEED
+
+    resolved: list[str] = []
+    demo, fns = _race_tab(resolve=lambda name: resolved.append(name) or (None, None))
+    seed = next(b for b in demo.blocks.values() if getattr(b, "label", None) == "Seed")
+    assert (seed.minimum, seed.maximum) == (0, MAX_SEED)
+    with pytest.raises(gr.Error):
+        seed.preprocess(-1)
+    assert seed.preprocess(MAX_SEED) == MAX_SEED
+    race = fns["race"].fn
+    with pytest.raises(gr.Error, match="the prompt is 1000000 characters long; a prompt here is at most 32768"):
+        next(race("tiny-random", "x " * 500_000, ["autoregressive"], {}, 8, 0.0, 1.0, 0, None, {}))
+    assert not resolved  # refused before the pair was looked up, let alone the prompt tokenised
+    assert fns["load_saved"].api_name == "load_race" and fns["load_saved"].concurrency_limit == 1
+
+
+@pytest.mark.parametrize(
+    "temperature, message",
+    [
+        (1e-45, r"temperature must be 0 \(greedy\) or at least 1e-30, got 1e-45"),
+        (float("nan"), "temperature must be from 0 to 100, got nan"),
+        ("warm", "temperature must be a number, got 'warm'"),
+    ],
+)
+def test_the_race_settings_refuse_a_bad_temperature_in_one_line(temperature, message):
+    from specviz.ui.race import settings_from_widgets
+
+    with pytest.raises(SpecvizError, match=message):
+        settings_from_widgets("hi", ["vanilla"], {}, 8, temperature, 1.0, 0)
+    assert settings_from_widgets("hi", ["vanilla"], {}, 8, 0.7, 1.0, 0).temperature == 0.7

@@ -14,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
+from specviz.limits import MAX_SEED, check_temperature
 from specviz.methods import BASELINE, all_methods, default_race, get_method
 from specviz.plots.acceptance import TITLE as ACCEPTANCE_TITLE
 from specviz.plots.acceptance import running_acceptance
@@ -27,6 +28,7 @@ from specviz.plots.theme import empty
 from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
+from specviz.serving.limits import check_prompt_text
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
@@ -108,13 +110,14 @@ def settings_from_widgets(prompt, methods, method_options, max_new_tokens, tempe
         raise SpecvizError(
             'method options must be an object of "method.option": value, e.g. {"sssd.speculation_length": 8}'
         )
+    temperature = check_temperature(temperature)  # below its floor logits / T overflows: one line, not a traceback
     try:
         return RaceSettings(
             prompt=prompt or "",
             methods=tuple(methods or ()),
             max_new_tokens=int(max_new_tokens),
             options=dict(method_options or {}),
-            temperature=float(temperature),
+            temperature=temperature,
             top_p=float(top_p),
             seed=int(seed or 0),
         )
@@ -242,7 +245,7 @@ def _settings(ui: SimpleNamespace) -> None:
             with gr.Accordion("Sampling", open=False):
                 ui.temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                 ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                ui.seed = gr.Number(0, precision=0, label="Seed")
+                ui.seed = gr.Number(0, precision=0, label="Seed", minimum=0, maximum=MAX_SEED)
     with gr.Accordion(
         "Options of the ticked methods (γ, tree size, thresholds…); each runs at its own defaults unless changed here",
         open=False,
@@ -350,6 +353,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         try:
             settings = settings_from_widgets(prompt, methods, method_options, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
+            check_prompt_text(settings.prompt, ctx.limits)  # a megabyte prompt is refused, never tokenised
             pair, notice = ctx.resolve(pair_name)
         except gr.Error:  # already said on the page
             raise
@@ -500,7 +504,10 @@ def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
         except Exception as e:
             raise user_error(e) from e
 
-    ui.saved.upload(load_saved, ui.saved, [*board_outputs(ctx, ui), ui.saved], api_name="load_race")
+    # one saved race parses at a time (a valid 16 MB file takes seconds of CPU and hundreds of MB at its peak)
+    ui.saved.upload(
+        load_saved, ui.saved, [*board_outputs(ctx, ui), ui.saved], api_name="load_race", concurrency_limit=1
+    )
 
 
 def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
