@@ -13,6 +13,7 @@ import torch
 
 import specviz
 from specviz.errors import SpecvizError
+from specviz.serving.limits import AppLimits
 from tests.conftest import tab_context
 
 VARIANTS = ["pearl", "pearl-no-pre", "pearl-no-post"]
@@ -268,3 +269,50 @@ def test_a_median_run_is_warmed_up_and_emits_what_one_run_does(perturbed_pair):
     assert all(r.oracle_sl is not None for r in median.records)
     with pytest.raises(SpecvizError, match="repeats"):
         generate_median("pearl", perturbed_pair, "def f(x):", repeats=0)
+
+
+def _pearl_handlers(**ctx_overrides):
+    import gradio as gr
+
+    from specviz.ui import pearl as tab
+
+    with gr.Blocks() as demo:
+        tab.build_tab(tab_context(**ctx_overrides))
+    return {(f.api_name or f.fn.__name__): f for f in demo.fns.values() if f.fn is not None}
+
+
+def test_a_megabyte_prompt_on_the_pearl_tab_is_refused_before_it_waits_for_the_models(perturbed_pair):
+    """The PEARL tab tokenised a 1 MB prompt in the models' turn (4.7 s) before refusing it (issue 41):
+    now it is refused before the handler takes its turn or loads the pair whose tokenizer would read it."""
+    import gradio as gr
+
+    from specviz.ui import pearl as tab
+
+    loads: list[str] = []
+    run = _pearl_handlers(load_pair=lambda name: loads.append(name) or perturbed_pair)["pearl"].fn
+    with pytest.raises(gr.Error, match="the prompt is 1000000 characters long; a prompt here is at most 32768"):
+        run("tiny-perturbed", "x " * 500_000, 0, False, 8, 1)
+    assert not loads
+    with pytest.raises(SpecvizError, match="tokens long; a prompt here takes at most 4"):  # the library's callers too
+        tab.compare(perturbed_pair, "def f(x): return x", 2, False, 8, 1, AppLimits(prompt_tokens=4))
+
+
+def test_the_pearl_tabs_stop_ends_the_comparison_after_the_method_being_timed(perturbed_pair, monkeypatch):
+    """Stop (as on the DISCO tab): pressed while the target alone is timed, vanilla and PEARL never run."""
+    from specviz import runner
+    from specviz.ui.gpu import KeyedStop
+
+    fns = _pearl_handlers(load_pair=lambda name: perturbed_pair)
+    assert fns["stop_pearl"].queue is False  # Stop jumps the queue the run waits in
+    stop, methods, generate_median = KeyedStop(), [], runner.generate_median
+
+    def pressed_during_the_first(method, *args, **kwargs):
+        methods.append(method)
+        stop.set()  # the visitor presses Stop while this method runs
+        return generate_median(method, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "generate_median", pressed_during_the_first)
+    note, table, figure, steps = fns["pearl"].fn("tiny-perturbed", "def f(x):", 2, False, 8, 1, stop)
+    assert methods == ["autoregressive"] and note == "**Stopped** after 1 of 3 methods."
+    assert list(table["method"]) == ["target alone"] and figure is not None and steps.empty
+    assert not stop.keys  # the call's stop key is given back

@@ -8,11 +8,12 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
-from specviz.serving.limits import AppLimits
+from specviz.serving.limits import AppLimits, check_prompt_text, check_prompt_tokens
 from specviz.text import visible
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import gpu_seconds
+from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
 from specviz.ui.racing import DEFAULT_LIMITS
+from specviz.ui.stopping import stop_key_for
 
 TAB_TITLE = "PEARL: parallel drafting"
 TAB_ORDER = 50
@@ -73,16 +74,21 @@ def compare(
     max_new_tokens: int,
     repeats: int = 3,
     limits: AppLimits = DEFAULT_LIMITS,
+    stop: Any = None,
 ) -> dict[str, Any]:
     """Run the target alone, vanilla (its own default γ) and PEARL (γ: `tab_window`) on one prompt,
     each warmed up and timed `repeats` times (the median run is shown); rows, per-step modes, the
     records and the window's note. PEARL's target lane runs on a thread of the comparison's own, warmed
-    up by each method's untimed warm-up run (`generate_median`)."""
+    up by each method's untimed warm-up run (`generate_median`). `stop` (anything with `is_set()`):
+    once set, no further method runs (`stopped`: True)."""
+    import specviz
     from specviz.methods import BASELINE, get_method
     from specviz.plots.timeline import idle_fractions
     from specviz.runner import generate_median
 
+    check_prompt_text(prompt, limits)  # a megabyte prompt is refused before the tokenizer reads it
     gamma, note = tab_window(pair, int(window), limits)
+    ids = check_prompt_tokens(specviz.encode_prompt(pair, prompt), limits)
     vanilla = get_method("vanilla").make_options().speculation_length
     runs: dict[str, tuple[str, dict[str, Any]]] = {
         "target alone": (BASELINE, {}),
@@ -96,10 +102,12 @@ def compare(
         return visible(pair.tokenizer.decode(list(ids or ())))  # whitespace as ·, ⏎, ⇥; nothing as ∅
 
     for label, (method, options) in runs.items():
+        if stop is not None and stop.is_set():
+            break
         result = generate_median(
             method,
             pair,
-            prompt,
+            ids,
             repeats=repeats,
             max_new_tokens=int(max_new_tokens),
             **options,
@@ -136,7 +144,7 @@ def compare(
                 for r in result.records
                 if (p := r.pearl())
             ]
-    return {"rows": rows, "records": records, "steps": steps, "window": note}
+    return {"rows": rows, "records": records, "steps": steps, "window": note, "stopped": len(rows) < len(runs)}
 
 
 def build_tab(ctx: Any) -> None:
@@ -158,7 +166,11 @@ def build_tab(ctx: Any) -> None:
             repeats = gr.Slider(
                 1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)"
             )
-    run_btn = gr.Button("Run the target alone, vanilla and PEARL", variant="primary")
+    with gr.Row():
+        run_btn = gr.Button("Run the target alone, vanilla and PEARL", variant="primary")
+        stop_btn = gr.Button("Stop", variant="stop")
+    stop_state = gr.State(KeyedStop())
+    status = gr.Markdown(elem_id="sv-pearl-status")
     table = gr.Dataframe(
         headers=ROW_COLUMNS, label="This prompt", interactive=False, wrap=True, elem_id="sv-pearl-table"
     )
@@ -173,26 +185,42 @@ def build_tab(ctx: Any) -> None:
     )
 
     # the model call (plain data in and out): the target alone, vanilla and PEARL, each a warm-up and k timed runs of
-    # n tokens
+    # n tokens; once the stop `key` is requested it ends after the method being timed
     compared = ctx.run_models(
-        lambda pair_name, text, w, conc, n, k: compare(ctx.load_pair(pair_name), text, w, conc, n, k, limits),
-        seconds=lambda pair_name, text, w, conc, n, k: gpu_seconds(3 * (k + 1) * n),
+        lambda pair_name, text, w, conc, n, k, key: compare(
+            ctx.load_pair(pair_name), text, w, conc, n, k, limits, stop=StopKey(key)
+        ),
+        seconds=lambda pair_name, text, w, conc, n, k, key: gpu_seconds(3 * (k + 1) * n),
     )
 
-    def run(pair_name: str, text: str, w: float, conc: bool, n: float, k: float):
+    def run(
+        pair_name: str,
+        text: str,
+        w: float,
+        conc: bool,
+        n: float,
+        k: float,
+        stop: KeyedStop | None = None,
+        request: gr.Request | None = None,
+    ):
         try:
-            out = compared(pair_name, text, int(w), bool(conc), int(n), int(k))
+            check_prompt_text(text, limits)  # before it reaches the models' line to be tokenised there
+            with stop_key_for(stop, request) as key:  # Stop, a closed page or a cancelled request end it
+                out = compared(pair_name, text, int(w), bool(conc), int(n), int(k), key)
         except gr.Error:  # already said on the page
             raise
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e
+        note = f"**Stopped** after {len(out['rows'])} of 3 methods." if out["stopped"] else ""
         title = f"Which model runs when ({out['window']}): busy spans per lane, waiting in grey"
-        return pd.DataFrame(out["rows"]), timeline(out["records"], title), pd.DataFrame(out["steps"])
+        figure = timeline(out["records"], title) if out["records"] else None
+        return note, pd.DataFrame(out["rows"], columns=ROW_COLUMNS), figure, pd.DataFrame(out["steps"])
 
     run_btn.click(
         run,
-        [ctx.pair, prompt, window, concurrent, max_new, repeats],
-        [table, plot, steps],
+        [ctx.pair, prompt, window, concurrent, max_new, repeats, stop_state],
+        [status, table, plot, steps],
         api_name="pearl",
         **ctx.models_queue(),
     )
+    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_pearl")
