@@ -37,3 +37,12 @@ def test_the_help_is_the_declarations_comments_and_the_comment_lines_below():
         "inside": "inside the parentheses, where the formatter puts a long comment of a plain value, ................",
         "bare": "",
     }
+
+
+def test_no_option_is_named_alpha_and_each_gamma_help_is_its_own_methods():
+    """α is the per-token acceptance everywhere on the page (specviz.ui.why's glossary): SSSD's fusion
+    weight was labelled α beside it; vanilla's γ help described the heuristic's schedule."""
+    helps = {(s.name, f.name): f.help for s in all_methods() for f in option_fields(s.options, text=True)}
+    assert not [key for key, text in helps.items() if "α" in text or "alpha" in text.lower()]
+    assert "heuristic" not in helps["vanilla", "speculation_length"]
+    assert "2 more after a full acceptance" in helps["heuristic", "speculation_length"]

@@ -22,11 +22,16 @@ from specviz.verify import verify
 
 @dataclass(frozen=True)
 class SpeculativeOptions:
-    speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration (the heuristic's
-    # starting value)
+    speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration, the same in each
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+
+@dataclass(frozen=True)
+class HeuristicOptions(SpeculativeOptions):
+    speculation_length: int = count(4, limit="speculation_length")  # γ of the first iteration; then 2 more after a
+    # full acceptance, 1 fewer (at least 1) otherwise
 
 
 def speculative_decoding(
@@ -79,11 +84,11 @@ def vanilla(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord
     label="Dynamic (heuristic)",
     description="Hugging Face's schedule: draft 2 more tokens after a full acceptance, 1 fewer otherwise.",
     paper="Hugging Face assisted generation; DISCO's dynHeur baseline",
-    options=SpeculativeOptions,
+    options=HeuristicOptions,
     family=CHAIN,
     dynamic_length=True,
     hf_peers=("hf_assisted_heuristic",),
     rank=20,
 )
-def heuristic(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord]:
+def heuristic(dec: Decoding, opts: HeuristicOptions) -> Iterator[IterationRecord]:
     return speculative_decoding(dec, ModelDrafter(dec), HeuristicLength(opts.speculation_length))

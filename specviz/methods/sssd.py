@@ -43,7 +43,8 @@ class SSSDOptions:
     sources: str = choice("both", SOURCES)  # "input" (prompt + own output), "datastore", or "both" fused
     datastore: str = "auto"  # "auto": the shipped one if it fits the tokenizer; "none"; or a .npz path
     max_ngram: int = count(3)  # longest suffix matched in the prompt + own output
-    input_scale: float = number(FusionWeights.input_scale, 0.01, 10.0)  # α: damping of the over-confident input source
+    input_scale: float = number(FusionWeights.input_scale, 0.01, 10.0)  # weight on the input source's n-gram
+    # probabilities, below 1 to damp its over-confidence (the SSSD paper's fusion weight)
     input_depth_decay: float = number(FusionWeights.input_depth_decay, 0.01, 1.0)  # input-source damping per tree level
 
     def __post_init__(self) -> None:
