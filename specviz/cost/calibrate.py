@@ -102,12 +102,50 @@ def split_fit_holdout(points: Sequence[Any], fit_tokens: Sequence[int]) -> tuple
     return fit, held
 
 
+# Other processes' mean run-queue length (the 1-minute load average before the benchmark started) above
+# which a fit's timings are not this machine's: on 2 cores, 0.5 already takes a quarter of the CPU.
+QUIET_LOAD = 0.5
+
+
+def load_words(result: dict[str, Any]) -> str:
+    """The load a `bench roofline` result was measured under, in words."""
+    load = result.get("load_average_before")
+    if not load:
+        return "load not recorded"
+    threads = result.get("machine", {}).get("threads") or result.get("config", {}).get("threads")
+    cores = f" on {threads} threads" if threads else ""
+    return (
+        f"1-minute load average {load[0]:.2f} before it started{cores}: on average {load[0]:.2f} other "
+        "processes were running or waiting for a core"
+    )
+
+
+def fit_disturbed(result: dict[str, Any]) -> bool:
+    """Whether a `bench roofline` result was measured while other processes used the CPU (its fit is theirs too)."""
+    load = result.get("load_average_before")
+    return load is not None and len(load) > 0 and float(load[0]) > QUIET_LOAD
+
+
+def roofline_from_result(result: dict[str, Any]) -> Hardware:
+    """The roofline of the same run's micro-benchmark (best-of matmul and copy rates: load slows the best of
+    a few short runs far less than it slows the minutes of forward passes a fit is made from), no overhead."""
+    base, s, dtype = result["base_hardware"], result["summary"], result["shape"]["dtype"]
+    flops, bandwidth = base["peak_flops"][dtype], base["memory_bandwidth"]
+    return Hardware(
+        name=f"this machine, micro-benchmark roofline ({flops / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.0f} GB/s)",
+        peak_flops=dict(base["peak_flops"]),
+        memory_bandwidth=bandwidth,
+        overlap=s.get("overlap", False),
+        source="matmul and copy rates measured by the same run (measure_this_machine), no per-forward overhead",
+    )
+
+
 def hardware_from_result(result: dict[str, Any]) -> Hardware:
     """The fitted Hardware stored in a `python -m specviz.bench roofline` result (roofline.json)."""
     s, dtype = result["summary"], result["shape"]["dtype"]
     load = result.get("load_average_before")
     return Hardware(
-        name=f"this machine, fit to {result['shape']['name']} (load {load[0] if load else '?'})",
+        name=f"this machine, fit to {result['shape']['name']} (measured at load {load[0] if load else '?'})",
         peak_flops={dtype: s["fitted_flops_per_s"]},
         memory_bandwidth=s["fitted_bandwidth"],
         overhead_s=s["overhead_ms"] / 1e3,

@@ -76,14 +76,20 @@ def _tree(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
     return {
         "alpha": alpha,
         "length": size,
+        "depth": depth,
         "length_text": f"S = {size:.1f}, depth {depth:.1f}",
         "c": c,
         "verify_ratio": ratio,
         "expected_tokens": expected,
         "iteration_cost": cost,
         "cost_terms": f"{size:.1f}×{c:.3f} drafting + {ratio:.2f} verifying",
-        "predicted_speedup": expected / cost,
+        "predicted_speedup": tree_speedup(alpha, depth, size, c, ratio),
     }
+
+
+def tree_speedup(alpha: float, depth: float, size: float, c: float, verify_ratio: float) -> float:
+    """The tree family's formula: E[tokens](α, D) / (Sc + T(S+1)/T(1)); D the depth, S the nodes verified."""
+    return expected_tokens(alpha, max(1, round(depth))) / (size * c + verify_ratio)
 
 
 def _depth(parents: Sequence[int]) -> int:

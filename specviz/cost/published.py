@@ -49,6 +49,44 @@ CONTEXT = {
     "PyTorch blog": 100,  # gpt-fast's own benchmark
 }
 SPEC_BENCH_METHODS = ("SpS", "PLD", "REST", "Lookahead", "Medusa", "EAGLE")  # the ones modelled
+# Each Spec-Bench method's counterpart in the race (a registry name), and how the two differ; None: no
+# counterpart (a trained head, or Jacobi iterations, that specviz does not run).
+RACE_COUNTERPARTS: dict[str, tuple[str | None, str]] = {
+    "SpS": (
+        "heuristic",
+        (
+            "a small draft model with Hugging Face's γ schedule (Spec-Bench's SpS runs HF assisted "
+            "generation, vicuna-68m drafting); Vanilla SD is the same with a fixed γ"
+        ),
+    ),
+    "PLD": (
+        "prompt_lookup",
+        "prompt lookup decoding: drafts copied from n-gram matches in the prompt and the output so far, no draft model",
+    ),
+    "REST": (
+        "sssd",
+        (
+            "a draft tree retrieved from a datastore (REST); SSSD builds its tree from n-gram matches in "
+            "a datastore and in the prompt and output"
+        ),
+    ),
+    "Lookahead": (None, "Jacobi iterations on the target itself (no counterpart in the race)"),
+    "Medusa": (
+        None,
+        (
+            "trained extra heads on the target (no counterpart; Speculative Streaming is the nearest: the "
+            "target drafts with its own extra streams)"
+        ),
+    ),
+    "EAGLE": (None, "a trained one-layer draft head on the target's features (no counterpart in the race)"),
+}
+# Where each source of published.csv is published: paper or repository, by its name in the CSV's `source`.
+SOURCE_LINKS: dict[str, str] = {
+    "Spec-Bench": "https://github.com/hemingkx/Spec-Bench (Xia et al. 2024, arXiv:2401.07851)",
+    "PEARL": "https://arxiv.org/abs/2408.11850 (Liu et al. 2025)",
+    "gpt-fast": "https://github.com/pytorch-labs/gpt-fast",
+    "PyTorch blog": "https://pytorch.org/blog/accelerating-generative-ai-2/",
+}
 
 
 @cache

@@ -289,3 +289,10 @@ def cost_curve_rows(
                 }
             )
     return rows
+
+
+def arithmetic_intensity(shape: ModelShape, batch_size: int = 1, n_tokens: int = 1, context_len: int = 0) -> float:
+    """FLOPs per byte of memory traffic of one forward pass (fused operators): below the hardware's ridge
+    point the pass waits on memory, and more tokens per pass ride along on the same weight reads."""
+    ops = operator_costs(shape, batch_size, n_tokens, context_len)
+    return sum(o.flops for o in ops) / sum(o.bytes for o in ops)

@@ -116,6 +116,9 @@ SHAPES: dict[str, ModelShape] = {
         _shape("DeepSeek-Coder-1.3B", 24, 2048, 16, 16, 5504, 32256, False),
         _shape("DeepSeek-Coder-6.7B", 32, 4096, 32, 32, 11008, 32256, False),
         _shape("DeepSeek-Coder-33B", 62, 7168, 56, 8, 19200, 32256, False),
+        # The default pair's shipped draft: SmolLM2-135M's first 4 layers' shape
+        # (assets/drafts/smollm2-135m-draft-v2/config.json).
+        _shape("SmolLM2-135M draft (4 layers)", 4, 576, 9, 3, 1536, 49152, False),
         # A draft of the kind DATA.md timed for SmolLM2 (4 layers x 256 wide, its 49k vocabulary).
         _shape("draft-4x256", 4, 256, 4, 2, 1024, 49152, True),
     ]

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 # Okabe-Ito, one colour per batch size (colour-vision-deficiency safe).
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000"]
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "star", "hexagon", "pentagon", "triangle-down"]
 
 
 def _by_batch(rows: Sequence[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -153,22 +154,35 @@ def published_speedups_figure(rows: Sequence[dict[str, Any]], band: float = 0.15
 
     fig = go.Figure()
     groups = sorted({(r["chip"], r["model"]) for r in rows})
-    for i, (chip, model) in enumerate(groups):
+    methods = sorted({r["method"] for r in rows})
+    symbol = {m: SYMBOLS[i % len(SYMBOLS)] for i, m in enumerate(methods)}  # one marker shape per method: no labels
+    for i, (chip, model) in enumerate(groups):  # to overlap where the points crowd near y = x
         colour = PALETTE[i % len(PALETTE)]
-        for use, symbol, label in (("fit", "circle", "fit"), ("test", "circle-open", "held out")):
+        fig.add_scatter(  # the legend's colour key
+            x=[None], y=[None], mode="markers", marker={"color": colour, "size": 10}, name=f"{model}, {chip}"
+        )
+        for use in ("fit", "test"):
             part = [r for r in rows if (r["chip"], r["model"]) == (chip, model) and r["role"] == use]
             if part:
                 fig.add_scatter(
                     x=[r["published"] for r in part],
                     y=[r["predicted"] for r in part],
-                    mode="markers+text",
-                    text=[r["method"] for r in part],
-                    textposition="top center",
-                    textfont={"size": 11},
-                    marker={"color": colour, "symbol": symbol, "size": 10, "line": {"width": 2, "color": colour}},
-                    name=f"{model}, {chip} ({label})",
-                    hovertemplate="%{text}: published %{x:.2f}×, predicted %{y:.2f}×<extra></extra>",
+                    mode="markers",
+                    hovertext=[f"{r['method']} ({'fit' if use == 'fit' else 'held out'})" for r in part],
+                    marker={
+                        "color": colour,
+                        "symbol": [symbol[r["method"]] + ("" if use == "fit" else "-open") for r in part],
+                        "size": 12,
+                        "line": {"width": 2, "color": colour},
+                    },
+                    name=f"{model}, {chip} ({'fit' if use == 'fit' else 'held out'})",
+                    showlegend=False,
+                    hovertemplate="%{hovertext}: published %{x:.2f}×, predicted %{y:.2f}×<extra></extra>",
                 )
+    for m in methods:  # the legend's shape key
+        fig.add_scatter(
+            x=[None], y=[None], mode="markers", marker={"color": "#555555", "symbol": symbol[m], "size": 10}, name=m
+        )
     lo, hi = 0.8, max([r[k] for r in rows for k in ("published", "predicted")] + [2.0]) * 1.1
     for factor, dash, name in (
         (1.0, "solid", "predicted = published"),
@@ -190,7 +204,8 @@ def published_speedups_figure(rows: Sequence[dict[str, Any]], band: float = 0.15
         "published speedup (× autoregressive)",
         "predicted speedup (× autoregressive)",
         legend="model, GPU",
-        subtitle="predicted from each method's mean accepted tokens and the calibrated HF eager engine",
+        subtitle="predicted from each method's mean accepted tokens and the calibrated HF eager engine; "
+        "colour: model and GPU, shape: method, filled: fit, open: held out",
     )
     fig.update_layout(legend={"orientation": "h", "y": -0.25})
     return fig

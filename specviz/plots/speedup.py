@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from specviz.cost.families import tree_speedup
 from specviz.cost.formulas import optimal_gamma, speedup_curve, speedup_with_verify_cost
 from specviz.plots.roofline import PALETTE
 
@@ -21,10 +22,14 @@ def improvement_curves_figure(
     max_gamma: int = 16,
     verify_ratio: VerifyRatio = None,
     highlight: float | None = None,
+    cost_note: str | None = None,
+    points: Sequence[dict[str, Any]] = (),
 ) -> go.Figure:
     """Improvement factor vs speculation length γ, one curve per α, the optimal γ starred.
 
     verify_ratio: T(γ+1)/T(1) (a function or a sequence indexed by γ); None is Leviathan's 1.
+    cost_note: where c and the verify cost come from (the subtitle). points: measured runs drawn on
+    the curves, dicts with x (γ), y (speedup), label (shown) and hover.
     """
     gammas = list(range(1, max_gamma + 1))
     fig = go.Figure()
@@ -46,17 +51,78 @@ def improvement_curves_figure(
             showlegend=False,
             hovertemplate=f"α={a:.2f}: best γ={g}, speedup %{{y:.2f}}×",
         )
+    _add_points(fig, points)
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
     cost = "T(γ+1)/T(1) from the roofline" if verify_ratio is not None else "verification as cheap as one step"
     fig.update_layout(
         title={
             "text": "Expected speedup vs speculation length",
-            "subtitle": {"text": f"c = {c:g}; {cost}; ★ = optimal γ"},
+            "subtitle": {"text": cost_note or f"c = {c:g}; {cost}; ★ = optimal γ"},
         },
         margin={"t": 80},
         xaxis_title="speculation length γ",
         yaxis_title="improvement factor (× autoregressive)",
         legend_title="acceptance rate",
+    )
+    return fig
+
+
+def _add_points(fig: go.Figure, points: Sequence[dict[str, Any]]) -> None:
+    """Measured runs as black diamonds, each labelled (a race's own methods on the predicted curves)."""
+    if points:
+        fig.add_scatter(
+            x=[p["x"] for p in points],
+            y=[p["y"] for p in points],
+            mode="markers+text",
+            text=[p["label"] for p in points],
+            textposition="middle right",
+            cliponaxis=False,
+            marker={"symbol": "diamond", "size": 13, "color": "black", "line": {"width": 1, "color": "white"}},
+            name="the last race (measured)",
+            hovertext=[p.get("hover", p["label"]) for p in points],
+            hoverinfo="text",
+        )
+
+
+def tree_size_figure(
+    alphas: Sequence[float],
+    depth: int,
+    c: float,
+    verify_ratio: Callable[[int], float],
+    max_size: int = 64,
+    highlight: float | None = None,
+    size: int | None = None,
+    cost_note: str = "",
+    points: Sequence[dict[str, Any]] = (),
+) -> go.Figure:
+    """The tree family's formula E[tokens](α, D) / (Sc + T(S+1)/T(1)) vs the tree's size S at depth D, one
+    curve per α (α: the chance the accepted path goes one level deeper); the chosen S circled."""
+    sizes = list(range(depth, max_size + 1))
+    fig = go.Figure()
+    for i, a in enumerate(alphas):
+        colour = PALETTE[i % len(PALETTE)]
+        ys = [tree_speedup(a, depth, s, c, verify_ratio(s)) for s in sizes]
+        chosen = highlight is not None and abs(a - highlight) < 1e-9
+        fig.add_scatter(
+            x=sizes, y=ys, mode="lines", line={"color": colour, "width": 4 if chosen else 2}, name=f"α={a:.2f}"
+        )
+        if chosen and size is not None and depth <= size <= max_size:
+            fig.add_scatter(
+                x=[size],
+                y=[ys[size - depth]],
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 16, "color": colour, "line": {"width": 3}},
+                name=f"S = {size}",
+                hovertemplate=f"α={a:.2f}, S={size}, D={depth}: %{{y:.2f}}×<extra></extra>",
+            )
+    _add_points(fig, points)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
+    fig.update_layout(
+        title={"text": f"Tree of S nodes, depth {depth}: expected speedup", "subtitle": {"text": cost_note}},
+        margin={"t": 80},
+        xaxis_title="tree size S (drafted nodes verified in one pass)",
+        yaxis_title="improvement factor (× autoregressive)",
+        legend_title="α along the path",
     )
     return fig
 
@@ -128,12 +194,16 @@ def predicted_vs_measured_speedup_figure(rows: Sequence[dict[str, Any]]) -> go.F
         y=[r["predicted_speedup"] for r in rows],
         name="predicted",
         marker_color=PALETTE[0],
-        text=[f"α={r['alpha']:.2f}, {r['length_text']}, c={r['c']:.2f}" for r in rows],
+        text=[f"α={r['alpha']:.2f}<br>{r['length_text']}<br>c={r['c']:.2f}" for r in rows],
         textposition="outside",
+        cliponaxis=False,
     )
     fig.add_bar(x=methods, y=[r["measured_speedup"] for r in rows], name="measured", marker_color=PALETTE[1])
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
+    top = max([r[k] for r in rows for k in ("predicted_speedup", "measured_speedup")] + [1.0])
+    fig.update_yaxes(range=[0, top * 1.35])  # room above the bars for their three-line labels
     fig.update_layout(
+        margin={"t": 70},
         title="Predicted (by each method's family's formula) vs measured speedup",
         barmode="group",
         xaxis_title="method",

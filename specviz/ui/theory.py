@@ -1,10 +1,13 @@
-"""The Theory tab: why speculation is (not) free. Three views of `specviz.cost`:
+"""The Theory tab: why speculation is (not) free. Four views of `specviz.cost`:
 
-1. explorer: α, γ, c sliders -> improvement-factor curves (OSD Fig. 2 family), optimal γ starred;
+1. what-if: α, γ and tree-size sliders -> speedup curves with this pair's draft cost c and verify cost
+   T(γ+1)/T(1) (measured in the last race, else the cost model's for the default pair), the race's own
+   methods drawn on them, and why verifying γ tokens is nearly free on a GPU and not on this CPU;
 2. roofline: hardware, engine, model, batch sizes, context -> forward time vs tokens per sequence,
    the memory- and compute-bound parts, the knee, the speculation budget; this machine's measured
    points overlaid when it is selected; what the GPU engines were calibrated on and their error;
-3. published vs predicted: Spec-Bench's GPU speedups next to what the calibrated model predicts;
+3. published vs predicted: Spec-Bench's GPU speedups next to what the calibrated model predicts, and
+   which of its methods the race runs;
 4. the last race: measured α, speculation length, c, verify cost per method -> the speedup its
    family's formula predicts vs the one measured.
 
@@ -14,21 +17,29 @@ Handlers are plain functions of widget values (tested without a server); no torc
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from specviz.cost import ENGINES, HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
-from specviz.cost.calibrate import hardware_from_result
-from specviz.cost.formulas import expected_tokens, improvement_factor, optimal_gamma
-from specviz.cost.roofline import cost_curve_rows, knee_tokens, speculation_budget, verify_cost_ratio
+from specviz.cost.calibrate import fit_disturbed, hardware_from_result, load_words, roofline_from_result
+from specviz.cost.families import tree_speedup
+from specviz.cost.formulas import expected_tokens, optimal_gamma, speedup_with_verify_cost
+from specviz.cost.hardware import Hardware
+from specviz.cost.roofline import (
+    arithmetic_intensity,
+    cost_curve_rows,
+    forward_time,
+    knee_tokens,
+    speculation_budget,
+    verify_cost_ratio,
+)
+from specviz.cost.shapes import ModelShape
 from specviz.errors import SpecvizError
 from specviz.paths import ASSETS
 from specviz.plots.roofline import cost_curves_figure, published_speedups_figure
-from specviz.plots.speedup import (
-    improvement_curves_figure,
-    predicted_vs_measured_speedup_figure,
-    speedup_heatmap_figure,
-)
+from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, tree_size_figure
 from specviz.ui.feedback import problem_text
 
 TAB_TITLE = "Theory"
@@ -39,26 +50,191 @@ MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `
 NO_ENGINE = "none (datasheet roofline)"
 BATCH_CHOICES = [1, 4, 16, 64, 256]
 TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
+DEFAULT_TARGET, DEFAULT_DRAFT = "SmolLM2-135M", "SmolLM2-135M draft (4 layers)"  # the default pair's shapes
+DEFAULT_CONTEXT = 256  # tokens in the cache while decoding: a prompt and a short answer
+MAX_TREE = 64  # the tree-size slider's end
+GPU = "H100 SXM"  # the GPU the what-if compares this CPU with
 
 
-# ----- 1. explorer ------------------------------------------------------------------------------
+# ----- this machine -----------------------------------------------------------------------------
 
 
-def explorer(alpha: float, gamma: int, c: float, max_gamma: int = 16):
-    """Curves for a few α around the chosen one, a heatmap over (α, γ), and the numbers at (α, γ, c)."""
-    alphas = sorted({round(a, 2) for a in (0.3, 0.5, 0.7, 0.9, alpha)})
-    curves = improvement_curves_figure(alphas, c, max_gamma, highlight=round(alpha, 2))
-    heat = speedup_heatmap_figure(c, max_gamma)
-    best = optimal_gamma(alpha, c, max_gamma)
-    text = (
-        f"**α = {alpha:.2f}, γ = {gamma}, c = {c:.3f}**: expected tokens per iteration "
-        f"(1−α^(γ+1))/(1−α) = **{expected_tokens(alpha, gamma):.2f}**; improvement factor "
-        f"(1−α^(γ+1))/((1−α)(γc+1)) = **{improvement_factor(alpha, gamma, c):.2f}×**. "
-        f"Best γ for this α and c: **{best}** ({improvement_factor(alpha, best, c):.2f}×). "
-        "This assumes verifying γ + 1 tokens costs one decoding step (a GPU at batch 1); a CPU pays more, "
-        "and the Race tab's table under the board uses the verify cost each race measured."
+def measured_result(shape_name: str) -> dict | None:
+    """This machine's committed `bench roofline` result for `shape_name`, if any."""
+    if not MEASURED.exists():
+        return None
+    result = json.loads(MEASURED.read_text())
+    return result if result.get("shape", {}).get("name") == shape_name else None
+
+
+def measured_context() -> int:
+    """The context this machine's forward passes were timed at (the roofline's default, so its line and crosses
+    are drawn at the same context)."""
+    result = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
+    return int(result.get("config", {}).get("context", DEFAULT_CONTEXT))
+
+
+def this_machine(shape: ModelShape, engine: str = "HF eager") -> tuple[Hardware, dict | None, str]:
+    """This CPU's roofline for `shape` (float32), its committed measurement (or None) and what the lines rest on.
+
+    The fit to the measured forward passes is used unless they were timed while other processes loaded the CPU:
+    then the same run's micro-benchmark rates stand in, and the note says why and what the fit would have said."""
+    hw = get_hardware(THIS_MACHINE, None)
+    measured = measured_result(shape.name)
+    note = ""
+    if measured:
+        fit = hardware_from_result(measured)
+        hw = fit
+        if fit_disturbed(measured):
+            hw = roofline_from_result(measured)
+            bw = measured["base_hardware"]["memory_bandwidth"]
+            context = measured["config"]["context"]
+            note = (
+                f"**Why not the fit to the × points:** they were timed under load ({load_words(measured)}). "
+                f"The fit put the memory bandwidth at {fit.memory_bandwidth / 1e9:.1f} GB/s, "
+                f"{fit.memory_bandwidth / bw:.0%} of the {bw / 1e9:.0f} GB/s a plain copy reached in the same run, "
+                "so it sees every pass as waiting on the weights and prices verifying 4 drafts at "
+                f"T(5)/T(1) = {verify_cost_ratio(shape, fit, 4, 1, context):.2f} (context {context}). "
+                f"The lines use the run's matmul and copy rates instead: T(5)/T(1) = "
+                f"{verify_cost_ratio(shape, hw, 4, 1, context):.2f}. Re-measure on a quiet machine with "
+                f"`{measured.get('command', 'python -m specviz.bench roofline')}`."
+            )
+    if engine == NO_ENGINE:
+        hw = hw.ideal()
+    return hw, measured, note
+
+
+# ----- 1. what-if from the measured pair --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairCost:
+    """What one drafted token and one verification pass cost this pair, in decoding steps T(1)."""
+
+    c: float  # a chain's draft cost per drafted token ÷ T(1)
+    tree_c: float  # a tree's drafting time per node ÷ T(1)
+    verify: Callable[[int], float]  # n drafted tokens (or tree nodes) -> T(n+1)/T(1)
+    source: str  # where c and the verify cost come from, said on the plots
+    points: tuple[dict[str, Any], ...] = ()  # the last race's methods: explain_run rows
+
+
+def model_cost(context: int = DEFAULT_CONTEXT) -> PairCost:
+    """The cost model's c and verify cost for the default pair's shapes on this CPU (no race needed)."""
+    target, draft = (get_shape(n).with_dtype("float32") for n in (DEFAULT_TARGET, DEFAULT_DRAFT))
+    hw = this_machine(target)[0]
+    t1 = forward_time(target, hw, 1, 1, context)
+    c = forward_time(draft, hw, 1, 1, context) / t1
+    return PairCost(
+        c=c,
+        tree_c=0.0,
+        verify=lambda n: verify_cost_ratio(target, hw, n, 1, context),
+        source=f"cost model (no race yet): the default pair on this CPU, c = {c:.3f}, "
+        f"T(5)/T(1) = {verify_cost_ratio(target, hw, 4, 1, context):.2f}",
     )
-    return curves, heat, text
+
+
+def measured_cost(race: Any) -> PairCost | None:
+    """c and the verify cost measured by the last race's drafting methods (runs whose timing was disturbed
+    left out); T(n+1)/T(1) = 1 + kn through their (n, measured verify cost) points, a forward's time on
+    this CPU growing about linearly with its tokens. None when no method's timing can be used."""
+    from specviz.ui.why import explain_race
+
+    if race is None:
+        return None
+    flagged = {r.name for r in race.runs if r.flags}
+    rows = [r for r in explain_race(race) if r["name"] not in flagged and r["family"] != "parallel"]
+    if not rows:
+        return None
+    chains = [r for r in rows if r["family"] == "chain"]
+    trees = [r for r in rows if r["family"] != "chain"]
+    k = max(0.0, sum(r["length"] * (r["verify_ratio"] - 1) for r in rows) / sum(r["length"] ** 2 for r in rows))
+    c = sum(r["c"] for r in chains) / len(chains) if chains else model_cost().c
+    tree_c = sum(r["c"] for r in trees) / len(trees) if trees else 0.0
+    by = ", ".join(f"{r['method']} {r['verify_label']} = {r['verify_ratio']:.2f} at {r['length_text']}" for r in rows)
+    source = (
+        f"measured in the last race ({race.pair}): c = {c:.3f}"
+        + ("" if chains else " (cost model: no chain method ran)")
+        + f"; verify cost 1 + {k:.3f}·γ through {by}"
+    )
+    return PairCost(c=c, tree_c=tree_c, verify=lambda n: 1.0 + k * n, source=source, points=tuple(rows))
+
+
+def gpu_vs_cpu(context: int = DEFAULT_CONTEXT) -> str:
+    """Why verifying γ drafts costs almost nothing on a GPU at batch 1 and more on this CPU: intensity vs ridge."""
+    target = get_shape(DEFAULT_TARGET)
+    gpu = get_hardware(GPU, None)
+    cpu, _, _ = this_machine(target.with_dtype("float32"))
+    i16, i32 = (arithmetic_intensity(target.with_dtype(d), 1, 5, context) for d in ("bfloat16", "float32"))
+    return (
+        "**Why verifying drafts is almost free on a GPU and not here.** One decoding step reads every weight once "
+        "and does 2 FLOPs per weight per token; verifying γ drafts reads the same weights once for all γ + 1 "
+        f"tokens. For {DEFAULT_TARGET} at 5 tokens that is {i16:.1f} FLOP per byte read in bfloat16; an {GPU} "
+        f"reaches its ridge (compute time = memory time) only at {gpu.ridge_point('bfloat16'):.0f} FLOP/byte, so "
+        "the pass still waits on memory and the 4 extra tokens add almost no time "
+        f"(T(5)/T(1) = {verify_cost_ratio(target, gpu.ideal(), 4, 1, context):.2f} on its datasheet roofline). "
+        f"This CPU in float32: {i32:.1f} FLOP/byte against a ridge of {cpu.ridge_point('float32'):.1f} "
+        f"({cpu.flops_per_s('float32') / 1e9:.0f} GFLOP/s ÷ {cpu.memory_bandwidth / 1e9:.0f} GB/s), and its "
+        "cores do not hide the arithmetic behind the memory reads, so every token's arithmetic adds to the pass: "
+        f"T(5)/T(1) = {verify_cost_ratio(target.with_dtype('float32'), cpu, 4, 1, context):.2f} decoding steps "
+        f"for 4 drafts, {verify_cost_ratio(target.with_dtype('float32'), cpu, 6, 1, context):.2f} for 6."
+    )
+
+
+def explorer(alpha: float, gamma: int, tree_size: int, race: Any = None, max_gamma: int = 16):
+    """The what-if: chain curves vs γ and tree curves vs S for a few α around the chosen one, with this
+    pair's c and verify cost and the last race's methods on them, and the numbers at (α, γ, S)."""
+    cost = measured_cost(race) or model_cost()
+    alpha, gamma, size = round(float(alpha), 2), int(gamma), max(int(tree_size), int(gamma))
+    alphas = sorted({round(a, 2) for a in (0.3, 0.5, 0.7, 0.9, alpha)})
+    chain_points = [_point(r, r["length"]) for r in cost.points if r["family"] == "chain"]
+    tree_points = [_point(r, r["length"]) for r in cost.points if r["family"] != "chain"]
+    curves = improvement_curves_figure(
+        alphas,
+        cost.c,
+        max_gamma,
+        verify_ratio=cost.verify,
+        highlight=alpha,
+        cost_note=cost.source,
+        points=chain_points,
+    )
+    tree = tree_size_figure(
+        alphas,
+        gamma,
+        cost.tree_c,
+        cost.verify,
+        MAX_TREE,
+        highlight=alpha,
+        size=size,
+        cost_note=f"depth D = γ; tree drafting c = {cost.tree_c:.3f} per node; verify cost as on the left",
+        points=tree_points,
+    )
+    best = optimal_gamma(alpha, cost.c, max_gamma, cost.verify)
+    v = cost.verify(gamma)
+    text = (
+        f"**α = {alpha:.2f}, γ = {gamma}, tree size S = {size}.** c and the verify cost are this pair's, "
+        f"{cost.source}.\n\n"
+        f"- chain: expected tokens per iteration (1−α^(γ+1))/(1−α) = **{expected_tokens(alpha, gamma):.2f}** for "
+        f"γc + T(γ+1)/T(1) = {gamma}×{cost.c:.3f} + {v:.2f} = {gamma * cost.c + v:.2f} steps: "
+        f"**{speedup_with_verify_cost(alpha, gamma, cost.c, v):.2f}×**; best γ for this α: **{best}** "
+        f"({speedup_with_verify_cost(alpha, best, cost.c, cost.verify(best)):.2f}×).\n"
+        f"- tree of {size} nodes, depth {gamma}: E[tokens](α, D) / (Sc + T(S+1)/T(1)) = "
+        f"**{tree_speedup(alpha, gamma, size, cost.tree_c, cost.verify(size)):.2f}×**: a wider tree pays only when "
+        "the extra branches raise α (the chance the path goes one level deeper) enough to cover its verify cost.\n\n"
+        + gpu_vs_cpu()
+    )
+    return curves, tree, text
+
+
+def _point(row: dict[str, Any], x: float) -> dict[str, Any]:
+    """A race's method as a point on the what-if's curves: where it ran (γ or S) and the speedup it measured."""
+    return {
+        "x": x,
+        "y": row["measured_speedup"],
+        "label": f"{row['method']} α={row['alpha']:.2f}",
+        "hover": f"{row['method']}: α = {row['alpha']:.2f}, {row['length_text']}, c = {row['c']:.3f}, "
+        f"{row['verify_label']} = {row['verify_ratio']:.2f}; measured {row['measured_speedup']:.2f}×, "
+        f"its formula {row['predicted_speedup']:.2f}×",
+    }
 
 
 # ----- 2. roofline ------------------------------------------------------------------------------
@@ -76,25 +252,17 @@ def resolve_shape(model: str, pair_name: str | None, load_pair=None):
     return get_shape(model)
 
 
-def measured_result(shape_name: str) -> dict | None:
-    """This machine's committed `bench roofline` result for `shape_name`, if any."""
-    if not MEASURED.exists():
-        return None
-    result = json.loads(MEASURED.read_text())
-    return result if result.get("shape", {}).get("name") == shape_name else None
-
-
-def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, engine: str, shape=None):
-    """Forward time vs S per batch size, the knee per B, the budget and the verify cost ratio."""
+def roofline_view(
+    hardware: str, model: str, batch_sizes: list, context: int, engine: str, shape=None, race: Any = None
+):
+    """Forward time vs S per batch size, the knee per B, the budget and the verify cost ratio; on this
+    machine, the last race's measured verify cost beside the model's."""
     hw = get_hardware(hardware, None if engine == NO_ENGINE else engine)
     shape = shape or get_shape(model)
-    measured = None
+    measured, why = None, ""
     if hardware == THIS_MACHINE:
         shape = shape.with_dtype("float32")  # this CPU has no fast bf16 (see the preset)
-        measured = measured_result(shape.name)
-        if measured:  # the roofline fitted to these very measurements
-            hw = hardware_from_result(measured)
-        hw = hw.ideal() if engine == NO_ENGINE else hw
+        hw, measured, why = this_machine(shape, engine)
     elif shape.dtype == "float32":  # a pair loaded on this CPU: GPUs would serve it in bf16
         shape = shape.with_dtype("bfloat16")
     bs = sorted(int(b) for b in batch_sizes) or [1]
@@ -103,6 +271,8 @@ def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, en
     title = f"{shape.name} ({shape.dtype}) on {hw.name}, context {int(context)}"
     if measured:
         title += f" — × measured here at context {measured['config']['context']}"
+        load = measured.get("load_average_before")
+        title += f" under load {load[0]:.2f} (see below)" if load else ""
     fig = cost_curves_figure(rows, measured=measured["points"] if measured else None, title=title, knees=knees)
     lines = [f"| B | T(1) ms | T(5)/T(1) | budget γ (≤{TOLERANCE:.0%} extra) | knee S |", "|---|---|---|---|---|"]
     for b in bs:
@@ -116,9 +286,27 @@ def roofline_view(hardware: str, model: str, batch_sizes: list, context: int, en
         f"{hw.memory_bandwidth / 1e9:.0f} GB/s, overhead {hw.overhead(shape.n_layers) * 1e3:.1f} ms per forward "
         f"({hw.source}). Solid: memory-bound, dashed: compute-bound, ○: knee."
     )
-    if hardware != THIS_MACHINE:
+    if measured:
+        where = f" ×: forward passes timed here at context {measured['config']['context']}"
+        note += where + ("." if why else f" ({load_words(measured)}).")
+    if why:
+        note += "\n\n" + why
+    if hardware == THIS_MACHINE:
+        note += "\n\n" + race_verify_note(race)
+    else:
         note += "\n\n" + calibration_note(engine)
     return fig, "\n".join(lines) + note
+
+
+def race_verify_note(race: Any) -> str:
+    """The verify cost the last race measured on this CPU, beside the model's T(5)/T(1) in the table."""
+    cost = measured_cost(race)
+    if cost is None:
+        return "Run a race to see the verify cost T(γ+1)/T(1) its methods measured here, beside the model's."
+    rows = ", ".join(
+        f"{r['method']}: {r['verify_label']} = {r['verify_ratio']:.2f} at {r['length_text']}" for r in cost.points
+    )
+    return f"**Measured in the last race** ({race.pair}, batch 1, context ≈ its prompt and output): {rows}."
 
 
 @cache
@@ -147,16 +335,25 @@ def calibration_note(engine: str) -> str:
         text += f"; on held-out Spec-Bench speedups (Vicuna-7B): **{s['Spec-Bench test: median |error|']:.0%}**"
         within = [f"{chip} {len(methods)} of {held}" for chip, (methods, held) in within_by_chip.items()]
         text += f" (methods within 15 %: {', '.join(within)})" if within else ""
-    text += " (`benchmarks/roofline/published.md`)."
+    text += f" (sources: {', '.join(published_sources())})."
     return text
+
+
+def published_sources() -> list[str]:
+    """The papers and repositories the published GPU figures come from, as links."""
+    from specviz.cost.published import SOURCE_LINKS
+
+    return [f"{name}: {link}" for name, link in SOURCE_LINKS.items()]
 
 
 # ----- 3. published vs predicted ------------------------------------------------------------------
 
 
 def published_view():
-    """Spec-Bench's speedups next to the cost model's predictions, and the fit's summary."""
+    """Spec-Bench's speedups next to the cost model's predictions, the fit's summary, and which method of the
+    race each published method corresponds to."""
     from specviz.cost import published
+    from specviz.methods import get_method
 
     rows = published.comparison()
     speedups = [r for r in rows if r["kind"] == "speedup"]
@@ -166,13 +363,19 @@ def published_view():
         f"{r['predicted']:.2f}× | {r['error']:+.0%} | {'fit' if r['role'] == 'fit' else 'held out'} |"
         for r in speedups
     ]
+    mapping = ["| Spec-Bench method | in the race | how they relate |", "|---|---|---|"]
+    for method, (name, how) in published.RACE_COUNTERPARTS.items():
+        mapping.append(f"| {method} | {get_method(name).label if name else '—'} | {how} |")
     summary = published.summary(rows)
     lines = [f"- {k}: **{v}**" for k, v in summary.items() if k.startswith("Spec-Bench Vicuna-7B")]
     text = (
         "τ is the published mean accepted tokens per step; the prediction is τ · T_AR / (the step's passes), "
-        "with each method's passes as Spec-Bench runs them (`specviz/cost/published.py`). Sources and every row: "
-        "`specviz/cost/published.csv`, `benchmarks/roofline/published.md`.\n\n"
+        "with each method's passes as Spec-Bench runs them (fp16, batch 1, greedy). Sources: "
+        + "; ".join(published_sources())
+        + ".\n\n"
         + "\n".join(lines)
+        + "\n\n**The published methods and the race's:**\n\n"
+        + "\n".join(mapping)
         + "\n\n"
         + "\n".join(table)
     )
@@ -197,51 +400,69 @@ def race_view(race: Any):
 # ----- the tab ----------------------------------------------------------------------------------
 
 
+def race_finished(race: Any) -> bool:
+    """Whether every method of `race` has stopped (a what-if from a race still running would move under the reader)."""
+    return race is not None and not any(r.status in ("queued", "waiting", "running") for r in race.runs)
+
+
+def roofline_handler(ctx: Any) -> Callable:
+    """The roofline's handler: the loaded pair's shape through `ctx.resolve`, which loads a pair not loaded yet
+    only in a turn on the models (never beside a timed race)."""
+
+    def on_roofline(hw, m, b, ctx_len, eng, pair_name, race=None):
+        try:
+            shape = resolve_shape(m, pair_name, lambda n: ctx.resolve(n)[0])
+            return roofline_view(hw, m, b, ctx_len, eng, shape=shape, race=race)
+        except (SpecvizError, OSError, ValueError) as e:  # a user's choice (or a pair that cannot load): said here
+            return None, f"**Cannot draw this:** {problem_text(e)}"
+
+    return on_roofline
+
+
 def build_tab(ctx: Any) -> None:
     import gradio as gr
 
-    gr.Markdown("### Expected speedup (Leviathan et al.): α, speculation length γ, draft cost c")
+    gr.Markdown(
+        "### What if: α, speculation length γ and tree size S, with this pair's draft cost c and verify cost "
+        "(Leviathan et al.; SSSD)"
+    )
     with gr.Row():
         alpha = gr.Slider(
             0.0, 0.99, value=0.7, step=0.01, label="α: chance a drafted token is accepted (see the Race glossary)"
         )
-        gamma = gr.Slider(1, 16, value=4, step=1, label="speculation length γ")
-        c = gr.Slider(0.0, 1.0, value=0.05, step=0.005, label="draft cost c = T_draft / T_target")
-    first = explorer(alpha.value, gamma.value, c.value)  # drawn at build time: pure Python, a few ms
-    numbers = gr.Markdown(first[2])
+        gamma = gr.Slider(1, 16, value=4, step=1, label="speculation length γ (a tree's depth)")
+        size = gr.Slider(1, MAX_TREE, value=16, step=1, label="tree size S (nodes verified in one pass)")
+    first = explorer(alpha.value, gamma.value, size.value)  # drawn at build time: pure Python, a few ms
     with gr.Row():
-        curves = gr.Plot(first[0], label="speedup vs γ", show_label=False)
-        heat = gr.Plot(first[1], label="speedup over (α, γ)", show_label=False)
-    for w in (alpha, gamma, c):
-        w.change(explorer, [alpha, gamma, c], [curves, heat, numbers], show_progress="hidden")
+        curves = gr.Plot(first[0], label="speedup vs γ", show_label=False, elem_id="sv-whatif-chain")
+        tree = gr.Plot(first[1], label="speedup vs tree size", show_label=False, elem_id="sv-whatif-tree")
+    numbers = gr.Markdown(first[2], elem_id="sv-whatif-text")
+    whatif = [alpha, gamma, size, ctx.race]
+    for w in (alpha, gamma, size):
+        w.change(explorer, whatif, [curves, tree, numbers], show_progress="hidden")
+
+    def after_race(a, g, s, race):
+        return explorer(a, g, s, race) if race_finished(race) else (gr.skip(), gr.skip(), gr.skip())
+
+    ctx.race.change(after_race, whatif, [curves, tree, numbers], show_progress="hidden", api_visibility="private")
 
     gr.Markdown("### Roofline: what one forward pass costs, and how many drafted tokens ride along for free")
     with gr.Row():
         # the default pair's target is a preset shape: start there (no model load), on this machine;
         # other pairs: a 7B on an H100
         on_default = getattr(ctx.pair, "value", None) in ("default", None)
-        start = "SmolLM2-135M" if on_default else "Llama-2-7B"
+        start = DEFAULT_TARGET if on_default else "Llama-2-7B"
         hardware = gr.Dropdown(list(HARDWARE), value=THIS_MACHINE if on_default else "H100 SXM", label="hardware")
         model = gr.Dropdown([*SHAPES, LOADED_PAIR], value=start, label="model")
         batch = gr.CheckboxGroup(BATCH_CHOICES, value=[1, 4, 16, 64], label="batch sizes B")
-        context = gr.Slider(0, 8192, value=1024, step=64, label="context length L")
+        context = gr.Slider(0, 8192, value=measured_context(), step=64, label="context length L (tokens in the cache)")
         engine = gr.Dropdown([*ENGINES, NO_ENGINE], value="HF eager", label="engine (GPUs)")
     first = roofline_view(hardware.value, model.value, batch.value, context.value, engine.value)
     roof_plot = gr.Plot(first[0], label="forward time vs tokens per sequence", show_label=False)
-    roof_table = gr.Markdown(first[1])
+    roof_table = gr.Markdown(first[1], elem_id="sv-roofline-text")
 
-    def on_roofline(hw, m, b, ctx_len, eng, pair_name):
-        try:
-            shape = resolve_shape(m, pair_name, ctx.load_pair)
-            return roofline_view(hw, m, b, ctx_len, eng, shape=shape)
-        except (
-            SpecvizError,
-            OSError,
-            ValueError,
-        ) as e:  # a user's choice (or a pair that cannot load): said in the tab; a fault raises
-            return None, f"**Cannot draw this:** {problem_text(e)}"
-
-    roof_inputs = [hardware, model, batch, context, engine, ctx.pair]
+    on_roofline = roofline_handler(ctx)
+    roof_inputs = [hardware, model, batch, context, engine, ctx.pair, ctx.race]
     for widget in (hardware, model, batch, context, engine):
         widget.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
 
@@ -257,5 +478,5 @@ def build_tab(ctx: Any) -> None:
     )
     explain = gr.Button("Explain the last race")
     race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False)
-    race_table = gr.Markdown()
+    race_table = gr.Markdown(elem_id="sv-theory-race")
     explain.click(race_view, [ctx.race], [race_plot, race_table])
