@@ -7,7 +7,9 @@ machine hits every one alike; each run becomes one `RunRow`; `mark_parity` compa
 with autoregressive decoding and tells the dtype's ties from real differences; `summary_rows`
 totals the rows per method. Every metric is `specviz.metrics`'. This module imports neither
 `specviz.bench` nor `specviz.experiments`: both import it. The experiments' common options
-(`add_comparison_args`, `add_output_args`) and prompt selection (`comparison_prompts`) are here too.
+(`add_comparison_args`, `add_output_args`, each flag checked as it is parsed, before any work) and
+prompt selection (`comparison_prompts`) are here too, with `check_writable`, which the benchmark's
+--json and --report use as well.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specviz import metrics
+from specviz.errors import SpecvizError
+from specviz.limits import check_count
 from specviz.methods import BASELINE
 from specviz.prompts import Prompt, add_prompt_args, prompt_sources, take
 
@@ -324,19 +329,59 @@ def add_comparison_args(
     --max-new-tokens."""
     p.add_argument("--pair", default="default", help=pair_help)
     add_prompt_args(p, suites)
-    p.add_argument("--limit", type=int, default=limit, help="prompts per suite")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--limit", type=_count("--limit"), default=limit, help="prompts per suite")
+    p.add_argument("--offset", type=_count("--offset", least=0), default=0, help="skip this many prompts of each first")
+    p.add_argument("--max-new-tokens", type=_count("--max-new-tokens"), default=max_new_tokens)
 
 
 def add_output_args(p: argparse.ArgumentParser, name: str, warmup: bool = True) -> None:
     """An experiment's last options: --no-warmup (where it warms up), --out (results/<name>), --quiet."""
     if warmup:
         p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--out", type=Path, default=Path(f"results/{name}"))
+    p.add_argument("--out", type=_output_folder, default=Path(f"results/{name}"), help="folder for the results")
     p.add_argument("--quiet", action="store_true")
 
 
 def comparison_prompts(args: argparse.Namespace) -> list[Prompt]:
     """The prompts `add_comparison_args`' options select: --limit of each suite (or file) after --offset."""
     return [q for source in prompt_sources(args) for q in take(source, args.limit, args.offset)]
+
+
+def _count(flag: str, least: int = 1) -> Callable[[str], int]:
+    """An argparse `type` for a count flag: the value checked by `check_count` as it is parsed, so a
+    bad one is refused in one line (a SpecvizError, which the CLI prints) before any model loads."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise SpecvizError(f"{flag} must be an integer, got {text!r}") from None
+        return check_count(flag, value, most=None, least=least)
+
+    return parse
+
+
+def _output_folder(text: str) -> Path:
+    """An argparse `type` for --out: a folder the experiment can create and write into, checked as it
+    is parsed (once it was written only after the whole run)."""
+    folder = Path(text)
+    check_writable(folder / "results.json", make_folders=True)
+    return folder
+
+
+def check_writable(path: Path, make_folders: bool = False) -> None:
+    """Fail before a long run, not after it, when its output cannot be written. `make_folders`: the
+    writer creates missing folders (--report, --out), so the nearest folder that exists must take a
+    file; else (--json) the file's own folder must."""
+    folder = path.parent
+    while make_folders and not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a folder")
+        with tempfile.TemporaryFile(dir=folder):  # permissions alone say little (root, read-only mounts)
+            pass
+    except OSError as e:
+        raise SpecvizError(
+            f"cannot write {path} ({e.strerror or e}): choose a file in a folder you can write to"
+        ) from None

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from specviz.errors import SpecvizError
 from specviz.harness import RunRow, Variant, mark_parity, run_interleaved, summary_rows
 from specviz.prompts import Prompt
 
@@ -91,3 +94,30 @@ def test_a_series_carries_osds_learner_and_lends_pearl_one_thread(random_pair):
         hook.remove()
     assert all(r.records[0].extras(OnlineExtra) is not None for r in rows if r.method == "osd")
     assert {n for n in names if n != threading.current_thread().name} == {"specviz-lane_0"}  # runner.series_executor's
+
+
+@pytest.mark.parametrize("experiment", ["pearl", "disco", "streaming", "draft_quality"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--offset", "-5"], "--offset must be at least 0, got -5"),
+        (["--limit", "0"], "--limit must be at least 1, got 0"),
+        (["--limit", "all"], "--limit must be an integer, got 'all'"),
+        (["--max-new-tokens", "-1"], "--max-new-tokens must be at least 1, got -1"),
+        (["--out", "/proc/specviz-results"], "cannot write /proc/specviz-results/results.json"),
+        (["--out", __file__], f"cannot write {__file__}/results.json (Not a directory)"),
+    ],
+)
+def test_an_experiments_bad_flag_is_refused_in_one_line_before_any_work(experiment, args, message, monkeypatch, capsys):
+    """Issue 41: an experiment took --offset -5 (the last five prompts) and found an unwritable --out
+    only after the whole run; now each is refused as it is parsed, before any model loads."""
+    from specviz import bench
+    from specviz.models import pair
+
+    def loaded(*args, **kwargs):
+        raise SpecvizError("a model was loaded")  # the work began: once, only then came the refusal
+
+    monkeypatch.setattr(pair, "load_pair", loaded)
+    code = bench.main([experiment, "--pair", "tiny-random", "--quiet", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
