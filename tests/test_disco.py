@@ -269,7 +269,8 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
     assert next(iter(rows)) == tab.AR_LABEL and all(list(r) == tab.HEADERS for r in rows.values())
     assert all(r["runs (median shown)"] == 1 for r in rows.values())
     ar = rows[tab.AR_LABEL]  # the reference of the speedups
-    assert ar["speedup vs AR (×)"] == 1.0 and ar["acceptance"] is ar["mean SL"] is ar["mean |SL − oracle|"] is None
+    assert ar["speedup vs AR (×)"] == 1.0
+    assert ar[tab.ALPHA] is ar[tab.ACCEPTANCE_RATE] is ar["mean SL"] is ar["mean |SL − oracle|"] is None
     disco = rows["DISCO"]
     half = 0.05  # ms/token is shown rounded to 0.1 (a tiny model's ~1 ms moves by 10 % in that rounding)
     low, high = (
@@ -284,7 +285,7 @@ def test_the_disco_tab_builds_and_its_handler_compares_with_the_oracle(perturbed
     assert (
         len(fig.layout.annotations) == 3 and fig.layout.xaxis.dtick == 1
     )  # one panel a drafting method, whole iterations
-    assert rows["DISCO"]["mean SL"] <= 3 and rows["Oracle (upper bound)"]["acceptance"] in (None, 1.0)
+    assert rows["DISCO"]["mean SL"] <= 3 and rows["Oracle (upper bound)"][tab.ACCEPTANCE_RATE] in (None, 100.0)
     oracle = [it for it in out["iterations"] if it["method"].startswith("Oracle")]
     assert all(it["speculation_length"] == it["oracle_sl"] for it in oracle[:-1])  # the last one meets the budget
     assert "tiny-perturbed" in tab.card_markdown(out["classifier"])
@@ -305,3 +306,47 @@ def test_the_oracle_histogram_reads_on_a_phone():
     assert axis.dtick == 2 and axis.tickangle == 0 and axis.automargin
     assert "tokens" in axis.title.text and "%" in fig.layout.yaxis.title.text
     assert fig.data[0].showlegend and "mean 4.4" in fig.data[0].name and fig.layout.legend.orientation == "h"
+
+
+def test_the_disco_table_names_alpha_and_the_acceptance_rate_as_the_race_does(perturbed_pair):
+    """Issue 38 item 3: the tab's 'acceptance' was a 0-1 accepted ÷ drafted beside the panels' α and
+    acceptance rate; now it has both, by the summary table's names and definitions."""
+    from specviz.metrics import tested
+    from specviz.plots.summary import summary_table
+    from specviz.runner import generate_median
+    from specviz.ui import disco as tab
+
+    out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
+    row = next(r for r in out["rows"] if r["method"] == "DISCO")
+    result = generate_median(
+        "disco", perturbed_pair, PROMPT, repeats=1, max_new_tokens=20, threshold=0.0, max_speculation_length=3
+    )  # greedy: the same records
+    s, records = result.summary, result.records
+    assert row[tab.ALPHA] == round(s.accepted / sum(tested(r) for r in records), 2)
+    assert row[tab.ACCEPTANCE_RATE] == round(100 * s.accepted / s.drafted, 1)
+    race_columns = set(summary_table({"disco": records}, {"disco": "DISCO"}).columns)
+    assert {tab.ALPHA, tab.ACCEPTANCE_RATE} <= race_columns and "acceptance" not in tab.HEADERS
+    sl_opt = next(r["method"] for r in out["rows"] if r["method"].startswith("SL-opt"))
+    assert "best fixed speculation length" in sl_opt and "SL-opt" in tab.INTRO  # SL-opt says what it is
+
+
+def test_each_speculation_length_plot_has_room_for_its_title_under_the_one_above():
+    """The subplot titles sat on the upper plot's tick labels (0.08 of the height between plots);
+    every plot now has its own axis titles and a gap that holds them and the next title."""
+    import pandas as pd
+
+    from specviz.plots.disco import chosen_vs_oracle_per_iteration
+
+    methods = ["DISCO", "SL-opt = 4 (best fixed speculation length)", "Oracle (upper bound)"]
+    df = pd.DataFrame(
+        [{"method": m, "iteration": i, "speculation_length": 2, "oracle_sl": 1} for m in methods for i in range(1, 9)]
+    )
+    fig = chosen_vs_oracle_per_iteration(df, methods)
+    layout = fig.layout
+    area = layout.height - layout.margin.t - layout.margin.b  # the plots' pixels
+    domains = [layout[f"yaxis{'' if n == 1 else n}"].domain for n in range(1, 4)]
+    titles = {a.text: a.y for a in layout.annotations}
+    for upper, lower, name in zip(domains, domains[1:], methods[1:], strict=False):
+        assert titles[name] == lower[1]  # a plot's title sits on its top edge
+        assert (upper[0] - lower[1]) * area >= 100  # tick labels (~20 px), "iteration" (~25), the title (~25)
+    assert all(layout[f"xaxis{'' if n == 1 else n}"].title.text == "iteration" for n in range(1, 4))

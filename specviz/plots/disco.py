@@ -16,11 +16,22 @@ ORACLE_COLOUR = "#D55E00"  # Okabe-Ito vermillion
 COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
 
+PANEL_PX = 220  # each method's plot area
+GAP_PX = 110  # between two: the upper plot's tick labels and axis title, then the lower one's own title
+TOP_PX = 110  # the figure's title and subtitle, then the first plot's own title
+
+
 def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.Figure:
     """One panel per method (one prompt): the SL it chose at each iteration (bars) and the oracle SL there."""
     methods = [m for m in methods if m in set(df["method"])]
+    rows = max(1, len(methods))
+    area = rows * PANEL_PX + (rows - 1) * GAP_PX  # the plots and the gaps between them, in pixels
     fig = make_subplots(
-        rows=max(1, len(methods)), cols=1, shared_xaxes=False, subplot_titles=methods, vertical_spacing=0.08
+        rows=rows,
+        cols=1,
+        shared_xaxes=False,
+        subplot_titles=methods,
+        vertical_spacing=GAP_PX / area if rows > 1 else 0.0,
     )
     for row, method in enumerate(methods, start=1):
         d = df[df["method"] == method]
@@ -37,7 +48,7 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
             x=d["iteration"],
             y=d["oracle_sl"],
             mode="markers+lines",
-            name="oracle SL",
+            name="oracle SL (draft tokens the target would accept)",
             line={"color": ORACLE_COLOUR, "dash": "dot"},
             marker={"symbol": "diamond"},
             showlegend=row == 1,
@@ -54,11 +65,12 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
         "",
         legend="per iteration",
         subtitle="chosen (bars) vs oracle (dotted), per iteration",
-        height=260 * max(1, len(methods)) + 80,
+        height=TOP_PX + area + 80,  # 80: the last plot's axis below it (finish adds the legend's rows)
     )
-    fig.update_layout(margin_t=110)  # the first panel's own title under the subtitle
-    fig.update_yaxes(title_text="tokens")  # every row's, after finish (it titles the first row's axes only)
-    return fig.update_xaxes(title_text="iteration", row=len(methods), col=1)
+    fig.update_layout(margin_t=TOP_PX)
+    # every row's axes, after finish (it titles the first row's only): each plot reads on its own
+    fig.update_yaxes(title_text="tokens")
+    return fig.update_xaxes(title_text="iteration")
 
 
 def oracle_sl_histogram(df: pd.DataFrame) -> go.Figure:

@@ -10,6 +10,7 @@ import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
+from specviz.metrics import tested
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, forget_stop, gpu_seconds, new_stop_key
@@ -22,14 +23,20 @@ INTRO = (
     "**DISCO** (Mamou et al. 2024) lets a tiny classifier decide, after every draft token, whether to keep "
     "drafting: it reads the top-10 draft probabilities, their entropy and the token's index, and drafting "
     "continues while its score C_i ≥ τ and fewer than SL_max tokens were drafted. The **oracle** (an upper "
-    "bound that peeks at the target's greedy output) drafts exactly as many tokens as will be accepted. "
-    "Greedy decoding; every method emits the same text. The first row is the target alone (autoregressive "
-    "decoding): the speedups are against it."
+    "bound that peeks at the target's greedy output) drafts exactly as many tokens as will be accepted; "
+    "**SL-opt** is vanilla speculative decoding at the best fixed speculation length (the one fastest on the "
+    "classifier's validation text). Greedy decoding; every method emits the same text. The first row is the "
+    "target alone (autoregressive decoding): the speedups are against it. α and the acceptance rate are the "
+    "Race tab's: accepted ÷ tested drafts, and accepted ÷ drafted (the untested drafts after a rejection "
+    "included)."
 )
 DEFAULT_TOKENS, DEFAULT_REPEATS = 32, 3  # 4 methods x (a warm-up and 3 timed runs): well under a minute on 2 free cores
 
 
 AR_LABEL = "Autoregressive (target alone)"
+# the Race tab's names and definitions (its summary table and glossary, specviz.ui.why)
+ALPHA = "α (accepted ÷ tested)"
+ACCEPTANCE_RATE = "acceptance rate (%)"
 HEADERS = [
     "method",
     "runs (median shown)",
@@ -37,7 +44,8 @@ HEADERS = [
     "iterations",
     "ms/token",
     "speedup vs AR (×)",
-    "acceptance",
+    ALPHA,
+    ACCEPTANCE_RATE,
     "mean SL",
     "mean |SL − oracle|",
 ]
@@ -63,7 +71,7 @@ def disco_vs_oracle(
     runs: dict[str, tuple[str, dict[str, Any]]] = {
         AR_LABEL: ("autoregressive", {}),
         "DISCO": ("disco", {"threshold": threshold, "max_speculation_length": sl_max}),
-        f"SL-opt ({sl_opt})": ("vanilla", {"speculation_length": sl_opt}),
+        sl_opt_label(sl_opt): ("vanilla", {"speculation_length": sl_opt}),
         "Oracle (upper bound)": ("oracle", {}),
     }
     results = {}
@@ -92,15 +100,25 @@ def disco_vs_oracle(
     return {"rows": rows, "iterations": iterations, "classifier": clf, "stopped": len(results) < len(runs)}
 
 
+def sl_opt_label(sl_opt: int) -> str:
+    """SL-opt's row, saying what it is: vanilla SD at the static length fastest on the classifier's
+    validation text (its card's static_sl_opt)."""
+    return f"SL-opt = {sl_opt} (best fixed speculation length)"
+
+
 def ms_per_token(result: Any) -> float:
     return 1e3 * result.summary.wall_s / max(1, result.summary.new_tokens)
 
 
 def table_row(label: str, result: Any, repeats: int, ar_ms: float) -> dict[str, Any]:
-    """One method's line of the table; the speculation-length columns are empty for the target alone."""
+    """One method's line of the table; the drafting columns are empty for the target alone. α and the
+    acceptance rate as the Race tab defines them (specviz.metrics): accepted ÷ tested drafts, and
+    accepted ÷ drafted (the untested drafts after a rejection included) in %."""
+
     s, records = result.summary, result.records
     sl = [r.speculation_length for r in records]
     drafts = s.drafted > 0
+    tested_drafts = sum(tested(r) for r in records)
     oracle_known = drafts and records[0].oracle_sl is not None
     return {
         "method": label,
@@ -109,7 +127,8 @@ def table_row(label: str, result: Any, repeats: int, ar_ms: float) -> dict[str, 
         "iterations": s.iterations,
         "ms/token": round(ms_per_token(result), 1),
         "speedup vs AR (×)": round(ar_ms / ms_per_token(result), 2),
-        "acceptance": round(s.accepted / s.drafted, 3) if drafts else None,
+        ALPHA: round(s.accepted / tested_drafts, 2) if tested_drafts else None,
+        ACCEPTANCE_RATE: round(100 * s.accepted / s.drafted, 1) if drafts else None,
         "mean SL": round(sum(sl) / len(sl), 2) if drafts else None,
         "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in records) / len(sl), 2)
         if oracle_known
@@ -123,7 +142,7 @@ def card_markdown(clf: Any) -> str:
         (
             f"Classifier **{clf.name}**{' (borrowed from another pair)' if card.get('borrowed') else ''}: "
             f"tuned τ = {clf.threshold}, SL_max = {clf.max_speculation_length}, "
-            f"SL-opt = {card.get('static_sl_opt', '?')}."
+            f"SL-opt (best fixed speculation length) = {card.get('static_sl_opt', '?')}."
         )
     ]
     if test:
