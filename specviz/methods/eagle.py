@@ -1,0 +1,232 @@
+"""EAGLE-2 (Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees").
+
+The draft is a head over the target's own features (`specviz.models.eagle`, EAGLE-1's head). Each
+iteration: the head reads the features of the tokens the last verification kept, then grows a tree
+by its confidence: from the last committed token, the top-k tokens; at each later level the k
+nodes of highest cumulative draft probability (the product of the head's probabilities along the
+path: EAGLE-2's estimate of the chance the path is accepted) are expanded in one head pass into
+their top-k children; at the end every candidate is reranked and the `tree_nodes` best kept (a
+child never scores above its parent, so they form a tree). `trees.tree_step` verifies the tree in
+one target forward, which also returns the features of the accepted path (no extra target pass).
+A deterministic draft is a one-hot q, so sampling stays exact.
+
+Not in the registry yet: it is registered (`register("eagle", **SPEC)`) once a trained head for the
+default target ships under assets/eagle/; until then `tests/test_eagle.py` registers it for its runs.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from specviz.cost.families import TREE
+from specviz.decoding import Decoding
+from specviz.errors import SpecvizError
+from specviz.extras import TreeExtra
+from specviz.methods.ngram_tree import TokenTree
+from specviz.methods.options import check_fields, count
+from specviz.methods.trees import TreeContext, tree_step
+from specviz.models import streaming as msa
+from specviz.models.devices import input_embeddings
+from specviz.models.eagle import EagleHead, from_target, load_head
+from specviz.models.kv import CachedLM, additive
+from specviz.paths import ASSETS
+from specviz.records import IterationRecord
+
+HEADS = ASSETS / "eagle"  # shipped heads, each tagged with its target's fingerprint
+
+
+@dataclass(frozen=True)
+class EagleOptions:
+    tree_nodes: int = count(16, limit="tree_nodes")  # N: nodes the target verifies per pass (the rerank's budget)
+    tree_width: int = count(4)  # k (EAGLE-2's top-k): children per expanded node, and nodes expanded per level
+    depth: int = count(5)  # most levels drafted (head passes per iteration, after the first)
+    head: str = "auto"  # "auto": the shipped head trained for this target, else "untrained" (the target's top
+    # layer, not trained); or a .safetensors path
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+SPEC: dict[str, Any] = {  # register("eagle", **SPEC)(eagle) once a trained head ships
+    "label": "EAGLE-2 (feature head)",
+    "description": (
+        "A one-layer head drafts a tree from the target's own last hidden states, which predict the next token"
+        " far better than tokens alone; the tree grows where the head is confident and is verified in one pass."
+    ),
+    "paper": "Li et al. 2024 (EAGLE; EAGLE-2: dynamic draft trees)",
+    "options": EagleOptions,
+    "family": TREE,
+    "needs_draft": False,
+    "rank": 45,
+    "extras": (TreeExtra,),
+}
+
+_LOADED: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, EagleHead]] = weakref.WeakKeyDictionary()
+
+
+def eagle_head(target: PreTrainedModel, choice: str = "auto") -> EagleHead:
+    """The head an option names, for `target` (loaded once per target and choice)."""
+    per_target = _LOADED.setdefault(target, {})
+    if choice not in per_target:
+        per_target[choice] = _load(target, choice).eval()
+    return per_target[choice]
+
+
+def shipped_head(target: PreTrainedModel) -> Path | None:
+    """The shipped head trained for exactly this target, if there is one."""
+    for path in sorted(HEADS.glob("*.safetensors")):
+        if msa.trained_for(msa.read_adapter_meta(path), target):
+            return path
+    return None
+
+
+def _load(target: PreTrainedModel, choice: str) -> EagleHead:
+    if choice == "auto":
+        path = shipped_head(target)
+        return load_head(target, path) if path else from_target(target)
+    if choice == "untrained":
+        return from_target(target)
+    if not Path(choice).is_file():
+        raise SpecvizError(f"no EAGLE head at '{choice}': use auto, untrained or a .safetensors file")
+    try:
+        return load_head(target, Path(choice))
+    except ValueError as e:
+        raise SpecvizError(str(e)) from e
+
+
+def eagle(dec: Decoding, opts: EagleOptions) -> Iterator[IterationRecord]:
+    drafter = EagleDrafter(eagle_head(dec.pair.target, opts.head), dec.pair.target, opts)
+    target = CachedLM(dec.pair.target)
+    while not dec.done:
+        yield tree_step(dec, target, drafter, opts.tree_nodes)
+
+
+@dataclass
+class Candidate:
+    token: int  # index into the head's vocab_ids
+    parent: int  # candidate index (-1: a child of the last committed token)
+    depth: int  # 1 for the first level
+    score: float  # log of the product of the head's probabilities along the path
+    slot: int | None = None  # the head-cache entry of its expansion, once expanded
+
+
+class EagleDrafter:
+    """A TreeDrafter: the EAGLE head over the target's features, with its own one-layer KV cache
+    holding an entry (f_t, x_{t+1}) per committed position t it has seen."""
+
+    def __init__(self, head: EagleHead, target: PreTrainedModel, opts: EagleOptions):
+        self.head, self.opts = head, opts
+        self.embed = input_embeddings(target)  # [V, H] e(x)
+        self.hidden_layer = target.config.num_hidden_layers  # hidden_states[L]: post-norm, what the LM head reads
+        self.cache = DynamicCache(config=head.config)
+        self.committed = 0  # head-cache entries of committed positions (the rest are the last tree's)
+        self.pending: list[tuple[int, torch.Tensor]] = []  # (t, f_t) whose entries are not cached yet
+        self.root_position = -1  # position of the last committed token when the tree was proposed
+
+    @torch.inference_mode()
+    def propose(self, context: TreeContext, budget: int) -> TokenTree:
+        self.root_position = len(context.ids) - 1
+        depth = min(self.opts.depth, context.depth)
+        if not self.pending:
+            return TokenTree()  # before the first verification no feature is known
+        root = self._read_pending(context.ids)  # [H] f̂ at the last committed token
+        if depth <= 0 or budget <= 0:
+            return TokenTree()
+        return self._grow(root, depth, budget)
+
+    def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
+        assert hidden is not None  # hidden_layer is set, so the verification pass returns features
+        p0 = self.root_position
+        self.pending = [(p0, hidden[0])] + [(p0 + 1 + d, hidden[1 + node]) for d, node in enumerate(path)]
+
+    def _forward(self, tokens: list[int], feats: torch.Tensor, positions: list[int], visible: torch.Tensor):
+        """Head entries for (f_t, x_{t+1}) rows: feats [T, H], tokens x_{t+1}, positions t; `visible`
+        bool [T, cached + T]. Returns f̂ [T, H]; the entries join the head's cache."""
+        device = self.embed.device
+        ids = torch.tensor(tokens, device=device)
+        mask = additive(visible, self.head.fc.weight.dtype, device)[None, None]  # [1, 1, T, S]
+        pos = torch.tensor([positions], device=device)  # [1, T]
+        out = self.head(self.embed[ids][None], feats[None], pos, mask, self.cache)  # [1, T, H]
+        return out[0]
+
+    def _read_pending(self, ids: list[int]) -> torch.Tensor:
+        """Crop the last tree's entries, add the kept features' entries; f̂ of the last one: [H]."""
+        excess = self.cache.get_seq_length() - self.committed  # the last tree's entries
+        if excess > 0:
+            self.cache.crop(-excess)
+        positions = [t for t, _ in self.pending]
+        feats = torch.stack([f for _, f in self.pending])  # [m, H]
+        m = len(positions)
+        visible = torch.ones(m, self.committed + m, dtype=torch.bool).tril(self.committed)
+        out = self._forward([ids[t + 1] for t in positions], feats, positions, visible)
+        self.committed += m
+        self.pending = []
+        return out[-1]
+
+    def _children(self, parent: int, depth: int, base: float, feat: torch.Tensor) -> list[Candidate]:
+        """The head's top-k tokens after a node (f̂ `feat` [H]), scored by cumulative log-probability."""
+        logp = torch.log_softmax(self.head.logits(feat).float(), dim=-1)  # [K]
+        top_logp, top_i = logp.topk(min(self.opts.tree_width, logp.shape[-1]))
+        return [Candidate(int(i), parent, depth, base + float(lp)) for lp, i in zip(top_logp, top_i, strict=True)]
+
+    def _grow(self, root: torch.Tensor, depth: int, budget: int) -> TokenTree:
+        """EAGLE-2: expand the top-k of each level by cumulative probability, then rerank to `budget`."""
+        cands = self._children(-1, 1, 0.0, root)
+        frontier = list(range(len(cands)))
+        feats = {-1: root}  # f̂ after each expanded candidate (-1: the last committed token)
+        for d in range(2, depth + 1):
+            outs = self._expand(cands, frontier, feats)  # [k, H] f̂ of each frontier node
+            level: list[Candidate] = []
+            for row, c in enumerate(frontier):
+                level += self._children(c, d, cands[c].score, outs[row])
+            start = len(cands)
+            cands += level
+            best = sorted(range(len(level)), key=lambda i: -level[i].score)[: self.opts.tree_width]
+            frontier = [start + i for i in sorted(best)]
+        return rerank(cands, budget, self.head.vocab_ids.tolist())
+
+    def _expand(self, cands: list[Candidate], frontier: list[int], feats: dict[int, torch.Tensor]) -> torch.Tensor:
+        """One head pass over the frontier nodes: entry (f̂ of the parent, the node's token), each
+        seeing the committed entries, its expanded ancestors and itself."""
+        past = self.cache.get_seq_length()
+        visible = torch.zeros(len(frontier), past + len(frontier), dtype=torch.bool)
+        visible[:, : self.committed] = True
+        for row, c in enumerate(frontier):
+            a = cands[c].parent
+            while a >= 0:
+                slot = cands[a].slot
+                assert slot is not None  # a node is expanded only after its parent was
+                visible[row, slot] = True
+                a = cands[a].parent
+            visible[row, past + row] = True
+            cands[c].slot = past + row
+        inputs = torch.stack([feats[cands[c].parent] for c in frontier])  # [k, H]
+        positions = [self.root_position + cands[c].depth - 1 for c in frontier]  # t: the entry reads x_{t+1}, the node
+        vocab = self.head.vocab_ids
+        out = self._forward([int(vocab[cands[c].token]) for c in frontier], inputs, positions, visible)
+        for row, c in enumerate(frontier):
+            feats[c] = out[row]
+        return out
+
+
+def rerank(cands: list[Candidate], budget: int, vocab_ids: list[int]) -> TokenTree:
+    """The `budget` candidates of highest cumulative probability (ties: shallower, then earlier, so a
+    parent always comes with its child), flattened level by level."""
+    best = sorted(range(len(cands)), key=lambda i: (-cands[i].score, cands[i].depth, i))[:budget]
+    tree, index = TokenTree(), {}
+    for i in sorted(best, key=lambda i: (cands[i].depth, -cands[i].score, i)):
+        c = cands[i]
+        index[i] = len(tree)
+        tree.tokens.append(vocab_ids[c.token])
+        tree.parents.append(index[c.parent] if c.parent >= 0 else -1)
+        tree.scores.append(math.exp(c.score))
+        tree.sources.append("head")
+    return tree

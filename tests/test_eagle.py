@@ -1,0 +1,190 @@
+"""EAGLE-2 is lossless: greedy output equals autoregressive decoding, and sampled tokens follow the
+target's distribution (the tree methods' sampling test). The head reads exactly the features that
+teacher forcing gives, from the verification pass alone. Not in the registry yet: the tests
+register it for their runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+import specviz
+from specviz import methods
+from specviz.eagle.features import features_of
+from specviz.eagle.train import chain_features, depth_agreement, teacher_forced_loss
+from specviz.methods import MethodSpec
+from specviz.methods import eagle as eagle_method
+from specviz.models.eagle import from_target, load_head, save_head
+from specviz.models.tiny import TARGET_CONFIG, tiny_model
+from tests import test_sampling_methods as sampling_test
+
+PROMPTS = ["def fibonacci(n):", [5, 17, 300, 42, 42, 42, 7]]
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """`eagle` in the registry for this test only."""
+    spec = MethodSpec(name="eagle", generate=eagle_method.eagle, **eagle_method.SPEC)
+    monkeypatch.setitem(methods._REGISTRY, "eagle", spec)
+
+
+def output(pair, prompt, **kw):
+    return specviz.generate("eagle", pair, prompt, **kw)
+
+
+@pytest.mark.parametrize("width,depth,nodes", [(1, 1, 1), (1, 4, 4), (3, 3, 8), (4, 5, 16)])
+def test_greedy_output_equals_autoregressive(registered, random_pair, width, depth, nodes):
+    for prompt in PROMPTS:
+        ar = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=30).summary.output_ids
+        got = output(random_pair, prompt, max_new_tokens=30, tree_width=width, depth=depth, tree_nodes=nodes)
+        assert got.summary.output_ids == ar, (prompt, width, depth, nodes)
+
+
+def test_an_oracle_head_is_accepted_deep_and_keeps_the_output(registered, random_pair, monkeypatch):
+    """A head whose top token is always the target's next one on the true path: whole paths of
+    `depth` drafts accepted, and the output is still AR's."""
+    prompt = PROMPTS[1]
+    ar = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=40).summary.output_ids
+    full = list(prompt) + list(ar) + [0] * 10
+    right = eagle_method.EagleDrafter._children
+
+    def oracle(self, parent, depth, base, feat):
+        kids = right(self, parent, depth, base, feat)
+        want = self.head.vocab_ids.tolist().index(full[self.root_position + depth])
+        first = eagle_method.Candidate(want, parent, depth, base)  # probability 1: ranked first
+        return [first, *[c for c in kids if c.token != want][: len(kids) - 1]]
+
+    monkeypatch.setattr(eagle_method.EagleDrafter, "_children", oracle)
+    got = output(random_pair, prompt, max_new_tokens=40, tree_width=2, depth=4, tree_nodes=8)
+    assert got.summary.output_ids == ar
+    accepted = Counter(r.accepted for r in got.records)
+    assert accepted[4] >= 5, accepted  # full paths of 4 drafts accepted
+
+
+def test_the_head_reads_the_teacher_forced_features(registered, random_pair, monkeypatch):
+    """The features the drafter gets from each verification pass are those of the committed
+    sequence by one teacher-forced prefill, at the positions it files them under."""
+    seen: list[tuple[int, torch.Tensor]] = []
+    kept = eagle_method.EagleDrafter.kept
+
+    def spy(self, path, hidden):
+        kept(self, path, hidden)
+        seen.extend(self.pending)
+
+    monkeypatch.setattr(eagle_method.EagleDrafter, "kept", spy)
+    prompt = PROMPTS[1]
+    got = output(random_pair, prompt, max_new_tokens=30, tree_width=3, depth=3, tree_nodes=8)
+    ids = list(prompt) + list(got.summary.output_ids)
+    feats = features_of(random_pair.target, torch.tensor([ids]))[0]  # [T, H]
+    positions = [t for t, _ in seen]
+    assert positions == list(range(len(prompt) - 1, len(ids) - 1))  # every committed position once
+    for t, f in seen:
+        torch.testing.assert_close(f, feats[t], rtol=1e-4, atol=1e-4)
+
+
+def test_drafting_entries_equal_the_teacher_forced_head(random_pair):
+    """The head's cached, tree-masked entries give the same f̂ as one causal pass over the sequence
+    (what training computes), so a head trained teacher-forced drafts as it was trained."""
+    target = random_pair.target
+    head = from_target(target).eval()
+    ids = torch.tensor([[5, 17, 300, 42, 42, 42, 7, 9, 11]])
+    feats = features_of(target, ids)  # [1, T, H]
+    full = teacher_forced_loss(head, target, ids, feats, torch.ones_like(ids, dtype=torch.bool))["f_hat"]
+    opts = eagle_method.EagleOptions(head="untrained")
+    drafter = eagle_method.EagleDrafter(head, target, opts)
+    drafter.pending = [(t, feats[0, t]) for t in range(4)]
+    with torch.inference_mode():
+        first = drafter._read_pending(ids[0].tolist())  # entries t = 0..3
+    drafter.pending = [(t, feats[0, t]) for t in range(4, 8)]
+    with torch.inference_mode():
+        last = drafter._read_pending(ids[0].tolist())  # entries t = 4..7, after the cached ones
+    torch.testing.assert_close(first, full[0, 3], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(last, full[0, 7], rtol=1e-4, atol=1e-4)
+
+
+def test_tree_expansion_equals_the_chain_rounds_validation_counts(random_pair):
+    """Drafting a chain along the true tokens (one expansion per level, tree-masked over the head's
+    cache) gives the f̂ that `chain_features` computes in parallel rounds: validation by depth
+    measures what drafting does."""
+    target = random_pair.target
+    head = from_target(target).eval()
+    ids = torch.tensor([[5, 17, 300, 42, 42, 42, 7, 9, 11, 13]])
+    feats = features_of(target, ids)
+    rounds = chain_features(head, target, ids, feats, depths=3)
+    drafter = eagle_method.EagleDrafter(head, target, eagle_method.EagleOptions(head="untrained"))
+    s = 4  # the chain starts after the true features of positions 0..s
+    drafter.pending = [(t, feats[0, t]) for t in range(s + 1)]
+    drafter.root_position = s + 1  # the last committed token x_{s+1}
+    vocab = head.vocab_ids.tolist()
+    with torch.inference_mode():
+        root = drafter._read_pending(ids[0].tolist())
+        cands, outs = [], {-1: root}
+        for d in (1, 2):
+            cands.append(eagle_method.Candidate(vocab.index(int(ids[0, s + 1 + d])), d - 2, d, 0.0))
+            drafter._expand(cands, [d - 1], outs)
+    torch.testing.assert_close(root, rounds[0][0, s], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(outs[0], rounds[1][0, s + 1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(outs[1], rounds[2][0, s + 2], rtol=1e-4, atol=1e-4)
+
+
+def test_a_saved_head_loads_for_its_target_only(random_pair, self_pair, tmp_path):
+    head = from_target(random_pair.target)
+    path = tmp_path / "head.safetensors"
+    save_head(head, random_pair.target, path)
+    back = load_head(random_pair.target, path)
+    torch.testing.assert_close(back.fc.weight, head.fc.weight.half().float())
+    other = tiny_model(seed=7, **TARGET_CONFIG)
+    with pytest.raises(ValueError, match="another target"):
+        load_head(other, path)
+
+
+def test_depth_agreement_feeds_each_round_the_heads_own_features(random_pair, monkeypatch):
+    """A head that returns the true f_{t+1} except at entry t0 and after a wrong input: depth 1
+    misses t0 only, and each deeper round carries the miss one entry further (t0 .. t0 + d - 1)."""
+    target = random_pair.target
+    head = from_target(target).eval()
+    ids = torch.tensor([[5, 17, 300, 42, 42, 42, 7, 9, 11, 13, 2, 40]])
+    scored = torch.ones_like(ids, dtype=torch.bool)
+    feats = features_of(target, ids)
+    truth, t0 = feats[:, 1:], 4
+
+    def fake(embeds, f_in, positions, mask, cache=None):
+        wrong = (f_in - feats[:, :-1]).abs().amax(-1) > 1e-6  # [B, n] an input that is not f_t
+        wrong[:, t0] |= ~wrong[:, t0]
+        return torch.where(wrong[..., None], -truth, truth)
+
+    monkeypatch.setattr(head, "forward", fake)
+    n = ids.shape[1] - 1
+    got = depth_agreement(head, target, ids, scored, depths=4, feats=feats)
+    assert got == [(n - (d - 1) - d, n - (d - 1)) for d in range(1, 5)]
+
+
+def test_a_fresh_head_agrees_less_than_a_perfect_one(random_pair):
+    target = random_pair.target
+    ids = torch.tensor([[5, 17, 300, 42, 42, 42, 7, 9, 11, 13, 2, 40]])
+    got = depth_agreement(from_target(target).eval(), target, ids, torch.ones_like(ids, dtype=torch.bool), depths=2)
+    assert all(a < c for a, c in got)
+
+
+@pytest.fixture(scope="module")
+def eagle_runs(reduced_pair):
+    """RUNS sampled runs of eagle on the reduced pair (γ = 3 levels, 3 children each, 9 nodes)."""
+    spec = MethodSpec(name="eagle", generate=eagle_method.eagle, **eagle_method.SPEC)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(methods._REGISTRY, "eagle", spec)
+        mp.setitem(sampling_test.OWN_OPTIONS, "eagle", {"depth": sampling_test.GAMMA})
+        return sampling_test.sampled_runs("eagle", reduced_pair)
+
+
+def test_sampled_tokens_follow_the_target_distribution(eagle_runs, reduced_pair):
+    sampling_test.assert_follows_target(eagle_runs, sampling_test.exact_distribution(reduced_pair), "eagle")
+
+
+def test_the_sampled_runs_reach_every_tree_event(eagle_runs):
+    """The distribution test means something: each path of the tree acceptance rule ran often."""
+    seen = Counter(e for records in eagle_runs for r in records for e in sampling_test.events(r))
+    events = sampling_test.CHAIN_EVENTS + sampling_test.TREE_EVENTS
+    too_rare = {e: seen[e] for e in events if seen[e] < sampling_test.MIN_EVENTS}
+    assert not too_rare, f"too rare in {sampling_test.RUNS} runs: {too_rare}"
