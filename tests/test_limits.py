@@ -37,6 +37,38 @@ def test_app_limits_come_from_the_environment():
     assert all(f"`{name}`" in readme for name in names), "the README's hosting section names every limit"
 
 
+def test_the_readmes_hosting_section_states_the_fixed_bounds_the_code_holds():
+    """Issue 41's caps that no environment variable changes, each with the value its code sets."""
+    from specviz.models.pair import MEMORY_HEADROOM, MOST_OFFLINE_PAIRS
+    from specviz.serving.limits import MOST_CHARS_PER_TOKEN
+    from specviz.ui.race import OWN_FILE_BYTES, OWN_SHOWN
+    from specviz.ui.saved import CHECK_BUDGET_S, MAX_FILE_BYTES
+    from specviz.ui.sessions import CACHE_MOST_MB, JANITOR_EVERY_S
+    from specviz.ui.turns import PER_VISITOR
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    hosting = readme.split("## Hosting publicly", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in hosting.splitlines() if line.startswith("| ")}
+    assert f"at most {MAX_FILE_BYTES // 2**20} MB; gradio refuses" in rows["an upload (a saved race, a prompt file)"]
+    assert (
+        f"{CHECK_BUDGET_S:g} s of wall time" in rows["a saved race"] and "`concurrency_limit=1`" in rows["a saved race"]
+    )
+    assert (
+        f"at most {OWN_FILE_BYTES // 2**20} MB, its first {OWN_SHOWN}"
+        in rows["a prompt file (the Race tab's own prompts)"]
+    )
+    assert (
+        f"{MOST_CHARS_PER_TOKEN} characters per allowed token ({MOST_CHARS_PER_TOKEN * 1024:,}"
+        in rows["a prompt's text"]
+    )
+    assert f"{PER_VISITOR} places (`PER_VISITOR`)" in rows["one visitor's share of the models' line"]
+    cache = rows["gradio's file cache (uploads, downloads handed out)"]
+    assert f"`CACHE_MOST_MB` = {CACHE_MOST_MB}" in cache and f"every {JANITOR_EVERY_S:g} s" in cache
+    assert f"1/{MEMORY_HEADROOM:g} of the memory free now" in rows["the pair list"]
+    assert f"up to {MOST_OFFLINE_PAIRS} offline ones" in rows["loaded pairs"]
+    assert "Gradio 6 cannot tie an upload to a session" in hosting
+
+
 def test_a_space_takes_only_presets_unless_its_operator_allows_more():
     assert not app_limits({}).presets_only
     assert app_limits({"SPACE_ID": "someone/specviz"}).presets_only
