@@ -345,6 +345,7 @@ def test_whatif_uses_the_races_measured_cost_and_draws_its_methods():
     curves, tree, text = theory.explorer(0.7, 4, 16, race=_race())
     subtitle = curves.layout.title.subtitle.text
     assert "measured in the last race (tiny-random): c = 0.100" in subtitle and "1 + 0.050·γ" in subtitle
+    assert "through Vanilla SD T(γ+1)/T(1) = 1.20 at γ = 4.0" in text
     (race,) = [t for t in curves.data if t.name == "the last race (measured)"]
     assert list(race.x) == [4.0] and race.y[0] == pytest.approx((11 / 0.064) / (4 / 0.04))
     assert "Vanilla SD α=0.70" in race.text[0]

@@ -207,5 +207,5 @@ def published_speedups_figure(rows: Sequence[dict[str, Any]], band: float = 0.15
         subtitle="predicted from each method's mean accepted tokens and the calibrated HF eager engine; "
         "colour: model and GPU, shape: method, filled: fit, open: held out",
     )
-    fig.update_layout(legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(legend={"orientation": "h", "y": -0.25}, margin={"t": 110})  # the subtitle clear of the y title
     return fig

@@ -114,7 +114,8 @@ class PairCost:
     c: float  # a chain's draft cost per drafted token ÷ T(1)
     tree_c: float  # a tree's drafting time per node ÷ T(1)
     verify: Callable[[int], float]  # n drafted tokens (or tree nodes) -> T(n+1)/T(1)
-    source: str  # where c and the verify cost come from, said on the plots
+    source: str  # where c and the verify cost come from, said on the plots (short)
+    detail: str = ""  # which runs they come from, said under the plots
     points: tuple[dict[str, Any], ...] = ()  # the last race's methods: explain_run rows
 
 
@@ -134,17 +135,20 @@ def model_cost(context: int = DEFAULT_CONTEXT) -> PairCost:
 
 
 def measured_cost(race: Any) -> PairCost | None:
-    """c and the verify cost measured by the last race's drafting methods (runs whose timing was disturbed
-    left out); T(n+1)/T(1) = 1 + kn through their (n, measured verify cost) points, a forward's time on
-    this CPU growing about linearly with its tokens. None when no method's timing can be used."""
+    """c and the verify cost measured by the last race's drafting methods; T(n+1)/T(1) = 1 + kn through their
+    (n, measured verify cost) points, a forward's time on this CPU growing about linearly with its tokens.
+    Runs whose timing was disturbed are left out unless every run was (then the plots say so). None when no
+    drafting method finished beside the autoregressive baseline."""
     from specviz.ui.why import explain_race
 
     if race is None:
         return None
     flagged = {r.name for r in race.runs if r.flags}
-    rows = [r for r in explain_race(race) if r["name"] not in flagged and r["family"] != "parallel"]
+    drafting = [r for r in explain_race(race) if r["family"] != "parallel"]
+    rows = [r for r in drafting if r["name"] not in flagged] or drafting  # disturbed ones only when all are
     if not rows:
         return None
+    disturbed = all(r["name"] in flagged for r in rows)
     chains = [r for r in rows if r["family"] == "chain"]
     trees = [r for r in rows if r["family"] != "chain"]
     k = max(0.0, sum(r["length"] * (r["verify_ratio"] - 1) for r in rows) / sum(r["length"] ** 2 for r in rows))
@@ -154,9 +158,11 @@ def measured_cost(race: Any) -> PairCost | None:
     source = (
         f"measured in the last race ({race.pair}): c = {c:.3f}"
         + ("" if chains else " (cost model: no chain method ran)")
-        + f"; verify cost 1 + {k:.3f}·γ through {by}"
+        + f", verify cost 1 + {k:.3f}·γ"
+        + ("<br>⚠️ its timings were disturbed by other load (see the Race tab)" if disturbed else "")
     )
-    return PairCost(c=c, tree_c=tree_c, verify=lambda n: 1.0 + k * n, source=source, points=tuple(rows))
+    detail = f"The verify cost's line goes through {by}."
+    return PairCost(c=c, tree_c=tree_c, verify=lambda n: 1.0 + k * n, source=source, detail=detail, points=tuple(rows))
 
 
 def gpu_vs_cpu(context: int = DEFAULT_CONTEXT) -> str:
@@ -212,7 +218,7 @@ def explorer(alpha: float, gamma: int, tree_size: int, race: Any = None, max_gam
     v = cost.verify(gamma)
     text = (
         f"**α = {alpha:.2f}, γ = {gamma}, tree size S = {size}.** c and the verify cost are this pair's, "
-        f"{cost.source}.\n\n"
+        f"{cost.source.replace('<br>', '; ')}. {cost.detail}\n\n"
         f"- chain: expected tokens per iteration (1−α^(γ+1))/(1−α) = **{expected_tokens(alpha, gamma):.2f}** for "
         f"γc + T(γ+1)/T(1) = {gamma}×{cost.c:.3f} + {v:.2f} = {gamma * cost.c + v:.2f} steps: "
         f"**{speedup_with_verify_cost(alpha, gamma, cost.c, v):.2f}×**; best γ for this α: **{best}** "
@@ -270,9 +276,9 @@ def roofline_view(
     knees = {b: knee_tokens(shape, hw, b, int(context)) for b in bs}
     title = f"{shape.name} ({shape.dtype}) on {hw.name}, context {int(context)}"
     if measured:
-        title += f" — × measured here at context {measured['config']['context']}"
+        title += f"<br><sub>× measured here at context {measured['config']['context']}"
         load = measured.get("load_average_before")
-        title += f" under load {load[0]:.2f} (see below)" if load else ""
+        title += f", under load {load[0]:.2f} (see under the table)</sub>" if load else "</sub>"
     fig = cost_curves_figure(rows, measured=measured["points"] if measured else None, title=title, knees=knees)
     lines = [f"| B | T(1) ms | T(5)/T(1) | budget γ (≤{TOLERANCE:.0%} extra) | knee S |", "|---|---|---|---|---|"]
     for b in bs:
@@ -419,6 +425,14 @@ def roofline_handler(ctx: Any) -> Callable:
     return on_roofline
 
 
+def enclosing_tab() -> Any:
+    """The gr.Tab this tab is being built in (specviz.ui.blocks builds each inside `with gr.Tab(...)`), or None."""
+    import gradio as gr
+
+    block = gr.context.Context.block
+    return block if isinstance(block, gr.Tab) else None
+
+
 def build_tab(ctx: Any) -> None:
     import gradio as gr
 
@@ -444,7 +458,12 @@ def build_tab(ctx: Any) -> None:
     def after_race(a, g, s, race):
         return explorer(a, g, s, race) if race_finished(race) else (gr.skip(), gr.skip(), gr.skip())
 
+    # a race updates ctx.race in place (gradio sees no change), so the what-if is redrawn when the tab is opened;
+    # a new race object (a saved race loaded) redraws it at once
     ctx.race.change(after_race, whatif, [curves, tree, numbers], show_progress="hidden", api_visibility="private")
+    tab = enclosing_tab()
+    if tab is not None:
+        tab.select(after_race, whatif, [curves, tree, numbers], show_progress="hidden", api_visibility="private")
 
     gr.Markdown("### Roofline: what one forward pass costs, and how many drafted tokens ride along for free")
     with gr.Row():

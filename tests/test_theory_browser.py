@@ -1,0 +1,68 @@
+"""The Theory tab in a real browser after a race on the tiny-random pair: the what-if takes the race's
+measured draft cost c and verify cost, and draws the race's own methods on its curves (issue 38)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from specviz.tools.load import free_port
+from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, set_race
+
+pytestmark = pytest.mark.browser
+
+SHOTS = Path(os.environ.get("SPECVIZ_SHOTS", Path(__file__).resolve().parent.parent / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def page():
+    from playwright.sync_api import sync_playwright
+
+    from specviz.ui import build_app, launch
+
+    demo = build_app(pair="tiny-random")
+    port = free_port()
+    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#sv-pair-status:has-text('tiny')")
+            yield page
+            browser.close()
+    finally:
+        demo.close()
+
+
+def test_the_whatif_shows_the_races_point_and_its_measured_cost(page):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.get_by_role("tab", name="Theory").click()
+    chain = page.locator("#sv-whatif-chain")
+    page.wait_for_selector("#sv-whatif-chain:has-text('cost model (no race yet)')")  # before a race: said on the plot
+    page.get_by_role("tab", name="Race").click()
+    set_race(page, "def fibonacci(n):", {"Autoregressive", "Vanilla SD"}, 24)
+    page.locator("#sv-run").click()
+    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    why = page.locator("#sv-why").inner_text()
+    page.get_by_role("tab", name="Theory").click()
+    page.wait_for_selector("#sv-whatif-chain:has-text('measured in the last race')")
+    shown = chain.inner_text()
+    c = re.search(r"measured in the last race \(tiny-random\): c = ([0-9.]+)", shown)
+    assert c, shown
+    row = next(line for line in why.splitlines() if line.startswith("Vanilla SD"))
+    assert c.group(1) in row.split("\t")  # the what-if's c is the one the race measured (the why table's)
+    assert "Vanilla SD α=" in shown  # the race's own point, labelled, on the curves
+    assert "measured in the last race" in page.locator("#sv-whatif-text").inner_text()
+    page.locator("#sv-whatif-chain").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "theory_whatif_1440.png"))
+    page.get_by_role("button", name="Compare with the published figures").click()
+    page.get_by_role("button", name="Explain the last race").click()
+    page.wait_for_selector("#sv-theory-race:has-text('Why each method')")
+    page.wait_for_selector(".js-plotly-plot:has-text('Spec-Bench speedups')")
+    page.screenshot(path=str(SHOTS / "theory_full_1440.png"), full_page=True)
