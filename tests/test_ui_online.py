@@ -42,7 +42,7 @@ def test_a_pair_without_a_draft_is_refused(random_pair):
 
 
 def test_the_tab_offers_a_short_stream_within_the_limits():
-    """Defaults a lecture can wait for (8 requests of 32 tokens, two updates: 16 took over two minutes
+    """Defaults a lecture can wait for (12 requests of 32 tokens, three updates: 16 took over two minutes
     on the default pair, 12 three minutes on a busy CPU), the requests slider capped at the
     deployment's limit, and the three losses of the paper."""
     from specviz.serving.limits import AppLimits
@@ -50,7 +50,7 @@ def test_the_tab_offers_a_short_stream_within_the_limits():
     with gr.Blocks() as demo:
         online.build_tab(tab_context(limits=AppLimits()))
     widgets = {getattr(b, "label", None): b for b in demo.blocks.values()}
-    assert widgets["requests in the stream"].value == 8 and widgets["max new tokens per request"].value == 32
+    assert widgets["requests in the stream"].value == 12 and widgets["max new tokens per request"].value == 32
     assert widgets["update interval I (requests)"].value == 4
     with gr.Blocks() as demo:
         online.build_tab(tab_context(limits=AppLimits(osd_requests=4)))
@@ -61,6 +61,50 @@ def test_the_tab_offers_a_short_stream_within_the_limits():
         ("rkl", "rkl"),
         ("jsd", "jsd"),
     ]
+
+
+def _defaults(demo) -> list:
+    """The values on_serve gets from the page as built (the pair, the widgets, the stop state)."""
+    serve = next(f for f in demo.fns.values() if f.fn is not None and f.fn.__name__ == "on_serve")
+    return [getattr(b, "value", None) for b in serve.inputs]
+
+
+def test_the_default_stream_is_a_repeating_translation_stream(random_pair):
+    """Issue 38 item 6: the default GSM8K stream at lr 3e-5 showed nothing (online and static α both 0.648).
+    The default is now translation, a domain the default draft never saw, repeating 4 prompts, at lr 3e-4."""
+    handlers, demo = _handlers(load_pair=lambda name: random_pair)
+    _, suites, n, _, _, distinct, _, _, interval, lr, *_ = _defaults(demo)
+    assert suites == [online.TRANSLATION] and (n, distinct, interval, lr) == (12, 4, 4, 3e-4)
+    final = list(handlers["on_serve"](*_defaults(demo), None))[-1][0]
+    rows = final["rows"]
+    assert len(rows) == 12 and {r["suite"] for r in rows} == {"translation"}
+    assert len({r["prompt_id"] for r in rows}) == 4 and final["learner"].version == 3
+    from specviz.prompts import load_prompt_file
+
+    translation = {p.id for p in load_prompt_file(online.TRANSLATION_FILE)}
+    assert {r["prompt_id"] for r in rows} <= translation and len(translation) == 80  # Spec-Bench's translation
+
+
+@pytest.mark.parametrize("suites", [["/etc/passwd"], ["specbench"], []])
+def test_a_suite_the_tab_does_not_offer_is_refused(random_pair, suites):
+    """The translation suite is a shipped file, so the stream reads prompt files: never one a visitor names."""
+    with pytest.raises(SpecvizError, match="choose prompt suites among translation, gsm8k"):
+        next(
+            online.serve_stream(
+                "x", suites, 2, 0, False, 1, 8, 3, 2, 1e-3, "fkl", False, load_pair=lambda n: random_pair
+            )
+        )
+
+
+def test_the_tab_names_alpha_as_the_race_does(random_pair):
+    """Issue 38 item 3: α is accepted ÷ tested, under the Race tab's own name, in the summary and the figures."""
+    from specviz.plots.online import acceptance_over_stream, acceptance_per_domain
+    from specviz.plots.summary import COLUMNS
+
+    final = _stream(random_pair)[-1]
+    assert online.ALPHA in COLUMNS and online.ALPHA in online.summary_markdown(final, 4)
+    for fig in (acceptance_over_stream(final["rows"], [], 4), acceptance_per_domain(final["rows"], 4)):
+        assert fig.layout.yaxis.title.text == online.ALPHA and fig.layout.title.text.startswith("α ")
 
 
 def test_learned_tokens_are_shown_as_text_not_tokenizer_pieces():

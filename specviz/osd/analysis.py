@@ -1,6 +1,6 @@
 """What the draft learned, from plain numbers (no torch): acceptance over the stream and per token.
 
-- `moving_alpha`: acceptance rate over the last `window` requests (sum accepted / sum drafted),
+- `moving_alpha`: α over the last `window` requests (sum accepted / sum tested, `specviz.metrics`),
   the paper's y-axis in Figures 3-5.
 - `token_table`: precision and recall of the draft's greedy guess per token, teacher-forced on the
   target's output, before and after adaptation (the paper's Figure 6 and Table 2). For a token t:
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 
-def moving_alpha(accepted: Sequence[int], drafted: Sequence[int], window: int) -> list[float | None]:
-    """alpha over the last `window` requests at each request (fewer at the start of the stream)."""
-    acc, dra = np.cumsum([0, *accepted]), np.cumsum([0, *drafted])
+def moving_alpha(accepted: Sequence[int], tested: Sequence[int], window: int) -> list[float | None]:
+    """alpha (accepted / tested) over the last `window` requests at each request (fewer at the start)."""
+    acc, dra = np.cumsum([0, *accepted]), np.cumsum([0, *tested])
     out = []
     for i in range(1, len(acc)):
         lo = max(0, i - window)
@@ -27,8 +27,9 @@ def moving_alpha(accepted: Sequence[int], drafted: Sequence[int], window: int) -
     return out
 
 
-def alpha(accepted: Sequence[int], drafted: Sequence[int]) -> float | None:
-    total = sum(drafted)
+def alpha(accepted: Sequence[int], tested: Sequence[int]) -> float | None:
+    """accepted / tested over some requests (None before any draft was tested)."""
+    total = sum(tested)
     return sum(accepted) / total if total else None
 
 

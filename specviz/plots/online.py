@@ -20,7 +20,7 @@ STATIC_COLOUR = "#7F7F7F"  # grey: the draft kept as it was
 ONLINE_COLOUR = "#0072B2"  # Okabe-Ito blue: the draft learning online
 LOSS_COLOUR = "#D55E00"
 SUITE_COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00"]
-ALPHA = "α (accepted / tested drafts)"
+ALPHA = "α (accepted ÷ tested)"  # the Race tab's name and definition (specviz.metrics)
 
 
 def shift_points(rows: list[dict], max_shifts: int = 20) -> list[int]:
@@ -91,7 +91,7 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
     fig.update_xaxes(title_text="requests served", row=2, col=1)
     return finish(
         fig,
-        "Acceptance α over the stream",
+        "α over the stream",
         "",
         ALPHA,
         legend="",
@@ -120,7 +120,7 @@ def acceptance_per_domain(rows: list[dict], window: int = 50) -> go.Figure:
     fig.update_yaxes(range=[0, 1])
     return finish(
         fig,
-        "Acceptance per domain",
+        "α per domain",
         "requests served",
         ALPHA,
         legend="suite, draft",
