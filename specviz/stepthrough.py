@@ -45,6 +45,29 @@ class DraftCheck:
 
 
 @dataclass(frozen=True)
+class TreeView:
+    """The tree a tree method verified (SSSD, Speculative Streaming), as texts: the animation draws it."""
+
+    texts: tuple[str, ...]  # each node's token text
+    parents: tuple[int, ...]  # each node's parent: -1 for a child of the committed context
+    accepted_path: tuple[int, ...]  # the nodes the target accepted, from the root down
+    sources: tuple[str, ...]  # where each node came from ("input", "datastore", ...)
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """PEARL's two lanes in one record, in milliseconds from the record's start (measured per pass)."""
+
+    mode: str  # "pre-verify", "post-verify" or "verify"
+    draft_passes: tuple[tuple[float, float], ...]  # (start, end) ms of each draft forward pass
+    target_passes: tuple[tuple[float, float], ...]  # the same for the target
+    phases: tuple[tuple[str, float, float], ...]  # (mode, start, end) ms of each round
+    ahead: tuple[str, ...] = ()  # post-verify: the texts of the drafts made ahead while the target verified
+    ahead_kept: bool | None = None  # post-verify: every pending draft was accepted, so the drafts ahead stand
+    dropped: tuple[str, ...] = ()  # pre-verify: the drafts dropped after a rejected first one
+
+
+@dataclass(frozen=True)
 class IterationStep:
     """Everything the step-through shows for one iteration of one run."""
 
@@ -65,6 +88,11 @@ class IterationStep:
     source: str  # "recomputed" or why only the record is shown
     p_check: float | None = None  # max |recomputed p(x) − recorded p(x)|: the recompute reproduces the run
     notes: tuple[str, ...] = field(default_factory=tuple)
+    draft_ms: float | None = None  # measured milliseconds of drafting (None: not measured)
+    verify_ms: float | None = None  # measured milliseconds of the target's pass and the test (None: not measured)
+    draft_forwards: int = 0  # forward passes of a draft model (0: drafts from text, or none)
+    tree: TreeView | None = None  # the verified tree (tree methods)
+    lanes: Lanes | None = None  # PEARL's overlapped lanes
 
 
 def explain_iteration(
@@ -128,6 +156,40 @@ def explain_iteration(
         source="recomputed" if dists is not None else _why_record_only(pair, recompute),
         p_check=p_check,
         notes=_notes(r),
+        draft_ms=r.draft_ms if r.draft_ms > 0 or not k else None,  # drafts with no drafting time: not measured
+        verify_ms=r.verify_ms if r.verify_ms > 0 else None,
+        draft_forwards=r.draft_forwards,
+        tree=_tree_view(r, text),
+        lanes=_lanes(r, text),
+    )
+
+
+def _tree_view(r: IterationRecord, text: Any) -> TreeView | None:
+    tree = r.tree()
+    if tree is None or not tree.tree_tokens:
+        return None
+    return TreeView(tuple(text(t) for t in tree.tree_tokens), tree.tree_parents, tree.accepted_path, tree.tree_sources)
+
+
+def _lanes(r: IterationRecord, text: Any) -> Lanes | None:
+    """PEARL's passes on the record's own clock: milliseconds from its first round."""
+    pearl = r.pearl()
+    if pearl is None:
+        return None
+    starts = [s for s, _ in (*pearl.draft_intervals, *pearl.target_intervals)] + [p.start for p in pearl.phases]
+    t0 = min([r.t_start, *starts])
+
+    def ms(spans: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+        return tuple(((s - t0) * 1e3, (e - t0) * 1e3) for s, e in spans)
+
+    return Lanes(
+        mode=pearl.mode,
+        draft_passes=ms(pearl.draft_intervals),
+        target_passes=ms(pearl.target_intervals),
+        phases=tuple((p.mode, (p.start - t0) * 1e3, (p.end - t0) * 1e3) for p in pearl.phases),
+        ahead=tuple(text(t) for t in pearl.drafted_ahead or ()),
+        ahead_kept=pearl.ahead_kept,
+        dropped=tuple(text(t) for t in pearl.dropped or ()),
     )
 
 
@@ -291,14 +353,15 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
             "no rollback: nothing was drafted",
         )
     kept, dropped = r.position + r.accepted, nodes - r.accepted
-    return (
-        f"before: the target's cache holds {held} tokens",
-        (
-            f"verify: one pass feeds {fed} and the {nodes} drafted token{'s' if nodes != 1 else ''}; the cache "
-            "grows to "
-            f"{r.position + nodes} entries, and every drafted position is scored at once"
-        ),
-        (
+    if tree and tree.tree_tokens:  # a tree's accepted nodes are not a prefix of its entries: kept by index
+        rollback = (
+            f"rollback: the target's cache keeps the context and the {r.accepted} accepted node"
+            f"{'s' if r.accepted != 1 else ''} of the path, moved up behind it ({kept} entries); the tree's other "
+            f"{dropped} entr{'y' if dropped == 1 else 'ies'} dropped; no draft model ran, so there is no draft cache "
+            "to roll back"
+        )
+    else:
+        rollback = (
             f"rollback: cut back to {kept} entries (the context and {r.accepted} accepted); {dropped} "
             f"entr{'y' if dropped == 1 else 'ies'} of rejected or unused drafts dropped"
             + (
@@ -306,7 +369,15 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
                 if r.draft_forwards
                 else " (no draft model ran: its drafts came from text, so only the target's cache is cut)"
             )
+        )
+    return (
+        f"before: the target's cache holds {held} tokens",
+        (
+            f"verify: one pass feeds {fed} and the {nodes} drafted token{'s' if nodes != 1 else ''}; the cache "
+            "grows to "
+            f"{r.position + nodes} entries, and every drafted position is scored at once"
         ),
+        rollback,
         "after: the target's own token is fed with the next iteration's drafts"
         if len(r.emitted) > r.accepted
         else "after: no token of the target's own this iteration",

@@ -8,7 +8,9 @@ import pytest
 import specviz
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, method_names
+from specviz.plots.animation import iteration_animation
 from specviz.plots.step import step_distributions
+from specviz.plots.tree import record_tree_figure
 from specviz.stepthrough import explain_iteration, recompute_for
 from specviz.ui.stepthrough import step_html
 
@@ -94,3 +96,153 @@ def test_the_cache_story_names_the_draft_models_cache_only_where_one_ran(perturb
     assert step_distributions(step).layout.title.text.startswith(
         f"The distributions behind one iteration: iteration {i + 1} "
     )
+
+
+# ---- the animated iteration (issue 38: "the step-through can play one iteration as it happened") ----
+
+
+def captions(fig) -> list[str]:
+    return [f.layout.annotations[0].text.replace("<br>", " ") for f in fig.frames]
+
+
+def trace(frame, name: str):
+    return next(t for t in frame.data if t.name == name)
+
+
+def segments(t) -> list[tuple[float, float]]:
+    xs = list(t.x)
+    return [(xs[i], xs[i + 1]) for i in range(0, len(xs), 3)]
+
+
+def test_a_chain_plays_its_drafts_one_pass_and_the_test_up_to_the_rejection(perturbed_pair):
+    ids = specviz.encode_prompt(perturbed_pair, PROMPT)
+    records = list(specviz.run("vanilla", perturbed_pair, ids, max_new_tokens=64, speculation_length=6))
+    refused = [i for i, r in enumerate(records) if r.accepted < len(r.drafted) - 1]  # drafts after a rejection
+    i = max(refused, key=lambda i: records[i].accepted)
+    r, k = records[i], len(records[i].drafted)
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target+draft")
+    fig = iteration_animation(step)
+    said = captions(fig)
+    tested = r.accepted + 1
+    assert len(fig.frames) == 1 + k + 1 + tested + 2  # before, k drafts, the pass, the tests, rollback, own token
+    assert [f.name for f in fig.frames] == [str(n) for n in range(len(fig.frames))]
+    assert [s.startswith(f"Step {n + 1} of {len(fig.frames)}.") for n, s in enumerate(said)] == [True] * len(said)
+    assert [f"Draft {j + 1} of {k}" in said[1 + j] for j in range(k)] == [True] * k
+    assert "single pass" in said[k + 1] and f"{r.verify_ms:.1f} ms" in said[k + 1]
+    # the drafts appear one by one on the draft's clock, the target's pass follows it
+    for j in range(k):
+        assert len(trace(fig.frames[1 + j], "drafted, not yet tested").x) == j + 1
+    draft = segments(trace(fig.frames[k], "drafting (ms)"))
+    assert len(draft) == k and draft[-1][1] == pytest.approx(r.draft_ms)
+    (target,) = segments(trace(fig.frames[k + 1], "target pass (ms)"))
+    assert target == pytest.approx((r.draft_ms, r.draft_ms + r.verify_ms))
+    # the test token by token; the rejection frame at the first refused draft, the rest untested from there
+    for j in range(tested):
+        frame = fig.frames[k + 2 + j]
+        assert said[k + 2 + j].startswith(f"Step {k + 3 + j} of {len(fig.frames)}. Test {j + 1}:")
+        assert list(trace(frame, "accepted").x) == [n + 1 for n in range(min(j + 1, r.accepted))]
+    rejection = fig.frames[k + 2 + r.accepted]
+    assert "rejected" in said[k + 2 + r.accepted] and "rejection point" in said[k + 2 + r.accepted]
+    assert list(trace(rejection, "rejected").x) == [r.accepted + 1]
+    assert list(trace(rejection, "not tested (after the rejection)").x) == list(range(r.accepted + 2, k + 1))
+    assert not list(trace(fig.frames[k + 1 + r.accepted], "rejected").x)  # not before its own test
+    # the rollback of both caches, then the target's own token in the rejected draft's place
+    rollback = fig.frames[-2]
+    assert said[-2].startswith(f"Step {len(said) - 1} of") and "Rollback: cut back" in said[-2]
+    assert list(trace(rollback, "dropped by the rollback").x) == list(range(r.accepted + 1, k + 1))
+    assert said[-1].endswith(step.target_from + ".") and "correction" in said[-1]
+    assert list(trace(fig.frames[-1], "the target's own token").x) == [r.accepted + 1]
+    assert fig.layout.xaxis.title.text == "milliseconds since the iteration began"
+    assert len(fig.layout.sliders[0].steps) == len(fig.frames)
+    assert fig.layout.updatemenus[0].buttons[0].args[0] is None  # Play: every frame from the current one
+
+
+def test_an_iteration_without_times_says_not_measured(perturbed_pair):
+    import dataclasses
+
+    ids, records = run(perturbed_pair, "vanilla")
+    records = [dataclasses.replace(r, draft_ms=0.0, verify_ms=0.0) for r in records]  # e.g. a hand-written file
+    step = explain_iteration(records, 0, ids, {"temperature": 0.0}, token_text=str)
+    assert step.draft_ms is None and step.verify_ms is None
+    fig = iteration_animation(step)
+    said = " ".join(captions(fig))
+    assert "Drafting time not measured" in said and "time not measured." in said and " ms" not in said
+    assert fig.layout.xaxis.title.text.startswith("time not measured")
+
+
+def test_a_tree_draws_its_attention_mask_and_walks_the_accepted_path(perturbed_pair):
+    ids = [5, 17, 300, 42, 5, 17, 300, 42, 5, 17, 300, 42, 5]  # repeats: the n-gram tree has nodes
+    records = list(specviz.run("sssd", perturbed_pair, ids, max_new_tokens=40, speculation_length=8))
+    i = max(range(len(records)), key=lambda i: (records[i].accepted, len(records[i].tree().tree_tokens)))
+    r, tree = records[i], records[i].tree()
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target")
+    assert step.tree is not None and step.tree.parents == tree.tree_parents
+    rollback_line = next(line for line in step.cache if line.startswith("rollback"))
+    assert "keeps the context and the" in rollback_line and "cut back" not in rollback_line  # kept by index
+    fig = iteration_animation(step)
+    said = captions(fig)
+    mask_at = next(n for n, s in enumerate(said) if "The tree attention mask" in s)
+    n = len(tree.tree_tokens)
+
+    def mask(frame):
+        return [[v == 1 for v in row] for row in trace(frame, "tree attention mask (filled: attends)").z]
+
+    assert not any(any(row) for row in mask(fig.frames[mask_at - 1]))  # drawn at its own frame, not before
+    ancestors = [{j for j in range(n) if j == a or j in _ancestry(tree.tree_parents, a)} for a in range(n)]
+    assert mask(fig.frames[mask_at]) == [[True] + [j in ancestors[a] for j in range(n)] for a in range(n)]
+    assert "single pass" in said[mask_at + 1] and f"all {n} nodes" in said[mask_at + 1]
+    walk = [s for s in said if "The walk, depth" in s]
+    assert len(walk) == r.accepted == len(tree.accepted_path)
+    last_walk = fig.frames[mask_at + 1 + r.accepted]
+    assert len(trace(last_walk, "accepted").x) == r.accepted
+    assert "Rollback: the target's cache keeps" in said[-2]
+    assert len(trace(fig.frames[-2], "dropped by the rollback").x) == n - r.accepted
+
+
+def flat(spans) -> list[float]:
+    return [x for span in spans for x in span]
+
+
+def _ancestry(parents, node) -> set[int]:
+    out = set()
+    while parents[node] >= 0:
+        node = parents[node]
+        out.add(node)
+    return out
+
+
+def test_pearl_plays_its_two_lanes_on_one_clock_and_their_overlap(perturbed_pair):
+    ids, records = run(perturbed_pair, "pearl", window=4)
+    i = next(i for i, r in enumerate(records) if r.pearl().mode == "post-verify" and r.drafted)
+    r, pearl = records[i], records[i].pearl()
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target+draft")
+    lanes = step.lanes
+    t0 = min([r.t_start, *(s for s, _ in (*pearl.draft_intervals, *pearl.target_intervals))])
+    t0 = min([t0, *(p.start for p in pearl.phases)])
+    assert flat(lanes.draft_passes) == pytest.approx([(x - t0) * 1e3 for x in flat(pearl.draft_intervals)])
+    assert flat(lanes.target_passes) == pytest.approx([(x - t0) * 1e3 for x in flat(pearl.target_intervals)])
+    fig = iteration_animation(step)
+    said = captions(fig)
+    ends = sorted({e for _, e in (*lanes.draft_passes, *lanes.target_passes)})
+    assert len(fig.frames) == 1 + len(ends) + (len([c for c in step.checks if c.tested])) + 2
+    last_lane = fig.frames[len(ends)]  # every pass drawn whole, on one time axis
+    draft = segments(trace(last_lane, "drafting (ms)"))
+    target = segments(trace(last_lane, "target pass (ms)"))
+    assert flat(draft) == pytest.approx(flat(lanes.draft_passes))
+    assert flat(target) == pytest.approx(flat(lanes.target_passes))
+    overlap = sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in draft for s2, e2 in target)
+    assert f"the two models ran at the same time for {overlap:.1f} ms" in said[len(ends)] or overlap < 1
+    for n, t in enumerate(ends, start=1):  # the clock moves forward frame by frame; a pass grows until it ends
+        assert said[n].startswith(f"Step {n + 1} of {len(fig.frames)}. {t:.1f} ms:") or t < 1
+        assert all(e <= t + 1e-9 for _, e in segments(trace(fig.frames[n], "drafting (ms)")))
+    assert "post-verify" in " ".join(str(x) for x in trace(last_lane, "PEARL round").text)
+    assert fig.layout.yaxis.ticktext == ("target model", "draft model", "PEARL round")
+
+
+def test_the_tree_figures_title_counts_iterations_from_one():
+    """Item 4/8: the SSSD and Streaming tabs' slider counts from 1; the tree's title counted from 0."""
+    tree = {"tree_tokens": [7], "tree_parents": [-1], "tree_scores": [0.5], "tree_sources": ["input"]}
+    record = {"iteration": 0, "position": 9, "extra": {**tree, "accepted_path": [0], "sources": ["input"]}}
+    assert record_tree_figure(record).layout.title.text == "Iteration 1: 1 node, 1 accepted"
+    empty_tree = {"iteration": 2, "position": 9, "extra": {}}
+    assert record_tree_figure(empty_tree).layout.title.text == "Iteration 3"

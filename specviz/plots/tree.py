@@ -110,7 +110,7 @@ def tree_figure(
     subtitle = "; ".join(filter(None, [subtitle, "black: the accepted path"]))
     return finish(
         fig,
-        f"{title}: {len(tokens)} nodes, {len(accepted)} accepted",
+        f"{title}: {len(tokens)} node{'s' if len(tokens) != 1 else ''}, {len(accepted)} accepted",
         "depth (tokens ahead of the context)",
         "",
         legend="",
@@ -178,7 +178,7 @@ def record_tree_figure(
         tree.tree_sources,
         tree.tree_scores,
         decode,
-        title=f"Iteration {record.get('iteration', '?')}",
+        title=f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?",  # from 1, as the tabs
         colour_of=colour_of,
         subtitle=f"at output position {record.get('position', '?')}",
     )

@@ -14,6 +14,8 @@ from typing import Any
 
 import gradio as gr
 
+from specviz.plots.animation import TITLE as PLAY_TITLE
+from specviz.plots.animation import iteration_animation
 from specviz.plots.step import TITLE, step_distributions
 from specviz.plots.theme import empty
 from specviz.text import visible
@@ -24,8 +26,31 @@ from specviz.ui.panels import Race
 INTRO = (
     "Pick a method and an iteration: the drafted tokens, the test each met (greedy: is it the target's most likely "
     "token; sampling: u < min(1, p/q)), the target's own token and the KV cache's rollback. "
-    "Use **Previous** / **Next**, or ← → after clicking in this section."
+    "Use **Previous** / **Next**, or ← → after clicking in this section. **Play** (under the first plot) shows the "
+    "iteration as it happened, on its measured clock."
 )
+
+# gr.Plot draws a figure with Plotly.react(data, layout), which leaves out its `frames`: Play would have
+# nothing to play. On every new figure this hands the frames (sent with it) to plotly once it is drawn.
+ADD_FRAMES_JS = """
+(value) => {
+  const spec = value && (typeof value.plot === "string" ? JSON.parse(value.plot) : value.plot);
+  const frames = (spec && spec.frames) || [];
+  const title = spec && spec.layout && spec.layout.title && spec.layout.title.text;
+  let tries = 0;
+  const attach = () => {
+    const gd = document.querySelector("#sv-step-anim .js-plotly-plot");
+    const drawn = gd && gd._fullLayout && gd.layout && gd.layout.title && gd.layout.title.text === title;
+    if (!drawn || !window.Plotly) { if (tries++ < 100) setTimeout(attach, 100); return; }
+    const had = (gd._transitionData && gd._transitionData._frames) || [];
+    const ready = had.length ? window.Plotly.deleteFrames(gd, had.map((_, i) => i)) : Promise.resolve();
+    ready.then(() => frames.length && window.Plotly.addFrames(gd, frames))
+      .then(() => { gd.dataset.frames = String(frames.length); });
+  };
+  attach();
+  return [];
+}
+"""
 
 
 def method_choices(race: Race | None) -> list[tuple[str, str]]:
@@ -104,6 +129,11 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
             )
             prev = gr.Button("← Previous", scale=1, elem_id="sv-step-prev")
             nxt = gr.Button("Next →", scale=1, elem_id="sv-step-next")
+        ui.step_anim = gr.Plot(
+            empty(PLAY_TITLE, "Run a race, then pick a method and an iteration to play it."),
+            elem_id="sv-step-anim",
+            show_label=False,
+        )
         ui.step_view = gr.HTML(elem_id="sv-step-view")
         ui.step_plot = gr.Plot(
             empty(TITLE, "Run a race, then pick a method and an iteration."), elem_id="sv-step-plot", show_label=False
@@ -126,11 +156,11 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
         from specviz.stepthrough import explain_iteration
 
         if race is None or not method:
-            return gr.skip(), gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         try:
             run = next((r for r in race.runs if r.name == method and r.records), None)
             if run is None:
-                return 1, "<p>This method has no iterations in the last race.</p>", gr.skip()
+                return 1, "<p>This method has no iterations in the last race.</p>", gr.skip(), gr.skip()
             i = min(max(0, int(iteration or 1) - 1 + move), len(run.records) - 1)  # the box counts from 1
             if ctx.load_pair(pair_name).name == race.pair:  # the race's models are here: rerun for whole distributions
                 step = explain(run.records, i, race.prompt_ids, race.options, pair_name, method, run.options)
@@ -143,7 +173,7 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
             raise
         except Exception as e:
             raise user_error(e) from e
-        return i + 1, step_html(step, run.label), step_distributions(step)
+        return i + 1, step_html(step, run.label), step_distributions(step), iteration_animation(step)
 
     def here(race, pair_name, method, iteration):
         return show(race, pair_name, method, iteration)
@@ -155,7 +185,7 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
         return show(race, pair_name, method, iteration, +1)
 
     inputs = [ctx.race, ctx.pair, ui.step_method, ui.step_iteration]
-    outputs = [ui.step_iteration, ui.step_view, ui.step_plot]
+    outputs = [ui.step_iteration, ui.step_view, ui.step_plot, ui.step_anim]
     for trigger, fn in (
         (ui.step_method.input, here),
         (ui.step_iteration.submit, here),
@@ -163,3 +193,4 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
         (nxt.click, following),
     ):
         trigger(fn, inputs, outputs, api_visibility="private", **ctx.models_queue())
+    ui.step_anim.change(None, [ui.step_anim], None, js=ADD_FRAMES_JS)

@@ -1,0 +1,717 @@
+"""One speculative iteration played as it happened: plotly frames with a Play button and a slider.
+
+A pure function of an `IterationStep` (specviz.stepthrough): plain values in, a Figure with `frames`
+out. Three shapes of iteration:
+
+- a chain (vanilla, heuristic, DISCO, OSD, prompt lookup): the drafts appear one by one on the
+  draft's clock, the target scores all of them in one pass, the test runs draft by draft (p, q,
+  min(1, p/q), accepted or not) up to the rejection point, both KV caches roll back and the target
+  adds its own token;
+- a tree (SSSD, Speculative Streaming): the nodes appear depth by depth, the tree attention mask
+  (each node sees the context and its own ancestors) lets one target pass score every node, the
+  walk takes the accepted path, the cache keeps that path's entries by index;
+- PEARL: the draft's and the target's passes on one time axis, each measured, so the overlap of
+  the two lanes shows; then the test of the drafts the target verified.
+
+The x axis of the clock is milliseconds since the iteration began, from the record: PEARL keeps each
+pass's start and end; the other methods keep the total drafting and verifying time, so each draft
+pass is drawn at the mean (the caption says so). A record without a time says "not measured".
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz.plots.theme import OKABE_ITO, empty, finish
+from specviz.plots.tree import layout as tree_layout
+
+TITLE = "One iteration, played"
+FRAME_MS = 1100  # how long Play shows each frame: a step of the story, not a step of the clock
+CAPTION_CHARS = 120  # a caption's line length (plotly does not wrap annotations)
+
+DRAFT, TARGET, PHASE = OKABE_ITO["orange"], OKABE_ITO["blue"], "#777777"
+STATES = {  # a token's state -> (legend name, colour, marker symbol)
+    "pending": ("drafted, not yet tested", "#FFFFFF", "square"),
+    "accepted": ("accepted", OKABE_ITO["bluish_green"], "square"),
+    "rejected": ("rejected", OKABE_ITO["vermillion"], "square-x"),
+    "untested": ("not tested (after the rejection)", "#DDDDDD", "square-dot"),
+    "own": ("the target's own token", OKABE_ITO["sky_blue"], "diamond"),
+}
+CACHE = {"kept": ("KV cache entry", "#555555", "square"), "dropped": ("dropped by the rollback", "#BBBBBB", "x-thin")}
+LANE_Y = {"target": 0, "draft": 1, "phase": 2}
+
+
+@dataclass
+class Moment:
+    """What one frame shows: the clock's segments, each token's state, the caches, the caption."""
+
+    caption: str
+    clock: float  # ms: where the cursor stands
+    draft: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, label) on the draft lane
+    target: list[tuple[float, float, str]] = field(default_factory=list)
+    phases: list[tuple[float, float, str]] = field(default_factory=list)  # PEARL's rounds
+    tokens: dict[int, str] = field(default_factory=dict)  # draft index -> state (tree: node index -> state)
+    tests: dict[int, str] = field(default_factory=dict)  # draft index -> the test's numbers
+    own: bool = False  # the target's own token is shown
+    target_cache: dict[int, str] = field(default_factory=dict)  # slot -> "kept" | "dropped" (slot 0: context)
+    draft_cache: dict[int, str] = field(default_factory=dict)
+    mask: bool = False  # tree: the attention mask is drawn
+
+
+def iteration_animation(step: Any) -> go.Figure:
+    """The iteration `step` as frames (one per event, in order) with Play / Pause and a slider."""
+    if step.lanes is not None:
+        moments, total = _pearl(step)
+    elif step.tree is not None:
+        moments, total = _tree(step)
+    else:
+        moments, total = _chain(step)
+    if not moments:
+        return empty(TITLE, "Nothing to play in this iteration.")
+    draw = _draw_tree if step.tree is not None else _draw_chain
+    fig = _figure(step, total)
+    for trace in draw(step, moments[0], total):
+        trace_row, trace_col = trace.pop("_cell")
+        fig.add_trace(trace, row=trace_row, col=trace_col)
+    fig.frames = [
+        go.Frame(
+            data=[_plain(t) for t in draw(step, m, total)],
+            name=str(n),
+            layout={"annotations": [_caption(n, len(moments), m.caption)]},
+        )
+        for n, m in enumerate(moments)
+    ]
+    fig.update_layout(annotations=[_caption(0, len(moments), moments[0].caption)])
+    return _controls(fig, moments)
+
+
+# ---- the stories ------------------------------------------------------------------------------
+
+
+def _chain(step: Any) -> tuple[list[Moment], float]:
+    k = len(step.checks)
+    moments = [
+        Moment(_before(step), 0.0, target_cache={0: "kept"}, draft_cache={0: "kept"} if _has_draft(step) else {})
+    ]
+    clock, measured = _draft_clock(step)
+    per = clock / k if k else 0.0
+    for j, c in enumerate(step.checks):  # drafting: one token per pass, on the draft's clock
+        m = _next(moments[-1], per * (j + 1))
+        m.draft.append((per * j, per * (j + 1), _short(c.text)))
+        m.tokens[j] = "pending"
+        if _has_draft(step):
+            m.draft_cache[j] = "kept"  # pass j+1 fed the token before draft j+1 (the context's last for the first)
+        m.caption = (
+            f"Draft {j + 1} of {k}: '{c.text}'"
+            + (f", q(x) = {c.q:.3g}" if c.q is not None else "")
+            + (f". {measured}" if j == 0 else ".")
+        )
+        moments.append(m)
+    moments += _verify_and_test(step, moments[-1], clock)
+    return moments, max(moments[-1].clock, 1e-9)
+
+
+def _verify_and_test(step: Any, last: Moment, start: float, draw_pass: bool = True) -> list[Moment]:
+    """The target's one pass (unless the lanes drew it: PEARL), the test draft by draft, the rollback
+    and the target's own token."""
+    k = len(step.checks)
+    if draw_pass:
+        verify, measured = (step.verify_ms, True) if step.verify_ms is not None else (1.0, False)
+        end = start + verify
+        m = _next(last, end)
+        m.target.append((start, end, f"1 pass: {k} draft{'s' if k != 1 else ''}" + (" + 1" if k else "")))
+        for j in range(k + 1):
+            m.target_cache[j] = "kept"
+        took = (_ms(verify) + (" (the acceptance test included)" if k else "")) if measured else "time not measured"
+        m.caption = (
+            f"The target's single pass scores {_count(k, 'draft')} and the position after them at once: {took}."
+            if k
+            else f"The target's pass computes the next position: {took}."
+        )
+        moments = [m]
+    else:
+        end, moments = start, [last]
+    for c in step.checks:
+        if not c.tested:
+            continue
+        m = _next(moments[-1], end)
+        m.tokens[c.index] = "accepted" if c.accepted else "rejected"
+        m.tests[c.index] = _test_numbers(c, step.greedy)
+        untested = [d.index for d in step.checks if not d.tested]
+        if not c.accepted:
+            for j in untested:
+                m.tokens[j] = "untested"
+        m.caption = f"Test {c.index + 1}: '{c.text}', {c.rule}" + (
+            f". The rejection point: {_count(len(untested), 'draft')} after it "
+            f"{'is' if len(untested) == 1 else 'are'} never tested."
+            if not c.accepted and untested
+            else ("." if c.accepted else ": the rejection point.")
+        )
+        moments.append(m)
+    m = _next(moments[-1], end)
+    for slot in list(m.target_cache):
+        if slot > step.accepted:
+            m.target_cache[slot] = "dropped"
+    for slot in list(m.draft_cache):
+        if slot > step.accepted:
+            m.draft_cache[slot] = "dropped"
+    m.caption = _rollback_words(step)
+    moments.append(m)
+    moments.append(_own_token(step, moments[-1]))
+    return moments if draw_pass else moments[1:]
+
+
+def _tree(step: Any) -> tuple[list[Moment], float]:
+    tree = step.tree
+    where = tree_layout(tree.parents)
+    depth = max(d for d, _ in where)
+    clock, measured = _draft_clock(step)
+    moments = [Moment(_before(step), 0.0)]
+    for d in range(1, depth + 1):  # the tree grows depth by depth; only the whole drafting is measured
+        m = _next(moments[-1], clock * d / depth)
+        m.draft.append((clock * (d - 1) / depth, clock * d / depth, f"depth {d}"))
+        new = [i for i, (nd, _) in enumerate(where) if nd == d]
+        for i in new:
+            m.tokens[i] = "pending"
+        m.caption = (
+            f"Drafting, depth {d}: {len(new)} candidate node{'s' if len(new) != 1 else ''} "
+            f"({', '.join(repr(tree.texts[i]) for i in new[:6])}{', …' if len(new) > 6 else ''})"
+            + (f". {measured}" if d == 1 else ".")
+        )
+        moments.append(m)
+    m = _next(moments[-1], clock)
+    m.mask = True
+    n = len(tree.texts)
+    m.caption = (
+        f"The tree attention mask: {'the one node' if n == 1 else f'each of the {n} nodes'} attends to the whole "
+        "context and to its own ancestors (a filled cell), never to another branch, so one pass of the target "
+        "scores every branch at once."
+    )
+    moments.append(m)
+    verify, verified = (step.verify_ms, True) if step.verify_ms is not None else (1.0, False)
+    end = clock + verify
+    m = _next(moments[-1], end)
+    m.target.append((clock, end, f"1 pass: {n} nodes"))
+    m.caption = f"The target's single pass over the context's last token and all {n} nodes: " + (
+        f"{_ms(verify)} (the walk included)." if verified else "time not measured."
+    )
+    moments.append(m)
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(tree.parents):
+        children.setdefault(p, []).append(i)
+    parent = -1
+    for j, node in enumerate(tree.accepted_path):
+        m = _next(moments[-1], end)
+        m.tokens[node] = "accepted"
+        rule = step.checks[j].rule if j < len(step.checks) else "accepted"
+        m.caption = f"The walk, depth {j + 1}: '{tree.texts[node]}', {rule}."
+        moments.append(m)
+        parent = node
+    m = _next(moments[-1], end)
+    refused = [i for i in children.get(parent, []) if i not in tree.accepted_path]
+    for i in range(n):
+        if m.tokens.get(i) == "pending":
+            m.tokens[i] = "rejected" if i in refused else "untested"
+    first_refused = step.checks[step.accepted] if step.accepted < len(step.checks) else None
+    which = "the only candidate" if len(refused) == 1 else f"none of the {len(refused)} candidates"
+    m.caption = (
+        f"The rejection point: {which} at depth {len(tree.accepted_path) + 1} "
+        f"{'is not' if len(refused) == 1 else 'is'} the target's token"
+        + (f" ('{first_refused.text}': {first_refused.rule})" if first_refused is not None else "")
+        + "; the nodes below them are never tested."
+        if refused
+        else "Every node on the path was accepted: nothing is left to test."
+    )
+    moments.append(m)
+    m = _next(moments[-1], end)
+    for i in range(n):
+        if i not in tree.accepted_path:
+            m.tokens[i] = "dropped"
+    m.caption = _rollback_words(step)
+    moments.append(m)
+    moments.append(_own_token(step, moments[-1]))
+    return moments, max(end, 1e-9)
+
+
+def _pearl(step: Any) -> tuple[list[Moment], float]:
+    lanes = step.lanes
+    k = len(step.checks)
+    first = Moment(_before(step), 0.0, target_cache={0: "kept"}, draft_cache=dict.fromkeys(range(max(k, 1)), "kept"))
+    first.tokens = dict.fromkeys(range(k), "pending")  # PEARL verifies drafts it made before this record
+    first.caption += (
+        f" PEARL, {lanes.mode}: the {k} draft{'s' if k != 1 else ''} to verify are already made; "
+        "both models now run at the same time."
+    )
+    spans = [("draft", s, e, j) for j, (s, e) in enumerate(lanes.draft_passes)]
+    spans += [("target", s, e, j) for j, (s, e) in enumerate(lanes.target_passes)]
+    times = sorted({e for _, _, e, _ in spans})
+    moments = [first]
+    for t in times:
+        m = _next(moments[-1], t)
+        m.draft = [(s, min(e, t), _ahead_label(lanes, j)) for j, (s, e) in enumerate(lanes.draft_passes) if s < t]
+        m.target = [(s, min(e, t), "verify") for s, e in lanes.target_passes if s < t]
+        m.phases = [(s, min(e, t), mode) for mode, s, e in lanes.phases if s < t]
+        done = [f"{lane} pass {j + 1}" for lane, s, e, j in spans if e == t]
+        running = [f"{lane} pass {j + 1}" for lane, s, e, j in spans if s < t < e]
+        overlap = _overlap(lanes.draft_passes, lanes.target_passes, t)
+        m.caption = (
+            f"{_ms(t)}: {' and '.join(done)} ended"
+            + (f"; still running: {', '.join(running)}" if running else "")
+            + (f". The lanes have overlapped for {_ms(overlap)} so far." if t < times[-1] else ".")
+        )
+        if any(lane == "target" for lane, _, e, _ in spans if e == t):
+            for j in range(k + 1):
+                m.target_cache[j] = "kept"
+        moments.append(m)
+    end = max([0.0, *times])
+    total = _overlap(lanes.draft_passes, lanes.target_passes, end)
+    moments[-1].caption += (
+        f" Of {_ms(end)}, the two models ran at the same time for {_ms(total)}"
+        f" ({len(lanes.draft_passes)} draft pass{'es' if len(lanes.draft_passes) != 1 else ''}, "
+        f"{len(lanes.target_passes)} target pass{'es' if len(lanes.target_passes) != 1 else ''})."
+    )
+    tail = _verify_and_test(step, moments[-1], end, draw_pass=False)  # the lanes drew the target's passes
+    if lanes.mode == "post-verify" and lanes.ahead:
+        tail[-1].caption += (
+            f" The {len(lanes.ahead)} drafts made ahead ({', '.join(repr(t) for t in lanes.ahead)}) "
+            + ("stand: the next round verifies them." if lanes.ahead_kept else "are dropped with the rejection.")
+        )
+    if lanes.dropped:
+        tail[-1].caption += f" Dropped after the rejected first draft: {', '.join(repr(t) for t in lanes.dropped)}."
+    return [*moments, *tail], max(end, 1e-9)
+
+
+# ---- drawing ----------------------------------------------------------------------------------
+
+
+def _figure(step: Any, total: float) -> go.Figure:
+    """The empty figure: the clock on top, the tokens (or the tree and its mask) below."""
+    tree = step.tree is not None
+    specs: list[list[dict[str, Any] | None]] = [[{"colspan": 2}, None], [{}, {}]] if tree else [[{}], [{}]]
+    fig = make_subplots(
+        rows=2,
+        cols=2 if tree else 1,
+        specs=specs,
+        row_heights=[0.38, 0.62] if step.lanes is not None else [0.3, 0.7],
+        vertical_spacing=0.16,
+        horizontal_spacing=0.12,
+        column_widths=[0.55, 0.45] if tree else None,
+    )
+    measured = step.verify_ms is not None or step.lanes is not None
+    lanes = ["target model", "draft model" if _has_draft(step) else "drafting (no draft model)"]
+    lanes += ["PEARL round"] if step.lanes is not None else []
+    fig.update_xaxes(range=[0, total * 1.04], row=1, col=1)
+    fig.update_yaxes(
+        range=[-0.6, len(lanes) - 0.4], tickvals=list(range(len(lanes))), ticktext=lanes, row=1, col=1, fixedrange=True
+    )
+    if tree:
+        where = tree_layout(step.tree.parents)
+        rows = [r for _, r in where]
+        n = len(where)
+        fig.update_xaxes(range=[-0.6, max(d for d, _ in where) + 1.6], dtick=1, row=2, col=1)
+        fig.update_yaxes(range=[max(rows) + 0.6, min(rows) - 0.8], visible=False, row=2, col=1)
+        ticks = [f"{i + 1} '{_short(t)}'" for i, t in enumerate(step.tree.texts)]
+        fig.update_xaxes(
+            range=[-1.5, n - 0.5],
+            tickvals=list(range(-1, n)),
+            ticktext=["context", *ticks],
+            tickangle=-60,
+            row=2,
+            col=2,
+        )
+        fig.update_yaxes(range=[n - 0.5, -0.5], tickvals=list(range(n)), ticktext=ticks, row=2, col=2)
+    else:
+        k = len(step.checks)
+        rows_ = ["draft's KV cache", "target's KV cache", "test", "drafts", "target's token"]
+        fig.update_xaxes(
+            range=[-0.7, k + 1.7],
+            tickvals=list(range(k + 2)),
+            ticktext=["context", *(f"draft {j + 1}" for j in range(k)), "after"],
+            row=2,
+            col=1,
+        )
+        fig.update_yaxes(range=[-0.6, 4.6], tickvals=list(range(5)), ticktext=rows_, row=2, col=1, fixedrange=True)
+    fig = finish(
+        fig,
+        f"{TITLE}: iteration {step.iteration + 1} of {step.method}",  # counted from 1, as the step-through
+        "",
+        "",
+        legend="",
+        subtitle="press Play, or drag the slider; each frame is one event of the iteration",
+        height=720 if tree or step.lanes is not None else 640,
+    )
+    fig.update_xaxes(  # after `finish`, which titles the first axis only
+        title_text="milliseconds since the iteration began" if measured else "time not measured: passes in order",
+        title_standoff=4,
+        row=1,
+        col=1,
+    )
+    if tree:
+        fig.update_xaxes(title_text="depth (tokens ahead of the context)", title_standoff=4, row=2, col=1)
+        fig.update_xaxes(title_text="attends to (the context, or a node)", row=2, col=2)
+        fig.update_yaxes(title_text="node", row=2, col=2)
+    return fig.update_layout(margin={"t": 175, "l": 150})
+
+
+def _draw_chain(step: Any, m: Moment, total: float) -> list[Any]:
+    k = len(step.checks)
+    traces = _clock_traces(step, m, total)
+    texts = [c.text for c in step.checks]
+    for state, (name, colour, symbol) in STATES.items():
+        if state == "own":
+            xs = [step.accepted + 1] if m.own else []
+            traces.append(_cells(xs, [4] * len(xs), [step.target_token] * len(xs), name, colour, symbol, state))
+            continue
+        idx = [j for j in range(k) if m.tokens.get(j) == state]
+        traces.append(
+            _cells([j + 1 for j in idx], [3] * len(idx), [texts[j] for j in idx], name, colour, symbol, state)
+        )
+    traces.append(
+        _text([j + 1 for j in m.tests], [2] * len(m.tests), list(m.tests.values()), "the test's numbers", (2, 1))
+    )
+    for y, cache in ((1, m.target_cache), (0, m.draft_cache)):
+        for state, (name, colour, symbol) in CACHE.items():
+            xs = [s for s, v in cache.items() if v == state]
+            traces.append(
+                _cells(xs, [y] * len(xs), [""] * len(xs), name, colour, symbol, "cache-" + state, show=y == 1, size=22)
+            )
+    return traces
+
+
+def _draw_tree(step: Any, m: Moment, total: float) -> list[Any]:
+    tree = step.tree
+    where = tree_layout(tree.parents)
+    rows = [r for _, r in where]
+    root = (0, (min(rows) + max(rows)) / 2)
+    traces = _clock_traces(step, m, total)
+    shown = [i for i in range(len(where)) if i in m.tokens]
+    edges_x: list[float | None] = []
+    edges_y: list[float | None] = []
+    path_x: list[float | None] = []
+    path_y: list[float | None] = []
+    for i in shown:
+        p = tree.parents[i]
+        x0, y0 = root if p < 0 else where[p]
+        xs, ys = (path_x, path_y) if m.tokens[i] == "accepted" else (edges_x, edges_y)
+        xs += [x0, where[i][0], None]
+        ys += [y0, where[i][1], None]
+    traces.append(_line(edges_x, edges_y, "#BBBBBB", 1.5, "tree edge", (2, 1)))
+    traces.append(_line(path_x, path_y, "#000000", 4, "the accepted path", (2, 1)))
+    traces.append(
+        _cells([root[0]], [root[1]], ["context"], "committed context", "#444444", "square", "root", cell=(2, 1))
+    )
+    for state, (name, colour, symbol) in {
+        **STATES,
+        "dropped": ("dropped by the rollback", "#EEEEEE", "x-thin"),
+    }.items():
+        if state == "own":
+            last = tree.accepted_path[-1] if tree.accepted_path else -1
+            y = root[1] if last < 0 else where[last][1]
+            at = [len(tree.accepted_path) + 1] if m.own else []
+            traces.append(
+                _cells(
+                    at, [y - 0.45] * len(at), [step.target_token] * len(at), name, colour, symbol, state, cell=(2, 1)
+                )
+            )
+            continue
+        idx = [i for i in shown if m.tokens[i] == state]
+        traces.append(
+            _cells(
+                [where[i][0] for i in idx],
+                [where[i][1] for i in idx],
+                [tree.texts[i] for i in idx],
+                name,
+                colour,
+                symbol,
+                "node-" + state,
+                cell=(2, 1),
+            )
+        )
+    n = len(tree.texts)
+    z = [  # column 0: the committed context, which every node sees
+        [1.0 if m.mask and (j < 0 or j in _ancestors(tree.parents, i)) else None for j in range(-1, n)]
+        for i in range(n)
+    ]
+    traces.append(
+        {
+            "type": "heatmap",
+            "z": z,
+            "zmin": 0,
+            "zmax": 1,
+            "colorscale": [[0, "#FFFFFF"], [1, TARGET]],
+            "showscale": False,
+            "xgap": 2,
+            "ygap": 2,
+            "name": "tree attention mask (filled: attends)",
+            "x": list(range(-1, n)),
+            "hovertemplate": "node %{y} attends to %{x}<extra></extra>",
+            "_cell": (2, 2),
+        }
+    )
+    return traces
+
+
+def _clock_traces(step: Any, m: Moment, total: float) -> list[Any]:
+    """The lanes: the draft's and the target's passes, PEARL's rounds, and the clock's cursor; a pass's
+    label sits on its bar where the bar is wide enough for it."""
+    out = []
+    lanes = [("draft", m.draft, DRAFT, "drafting"), ("target", m.target, TARGET, "target pass")]
+    lanes += [("phase", m.phases, PHASE, "PEARL round")] if step.lanes is not None else []
+    for lane, segs, colour, name in lanes:
+        xs: list[float | None] = []
+        for s, e, _ in segs:
+            xs += [s, e, None]
+        ys = [LANE_Y[lane] if x is not None else None for x in xs]
+        out.append(_line(xs, ys, colour, 22, f"{name} (ms)", (1, 1), show=True))
+        wide = [(s, e, label) for s, e, label in segs if (e - s) * 140 >= total * max(4, len(label))]
+        label = _text(
+            [(s + e) / 2 for s, e, _ in wide], [LANE_Y[lane]] * len(wide), [t for _, _, t in wide], name, (1, 1)
+        )
+        label["textfont"] = {"size": 12, "color": "#FFFFFF" if lane != "draft" else "#111111"}
+        out.append(label)
+    top = 2.5 if step.lanes is not None else 1.5
+    out.append(_line([m.clock, m.clock], [-0.5, top], "#000000", 1.5, "now", (1, 1), dash="dot"))
+    return out
+
+
+def _cells(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    texts: Sequence[str],
+    name: str,
+    colour: str,
+    symbol: str,
+    group: str,
+    show: bool = True,
+    size: int = 34,
+    cell: tuple[int, int] = (2, 1),
+) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": list(xs),
+        "y": list(ys),
+        "mode": "markers+text",
+        "text": [_short(t) for t in texts],
+        "textposition": "middle center",
+        "textfont": {"family": "ui-monospace, Menlo, Consolas, monospace", "size": 13, "color": "#111111"},
+        "marker": {"symbol": symbol, "size": size, "color": colour, "line": {"width": 1.5, "color": "#333333"}},
+        "name": name,
+        "legendgroup": group,
+        "showlegend": show,
+        "hovertext": [f"{name}: {t!r}" for t in texts],
+        "hoverinfo": "text",
+        "cliponaxis": False,
+        "_cell": cell,
+    }
+
+
+def _text(
+    xs: Sequence[float], ys: Sequence[float], texts: Sequence[str], name: str, cell: tuple[int, int]
+) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": list(xs),
+        "y": list(ys),
+        "mode": "text",
+        "text": list(texts),
+        "textfont": {"size": 12},
+        "name": name,
+        "showlegend": False,
+        "hoverinfo": "skip",
+        "cliponaxis": False,
+        "_cell": cell,
+    }
+
+
+def _line(
+    xs: Sequence[float | None],
+    ys: Sequence[float | None],
+    colour: str,
+    width: float,
+    name: str,
+    cell: tuple[int, int],
+    show: bool = False,
+    dash: str = "solid",
+) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": list(xs),
+        "y": list(ys),
+        "mode": "lines",
+        "line": {"color": colour, "width": width, "dash": dash},
+        "name": name,
+        "showlegend": show,
+        "hoverinfo": "skip",
+        "_cell": cell,
+    }
+
+
+def _plain(trace: dict[str, Any]) -> dict[str, Any]:
+    """A frame's trace: the same trace without where it sits (frames address traces by order)."""
+    return {k: v for k, v in trace.items() if k != "_cell"}
+
+
+def _caption(n: int, count: int, text: str) -> dict[str, Any]:
+    lines = textwrap.wrap(f"Step {n + 1} of {count}. {text}", CAPTION_CHARS)
+    return {
+        "text": "<br>".join(lines),
+        "x": 0,
+        "y": 1.0,
+        "xref": "paper",
+        "yref": "paper",
+        "xanchor": "left",
+        "yanchor": "bottom",
+        "yshift": 8,
+        "align": "left",
+        "showarrow": False,
+        "font": {"size": 14},
+    }
+
+
+def _controls(fig: go.Figure, moments: list[Moment]) -> go.Figure:
+    """Play / Pause and a slider of the frames (plotly's animation API: `animate` with frame names)."""
+    still = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
+    play = {"frame": {"duration": FRAME_MS, "redraw": True}, "fromcurrent": True, "transition": {"duration": 0}}
+    return fig.update_layout(
+        updatemenus=[
+            {
+                "type": "buttons",
+                "direction": "left",
+                "x": 0,
+                "y": -0.1,
+                "xanchor": "left",
+                "yanchor": "top",
+                "pad": {"t": 30},
+                "buttons": [
+                    {"label": "▶ Play", "method": "animate", "args": [None, play]},
+                    {"label": "❚❚ Pause", "method": "animate", "args": [[None], still]},
+                ],
+            }
+        ],
+        sliders=[
+            {
+                "active": 0,
+                "x": 0.2,
+                "len": 0.8,
+                "y": -0.1,
+                "yanchor": "top",
+                "pad": {"t": 30},
+                "currentvalue": {"prefix": "step "},
+                "steps": [
+                    {"label": str(n + 1), "method": "animate", "args": [[str(n)], still]} for n in range(len(moments))
+                ],
+            }
+        ],
+    )
+
+
+# ---- small helpers ----------------------------------------------------------------------------
+
+
+def _next(m: Moment, clock: float) -> Moment:
+    """The following frame: everything the last one showed, the clock moved on."""
+    return Moment(
+        m.caption,
+        clock,
+        list(m.draft),
+        list(m.target),
+        list(m.phases),
+        dict(m.tokens),
+        dict(m.tests),
+        m.own,
+        dict(m.target_cache),
+        dict(m.draft_cache),
+        m.mask,
+    )
+
+
+def _own_token(step: Any, last: Moment) -> Moment:
+    """The last frame: the target's own token (a correction or a bonus), or why there is none."""
+    m = _next(last, last.clock)
+    m.own = bool(step.target_token)
+    m.caption = (
+        f"The target's own token ({step.target_role}): '{step.target_token}', {step.target_from}."
+        if step.target_token
+        else f"No token of the target's own: {step.target_from}."
+    )
+    return m
+
+
+def _has_draft(step: Any) -> bool:
+    return step.draft_forwards > 0
+
+
+def _draft_clock(step: Any) -> tuple[float, str]:
+    """(ms the drafting lasted, how that was measured, in words)."""
+    k = len(step.checks) if step.tree is None else len(step.tree.texts)
+    if not k:
+        return 0.0, ""
+    if step.draft_ms is None:
+        return 1.0, "Drafting time not measured: the passes are drawn in order, one unit each."
+    how = (
+        f"Drafting took {_ms(step.draft_ms)} in {step.draft_forwards} pass{'es' if step.draft_forwards != 1 else ''}"
+        " of the draft model (measured in total; each is drawn at the mean)"
+        if _has_draft(step)
+        else f"Drafting from text (no draft model) took {_ms(step.draft_ms)} (measured in total; drawn in equal parts)"
+    )
+    return step.draft_ms, how + "."
+
+
+def _before(step: Any) -> str:
+    return f"Before: {step.position} tokens of context; {step.cache[0].removeprefix('before: ')}."
+
+
+def _rollback_words(step: Any) -> str:
+    line = next((c for c in step.cache if "rollback" in c), "no rollback")
+    return line[0].upper() + line[1:] + "."
+
+
+def _test_numbers(c: Any, greedy: bool) -> str:
+    if c.p is None:
+        return "✓" if c.accepted else "✗"
+    q = c.q
+    ratio = 1.0 if q is not None and q <= 0 else min(1.0, c.p / (q if q is not None else 1.0))
+    head = f"p {c.p:.3g}<br>q {'one-hot' if q is None else f'{q:.3g}'}"
+    verdict = "✓ accepted" if c.accepted else "✗ rejected"
+    if greedy:  # the rule is the target's argmax: min(1, p/q) decides nothing here
+        return f"{head}<br>argmax? {verdict}"
+    return f"{head}<br>min(1,p/q) {ratio:.3g}" + (f"<br>u {c.u:.3g}" if c.u is not None else "") + f"<br>{verdict}"
+
+
+def _ahead_label(lanes: Any, j: int) -> str:
+    if lanes.mode == "post-verify" and j < len(lanes.ahead):
+        return _short(lanes.ahead[j])
+    return f"pass {j + 1}"
+
+
+def _overlap(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]], until: float) -> float:
+    """Milliseconds up to `until` during which a pass of `a` and a pass of `b` both ran."""
+    return sum(
+        max(0.0, min(e1, e2, until) - max(s1, s2)) for s1, e1 in a for s2, e2 in b
+    )  # passes within a lane do not overlap each other
+
+
+def _ancestors(parents: Sequence[int], i: int) -> set[int]:
+    out = {i}
+    while parents[i] >= 0:
+        i = parents[i]
+        out.add(i)
+    return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _ms(x: float) -> str:
+    return f"{x:.1f} ms" if x >= 1 else f"{x:.2f} ms"
+
+
+def _short(text: str, most: int = 8) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"

@@ -1,0 +1,95 @@
+"""The step-through's animated iteration in a real browser: after a race of vanilla, SSSD and PEARL on the
+tiny pair, Play advances the frames of each (issue 38: "the animated iteration plays for vanilla, SSSD and
+PEARL"). gr.Plot draws a figure without its frames; the page hands them to plotly (ui/stepthrough.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import test_app_browser as app_browser
+
+pytestmark = pytest.mark.browser
+
+server = app_browser.server  # the app on the tiny-perturbed pair, and Chromium on it
+page = app_browser.page
+SHOTS = Path(os.environ.get("SPECVIZ_SHOTS", str(app_browser.ARTIFACTS)))
+RACED = {"Vanilla SD": "vanilla", "SSSD (n-gram tree)": "sssd", "PEARL": "pearl"}
+PLOT = "#sv-step-anim .js-plotly-plot"
+CAPTION = f"() => (document.querySelector('{PLOT}').layout.annotations || [{{text: ''}}])[0].text"
+
+
+@pytest.fixture(scope="module")
+def raced(page):
+    app_browser.set_race(page, "def fibonacci(n):", RACED, 24)
+    page.click("#sv-run")
+    page.wait_for_function(
+        "names => { const p = [...document.querySelectorAll('#sv-board .sv-panel')];"
+        " return names.every(n => p.some(e => e.dataset.method === n))"
+        " && p.every(e => e.classList.contains('sv-done')); }",
+        arg=list(RACED.values()),
+    )
+    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    if not page.locator("#sv-step-method input").is_visible():
+        page.click("#sv-step button:has-text('Step through one iteration')")
+    return page
+
+
+def show(page, label: str, method: str, iteration: int) -> int:
+    """Pick `label` at `iteration` (from 1); wait until its animation is drawn with its frames handed to
+    plotly; the number of frames."""
+    page.locator("#sv-step-method input").click()
+    page.get_by_role("option", name=label, exact=True).click()
+    box = page.locator("#sv-step-iteration input")
+    box.fill(str(iteration))
+    box.press("Enter")
+    page.wait_for_selector(f"#sv-step-view:has-text('{label}, iteration {iteration} of')")
+    page.wait_for_function(
+        f"t => {{ const gd = document.querySelector('{PLOT}');"
+        " return gd && gd.layout.title.text.endsWith(t) && Number(gd.dataset.frames || 0) > 3"
+        " && gd._transitionData._frames.length === Number(gd.dataset.frames); }",
+        arg=f"iteration {iteration} of {method}",
+    )
+    return int(page.evaluate(f"() => document.querySelector('{PLOT}').dataset.frames"))
+
+
+@pytest.mark.parametrize(
+    ("label", "method", "shape"),
+    [
+        ("Vanilla SD", "vanilla", "scatter"),  # a chain: drafts, one pass, the test token by token
+        ("SSSD (n-gram tree)", "sssd", "heatmap"),  # a tree: its attention mask drawn
+        ("PEARL", "pearl", "scatter"),  # two lanes on one clock
+    ],
+)
+def test_play_advances_the_frames_of_each_method(raced, label, method, shape):
+    page = raced
+    page.set_viewport_size({"width": 1440, "height": 900})
+    try:
+        iteration = 1
+        frames = show(page, label, method, iteration)
+        if method == "sssd":  # on to the first iteration whose tree has nodes (an empty one has no mask)
+            for _ in range(24):
+                if page.evaluate(f"() => document.querySelector('{PLOT}')._fullData.some(t => t.type === 'heatmap')"):
+                    break
+                iteration += 1
+                frames = show(page, label, method, iteration)
+        assert page.evaluate(f"() => document.querySelector('{PLOT}')._fullData.some(t => t.type === '{shape}')")
+        first = page.evaluate(CAPTION)
+        assert first.startswith(f"Step 1 of {frames}.")
+        before = page.evaluate(f"() => JSON.stringify(document.querySelector('{PLOT}').data.map(t => t.x))")
+        page.locator("#sv-step-anim").scroll_into_view_if_needed()
+        page.locator(f"{PLOT} .updatemenu-button").first.click()  # ▶ Play
+        page.wait_for_function(f"() => ({CAPTION})().startsWith('Step 3 of {frames}.')")
+        after = page.evaluate(f"() => JSON.stringify(document.querySelector('{PLOT}').data.map(t => t.x))")
+        assert after != before  # the plot changed, not only its caption
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"animation_{method}_1440.png"))
+        page.wait_for_function(f"() => ({CAPTION})().startsWith('Step {frames} of {frames}.')")
+        if method == "sssd":  # by the end the mask is drawn: the heatmap has filled cells
+            assert page.evaluate(
+                f"() => document.querySelector('{PLOT}').data.find(t => t.type === 'heatmap').z.flat()"
+                ".some(v => v === 1)"
+            )
+    finally:
+        page.set_viewport_size({"width": 1500, "height": 1100})
