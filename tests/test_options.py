@@ -46,3 +46,19 @@ def test_no_option_is_named_alpha_and_each_gamma_help_is_its_own_methods():
     assert not [key for key, text in helps.items() if "α" in text or "alpha" in text.lower()]
     assert "heuristic" not in helps["vanilla", "speculation_length"]
     assert "2 more after a full acceptance" in helps["heuristic", "speculation_length"]
+
+
+def test_each_option_widget_names_its_default():
+    """Issue 38 item 8: a slider started at the default without saying it was one."""
+    from specviz.methods import get_method
+    from specviz.serving.limits import AppLimits
+    from specviz.ui.options import option_widget
+
+    widgets = {
+        (name, f.name): option_widget(f, AppLimits())
+        for name in ("vanilla", "sssd", "disco")
+        for f in option_fields(get_method(name).options)
+    }
+    assert widgets["vanilla", "speculation_length"].info.endswith("(default: 4)")
+    assert widgets["sssd", "sources"].info.endswith("(default: both)")
+    assert "empty: the tuned value" in widgets["disco", "threshold"].label  # no default: the method tunes it

@@ -17,12 +17,14 @@ from specviz.serving.limits import AppLimits
 
 def option_widget(f: OptionField, limits: AppLimits) -> gr.Checkbox | gr.Dropdown | gr.Textbox | gr.Slider:
     """One option's widget: a slider for a number with a default, a text box for one the method
-    tunes itself when left empty, a checkbox or a dropdown."""
+    tunes itself when left empty, a checkbox or a dropdown; its help names the default, as the
+    race's panels do ("speculation_length = 4 (default)")."""
     most = f.bound(limits)
+    info = f"{f.help} (default: {f.default})"
     if f.kind == "bool":
-        return gr.Checkbox(f.default, label=f.name, info=f.help)
+        return gr.Checkbox(f.default, label=f.name, info=info)
     if f.kind == "choice":
-        return gr.Dropdown(list(f.choices), value=f.default, label=f.name, info=f.help)
+        return gr.Dropdown(list(f.choices), value=f.default, label=f.name, info=info)
     if f.default is None:
         # text, not gr.Number: a number box shows 0 for "no value", which would read as a setting
         return gr.Textbox(
@@ -32,7 +34,7 @@ def option_widget(f: OptionField, limits: AppLimits) -> gr.Checkbox | gr.Dropdow
             placeholder="tuned",
         )
     step = 1 if f.kind == "int" else 0.01
-    return gr.Slider(f.least, most, value=f.default, step=step, label=f.name, info=f.help)
+    return gr.Slider(f.least, most, value=f.default, step=step, label=f.name, info=info)
 
 
 def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
