@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 from specviz.eagle.features import Chunk, chunk_path, corpus_data, features_of, padded, read_chunk
+from specviz.models import streaming as msa
 from specviz.models.devices import input_embeddings, output_embeddings
-from specviz.models.eagle import EagleHead, from_target, save_head
+from specviz.models.eagle import EagleHead, from_target, load_head, save_head
 from specviz.models.kv import additive
 from specviz.train.draft.data import Example
 from specviz.train.loop import Checkpoint, CsvLog, LoopConfig, run
@@ -49,6 +50,9 @@ class TrainConfig:
     val_sequences: int = 64  # held-out sequences validated on
     depths: int = 4  # agreement measured at depths 1..depths
     limit: int | None = None  # only the first N training sequences
+    init: Path | None = (
+        None  # start from this exported head (weights only: a fresh optimiser), not the target's top layer
+    )
     seed: int = 0
 
 
@@ -130,9 +134,10 @@ def scored_positions(examples: list[Example], width: int) -> torch.Tensor:
 class Features:
     """f_t of a batch: from chunks on disk (`work`) or by one target prefill."""
 
-    def __init__(self, target: PreTrainedModel, folder: Path | None, chunk: int = 256):
-        self.target, self.folder, self.chunk = target, folder, chunk
+    def __init__(self, target: PreTrainedModel, folder: Path | None):
+        self.target, self.folder = target, folder
         self.loaded: dict[int, Chunk] = {}
+        self.chunk = len(self._chunk(0).sequences) if folder is not None else 0  # sequences per chunk
 
     def of(self, indices: list[int], examples: list[Example], ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.folder is None:
@@ -194,13 +199,15 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     data = corpus_data(cfg.data, tokenizer)
     examples = data.train[: cfg.limit] if cfg.limit else data.train
-    head = from_target(target).float().train()
+    head = (load_head(target, cfg.init) if cfg.init else from_target(target)).float().train()
     params: list[torch.Tensor] = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     cfg.work.mkdir(parents=True, exist_ok=True)
     ckpt = Checkpoint(cfg.work / "eagle.pt")
     saved = ckpt.load() if resume else None
     state: dict = {"step": 0, "seconds": 0.0}
+    if cfg.init and saved is None:  # continue the step count (and with it the batch order) of the exported head
+        state["step"] = int(msa.read_adapter_meta(cfg.init).get("steps", 0))
     if saved is not None:
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
@@ -232,6 +239,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     def lr_at(step: int) -> float:
         return cfg.lr * min(1.0, (step + 1) / cfg.warmup)
 
+    if state["step"] == 0:  # the initial head's figures, for the log's first row
+        log.write({"step": 0, "seconds": 0.0, **validate(head, target, data.val, cfg, pad)})
     loop = LoopConfig(steps=cfg.steps, clip=1.0, save_every=cfg.save_every)
     run(loop, opt, params, loss_at, state, lr_at=lr_at, after_step=after_step, log=log, save=save, progress="eagle")
     log.close()
@@ -250,12 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--batch-sequences", type=int, default=d.batch_sequences)
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--warmup", type=int, default=d.warmup)
     p.add_argument("--save-every", type=int, default=d.save_every)
     p.add_argument("--val-every", type=int, default=d.val_every)
     p.add_argument("--val-sequences", type=int, default=d.val_sequences)
     p.add_argument("--depths", type=int, default=d.depths)
     p.add_argument("--limit", type=int, default=None, help="only the first N training sequences")
     p.add_argument("--resume", action="store_true", help="continue from the work folder's checkpoint")
+    p.add_argument(
+        "--init", type=Path, default=None, help="start from an exported head (a committed one: runs/ is gone)"
+    )
     a = p.parse_args(argv)
     cfg = TrainConfig(
         data=a.data,
@@ -265,11 +278,13 @@ def main(argv: list[str] | None = None) -> int:
         steps=a.steps,
         batch_sequences=a.batch_sequences,
         lr=a.lr,
+        warmup=a.warmup,
         save_every=a.save_every,
         val_every=a.val_every,
         val_sequences=a.val_sequences,
         depths=a.depths,
         limit=a.limit,
+        init=a.init,
     )
     started = time.monotonic()
     print(json.dumps(train(cfg, resume=a.resume)))
