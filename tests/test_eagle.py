@@ -14,6 +14,7 @@ import specviz
 from specviz import methods
 from specviz.eagle.features import features_of
 from specviz.eagle.train import chain_features, depth_agreement, teacher_forced_loss
+from specviz.errors import SpecvizError
 from specviz.methods import MethodSpec
 from specviz.methods import eagle as eagle_method
 from specviz.models.eagle import from_target, load_head, save_head
@@ -210,3 +211,12 @@ def test_eagle_loss_fits_a_sequence_and_agreement_rises(random_pair):
     after = depth_agreement(head, target, ids, scored, depths=1, feats=feats)[0]
     assert losses[-1] < 0.7 * losses[0], losses
     assert after[0] > before[0], (before, after)
+
+
+def test_the_head_option_reads_a_saved_head_and_refuses_a_missing_one(registered, random_pair, tmp_path):
+    path = tmp_path / "head.safetensors"
+    save_head(from_target(random_pair.target), random_pair.target, path)
+    ar = specviz.generate("autoregressive", random_pair, PROMPTS[1], max_new_tokens=12).summary.output_ids
+    assert output(random_pair, PROMPTS[1], max_new_tokens=12, head=str(path)).summary.output_ids == ar
+    with pytest.raises(SpecvizError, match="no EAGLE head at"):
+        output(random_pair, PROMPTS[1], max_new_tokens=12, head=str(tmp_path / "missing.safetensors"))
