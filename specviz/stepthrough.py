@@ -283,7 +283,7 @@ def _rule(
             " → accepted" if accepted else " → this one was not it"
         )
     ratio = 1.0 if q is not None and q <= 0 else min(1.0, p / (q if q is not None else 1.0))
-    bound = f"min(1, p/q) = min(1, {p:.3f}/{q:.3f})" if q is not None else f"p(x) = {p:.3f} (one-hot q)"
+    bound = f"min(1, p/q) = min(1, {p:.3g}/{q:.3g})" if q is not None else f"p(x) = {p:.3g} (one-hot q)"  # 3 digits
     return f"u = {u:.3f} {'<' if accepted else '≥'} {bound} = {ratio:.3f} → {'accepted' if accepted else 'rejected'}"
 
 

@@ -56,6 +56,8 @@ def test_sampling_shows_the_uniform_each_draft_was_tested_with(perturbed_pair):
             if c.tested:  # the rule as specviz.verify applied it: u < min(1, p/q) accepts
                 assert c.u is not None and (c.u * c.q < c.p) == c.accepted
                 assert ("<" if c.accepted else "≥") in c.rule
+                assert f"min(1, {c.p:.3g}/{c.q:.3g})" in c.rule  # p and q to 3 digits, not 0.002/0.002
+                assert f"<td>{c.p:.3g}</td><td>{c.q:.3g}</td>" in step_html(step)
         if step.target_role == "correction":
             corrections += 1
             assert "norm(max(0, p − q))" in step.target_from
@@ -246,3 +248,12 @@ def test_the_tree_figures_title_counts_iterations_from_one():
     assert record_tree_figure(record).layout.title.text == "Iteration 1: 1 node, 1 accepted"
     empty_tree = {"iteration": 2, "position": 9, "extra": {}}
     assert record_tree_figure(empty_tree).layout.title.text == "Iteration 3"
+
+
+def test_a_streaming_tree_names_where_its_drafts_came_from(perturbed_pair):
+    """Speculative Streaming drafts with the target's own stream heads: not 'from text'."""
+    ids, records = run(perturbed_pair, "streaming")
+    i = next(i for i, r in enumerate(records) if r.tree() and r.tree().tree_tokens)
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, token_text=str)
+    said = " ".join(captions(iteration_animation(step)))
+    assert "from the target's stream heads" in said and "from text" not in said

@@ -226,7 +226,7 @@ def _tree(step: Any) -> tuple[list[Moment], float]:
         + (f" ('{first_refused.text}': {first_refused.rule})" if first_refused is not None else "")
         + "; the nodes below them are never tested."
         if refused
-        else "Every node on the path was accepted: nothing is left to test."
+        else "The walk reached a leaf of the tree: every node on its path was accepted, nothing is left to test."
     )
     moments.append(m)
     m = _next(moments[-1], end)
@@ -658,9 +658,16 @@ def _draft_clock(step: Any) -> tuple[float, str]:
         f"Drafting took {_ms(step.draft_ms)} in {step.draft_forwards} pass{'es' if step.draft_forwards != 1 else ''}"
         " of the draft model (measured in total; each is drawn at the mean)"
         if _has_draft(step)
-        else f"Drafting from text (no draft model) took {_ms(step.draft_ms)} (measured in total; drawn in equal parts)"
+        else f"Drafting {_no_model_source(step)} took {_ms(step.draft_ms)} (measured in total; drawn in equal parts)"
     )
     return step.draft_ms, how + "."
+
+
+def _no_model_source(step: Any) -> str:
+    """Where the drafts of a method without a draft model came from."""
+    if step.tree is not None and step.tree.sources and all(s.startswith("stream") for s in step.tree.sources):
+        return "from the target's stream heads (its last pass; no draft model)"
+    return "from text (no draft model)"
 
 
 def _before(step: Any) -> str:

@@ -115,7 +115,7 @@ def step_html(step: Any, label: str | None = None) -> str:
 
 
 def _num(x: float | None) -> str:
-    return "–" if x is None else f"{x:.3f}"
+    return "–" if x is None else f"{x:.3g}"  # three significant digits: a small p is not rounded to 0.000
 
 
 def build_section(ctx: Any, ui: SimpleNamespace) -> None:
