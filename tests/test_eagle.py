@@ -220,3 +220,26 @@ def test_the_head_option_reads_a_saved_head_and_refuses_a_missing_one(registered
     assert output(random_pair, PROMPTS[1], max_new_tokens=12, head=str(path)).summary.output_ids == ar
     with pytest.raises(SpecvizError, match="no EAGLE head at"):
         output(random_pair, PROMPTS[1], max_new_tokens=12, head=str(tmp_path / "missing.safetensors"))
+
+
+def test_feature_chunks_resume_and_hold_the_prefill_features(random_pair, tmp_path):
+    """Chunks are written whole and a rerun writes only the missing ones (a chunk without its index
+    counts as missing); a batch read from them equals the prefill's features (to float16)."""
+    from specviz.eagle.features import extract, padded
+    from specviz.eagle.train import Features
+    from specviz.train.draft.data import Example
+
+    target = random_pair.target
+    examples = [Example([5 + i, 17, 300, 42 + i, 7][: 3 + i % 3], 1, True, None) for i in range(5)]
+    extract(target, examples, tmp_path, "train", chunk=2, batch_tokens=8, pad=0, seconds=0.0)  # stops after one
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["train-00000.json"]
+    (tmp_path / "train-00001.npy").write_bytes(b"torn")  # a chunk cut off before its index
+    tokens, _ = extract(target, examples, tmp_path, "train", chunk=2, batch_tokens=8, pad=0, seconds=None)
+    assert tokens == sum(len(e.ids) for e in examples[2:])  # chunks 1 and 2 only
+    indices = [4, 0, 3]
+    ids, mask = padded([examples[i] for i in indices], pad=0)
+    disk = Features(target, tmp_path).of(indices, examples, ids, mask)
+    fly = Features(target, None).of(indices, examples, ids, mask)
+    for b, i in enumerate(indices):
+        n = len(examples[i].ids)
+        torch.testing.assert_close(disk[b, :n], fly[b, :n], rtol=2e-3, atol=2e-3)
