@@ -234,8 +234,9 @@ def test_feature_chunks_resume_and_hold_the_prefill_features(random_pair, tmp_pa
     extract(target, examples, tmp_path, "train", chunk=2, batch_tokens=8, pad=0, seconds=0.0)  # stops after one
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["train-00000.json"]
     (tmp_path / "train-00001.npy").write_bytes(b"torn")  # a chunk cut off before its index
+    extract(target, examples[:3], tmp_path, "train", chunk=2, batch_tokens=8, pad=0, seconds=None)  # --limit 3
     tokens, _ = extract(target, examples, tmp_path, "train", chunk=2, batch_tokens=8, pad=0, seconds=None)
-    assert tokens == sum(len(e.ids) for e in examples[2:])  # chunks 1 and 2 only
+    assert tokens == sum(len(e.ids) for e in examples[2:])  # chunk 1 again whole (the limit cut it), then 2
     indices = [4, 0, 3]
     ids, mask = padded([examples[i] for i in indices], pad=0)
     disk = Features(target, tmp_path).of(indices, examples, ids, mask)

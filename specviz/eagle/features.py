@@ -118,9 +118,10 @@ def extract(target, examples: list[Example], work: Path, split: str, chunk: int,
     tokens, started = 0, time.monotonic()
     for index in range(0, (len(examples) + chunk - 1) // chunk):
         path = chunk_path(work, split, index)
-        if read_chunk(path) is not None:
-            continue
         part = examples[index * chunk : (index + 1) * chunk]
+        done = read_chunk(path)
+        if done is not None and len(done.sequences) == len(part):
+            continue  # (a shorter one was cut by --limit: written again whole)
         write_chunk(path, part, chunk_features(target, part, batch_tokens, pad))
         tokens += sum(len(e.ids) for e in part)
         if seconds is not None and time.monotonic() - started > seconds:
