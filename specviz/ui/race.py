@@ -48,6 +48,7 @@ FAILED_NOTE = "Failed (the panel says why)"  # in a finished race's status line,
 EXAMPLES_SHOWN = 40  # examples listed per suite (Shuffle draws from the whole suite)
 OWN = "your prompts"  # the example suite that stands for the visitor's uploaded prompt file
 OWN_SHOWN, OWN_FILE_BYTES = 500, 2**20
+SUMMARY_FIRST = ["method", "speedup vs AR (×)", "place"]  # the summary's first columns, in this order
 REPLAY_JS = (Path(__file__).with_name("replay.js")).read_text()  # runs in the page: no server work
 
 TIMING_NOTE = (
@@ -146,7 +147,9 @@ def race_outputs(race: Race) -> dict[str, Any]:
     drafting = [r for r in finished if any(rec.drafted for rec in r.records)]
     chosen = sl_opening(drafting)
     return {
-        "table": summary_table({r.name: r.records for r in finished}, labels, {r.name for r in race.runs if r.flags}),
+        "table": speedup_first(
+            summary_table({r.name: r.records for r in finished}, labels, {r.name for r in race.runs if r.flags})
+        ),
         "time": tokens_vs_time(df),
         "acceptance": running_acceptance(df),
         "histogram": accepted_histogram(df),
@@ -154,6 +157,13 @@ def race_outputs(race: Race) -> dict[str, Any]:
         "sl": speculation_length_vs_oracle(df, chosen or ""),
         "frame": df,
     }
+
+
+def speedup_first(table: Any) -> Any:
+    """The summary with its speedup beside the method: on a phone the table scrolls sideways, and the
+    number the table is sorted by is then on screen with the method's name."""
+    first = [c for c in SUMMARY_FIRST if c in table.columns]
+    return table[first + [c for c in table.columns if c not in first]]
 
 
 def winner_words(race: Race) -> str:
@@ -211,6 +221,10 @@ def _settings(ui: SimpleNamespace) -> None:
             with gr.Row(equal_height=True):  # right under the prompt: a newcomer sees it without scrolling
                 ui.run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=3)
                 ui.stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1, min_width=90)
+            # the colour key under Run, the column's full width: on a phone it is on the first screen, not
+            # squeezed into a thin column beside the toggle
+            gr.HTML(legend_html(), elem_id="sv-legend")
+            ui.show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected")
             with gr.Row():
                 ui.suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=170)
                 ui.example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
@@ -255,19 +269,14 @@ def _settings(ui: SimpleNamespace) -> None:
 
 
 def _board(ui: SimpleNamespace) -> None:
-    """Replay, the legend, and one panel per method with the summary table below (Run and Stop are
-    under the prompt)."""
+    """Replay, and one panel per method with the summary table below (Run, Stop and the colour key
+    are under the prompt)."""
     with gr.Row(equal_height=True):
         ui.replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
         ui.speed = gr.Radio(
             [("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2
         )
     gr.Markdown(TIMING_NOTE, elem_classes="sv-note")
-    with gr.Row(equal_height=True):
-        gr.HTML(legend_html())
-        ui.show_rejected = gr.Checkbox(
-            True, label="Show rejected draft tokens", elem_id="sv-show-rejected", scale=0, min_width=260
-        )
     ui.status = gr.Markdown(elem_id="sv-race-status")
     ui.track = gr.HTML("", elem_id="sv-replay-track")
     with gr.Row(elem_id="sv-board"):
@@ -275,7 +284,7 @@ def _board(ui: SimpleNamespace) -> None:
         ui.panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in ui.specs}
     ui.verdict = gr.Markdown(elem_id="sv-verdict")
     ui.table = gr.Dataframe(
-        summary_table({}),
+        speedup_first(summary_table({})),
         label="Summary: every method on this prompt, fastest first",
         interactive=False,
         elem_id="sv-summary",

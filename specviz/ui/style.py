@@ -81,8 +81,28 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     margin: 6px 0 12px 0; }
 .sv-track .sv-bar { margin: 0; height: 12px; border-radius: 6px; }
 .sv-track .sv-finish { font-variant-numeric: tabular-nums; font-size: .9rem; }
-/* On a phone plotly's toolbar sits over the plot titles; zoom and pan by touch need no toolbar. */
-@media (max-width: 640px) { .js-plotly-plot .modebar-container { display: none !important; } }
+/* A rejected draft's line break was never written: it would break the code's layout, so a rejected
+   token's white space collapses to one space (its tooltip keeps the exact text). */
+.sv-rejgroup .sv-tok.sv-rejected { white-space: normal; }
+@media (max-width: 640px) {
+    /* On a phone plotly's toolbar sits over the plot titles; zoom and pan by touch need no toolbar. */
+    .js-plotly-plot .modebar-container { display: none !important; }
+    /* The first screen holds the prompt, Run race and the colour key: a smaller header and tab row. */
+    .sv-header h1 { font-size: 1.35rem; }
+    .sv-header p, #sv-pair-status, #sv-pair-status * { font-size: .85rem; line-height: 1.3; }
+    .sv-header [data-testid="block-info"] { font-size: .8rem; line-height: 1.25; }
+    [role="tablist"] button { font-size: .85rem; padding: 2px 8px; }
+    .sv-legend { font-size: .85rem; gap: .15rem .9rem; line-height: 1.35; }
+    .sv-legend .sv-tok { font-size: .85rem; }
+    /* The why table wraps its cells between words, in a smaller type, rather than run off the right edge. */
+    #sv-why table { font-size: .7rem; line-height: 1.25; }
+    #sv-why th, #sv-why td, #sv-why td:last-child { white-space: normal; word-break: normal; overflow-wrap: normal;
+        padding: 3px 2px; }
+    #sv-why td { overflow-wrap: anywhere; }  /* "T(γ+1)/T(1) = 1.29" may break inside its formula */
+    /* the family (chain, tree) is named under the table too, with its formula: the phone's width goes to the rest */
+    #sv-why th:nth-child(2), #sv-why td:nth-child(2) { display: none; }
+    .prose td:last-child { min-width: 10rem; }
+}
 """
 
 
