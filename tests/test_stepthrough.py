@@ -198,6 +198,8 @@ def test_a_tree_draws_its_attention_mask_and_walks_the_accepted_path(perturbed_p
     last_walk = fig.frames[mask_at + 1 + r.accepted]
     assert len(trace(last_walk, "accepted").x) == r.accepted
     assert "Rollback: the target's cache keeps" in said[-2]
+    root = trace(fig.frames[0], "committed context")  # its label in dark type: on a light fill, and inside it
+    assert int(root.marker.color[1:3], 16) > 0xAA and root.marker.size >= 8 * len(root.text[0])
     assert len(trace(fig.frames[-2], "dropped by the rollback").x) == n - r.accepted
 
 

@@ -404,7 +404,9 @@ def _draw_tree(step: Any, m: Moment, total: float) -> list[Any]:
     traces.append(_line(edges_x, edges_y, "#BBBBBB", 1.5, "tree edge", (2, 1)))
     traces.append(_line(path_x, path_y, "#000000", 4, "the accepted path", (2, 1)))
     traces.append(
-        _cells([root[0]], [root[1]], ["context"], "committed context", "#444444", "square", "root", cell=(2, 1))
+        _cells(
+            [root[0]], [root[1]], ["context"], "committed context", "#CCCCCC", "square", "root", size=64, cell=(2, 1)
+        )
     )
     for state, (name, colour, symbol) in {
         **STATES,
