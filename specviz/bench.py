@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.harness import Variant, describe_machine, mark_parity, run_interleaved, summary_rows
+from specviz.harness import Variant, check_writable, describe_machine, mark_parity, run_interleaved, summary_rows
 from specviz.limits import MAX_SEED, check_count, check_temperature, check_unique
 from specviz.prompts import SUITES, Prompt, column_of, load_prompt_file, select, take
 
@@ -312,24 +311,6 @@ def options_listing() -> str:
             default = "tuned" if f.default is None else repr(f.default) if f.kind == "text" else f.default
             lines.append(f"  {spec.name}.{f.name}  {f.kind}{span}, default {default}: {f.help}")
     return "\n".join(lines)
-
-
-def check_writable(path: Path, make_folders: bool = False) -> None:
-    """Fail before a long run, not after it, when its output cannot be written. `make_folders`: the
-    writer creates missing folders (--report), so the nearest folder that exists must take a file;
-    else (--json) the file's own folder must."""
-    folder = path.parent
-    while make_folders and not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(f"{path} is a folder")
-        with tempfile.TemporaryFile(dir=folder):  # permissions alone say little (root, read-only mounts)
-            pass
-    except OSError as e:
-        raise SpecvizError(
-            f"cannot write {path} ({e.strerror or e}): choose a file in a folder you can write to"
-        ) from None
 
 
 def subcommands() -> dict[str, str]:
