@@ -36,7 +36,7 @@ def raced(page):
     return page
 
 
-def show(page, label: str, method: str, iteration: int) -> int:
+def show(page, label: str, iteration: int) -> int:
     """Pick `label` at `iteration` (from 1); wait until its animation is drawn with its frames handed to
     plotly; the number of frames."""
     page.locator("#sv-step-method input").click()
@@ -49,7 +49,7 @@ def show(page, label: str, method: str, iteration: int) -> int:
         f"t => {{ const gd = document.querySelector('{PLOT}');"
         " return gd && gd.layout.title.text.endsWith(t) && Number(gd.dataset.frames || 0) > 3"
         " && gd._transitionData._frames.length === Number(gd.dataset.frames); }",
-        arg=f"iteration {iteration} of {method}",
+        arg=f"iteration {iteration} of {label}",  # the method's display name, as the step-through's text
     )
     return int(page.evaluate(f"() => document.querySelector('{PLOT}').dataset.frames"))
 
@@ -67,13 +67,13 @@ def test_play_advances_the_frames_of_each_method(raced, label, method, shape):
     page.set_viewport_size({"width": 1440, "height": 900})
     try:
         iteration = 1
-        frames = show(page, label, method, iteration)
+        frames = show(page, label, iteration)
         if method == "sssd":  # on to the first iteration whose tree has nodes (an empty one has no mask)
             for _ in range(24):
                 if page.evaluate(f"() => document.querySelector('{PLOT}')._fullData.some(t => t.type === 'heatmap')"):
                     break
                 iteration += 1
-                frames = show(page, label, method, iteration)
+                frames = show(page, label, iteration)
         assert page.evaluate(f"() => document.querySelector('{PLOT}')._fullData.some(t => t.type === '{shape}')")
         first = page.evaluate(CAPTION)
         assert first.startswith(f"Step 1 of {frames}.")

@@ -155,6 +155,9 @@ def test_a_chain_plays_its_drafts_one_pass_and_the_test_up_to_the_rejection(pert
     assert said[-1].endswith(step.target_from + ".") and "correction" in said[-1]
     assert list(trace(fig.frames[-1], "the target's own token").x) == [r.accepted + 1]
     assert fig.layout.xaxis.title.text == "milliseconds since the iteration began"
+    named = f"iteration {i + 1} of Vanilla SD"  # the display name, as the step-through's text
+    assert iteration_animation(step, "Vanilla SD").layout.title.text.endswith(named)
+    assert step_distributions(step, "Vanilla SD").layout.title.text.endswith(named)
     assert len(fig.layout.sliders[0].steps) == len(fig.frames)
     assert fig.layout.updatemenus[0].buttons[0].args[0] is None  # Play: every frame from the current one
 

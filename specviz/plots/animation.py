@@ -64,8 +64,9 @@ class Moment:
     mask: bool = False  # tree: the attention mask is drawn
 
 
-def iteration_animation(step: Any) -> go.Figure:
-    """The iteration `step` as frames (one per event, in order) with Play / Pause and a slider."""
+def iteration_animation(step: Any, label: str | None = None) -> go.Figure:
+    """The iteration `step` as frames (one per event, in order) with Play / Pause and a slider.
+    `label`: the method's display name (default: its registry name)."""
     if step.lanes is not None:
         moments, total = _pearl(step)
     elif step.tree is not None:
@@ -75,7 +76,7 @@ def iteration_animation(step: Any) -> go.Figure:
     if not moments:
         return empty(TITLE, "Nothing to play in this iteration.")
     draw = _draw_tree if step.tree is not None else _draw_chain
-    fig = _figure(step, total)
+    fig = _figure(step, total, label or step.method)
     for trace in draw(step, moments[0], total):
         trace_row, trace_col = trace.pop("_cell")
         fig.add_trace(trace, row=trace_row, col=trace_col)
@@ -290,7 +291,7 @@ def _pearl(step: Any) -> tuple[list[Moment], float]:
 # ---- drawing ----------------------------------------------------------------------------------
 
 
-def _figure(step: Any, total: float) -> go.Figure:
+def _figure(step: Any, total: float, label: str) -> go.Figure:
     """The empty figure: the clock on top, the tokens (or the tree and its mask) below."""
     tree = step.tree is not None
     specs: list[list[dict[str, Any] | None]] = [[{"colspan": 2}, None], [{}, {}]] if tree else [[{}], [{}]]
@@ -339,7 +340,7 @@ def _figure(step: Any, total: float) -> go.Figure:
         fig.update_yaxes(range=[-0.6, 4.6], tickvals=list(range(5)), ticktext=rows_, row=2, col=1, fixedrange=True)
     fig = finish(
         fig,
-        f"{TITLE}: iteration {step.iteration + 1} of {step.method}",  # counted from 1, as the step-through
+        f"{TITLE}: iteration {step.iteration + 1} of {label}",  # counted from 1, as the step-through
         "",
         "",
         legend="",

@@ -13,8 +13,9 @@ TITLE = "The distributions behind one iteration"
 P_COLOUR, Q_COLOUR, OWN_COLOUR = OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["bluish_green"]
 
 
-def step_distributions(step) -> go.Figure:
-    """Top-k bars per tested draft (p and q side by side) and one panel for the target's token."""
+def step_distributions(step, label: str | None = None) -> go.Figure:
+    """Top-k bars per tested draft (p and q side by side) and one panel for the target's token.
+    `label`: the method's display name (default: its registry name)."""
     tested = [c for c in step.checks if c.tested and (c.p_top or c.q_top)]
     own = bool(step.target_top)
     if not tested and not own:
@@ -37,7 +38,7 @@ def step_distributions(step) -> go.Figure:
     fig.update_xaxes(rangemode="tozero", tickformat=".2~%", nticks=4)
     fig = finish(
         fig,
-        f"{TITLE}: iteration {step.iteration + 1} of {step.method}",  # counted from 1, as the step-through
+        f"{TITLE}: iteration {step.iteration + 1} of {label or step.method}",  # counted from 1, as the step-through
         "",
         "",
         legend="distribution",

@@ -173,7 +173,8 @@ def build_section(ctx: Any, ui: SimpleNamespace) -> None:
             raise
         except Exception as e:
             raise user_error(e) from e
-        return i + 1, step_html(step, run.label), step_distributions(step), iteration_animation(step)
+        plots = step_distributions(step, run.label), iteration_animation(step, run.label)
+        return i + 1, step_html(step, run.label), *plots
 
     def here(race, pair_name, method, iteration):
         return show(race, pair_name, method, iteration)
