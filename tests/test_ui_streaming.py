@@ -75,5 +75,5 @@ def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
     assert len(path) == 1 and path.isdisjoint(tab.STREAM_COLOURS)
     assert fig.layout.legend.orientation == "h" and fig.layout.height >= 52 * 4
     assert (
-        fig.layout.title.text == "Iteration 3: 6 nodes, 3 accepted" and "position 40" in fig.layout.title.subtitle.text
+        fig.layout.title.text == "Iteration 4: 6 nodes, 3 accepted" and "position 40" in fig.layout.title.subtitle.text
     )
