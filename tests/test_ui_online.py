@@ -218,3 +218,8 @@ def test_the_analysis_and_the_download_wait_for_their_turn_on_the_models(random_
             holder = TURNS.join()
     finally:
         TURNS.leave(holder)
+
+
+def test_one_update_is_one_update(random_pair):
+    final = _stream(random_pair, requests=2, interval=2)[-1]
+    assert "1 update, " in online.summary_markdown(final, 4)  # it said "1 updates"
