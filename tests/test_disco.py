@@ -327,7 +327,8 @@ def test_the_disco_table_names_alpha_and_the_acceptance_rate_as_the_race_does(pe
     race_columns = set(summary_table({"disco": records}, {"disco": "DISCO"}).columns)
     assert {tab.ALPHA, tab.ACCEPTANCE_RATE} <= race_columns and "acceptance" not in tab.HEADERS
     sl_opt = next(r["method"] for r in out["rows"] if r["method"].startswith("SL-opt"))
-    assert "best fixed speculation length" in sl_opt and "SL-opt" in tab.INTRO  # SL-opt says what it is
+    assert "best fixed length" in sl_opt and "SL-opt" in tab.INTRO  # SL-opt says what it is
+    assert min(it["iteration"] for it in out["iterations"]) == 1  # counted from 1, as everywhere in the app
 
 
 def test_each_speculation_length_plot_has_room_for_its_title_under_the_one_above():
@@ -337,7 +338,7 @@ def test_each_speculation_length_plot_has_room_for_its_title_under_the_one_above
 
     from specviz.plots.disco import chosen_vs_oracle_per_iteration
 
-    methods = ["DISCO", "SL-opt = 4 (best fixed speculation length)", "Oracle (upper bound)"]
+    methods = ["DISCO", "SL-opt = 4 (best fixed length)", "Oracle (upper bound)"]
     df = pd.DataFrame(
         [{"method": m, "iteration": i, "speculation_length": 2, "oracle_sl": 1} for m in methods for i in range(1, 9)]
     )

@@ -55,9 +55,8 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
             row=row,
             col=1,
         )
-    count_ticks(
-        fig, df["iteration"].max() if len(df) else 0
-    )  # whole iterations (three of them were ticked -0.5, 0, 0.5, ...)
+    # whole iterations (three of them were ticked -0.5, 0, 0.5, ...), counted from 1 as in the rest of the app
+    count_ticks(fig, df["iteration"].max() - 1 if len(df) else 0).update_xaxes(tick0=1)
     fig = finish(
         fig,
         "Speculation length",

@@ -89,7 +89,7 @@ def disco_vs_oracle(
         {
             "method": label,
             "suite": "this prompt",
-            "iteration": r.iteration,
+            "iteration": r.iteration + 1,  # counted from 1, as everywhere in the app
             "speculation_length": r.speculation_length,
             "oracle_sl": r.oracle_sl,
         }
@@ -103,7 +103,7 @@ def disco_vs_oracle(
 def sl_opt_label(sl_opt: int) -> str:
     """SL-opt's row, saying what it is: vanilla SD at the static length fastest on the classifier's
     validation text (its card's static_sl_opt)."""
-    return f"SL-opt = {sl_opt} (best fixed speculation length)"
+    return f"SL-opt = {sl_opt} (best fixed length)"
 
 
 def ms_per_token(result: Any) -> float:
