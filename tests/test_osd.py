@@ -183,6 +183,7 @@ def test_the_online_figures_build_from_simulator_rows(repetitive_stream_rows):
     fig = token_precision(tokens)  # bars across: a token's text reads level on a phone
     assert list(fig.data[1].x) == [0.6] and list(fig.data[1].y) == ["'a'"] and fig.data[1].orientation == "h"
     assert fig.layout.legend.orientation == "h" and "precision" in fig.layout.xaxis.title.text
+    assert fig.layout.xaxis.range[1] > 1  # a recall gain of 1 (a diamond at x = 1) was cut in half at the edge
 
 
 def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random_pair, reduced_pair):

@@ -156,7 +156,7 @@ def token_precision(tokens: list[dict], show: int = 15) -> go.Figure:
         marker={"color": LOSS_COLOUR, "symbol": "diamond", "size": 9},
     )
     fig.update_layout(barmode="group", bargap=0.25)
-    fig.update_xaxes(range=[-0.2, 1])
+    fig.update_xaxes(range=[-0.2, 1.05])  # a gain in recall of 1 is drawn whole at the right edge
     fig.update_yaxes(autorange="reversed", automargin=True)
     return finish(
         fig,
