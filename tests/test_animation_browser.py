@@ -36,14 +36,18 @@ def raced(page):
     return page
 
 
-def show(page, label: str, iteration: int) -> int:
-    """Pick `label` at `iteration` (from 1); wait until its animation is drawn with its frames handed to
-    plotly; the number of frames."""
-    page.locator("#sv-step-method input").click()
-    page.get_by_role("option", name=label, exact=True).click()
-    box = page.locator("#sv-step-iteration input")
-    box.fill(str(iteration))
-    box.press("Enter")
+def show(page, label: str, iteration: int, pick: bool = True) -> int:
+    """Pick `label` at `iteration` (from 1), or (`pick` False) press Next to the following iteration of the
+    method shown; wait until its animation is drawn with its frames handed to plotly; the number of frames."""
+    if pick:
+        page.locator("#sv-step-method input").click()
+        page.get_by_role("option", name=label, exact=True).click()
+        page.wait_for_selector(f"#sv-step-view:has-text('{label}, iteration')")  # the pick's event is done
+        box = page.locator("#sv-step-iteration input")
+        box.fill(str(iteration))
+        box.press("Enter")
+    else:  # one event, not a pick and a submit racing each other in the line
+        page.click("#sv-step-next")
     page.wait_for_selector(f"#sv-step-view:has-text('{label}, iteration {iteration} of')")
     page.wait_for_function(
         f"t => {{ const gd = document.querySelector('{PLOT}');"
@@ -73,7 +77,7 @@ def test_play_advances_the_frames_of_each_method(raced, label, method, shape):
                 if page.evaluate(f"() => document.querySelector('{PLOT}')._fullData.some(t => t.type === 'heatmap')"):
                     break
                 iteration += 1
-                frames = show(page, label, iteration)
+                frames = show(page, label, iteration, pick=False)
         assert page.evaluate(f"() => document.querySelector('{PLOT}')._fullData.some(t => t.type === '{shape}')")
         first = page.evaluate(CAPTION)
         assert first.startswith(f"Step 1 of {frames}.")

@@ -451,6 +451,8 @@ def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
         ui.step_method,
         ui.step_iteration,
         ui.step_view,
+        ui.step_plot,
+        ui.step_anim,
     ]
 
 
@@ -487,6 +489,8 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
             ui.step_method: gr.update(choices=stepthrough.method_choices(race), value=None),
             ui.step_iteration: 1,
             ui.step_view: "<p>Pick a method to step through its iterations.</p>" if race.finished() else "",
+            ui.step_plot: None,  # the last race's iteration is not this one's
+            ui.step_anim: None,
             **more,
         }
 
