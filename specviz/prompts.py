@@ -19,7 +19,7 @@ from specviz.paths import ASSETS
 
 @dataclass(frozen=True)
 class Prompt:
-    suite: str  # humaneval | gsm8k | mtbench | mbpp | specbench | a prompt file's name
+    suite: str  # humaneval | gsm8k | mtbench | mbpp | specbench | translation | a prompt file's name
     id: str  # the suite's own id (task_id, question_id, or line number)
     text: str  # the user message
     category: str = ""  # Spec-Bench's category (one of 13), or a prompt file's `category` field
@@ -45,6 +45,14 @@ def _mbpp(r: dict, i: int) -> Prompt:
 
 def _specbench(r: dict, i: int) -> Prompt:
     return Prompt("specbench", f"specbench/{r['question_id']}", r["turns"][0], r["category"])  # first turn only
+
+
+def _translation(r: dict, i: int) -> Prompt | None:
+    """Spec-Bench's translation category as a suite of its own: a domain the default draft was never distilled
+    on (the Online tab's default stream)."""
+    if r["category"] != "translation":
+        return None
+    return Prompt("translation", f"translation/{r['question_id']}", r["turns"][0], r["category"])
 
 
 # Spec-Bench's leaderboard columns: its 13 categories in six groups (hemingkx/Spec-Bench Leaderboard.md).
@@ -78,6 +86,7 @@ SUITES = {
     "mtbench": ("mt_bench_question.jsonl", _mtbench),
     "mbpp": ("mbpp_test.jsonl", _mbpp),
     "specbench": ("specbench_question.jsonl", _specbench),
+    "translation": ("specbench_question.jsonl", _translation),
 }
 
 
@@ -88,7 +97,8 @@ def load_suite(name: str) -> tuple[Prompt, ...]:
         raise SpecvizError(f"unknown prompt suite '{name}'. Suites: {', '.join(SUITES)}")
     filename, make = SUITES[name]
     with (ASSETS / "prompts" / filename).open(encoding="utf-8") as f:
-        return tuple(make(json.loads(line), i) for i, line in enumerate(f) if line.strip())
+        made = (make(json.loads(line), i) for i, line in enumerate(f) if line.strip())
+        return tuple(p for p in made if p is not None)  # a suite cut from another keeps only its own records
 
 
 def load_source(name: str) -> tuple[Prompt, ...]:

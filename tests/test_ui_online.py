@@ -79,15 +79,15 @@ def test_the_default_stream_is_a_repeating_translation_stream(random_pair):
     rows = final["rows"]
     assert len(rows) == 12 and {r["suite"] for r in rows} == {"translation"}
     assert len({r["prompt_id"] for r in rows}) == 4 and final["learner"].version == 3
-    from specviz.prompts import load_prompt_file
+    from specviz.prompts import load_suite
 
-    translation = {p.id for p in load_prompt_file(online.TRANSLATION_FILE)}
+    translation = {p.id for p in load_suite("translation")}
     assert {r["prompt_id"] for r in rows} <= translation and len(translation) == 80  # Spec-Bench's translation
 
 
 @pytest.mark.parametrize("suites", [["/etc/passwd"], ["specbench"], []])
 def test_a_suite_the_tab_does_not_offer_is_refused(random_pair, suites):
-    """The translation suite is a shipped file, so the stream reads prompt files: never one a visitor names."""
+    """Only the tab's own suites: never a file a visitor names, nor a suite the tab does not offer."""
     with pytest.raises(SpecvizError, match="choose prompt suites among translation, gsm8k"):
         next(
             online.serve_stream(

@@ -22,7 +22,6 @@ import gradio as gr
 from specviz.errors import SpecvizError
 from specviz.limits import check_count, check_number
 from specviz.osd.analysis import window_alpha
-from specviz.paths import ASSETS
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import user_error
@@ -31,10 +30,9 @@ from specviz.ui.turns import stop_when_cancelled, stopped_on_leave
 
 TAB_TITLE = "Online learning"
 TAB_ORDER = 70
-# Spec-Bench's 80 translation prompts (German to English and the like), a prompt file of their own: a domain
-# the default pair's draft was never distilled on (its corpus holds chat, GSM8K and code)
+# Spec-Bench's 80 translation prompts (German to English and the like): a domain the default pair's draft was
+# never distilled on (its corpus holds chat, GSM8K and code)
 TRANSLATION = "translation"
-TRANSLATION_FILE = ASSETS / "prompts" / "translation.jsonl"
 SUITES = [TRANSLATION, "gsm8k", "humaneval", "mbpp", "mtbench"]
 # The default stream shows the draft learning in 12 short requests (benchmarks/osd, "The Online tab's default
 # stream", with its timings): 4 translation prompts asked 3 times each, 32 tokens, an update after every 4
@@ -78,10 +76,8 @@ def serve_stream(
     pair = (load_pair or specviz.load_pair)(pair_name)
     if pair.draft is None:
         raise specviz.SpecvizError(f"the pair '{pair.name}' has no draft model to adapt")
-    sources = stream_sources(suites)
-    prompts = request_stream(
-        StreamConfig(sources, int(requests), int(shift_every), bool(mixed), int(distinct), files=True)
-    )
+    check_suites(suites)
+    prompts = request_stream(StreamConfig(tuple(suites), int(requests), int(shift_every), bool(mixed), int(distinct)))
     cfg = OsdConfig(update_interval=int(update_interval), lr=float(lr), loss=loss, background=bool(background))
     learner = OnlineLearner(pair.draft, cfg, pool=ADAPTED_DRAFTS)
     state = {"pair": pair, "learner": learner, "rows": [], "requests": len(prompts)}
@@ -99,15 +95,13 @@ def serve_stream(
     yield {**state, "stats": learner_stats(learner)}
 
 
-def stream_sources(suites: list[str]) -> tuple[str, ...]:
-    """The stream's sources for `request_stream(files=True)`: the shipped suites by name, translation by
-    its shipped file. Only the tab's own suites pass (never a path a visitor sends)."""
+def check_suites(suites: list[str]) -> None:
+    """Only the tab's own suites pass: shipped suites by name, never a path a visitor sends."""
     unknown = [s for s in suites if s not in SUITES]
     if unknown or not suites:
         raise SpecvizError(
             f"choose prompt suites among {', '.join(SUITES)} (got {', '.join(map(str, unknown)) or 'none'})"
         )
-    return tuple(str(TRANSLATION_FILE) if s == TRANSLATION else s for s in suites)
 
 
 def learner_stats(learner: Any) -> dict[str, Any]:
