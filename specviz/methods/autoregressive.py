@@ -22,7 +22,7 @@ class NoOptions:
     BASELINE,
     label="Autoregressive",
     description="The target model alone, one token per forward pass: the baseline every speedup is measured against.",
-    paper="-",
+    paper="the baseline: the target model alone, one token per pass",
     options=NoOptions,
     family=TARGET_ALONE,
     needs_draft=False,
