@@ -33,7 +33,9 @@ def test_the_disco_tabs_stop_reaches_its_model_call(perturbed_pair, monkeypatch)
         disco.build_tab(tab_context(load_pair=lambda name: perturbed_pair))
     fns = {f.fn.__name__: f for f in demo.fns.values() if f.fn is not None}
     assert fns["set"].api_name == "stop_disco"  # the Stop button's event
-    monkeypatch.setattr(disco, "new_stop_key", lambda: "pressedbefore")
+    from specviz.ui import stopping
+
+    monkeypatch.setattr(stopping, "new_stop_key", lambda: "pressedbefore")
     request_stop("pressedbefore")  # as if Stop was pressed the moment the call began
     try:
         card, table, plot_sl, *_ = fns["run"].fn("tiny-perturbed", "def f(x):", True, 0.5, 8, 8, 1, KeyedStop())

@@ -13,8 +13,8 @@ from specviz.limits import check_count
 from specviz.metrics import tested
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import KeyedStop, StopKey, forget_stop, gpu_seconds, new_stop_key
-from specviz.ui.turns import stop_when_cancelled, stopped_on_leave
+from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
+from specviz.ui.stopping import stop_key_for
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -232,23 +232,16 @@ def build_tab(ctx: Any) -> None:
         stop: KeyedStop | None = None,
         request: gr.Request | None = None,
     ):
-        key = new_stop_key()
-        stop = stop if stop is not None else KeyedStop()
-        stop.keys.add(key)
         try:
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
             check_count("max new tokens", int(n), most=ctx.limits.max_new_tokens)
             if length is not None:
                 check_count("SL_max", length, most=ctx.limits.speculation_length)
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
-            # a closed page stops it too, and so does a cancelled request
-            with stopped_on_leave(getattr(request, "session_hash", None), stop), stop_when_cancelled(stop):
+            with stop_key_for(stop, request) as key:  # Stop, a closed page or a cancelled request stop it
                 out = measured(pair_name, text, threshold, length, int(n), int(k), key)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e
-        finally:
-            stop.keys.discard(key)
-            forget_stop(key)
         used = out["tuned"] if use_tuned else (t, m)
         if out["stopped"]:  # the methods timed before Stop, without the figures that compare all four
             note = f"**Stopped** after {len(out['rows'])} of 4 methods. "
