@@ -102,6 +102,8 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     /* the family (chain, tree) is named under the table too, with its formula: the phone's width goes to the rest */
     #sv-why th:nth-child(2), #sv-why td:nth-child(2) { display: none; }
     .prose td:last-child { min-width: 10rem; }
+    /* The animated iteration's lanes, cells and captions need a desktop's width: the phone scrolls it sideways. */
+    #sv-step-anim { overflow-x: auto; } #sv-step-anim .js-plotly-plot { min-width: 900px; }
 }
 """
 
