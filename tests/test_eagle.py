@@ -80,9 +80,55 @@ def test_the_head_reads_the_teacher_forced_features(registered, random_pair, mon
     ids = list(prompt) + list(got.summary.output_ids)
     feats = features_of(random_pair.target, torch.tensor([ids]))[0]  # [T, H]
     positions = [t for t, _ in seen]
-    assert positions == list(range(len(prompt) - 1, len(ids) - 1))  # every committed position once
+    assert positions == list(range(len(ids) - 1))  # every committed position once, the prompt's from the first pass
     for t, f in seen:
         torch.testing.assert_close(f, feats[t], rtol=1e-4, atol=1e-4)
+
+
+def test_the_head_cache_starts_from_the_whole_prompt(registered, random_pair, monkeypatch):
+    """The first pass files an entry for every prompt position, as training does: the first tree's
+    root f̂ is the teacher-forced head's over the whole prompt, not over its last token alone."""
+    reads: list[tuple[int, list[int], torch.Tensor]] = []
+    read = eagle_method.EagleDrafter._read_pending
+
+    def spy(self, ids):
+        root = read(self, ids)
+        reads.append((self.committed, list(ids), root))
+        return root
+
+    monkeypatch.setattr(eagle_method.EagleDrafter, "_read_pending", spy)
+    prompt = PROMPTS[1]
+    output(random_pair, prompt, max_new_tokens=6, head="untrained")
+    committed, ids, root = reads[0]
+    assert committed == len(prompt)  # entries t = 0 .. L-1 in the head's cache
+    target = random_pair.target
+    seq = torch.tensor([ids[: len(prompt) + 1]])  # the prompt and the first pass's token
+    with torch.inference_mode():
+        feats = features_of(target, seq)
+        full = teacher_forced_loss(
+            eagle_method.eagle_head(target, "untrained"), target, seq, feats, torch.ones_like(seq, dtype=torch.bool)
+        )["f_hat"]
+    torch.testing.assert_close(root, full[0, len(prompt) - 1], rtol=1e-4, atol=1e-4)
+
+
+def test_records_count_the_heads_passes(registered, random_pair, monkeypatch):
+    """draft_forwards is the head passes each iteration drafted with: none before the first
+    verification, then one to read the kept features and one per deeper level."""
+    passes: list[int] = []
+    forward = eagle_method.EagleDrafter._forward
+
+    def spy(self, *args):
+        passes.append(self.root_position)
+        return forward(self, *args)
+
+    monkeypatch.setattr(eagle_method.EagleDrafter, "_forward", spy)
+    got = output(random_pair, PROMPTS[1], max_new_tokens=30, tree_width=2, depth=3, tree_nodes=6)
+    counts = [r.draft_forwards for r in got.records]
+    assert counts == [passes.count(r.position - 1) for r in got.records]
+    assert counts[0] == 0 and counts[1] == 3
+    for method in ("sssd", "streaming"):  # n-grams run no model; the streams ride on the target's pass
+        others = specviz.generate(method, random_pair, PROMPTS[1], max_new_tokens=12).records
+        assert all(r.draft_forwards == 0 for r in others), method
 
 
 def test_drafting_entries_equal_the_teacher_forced_head(random_pair):

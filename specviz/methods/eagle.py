@@ -1,14 +1,15 @@
 """EAGLE-2 (Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees").
 
 The draft is a head over the target's own features (`specviz.models.eagle`, EAGLE-1's head). Each
-iteration: the head reads the features of the tokens the last verification kept, then grows a tree
-by its confidence: from the last committed token, the top-k tokens; at each later level the k
-nodes of highest cumulative draft probability (the product of the head's probabilities along the
-path: EAGLE-2's estimate of the chance the path is accepted) are expanded in one head pass into
-their top-k children; at the end every candidate is reranked and the `tree_nodes` best kept (a
-child never scores above its parent, so they form a tree). `trees.tree_step` verifies the tree in
-one target forward, which also returns the features of the accepted path (no extra target pass).
-A deterministic draft is a one-hot q, so sampling stays exact.
+iteration: the head reads the features of the tokens the last verification kept (the whole
+prompt's after the first pass, as in training), then grows a tree by its confidence: from the last
+committed token, the top-k tokens; at each later level the k nodes of highest cumulative draft
+probability (the product of the head's probabilities along the path: EAGLE-2's estimate of the
+chance the path is accepted) are expanded in one head pass into their top-k children; at the end
+every candidate is reranked and the `tree_nodes` best kept (a child never scores above its parent,
+so they form a tree). `trees.tree_step` verifies the tree in one target forward, which also returns
+the features of the accepted path (no extra target pass). A deterministic draft is a one-hot q, so
+sampling stays exact.
 
 Not in the registry yet: it is registered (`register("eagle", **SPEC)`) once a trained head for the
 default target ships under assets/eagle/; until then `tests/test_eagle.py` registers it for its runs.
@@ -106,7 +107,7 @@ def eagle(dec: Decoding, opts: EagleOptions) -> Iterator[IterationRecord]:
     drafter = EagleDrafter(eagle_head(dec.pair.target, opts.head), dec.pair.target, opts)
     target = CachedLM(dec.pair.target)
     while not dec.done:
-        yield tree_step(dec, target, drafter, opts.tree_nodes)
+        yield tree_step(dec, target, drafter, opts.tree_nodes, all_rows=True)  # the prompt's features too
 
 
 @dataclass
@@ -130,10 +131,17 @@ class EagleDrafter:
         self.committed = 0  # head-cache entries of committed positions (the rest are the last tree's)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (t, f_t) whose entries are not cached yet
         self.root_position = -1  # position of the last committed token when the tree was proposed
+        self.nodes = 0  # nodes of the tree proposed last (the verification pass's rows after the committed ones)
+        self.passes = 0  # head passes in this iteration's drafting
+
+    def propose(self, context: TreeContext, budget: int) -> TokenTree:
+        self.root_position, self.passes = len(context.ids) - 1, 0
+        tree = self._draft(context, budget)
+        tree.forwards, self.nodes = self.passes, len(tree)
+        return tree
 
     @torch.inference_mode()
-    def propose(self, context: TreeContext, budget: int) -> TokenTree:
-        self.root_position = len(context.ids) - 1
+    def _draft(self, context: TreeContext, budget: int) -> TokenTree:
         depth = min(self.opts.depth, context.depth)
         if not self.pending:
             return TokenTree()  # before the first verification no feature is known
@@ -143,9 +151,11 @@ class EagleDrafter:
         return self._grow(root, depth, budget)
 
     def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
+        """File f_t of the pass's new committed tokens (all rows: the whole prompt at first) and of the path."""
         assert hidden is not None  # hidden_layer is set, so the verification pass returns features
-        p0 = self.root_position
-        self.pending = [(p0, hidden[0])] + [(p0 + 1 + d, hidden[1 + node]) for d, node in enumerate(path)]
+        p0, m = self.root_position, hidden.shape[0] - self.nodes  # [m + n, H]: m committed rows, then the tree
+        committed = [(p0 - m + 1 + i, hidden[i]) for i in range(m)]
+        self.pending = committed + [(p0 + 1 + d, hidden[m + node]) for d, node in enumerate(path)]
 
     def _forward(self, tokens: list[int], feats: torch.Tensor, positions: list[int], visible: torch.Tensor):
         """Head entries for (f_t, x_{t+1}) rows: feats [T, H], tokens x_{t+1}, positions t; `visible`
@@ -155,6 +165,7 @@ class EagleDrafter:
         mask = additive(visible, self.head.fc.weight.dtype, device)[None, None]  # [1, 1, T, S]
         pos = torch.tensor([positions], device=device)  # [1, T]
         out = self.head(self.embed[ids][None], feats[None], pos, mask, self.cache)  # [1, T, H]
+        self.passes += 1
         return out[0]
 
     def _read_pending(self, ids: list[int]) -> torch.Tensor:

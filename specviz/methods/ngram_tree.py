@@ -39,6 +39,7 @@ class TokenTree:
     parents: list[int] = field(default_factory=list)  # -1: child of the last committed token
     scores: list[float] = field(default_factory=list)  # fused pseudo-probability of each node's path
     sources: list[str] = field(default_factory=list)  # "input" (prompt/self-output) or "datastore"
+    forwards: int = 0  # draft-model passes spent growing it (0: no model, as n-grams; the record's draft_forwards)
 
     def __len__(self) -> int:
         return len(self.tokens)

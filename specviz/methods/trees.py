@@ -43,7 +43,9 @@ class TreeDrafter(Protocol):
 
     def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
         """After verification: the accepted nodes (tree indices, root first) and, when `hidden_layer`
-        is set, the hidden states entering that layer for the pass's rows [1 + n, H]."""
+        is set, the hidden states entering that layer for the pass's rows: [1 + n, H], the last
+        committed token and the tree; [m + n, H], every new committed token too, when `tree_step`
+        was asked for `all_rows`."""
 
 
 def tree_extra(
@@ -71,7 +73,8 @@ def commit_tree(
 ) -> tuple[IterationRecord, TreeVerdict]:
     """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
     commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep).
-    `batch_size`: the sequences verified in the same forward (SSSD's static batch), for the record."""
+    The record's draft passes are the tree's `forwards`. `batch_size`: the sequences verified in the
+    same forward (SSSD's static batch), for the record."""
     tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
     drafted, verdict = tv.linear(tree.tokens, tree.parents)
     record = dec.commit(
@@ -80,14 +83,17 @@ def commit_tree(
         speculation_length=len(tree),
         t_start=t_start,
         t_drafted=t_drafted,
-        draft_forwards=0,
+        draft_forwards=tree.forwards,
         extra=tree_extra(tree, tv.path, tv.main_path(tree.parents), batch_size).to_extra(),
     )
     return record, tv
 
 
-def tree_step(dec: Decoding, target: CachedLM, drafter: TreeDrafter, budget: int) -> IterationRecord:
-    """Draft a tree, verify it in one target forward, keep the accepted path in the cache."""
+def tree_step(
+    dec: Decoding, target: CachedLM, drafter: TreeDrafter, budget: int, all_rows: bool = False
+) -> IterationRecord:
+    """Draft a tree, verify it in one target forward, keep the accepted path in the cache. `all_rows`:
+    hand the drafter the hidden states of every new committed token, not only the last one's."""
     t_start = dec.now()
     tree = drafter.propose(TreeContext.of(dec), budget)
     t_drafted = dec.now()
@@ -95,7 +101,7 @@ def tree_step(dec: Decoding, target: CachedLM, drafter: TreeDrafter, budget: int
     if drafter.hidden_layer is None:
         logits, hidden = target.forward_tree(new, tree.tokens, tree.parents), None
     else:
-        logits, hidden = target.forward_tree_hidden(new, tree.tokens, tree.parents, drafter.hidden_layer)
+        logits, hidden = target.forward_tree_hidden(new, tree.tokens, tree.parents, drafter.hidden_layer, all_rows)
     record, tv = commit_tree(dec, tree, logits, t_start, t_drafted)
     path = list(tv.path[: record.accepted])
     target.keep_path(position, path)

@@ -73,17 +73,24 @@ class CachedLM:
         return self._tree_pass(new_tokens, tree_tokens, parents, None)[0]
 
     def forward_tree_hidden(
-        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], layer: int
+        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], layer: int, all_rows: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward_tree`, plus the hidden states entering decoder layer `layer` for the same rows:
-        logits [1 + n, V], hidden [1 + n, H] (speculative streaming starts its streams there)."""
-        logits, hidden = self._tree_pass(new_tokens, tree_tokens, parents, layer)
+        logits [1 + n, V], hidden [1 + n, H] (speculative streaming starts its streams there). With
+        `all_rows`, hidden holds every new committed token's row too: [m + n, H] (an EAGLE head's
+        cache starts from the whole prompt)."""
+        logits, hidden = self._tree_pass(new_tokens, tree_tokens, parents, layer, all_rows)
         assert hidden is not None  # a layer was asked for
         return logits, hidden
 
     @torch.inference_mode()
     def _tree_pass(
-        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], layer: int | None
+        self,
+        new_tokens: list[int],
+        tree_tokens: list[int],
+        parents: list[int],
+        layer: int | None,
+        all_rows: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.lean is not None:
             raise ValueError("tree passes run through Hugging Face's forward: not on a lean-decoding model")
@@ -106,7 +113,8 @@ class CachedLM:
             output_hidden_states=layer is not None,
         )
         self.tokens.extend(new_tokens + tree_tokens)
-        hidden = out.hidden_states[layer][0, -(n + 1) :] if layer is not None else None  # [n+1, H]
+        rows = m + n if all_rows else n + 1
+        hidden = out.hidden_states[layer][0, -rows:] if layer is not None else None  # [rows, H]
         return out.logits[0], hidden  # [n+1, V]
 
     def keep_path(self, tree_start: int, path: list[int]) -> None:
