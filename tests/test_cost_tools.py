@@ -392,3 +392,25 @@ def test_default_draft_shape_is_the_shipped_drafts():
     config = json.loads((ASSETS / "drafts" / "smollm2-135m-draft-v2" / "config.json").read_text())
     shipped = shape_from_config(SimpleNamespace(**config), name="SmolLM2-135M draft (4 layers)", dtype="bfloat16")
     assert shipped == get_shape("SmolLM2-135M draft (4 layers)")
+
+
+def test_measured_c_averages_only_methods_that_run_the_draft_model():
+    """Review fault 2: Prompt lookup has no draft model (c ≈ 0.001); averaging it in gave a c below every
+    method that runs the draft. c is the mean over the chain methods that call the pair's draft model."""
+    from specviz.ui import theory
+    from specviz.ui.panels import MethodRun
+
+    base, spec = _race_records()
+    lookup = [
+        _rec("prompt_lookup", i, (1, 2, 3, 4), a, 0.0, 12.0, i * 0.012, (i + 1) * 0.012)
+        for i, a in enumerate((1, 0, 2, 0))
+    ]
+    runs = [
+        MethodRun("autoregressive", "Autoregressive", "", status="done", records=base),
+        MethodRun("vanilla", "Vanilla SD", "", status="done", records=spec),
+        MethodRun("prompt_lookup", "Prompt lookup", "", status="done", records=lookup),
+    ]
+    cost = theory.measured_cost(_race(runs))
+    assert cost is not None and cost.c == pytest.approx(0.1)  # Vanilla SD's c alone, not (0.1 + 0) / 2
+    assert "c = 0.100" in cost.source
+    assert "Prompt lookup" in cost.detail  # its verify cost still counts: it verifies like the others

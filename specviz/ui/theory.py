@@ -139,6 +139,7 @@ def measured_cost(race: Any) -> PairCost | None:
     (n, measured verify cost) points, a forward's time on this CPU growing about linearly with its tokens.
     Runs whose timing was disturbed are left out unless every run was (then the plots say so). None when no
     drafting method finished beside the autoregressive baseline."""
+    from specviz.methods import get_method
     from specviz.ui.why import explain_race
 
     if race is None:
@@ -149,15 +150,18 @@ def measured_cost(race: Any) -> PairCost | None:
     if not rows:
         return None
     disturbed = all(r["name"] in flagged for r in rows)
-    chains = [r for r in rows if r["family"] == "chain"]
-    trees = [r for r in rows if r["family"] != "chain"]
+    # c is the draft model's time per draft over the target's step: only runs that call the draft model have one
+    # (Prompt lookup's n-gram copy costs ~0 and would pull the mean below every method that runs the draft)
+    drafts = [r for r in rows if get_method(r["name"]).needs_draft]
+    chains = [r for r in drafts if r["family"] == "chain"]
+    trees = [r for r in drafts if r["family"] != "chain"]
     k = max(0.0, sum(r["length"] * (r["verify_ratio"] - 1) for r in rows) / sum(r["length"] ** 2 for r in rows))
     c = sum(r["c"] for r in chains) / len(chains) if chains else model_cost().c
     tree_c = sum(r["c"] for r in trees) / len(trees) if trees else 0.0
     by = ", ".join(f"{r['method']} {r['verify_label']} = {r['verify_ratio']:.2f} at {r['length_text']}" for r in rows)
     source = (
         f"measured in the last race ({race.pair}): c = {c:.3f}"
-        + ("" if chains else " (cost model: no chain method ran)")
+        + ("" if chains else " (cost model: no chain method ran the draft model)")
         + f", verify cost 1 + {k:.3f}·γ"
         + ("<br>⚠️ its timings were disturbed by other load (see the Race tab)" if disturbed else "")
     )
