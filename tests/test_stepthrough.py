@@ -3,13 +3,15 @@ and its recomputed distributions reproduce the run's own p(x) and q(x), for ever
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import specviz
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, method_names
 from specviz.plots.animation import iteration_animation
-from specviz.plots.step import step_distributions
+from specviz.plots.step import panel_grid, step_distributions
 from specviz.plots.tree import record_tree_figure
 from specviz.stepthrough import explain_iteration, recompute_for
 from specviz.ui.stepthrough import step_html
@@ -262,3 +264,25 @@ def test_a_streaming_tree_names_where_its_drafts_came_from(perturbed_pair):
     step = explain_iteration(records, i, ids, {"temperature": 0.0}, token_text=str)
     said = " ".join(captions(iteration_animation(step)))
     assert "from the target's stream heads" in said and "from text" not in said
+
+
+def test_many_drafts_wrap_into_rows_of_five_under_a_clear_title(perturbed_pair):
+    """PEARL drafts 14: one row of 15 panels was illegible, and the subtitle sat on the first panel's title
+    at every size (review fault 10)."""
+    ids, records = run(perturbed_pair, "vanilla")
+    i = next(i for i, r in enumerate(records) if r.drafted)
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target+draft")
+    check = dataclasses.replace(step.checks[0], tested=True)
+    many = dataclasses.replace(step, checks=tuple(dataclasses.replace(check, index=k) for k in range(14)))
+    fig = step_distributions(many)
+    panels = sorted({(a.domain[0], round(b.domain[0], 6)) for a, b in zip(axes(fig, "x"), axes(fig, "y"), strict=True)})
+    assert len(panels) == 15 and len({x for x, _ in panels}) == 5 and len({y for _, y in panels}) == 3
+    row_px = fig.layout.height / 3
+    assert fig.layout.height >= 3 * 260 and row_px > 200  # the figure grows by its rows
+    # the title's two lines (title, subtitle, ~25 px each) end above the panel titles' line (~25 px)
+    assert fig.layout.margin.t >= 3 * 25 + 40
+    assert panel_grid(1) == (1, 1) and panel_grid(5) == (5, 1) and panel_grid(6) == (3, 2)
+
+
+def axes(fig, kind: str) -> list:
+    return [fig.layout[k] for k in sorted(fig.layout) if k.startswith(kind + "axis")]

@@ -10,6 +10,9 @@ from plotly.subplots import make_subplots
 from specviz.plots.theme import OKABE_ITO, empty, finish
 
 TITLE = "The distributions behind one iteration"
+PER_ROW = 5  # panels side by side at most: PEARL's 14 drafts in one row were 15 illegible slivers
+PANEL_PX, GAP_PX = 260, 110  # a row of panels' height; between rows, room for the x axis and the next titles
+TOP_PX, BOTTOM_PX = 130, 80  # above the panels: the title, its subtitle and the panels' titles, none overlapping
 P_COLOUR, Q_COLOUR, OWN_COLOUR = OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["bluish_green"]
 
 
@@ -22,16 +25,27 @@ def step_distributions(step, label: str | None = None) -> go.Figure:
         return empty(TITLE, "No distributions to show: " + step.source + ".")
     titles = [f"draft {c.index + 1}: '{c.text}' {'✓' if c.accepted else '✗'}" for c in tested]
     titles += [f"target's {step.target_role}: '{step.target_token}'"] if own else []
-    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
+    cols, rows = panel_grid(len(titles))
+    area = rows * PANEL_PX + (rows - 1) * GAP_PX
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=titles,
+        horizontal_spacing=0.08,
+        vertical_spacing=GAP_PX / area if rows > 1 else 0.0,
+    )
     legend = set()
-    for col, c in enumerate(tested, start=1):
+    for k, c in enumerate(tested):
         for name, top, colour in (("p (target)", c.p_top, P_COLOUR), ("q (draft)", c.q_top, Q_COLOUR)):
             if top:
-                fig.add_trace(_bars(top, name, colour, name not in legend), row=1, col=col)
+                fig.add_trace(_bars(top, name, colour, name not in legend), row=k // cols + 1, col=k % cols + 1)
                 legend.add(name)
     if own:
+        last = len(titles) - 1
         fig.add_trace(
-            _bars(step.target_top, "what the target's token was drawn from", OWN_COLOUR, True), row=1, col=len(titles)
+            _bars(step.target_top, "what the target's token was drawn from", OWN_COLOUR, True),
+            row=last // cols + 1,
+            col=last % cols + 1,
         )
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_yaxes(autorange="reversed", automargin=True)
@@ -43,9 +57,18 @@ def step_distributions(step, label: str | None = None) -> go.Figure:
         "",
         legend="distribution",
         subtitle="the top tokens of each distribution; x: probability",
+        height=TOP_PX + area + BOTTOM_PX,
     )
+    fig.update_layout(margin={"t": TOP_PX})  # finish's 80 px put the subtitle over the first row's panel titles
     # one short axis title under every panel: the long one sat under the first, narrow panel only, clipped
     return fig.update_xaxes(title_text="probability", title_standoff=4)
+
+
+def panel_grid(panels: int) -> tuple[int, int]:
+    """(columns, rows) for `panels` panels: at most PER_ROW a row, the rows as even as they can be
+    (6 panels: 2 rows of 3, not 5 and a lone 1; PEARL's 14 drafts and the target's token: 3 rows of 5)."""
+    rows = -(-panels // PER_ROW)
+    return -(-panels // rows), rows
 
 
 def _bars(top: tuple[tuple[int, str, float], ...], name: str, colour: str, show: bool) -> go.Bar:
