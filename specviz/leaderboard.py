@@ -9,6 +9,10 @@ the same run, and summarises a method × column table:
   spread of the per-prompt ratios (25th-75th percentile);
 - tokens per target pass: new tokens ÷ target forward passes (1.0 for the target alone).
 
+Each method's "all" column sums its own run's prompts, which differ between methods (DISCO's run has
+MBPP, Vanilla SD's MT-Bench): methods are ranked on the `SHARED` column instead, over the columns
+every method of the benchmark was measured on.
+
 Plain data in, pandas out; no torch, no method names (they come from the declaration)."""
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ DECLARATION = BENCHMARKS / "leaderboard.json"
 SUITE_COLUMNS = {"humaneval": "HumanEval", "gsm8k": "GSM8K", "mtbench": "MT-Bench", "mbpp": "MBPP"}
 BENCHMARK_OF = {"specbench": "Spec-Bench (by category)"}  # other suites: "Code, math and chat suites"
 SUITES_BENCHMARK = "HumanEval · GSM8K · MT-Bench · MBPP"
+ALL = "all"  # the summary's column over every prompt of the method's own run (differs per method)
+SHARED = "shared"  # the summary's column over the columns every method of the benchmark ran (for ranking)
 
 
 @dataclass(frozen=True)
@@ -137,9 +143,20 @@ def leaderboard_rows(path: Path = DECLARATION) -> pd.DataFrame:
     return pd.concat([paired_rows(s) for s in load_declaration(path)], ignore_index=True)
 
 
+def shared_columns(rows: pd.DataFrame) -> list[str]:
+    """The columns every method in `rows` was measured on, in the runs' order ("all" and "shared" left
+    out): the only ones on which two methods' figures compare."""
+    measured = rows[~rows["column"].isin([ALL, SHARED])]
+    per_method = [set(columns) for columns in measured.groupby("method", sort=False)["column"].unique()]
+    common = set.intersection(*per_method) if per_method else set()
+    return [c for c in dict.fromkeys(measured["column"]) if c in common]
+
+
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (machine, benchmark, method, column): speedup (Σ target-alone time ÷ Σ method time), the
-    25th/75th percentiles of the per-prompt speedups, tokens per target pass, prompts, source."""
+    25th/75th percentiles of the per-prompt speedups, tokens per target pass, prompts, source; and
+    per method two more columns: "all" (its own run's prompts) and "shared" (the benchmark's columns
+    every method ran, the one to rank by)."""
 
     def one(group: pd.DataFrame) -> pd.Series:
         ratios = group["ar_s"] / group["method_s"]
@@ -159,5 +176,11 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     keys = ["machine", "benchmark", "method", "column"]
     per_column = rows.groupby(keys, sort=False).apply(one, include_groups=False).reset_index()
     overall = rows.groupby(keys[:3], sort=False).apply(one, include_groups=False).reset_index()
-    overall["column"] = "all"
-    return pd.concat([per_column, overall], ignore_index=True)
+    overall["column"] = ALL
+    common = [group[group["column"].isin(shared_columns(group))] for _, group in rows.groupby(keys[:2], sort=False)]
+    common_rows = pd.concat(common, ignore_index=True)
+    if common_rows.empty:
+        return pd.concat([per_column, overall], ignore_index=True)
+    shared = common_rows.groupby(keys[:3], sort=False).apply(one, include_groups=False).reset_index()
+    shared["column"] = SHARED
+    return pd.concat([per_column, overall, shared], ignore_index=True)

@@ -9,13 +9,16 @@ import json
 import pytest
 
 from specviz.leaderboard import (
+    ALL,
     BENCHMARK_OF,
     DECLARATION,
+    SHARED,
     SUITES_BENCHMARK,
     Source,
     leaderboard_rows,
     load_declaration,
     paired_rows,
+    shared_columns,
     summarise,
 )
 from specviz.methods import method_names
@@ -79,21 +82,50 @@ def test_the_overall_speedup_is_the_one_the_benchmark_wrote(folder, method, benc
     assert cell["tokens_per_pass"].item() == pytest.approx(float(wrote["mean accepted length"]), rel=1e-9)
 
 
-def test_the_tab_sorts_by_the_overall_figure_and_names_its_runs():
+def test_methods_rank_on_the_suites_every_one_ran_not_on_their_own_runs(tmp_path):
+    """Review fault 1: a method whose run had an easy extra suite must not outrank one that is faster on
+    every suite both ran. Here "b" ran GSM8K and MBPP (easy), "a" GSM8K and MT-Bench: on GSM8K, the only
+    suite both have, "a" is faster; over their own runs "b" looks faster."""
+    runs = [_row("autoregressive", p, 2.0, suite=s) for p, s in [("g", "gsm8k"), ("m", "mbpp"), ("t", "mtbench")]]
+    runs += [_row("vanilla", "g", 1.0), _row("vanilla", "t", 2.0, suite="mtbench")]  # 2.0× on GSM8K
+    runs += [_row("disco", "g", 1.25), _row("disco", "m", 0.5, suite="mbpp")]  # 1.6× on GSM8K
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"device": {"gpu": "G"}, "runs": runs}))
+    summary = summarise(paired_rows(Source(path, "test", {"vanilla": None, "disco": None})))
+    assert shared_columns(summary) == ["GSM8K"]
+    cell = summary.set_index(["method", "column"])["speedup"]
+    assert cell["disco", ALL] > cell["vanilla", ALL]  # 4/1.75 against 4/3: each run's own prompts
+    assert (cell["vanilla", SHARED], cell["disco", SHARED]) == pytest.approx((2.0, 1.6))
+
+
+def test_the_tab_ranks_on_shared_suites_and_says_what_differs():
     from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines
 
     figure, table, sources = leaderboard_view(BENCHMARK_CHOICES[0], "speedup", machines()[0])
-    overall = [float(v) for v in table["speedup (×)"]]
-    assert overall == sorted(overall, reverse=True)
+    ranked_on, own = table.columns[1], "speedup (×), its own run's prompts (differ per method)"
+    assert "HumanEval + GSM8K (every method ran these)" in ranked_on and own in table.columns
+    shared = [float(v) for v in table[ranked_on]]
+    assert shared == sorted(shared, reverse=True)
+    places = list(table["method"])
+    assert places.index("Vanilla SD") < places.index("DISCO")  # faster on the suites both ran (1.60 against 1.54)
     vanilla = table.set_index("method").loc["Vanilla SD"]
-    assert (vanilla["speedup (×)"], vanilla["tokens per target pass"], vanilla["prompts"]) == ("1.38", "2.20", 60)
+    assert (vanilla[own], vanilla["run (its prompts)"]) == ("1.38", "benchmarks/default-pair/bench_v2/ (60 prompts)")
+    assert "prompts" not in table.columns  # the narrow count column whose header broke as "prompt / s"
     assert "benchmarks/default-pair/bench_v2/" in sources and "Measured on CPU" in sources
     heat = figure.data[0]
     assert heat.type == "heatmap" and "×" in heat.text[0][-1]
+    assert list(heat.x[-2:]) == [
+        "HumanEval +<br>GSM8K<br>(every method<br>ran these)",
+        "its own run's<br>prompts (differ<br>per method)",
+    ]
+    assert list(heat.y).index("Vanilla SD") < list(heat.y).index("DISCO")
+    pearl = list(heat.y).index("PEARL")
+    assert heat.text[pearl][list(heat.x).index("MBPP")] == "not measured" and heat.z[pearl][3] is None
     white = next(at for at, colour in heat.colorscale if colour == "#FFFFFF")
     assert heat.zmin + white * (heat.zmax - heat.zmin) == pytest.approx(1.0)  # white = as fast as the target
-    by_category, _, _ = leaderboard_view(BENCHMARK_CHOICES[1], "tokens_per_pass", machines()[0])
+    by_category, table, _ = leaderboard_view(BENCHMARK_CHOICES[1], "tokens_per_pass", machines()[0])
     assert "Mathematical Reasoning" in by_category.data[0].x and "×" not in by_category.data[0].text[0][0]
+    assert by_category.data[0].x[-1] == "all prompts<br>(every method<br>ran them)"  # one run, the same prompts
 
 
 @pytest.mark.browser
@@ -116,11 +148,14 @@ def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
             page.get_by_role("tab", name="Leaderboard").click()
             page.wait_for_selector("#sv-leaderboard-plot .js-plotly-plot")
             table = page.locator("#sv-leaderboard-table").inner_text()
-            assert "Vanilla SD" in table and "1.38" in table and "benchmarks/default-pair/bench_v2/" in table
+            assert "Vanilla SD" in table and "1.60" in table and "benchmarks/default-pair/bench_v2/ (60" in table
+            assert "not measured" in page.locator("#sv-leaderboard-plot").inner_text()
             assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()
             assert "Measured on CPU" in page.locator("#sv-leaderboard-sources").inner_text()
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "leaderboard_1440.png"), full_page=True)
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.screenshot(path=str(ARTIFACTS / "leaderboard_390.png"), full_page=True)
             page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()
             page.wait_for_selector("#sv-leaderboard-plot:has-text('Mathematical Reasoning')")
             browser.close()

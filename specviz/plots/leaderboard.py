@@ -17,14 +17,22 @@ METRICS = {  # column of the summary -> (axis and colour-bar title, cell format,
 
 
 def leaderboard_figure(
-    table: pd.DataFrame, metric: str, columns: Sequence[str], labels: Mapping[str, str], title: str
+    table: pd.DataFrame,
+    metric: str,
+    columns: Sequence[str],
+    labels: Mapping[str, str],
+    title: str,
+    headers: Mapping[str, str] | None = None,
+    rank_by: str = "all",
 ) -> go.Figure:
-    """Rows: methods, best overall first; columns in `columns` order ("all" last). Colour: the
-    metric, white at its no-gain value (vermillion loses to the target alone, blue wins)."""
+    """Rows: methods, best first on the `rank_by` column (one every method has); columns in `columns`
+    order, headed by `headers` (the column itself where absent). Colour: the metric, white at its
+    no-gain value (vermillion loses to the target alone, blue wins)."""
     axis, fmt, neutral = METRICS[metric]
     if table.empty:
         return empty(title, "No shipped run measured this benchmark.")
-    overall = table[table["column"] == "all"].set_index("method")[metric]
+    headers = headers or {}
+    overall = table[table["column"] == rank_by].set_index("method")[metric]
     methods = sorted(table["method"].unique(), key=lambda m: -overall.get(m, 0.0))
     cells = table.set_index(["method", "column"])
     z: list[list[float | None]] = []
@@ -37,8 +45,8 @@ def leaderboard_figure(
         for column in columns:
             if (method, column) not in cells.index:
                 z[-1].append(None)
-                text[-1].append("")
-                hover[-1].append(f"{labels.get(method, method)}: not measured on {column}")
+                text[-1].append("not measured")
+                hover[-1].append(f"{labels.get(method, method)}: not measured on {headers.get(column, column)}")
                 continue
             cell = cells.loc[(method, column)]
             value = cell[metric]
@@ -46,7 +54,7 @@ def leaderboard_figure(
             z[-1].append(value)
             text[-1].append(fmt.format(value) + spread)
             hover[-1].append(
-                f"<b>{labels.get(method, method)}</b>, {column}<br>"
+                f"<b>{labels.get(method, method)}</b>, {headers.get(column, column)}<br>"
                 f"speedup {cell['speedup']:.2f}× (per prompt, 25th–75th percentile "
                 f"{cell['p25']:.2f}–{cell['p75']:.2f})<br>tokens per target pass {cell['tokens_per_pass']:.2f}<br>"
                 f"{int(cell['prompts'])} prompts · run benchmarks/{cell['source']}/"
@@ -57,7 +65,7 @@ def leaderboard_figure(
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=[c if c != "all" else "all prompts of its run" for c in columns],
+            x=[headers.get(c, c) for c in columns],
             y=[labels.get(m, m) for m in methods],
             text=text,
             texttemplate="%{text}",

@@ -9,7 +9,15 @@ from typing import Any
 import pandas as pd
 
 from specviz.errors import SpecvizError
-from specviz.leaderboard import BENCHMARK_OF, SUITES_BENCHMARK, leaderboard_rows, summarise
+from specviz.leaderboard import (
+    ALL,
+    BENCHMARK_OF,
+    SHARED,
+    SUITES_BENCHMARK,
+    leaderboard_rows,
+    shared_columns,
+    summarise,
+)
 from specviz.plots.leaderboard import METRICS, leaderboard_figure
 from specviz.ui.feedback import problem_text
 
@@ -24,10 +32,15 @@ INTRO = (
     "from the run that measured it; its speedup divides the target alone's time by the method's, both "
     "measured in that same run on the same prompts, summed over the column's prompts (the ratio of tokens/s, "
     "since every output equals the target's). Below a speedup: the 25th–75th percentile of the per-prompt "
-    "ratios. *Oracle SL* peeks at the target's answer: an upper bound for a chain of one draft, not a method. "
+    "ratios. The runs did not all cover the same suites, so methods are ranked only on the suites every one "
+    "of them ran; each one's figure over its own run's prompts is shown last, not for comparing. "
+    "*Oracle SL* peeks at the target's answer: an upper bound for a chain of one draft, not a method. "
     "Online SD learns over a stream of requests: its figures are on the Online learning tab. "
     "To see one prompt, race it on the Race tab (its Example suite list holds these suites)."
 )
+
+
+OWN_RUN = "speedup (×), its own run's prompts (differ per method)"  # the table's column not to rank by
 
 
 def _labels() -> dict[str, str]:
@@ -36,9 +49,18 @@ def _labels() -> dict[str, str]:
     return {spec.name: spec.label for spec in all_methods()}
 
 
-def _columns(table: pd.DataFrame) -> list[str]:
-    """The benchmark's columns in the order the runs list them, "all" last."""
-    return [*dict.fromkeys(c for c in table["column"] if c != "all"), "all"]
+def _columns(table: pd.DataFrame) -> tuple[list[str], str, dict[str, str]]:
+    """(the benchmark's columns in the order the runs list them, the column to rank by, their headers):
+    "shared" (the columns every method ran) before "all" (each method's own run) where they differ."""
+    measured = [*dict.fromkeys(c for c in table["column"] if c not in (ALL, SHARED))]
+    common = shared_columns(table)
+    if common == measured:  # every method ran every column: its own run's total compares
+        return [*measured, ALL], ALL, {ALL: "all prompts<br>(every method<br>ran them)"}
+    headers = {
+        SHARED: f"{' +<br>'.join(common)}<br>(every method<br>ran these)",
+        ALL: "its own run's<br>prompts (differ<br>per method)",
+    }
+    return [*measured, SHARED, ALL], SHARED, headers
 
 
 def machines() -> list[str]:
@@ -55,11 +77,11 @@ def leaderboard_view(benchmark: str, metric: str, machine: str) -> tuple[Any, pd
     if table.empty:
         message = f"No shipped run measured {benchmark} on {machine}."
         return leaderboard_figure(table, metric, [], {}, message), pd.DataFrame(), message
-    labels, columns = _labels(), _columns(table)
+    labels, (columns, rank_by, headers) = _labels(), _columns(table)
     title = f"{benchmark}, measured on {machine}"
     return (
-        leaderboard_figure(table, metric, columns, labels, title),
-        _table(table, labels),
+        leaderboard_figure(table, metric, columns, labels, title, headers, rank_by),
+        _table(table, labels, rank_by, headers[rank_by]),
         _sources(table, machine, labels),
     )
 
@@ -71,26 +93,31 @@ def gr_error(message: str) -> Exception:
     return gr.Error(message)
 
 
-def _table(table: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
-    """One row per method, best first: its run's overall figures (the heatmap has each column's)."""
-    overall = table[table["column"] == "all"].sort_values("speedup", ascending=False)
-    return pd.DataFrame(
+def _table(table: pd.DataFrame, labels: dict[str, str], rank_by: str, ranked_on: str) -> pd.DataFrame:
+    """One row per method, best first on `rank_by` (headed `ranked_on`), the column every method ran;
+    where that is not all of each run's prompts, each run's own total last (the heatmap has each column's)."""
+    ranked = table[table["column"] == rank_by].sort_values("speedup", ascending=False).set_index("method")
+    out = pd.DataFrame(
         {
-            "method": [labels.get(m, m) for m in overall["method"]],
-            "speedup (×)": [f"{v:.2f}" for v in overall["speedup"]],
+            "method": [labels.get(m, m) for m in ranked.index],
+            f"speedup (×), {ranked_on.replace('<br>', ' ')}": [f"{v:.2f}" for v in ranked["speedup"]],
             "per prompt, 25th–75th pct.": [
-                f"{a:.2f}–{b:.2f}" for a, b in zip(overall["p25"], overall["p75"], strict=True)
+                f"{a:.2f}–{b:.2f}" for a, b in zip(ranked["p25"], ranked["p75"], strict=True)
             ],
-            "tokens per target pass": [f"{v:.2f}" for v in overall["tokens_per_pass"]],
-            "prompts": overall["prompts"].astype(int).tolist(),
-            "run": [f"benchmarks/{s}/" for s in overall["source"]],
+            "tokens per target pass": [f"{v:.2f}" for v in ranked["tokens_per_pass"]],
         }
     )
+    own = table[table["column"] == ALL].set_index("method").loc[ranked.index]
+    if rank_by != ALL:
+        out[OWN_RUN] = [f"{v:.2f}" for v in own["speedup"]]
+    runs = zip(own["source"], own["prompts"], strict=True)
+    out["run (its prompts)"] = [f"benchmarks/{source}/ ({int(n)} prompts)" for source, n in runs]
+    return out
 
 
 def _sources(table: pd.DataFrame, machine: str, labels: dict[str, str]) -> str:
     """Which run each method comes from, what it ran, and the machine."""
-    runs = table[table["column"] == "all"].drop_duplicates("source")
+    runs = table[table["column"] == ALL].drop_duplicates("source")
     lines = [f"**Measured on {machine}.** The runs (each folder's README has its command and notes):"]
     for _, run in runs.iterrows():
         methods = ", ".join(labels.get(m, m) for m in table[table["source"] == run["source"]]["method"].unique())
@@ -116,7 +143,7 @@ def build_tab(ctx: Any) -> None:
         machine = gr.Radio(found, value=found[0], label="machine", visible=len(found) > 1, elem_id="sv-board-machine")
     first = leaderboard_view(benchmark.value, metric.value, machine.value)
     plot = gr.Plot(first[0], show_label=False, elem_id="sv-leaderboard-plot")
-    table = gr.Dataframe(first[1], interactive=False, wrap=True, elem_id="sv-leaderboard-table")
+    table = gr.Dataframe(first[1], interactive=False, wrap=True, max_height=900, elem_id="sv-leaderboard-table")
     sources = gr.Markdown(first[2], elem_id="sv-leaderboard-sources")
     for w in (benchmark, metric, machine):
         w.change(leaderboard_view, [benchmark, metric, machine], [plot, table, sources], show_progress="hidden")
