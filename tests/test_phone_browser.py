@@ -65,3 +65,57 @@ def test_after_a_race_the_summarys_speedup_is_on_a_phones_screen(phone):
     rejected = phone.locator("#sv-board .sv-rejgroup .sv-tok.sv-rejected").first
     assert rejected.evaluate("e => getComputedStyle(e).whiteSpace") in ("normal", "nowrap")  # line breaks collapse
     phone.screenshot(path=str(ARTIFACTS / "race_finished_390.png"), full_page=True)
+
+
+# a cell's text: how many lines it takes, and whether any of it is cut off at the cell's edge
+LINES = """el => { const r = document.createRange(); r.selectNodeContents(el);
+    const tops = new Set([...r.getClientRects()].filter(c => c.width > 0).map(c => Math.round(c.top)));
+    return [el.innerText.trim(), tops.size, el.scrollWidth > el.clientWidth + 1]; }"""
+
+
+def test_the_why_tables_numbers_never_break_on_a_phone(phone):
+    """Review fault 7: α and c wrapped one character a line ("0 / . / 8 / 4")."""
+    phone.wait_for_selector("#sv-why table")  # after the race of the test above
+    cells = [phone.locator("#sv-why td").nth(i) for i in range(phone.locator("#sv-why td").count())]
+    numbers = [c.evaluate(LINES) for c in cells if c.inner_text().strip().rstrip("×").replace(".", "").isdigit()]
+    assert len(numbers) >= 8 and all(lines == 1 for _, lines, _ in numbers), numbers
+
+
+def test_pearls_and_discos_tables_fit_a_phone(phone):
+    """Review fault 7: PEARL's step table wrapped its headers a letter a line ("a c c e p t e d"), and the
+    "This prompt" tables showed only the method column, the speedup and ms/token off-screen."""
+    from tests.test_app_browser import table_rows
+
+    phone.get_by_role("tab", name="PEARL: parallel drafting").click()
+    for label, value in (("Max new tokens", "24"), ("Timed runs", "1")):
+        number = phone.locator(f"input[aria-label^='number input for {label}']").last
+        number.fill(value)
+        number.press("Enter")
+    phone.get_by_role("button", name="Run the target alone, vanilla and PEARL").click()
+    table_rows(phone, "sv-pearl-table", 3)
+    phone.wait_for_selector("#sv-pearl-steps [role=row][aria-rowindex='2']")
+    heads = phone.locator("#sv-pearl-steps thead th .header")
+    words = [heads.nth(i).evaluate(LINES) for i in range(heads.count())]
+    assert len(words) == 7, words
+    for text, lines, cut in words:  # each header whole, broken only between its words
+        assert lines <= len(text.split()) and not cut, (text, lines, cut)
+    phone.locator("#sv-pearl-steps").screenshot(path=str(ARTIFACTS / "pearl_steps_390.png"))
+    key_numbers_on_screen(phone, "sv-pearl-table", ["× target alone", "ms/token"])
+    phone.get_by_role("tab", name="DISCO: dynamic speculation length").click()
+    phone.get_by_role("button", name="Run DISCO vs oracle").click()
+    table_rows(phone, "sv-disco-table", 4)
+    key_numbers_on_screen(phone, "sv-disco-table", ["speedup vs AR (×)", "ms/token"])
+    phone.get_by_role("tab", name="Race").click()
+
+
+def key_numbers_on_screen(page, elem_id: str, columns: list[str]) -> None:
+    """The method's column, then `columns`, whole on a phone's screen; no header broken inside a word."""
+    heads = page.locator(f"#{elem_id} thead th")
+    texts = [heads.nth(i).get_attribute("title") for i in range(heads.count())]
+    assert texts[1 : 1 + len(columns)] == columns, texts
+    for i in range(1 + len(columns)):
+        box = heads.nth(i).bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (texts[i], box)
+        text, lines, cut = heads.nth(i).locator(".header").evaluate(LINES)
+        assert lines <= len(text.split()) and not cut, (text, lines, cut)
+    page.locator(f"#{elem_id}").screenshot(path=str(ARTIFACTS / f"{elem_id}_390.png"))

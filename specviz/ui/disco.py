@@ -37,17 +37,18 @@ AR_LABEL = "Autoregressive (target alone)"
 # the Race tab's names and definitions (its summary table and glossary, specviz.ui.why)
 ALPHA = "α (accepted ÷ tested)"
 ACCEPTANCE_RATE = "acceptance rate (%)"
+# the key numbers right after the method: a phone shows the table's first columns only
 HEADERS = [
     "method",
-    "runs (median shown)",
-    "tokens",
-    "iterations",
-    "ms/token",
     "speedup vs AR (×)",
+    "ms/token",
     ALPHA,
     ACCEPTANCE_RATE,
     "mean SL",
     "mean |SL − oracle|",
+    "iterations",
+    "tokens",
+    "runs (median shown)",
 ]
 
 
@@ -122,17 +123,17 @@ def table_row(label: str, result: Any, repeats: int, ar_ms: float) -> dict[str, 
     oracle_known = drafts and records[0].oracle_sl is not None
     return {
         "method": label,
-        "runs (median shown)": repeats,
-        "tokens": s.new_tokens,
-        "iterations": s.iterations,
-        "ms/token": round(ms_per_token(result), 1),
         "speedup vs AR (×)": round(ar_ms / ms_per_token(result), 2),
+        "ms/token": round(ms_per_token(result), 1),
         ALPHA: round(s.accepted / tested_drafts, 2) if tested_drafts else None,
         ACCEPTANCE_RATE: round(100 * s.accepted / s.drafted, 1) if drafts else None,
         "mean SL": round(sum(sl) / len(sl), 2) if drafts else None,
         "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in records) / len(sl), 2)
         if oracle_known
         else None,
+        "iterations": s.iterations,
+        "tokens": s.new_tokens,
+        "runs (median shown)": repeats,
     }
 
 

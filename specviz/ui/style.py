@@ -95,13 +95,29 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     .sv-legend { font-size: .85rem; gap: .15rem .9rem; line-height: 1.35; }
     .sv-legend .sv-tok { font-size: .85rem; }
     /* The why table wraps its cells between words, in a smaller type, rather than run off the right edge. */
-    #sv-why table { font-size: .7rem; line-height: 1.25; }
+    #sv-why table { font-size: .62rem; line-height: 1.25; }
     #sv-why th, #sv-why td, #sv-why td:last-child { white-space: normal; word-break: normal; overflow-wrap: normal;
-        padding: 3px 2px; }
-    #sv-why td { overflow-wrap: anywhere; }  /* "T(γ+1)/T(1) = 1.29" may break inside its formula */
+        padding: 2px 1px; }
+    /* a number never breaks inside ("0 / . / 8 / 4" down a column): words and numbers stay whole */
+    #sv-why td, #sv-why th { overflow-wrap: normal; word-break: keep-all; hyphens: none; }
     /* the family (chain, tree) is named under the table too, with its formula: the phone's width goes to the rest */
     #sv-why th:nth-child(2), #sv-why td:nth-child(2) { display: none; }
     .prose td:last-child { min-width: 10rem; }
+    /* PEARL's and DISCO's tables fit a phone: smaller type, cells wrap between words only (never inside a
+       word or number: "a c c e p t e d" down a header), so the method column gives way to the numbers. */
+    #sv-pearl-table table *, #sv-pearl-steps table *, #sv-disco-table table *, #sv-pearl-table [role=row] *,
+    #sv-pearl-steps [role=row] *, #sv-disco-table [role=row] * {
+        font-size: .68rem !important; line-height: 1.25; white-space: normal !important; hyphens: none;
+        word-break: keep-all !important; overflow-wrap: normal !important; }
+    #sv-pearl-table :is(th, td, .body-cell), #sv-pearl-steps :is(th, td, .body-cell),
+    #sv-disco-table :is(th, td, .body-cell) { padding: 2px !important; }
+    #sv-pearl-table .cell-wrap, #sv-pearl-steps .cell-wrap, #sv-disco-table .cell-wrap { padding: 0 !important; }
+    /* the step table's seven columns: a smaller type still, and no column menu (its ⋮ took a word's room) */
+    #sv-pearl-steps table *, #sv-pearl-steps [role=row] * { font-size: .62rem !important; }
+    /* a method's name wraps between words; one longer than gradio's column ("Autoregressive") breaks, not hides */
+    #sv-disco-table [role=row] > :first-child * { overflow-wrap: anywhere !important; }
+    #sv-pearl-table .cell-menu-button, #sv-pearl-steps .cell-menu-button,
+    #sv-disco-table .cell-menu-button { display: none !important; }
     /* The animated iteration's lanes, cells and captions need a desktop's width: the phone scrolls it sideways. */
     #sv-step-anim { overflow-x: auto; } #sv-step-anim .js-plotly-plot { min-width: 900px; }
 }
