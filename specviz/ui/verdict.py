@@ -22,7 +22,7 @@ of being explained as a property of the method.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -34,6 +34,7 @@ VERIFY_FLOOR = 0.9  # verify cost below this (1 − noise): a verification cheap
 EVEN = 0.05  # a speedup within this of 1: neither a gain nor a loss on a shared machine
 STALLED_SHARE = 0.2  # a run's verification time in passes over twice their size's median: load came and went
 PROBE_TOLERANCE = 0.25  # the target alone's step time before a method off the race's by more than this share
+NOISE = 0.10  # speedups within this share of each other: one shared place (a shared machine's run-to-run noise)
 
 
 def step_ms(records: Sequence[Any]) -> float | None:
@@ -116,6 +117,9 @@ class Shipped:
     machine: str  # where it ran
     overall: float  # Σ the target alone's seconds ÷ Σ the method's: the benchmark README's figure
     per_prompt: tuple[float, ...]  # the target alone's wall time ÷ the method's, prompt by prompt
+    suites: tuple[str, ...] = ()  # the suites every method's run has (the ones its race is compared on)
+    on_suites: float = float("nan")  # Σ-time speedup over its prompts of those suites
+    per_prompt_on_suites: tuple[float, ...] = ()  # the per-prompt speedups on those suites
 
 
 @cache
@@ -124,7 +128,7 @@ def shipped_speedups(pair: str) -> dict[str, Shipped]:
     declaration: the runs behind the README's figures), for the default pair, the only pair with
     shipped results; {} where benchmarks/ is not installed (a wheel, a Space)."""
     from specviz.errors import SpecvizError
-    from specviz.leaderboard import leaderboard_rows
+    from specviz.leaderboard import SUITES_BENCHMARK, leaderboard_rows, shared_columns
 
     if pair != "default":
         return {}
@@ -132,23 +136,36 @@ def shipped_speedups(pair: str) -> dict[str, Shipped]:
         rows = leaderboard_rows()
     except (OSError, SpecvizError, KeyError, ValueError):  # not shipped with this installation, or unreadable
         return {}
+    suites = shared_columns(rows[rows["benchmark"] == SUITES_BENCHMARK])
     out = {}
     for method, group in rows.groupby("method", sort=False):
         first = group[group["source"] == group["source"].iloc[0]]
+        common = first[first["column"].isin(suites)]
         out[str(method)] = Shipped(
             str(first["source"].iloc[0]),
             str(first["title"].iloc[0]),
             str(first["machine"].iloc[0]),
             float(first["ar_s"].sum() / first["method_s"].sum()),
             tuple(float(x) for x in first["ar_s"] / first["method_s"]),
+            tuple(suites) if not common.empty else (),
+            float(common["ar_s"].sum() / common["method_s"].sum()) if not common.empty else float("nan"),
+            tuple(float(x) for x in common["ar_s"] / common["method_s"]),
         )
     return out
 
 
 def prompt_place(speedup: float, shipped: Shipped) -> str:
-    """Where this prompt's speedup stands among the shipped benchmark's prompts, in words."""
-    below = sum(s < speedup for s in shipped.per_prompt)
-    n = len(shipped.per_prompt)
+    """Where this prompt's speedup stands among the method's shipped benchmark prompts, in words: on the
+    suites every method's run has (so every method is placed against the same suites), named."""
+    if shipped.per_prompt_on_suites:
+        ratios, average = shipped.per_prompt_on_suites, shipped.on_suites
+        suites = " and ".join(shipped.suites)
+        where = f"its {len(ratios)} {suites} prompts in the shipped benchmarks (the suites every method ran)"
+    else:
+        ratios, average = shipped.per_prompt, shipped.overall
+        where = f"its {len(ratios)} prompts in the shipped benchmarks ({shipped.prompts})"
+    below = sum(s < speedup for s in ratios)
+    n = len(ratios)
     share = below / n if n else 0.5
     ease = (
         "an easy prompt for it"
@@ -158,8 +175,8 @@ def prompt_place(speedup: float, shipped: Shipped) -> str:
         else "a typical prompt for it"
     )
     return (
-        f"{speedup:.2f}× here against {shipped.overall:.2f}× over the {n} prompts of benchmarks/{shipped.folder} "
-        f"({shipped.prompts}; {shipped.machine}; faster here than on {below} of them): {ease}"
+        f"{speedup:.2f}× here against {average:.2f}× on average over {where}, on {shipped.machine}; "
+        f"faster here than on {below} of them: {ease}"
     )
 
 
@@ -169,6 +186,38 @@ def ranking(race: Race) -> list[tuple[MethodRun, float | None]]:
     rows = [(r, live_metrics(r.records, baseline)["speedup"]) for r in race.finished()]
     rows = [(r, 1.0 if r.name == BASELINE else s) for r, s in rows]
     return sorted(rows, key=lambda rs: -(rs[1] if rs[1] is not None else float("-inf")))
+
+
+def counts(run: MethodRun) -> list[tuple[Any, ...]]:
+    """What a run did, iteration by iteration, without its clock: drafts, accepted, emitted, passes."""
+    return [(r.drafted, r.accepted, r.emitted, r.draft_forwards, r.target_forwards) for r in run.records]
+
+
+def places(ranked: Sequence[tuple[MethodRun, float | None]], flags: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """Each ranked run's place (1-based) and why it shares it ('' where it does not): a run shares the
+    place of the runs above it when it did the same work as one of them (equal counts: only the clock
+    differs) or its speedup is within NOISE of the place's fastest. Disturbed runs share nothing."""
+    out: list[tuple[int, str]] = []
+    lead = 0  # the index of the current place's fastest run
+    for i, (run, speedup) in enumerate(ranked):
+        lead_run, lead_speedup = ranked[lead]
+        same = next((r for r, _ in ranked[lead:i] if counts(r) == counts(run)), None)
+        close = speedup is not None and lead_speedup is not None and lead_speedup <= speedup * (1 + NOISE)
+        if i and run.name not in flags and lead_run.name not in flags and (same or close):
+            why = (
+                f"same drafts and counts as {same.label}: the gap is clock noise"
+                if same
+                else f"within {NOISE:.0%} of {lead_run.label}: the gap is within the clock's noise"
+            )
+            out.append((out[lead][0], why))
+        else:
+            lead = i
+            out.append((i + 1, ""))
+    return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def why_sentence(run: MethodRun, baseline: MethodRun, speedup: float | None) -> str:
@@ -204,17 +253,25 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
         return "**Verdict:** none. Include *Autoregressive* in the race: it is the baseline every speedup divides by."
     trusted = [(r, s) for r, s in ranked if r.name not in flags and s is not None]
     winner = trusted[0] if trusted else None
+    placed = places(ranked, flags)
+    place_of = {id(run): place for (run, _), (place, _) in zip(ranked, placed, strict=True)}
+    first = [(r, s) for r, s in trusted if winner is not None and place_of[id(r)] == place_of[id(winner[0])]]
     if winner is None:
         head = f"**Verdict: none this time — every run's {DISTURBED}.**"
+    elif len(first) > 1:
+        names = " and ".join(f"{r.label} ({s:.2f}×)" for r, s in first if s is not None)
+        head = f"**Verdict: no single winner: {names} share first place**: the clock cannot tell them apart."
     elif winner[0].name == BASELINE:
         head = f"**Verdict: the target alone wins** — no method beat {baseline.label} on this prompt."
     else:
         head = f"**Verdict: {winner[0].label} wins, {winner[1]:.2f}× the target alone.**"
     shipped = shipped_speedups(race.pair)
     lines = [head, ""]
-    for place, (run, speedup) in enumerate(ranked, start=1):
-        mark = " ★" if winner is not None and run is winner[0] else ""
+    shares = [p for p, _ in placed]
+    for (run, speedup), (place, tie) in zip(ranked, placed, strict=True):
+        mark = " ★" if any(run is r for r, _ in first) else ""
         shown = "–" if speedup is None else f"{speedup:.2f}×"
+        where = _ordinal(place) + (" (shared" + (f": {tie})" if tie else ")") if shares.count(place) > 1 else "")
         if run.name in flags:
             why = f"⚠️ {DISTURBED} ({'; '.join(flags[run.name])}): this figure is not the method's."
         else:
@@ -222,7 +279,7 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
             if run.name in shipped and speedup is not None:
                 place_words = prompt_place(speedup, shipped[run.name])
                 why += f" {place_words[0].upper()}{place_words[1:]}."
-        lines.append(f"{place}. **{run.label}**{mark} {shown}: {why}")
+        lines.append(f"- **{run.label}**{mark} {shown}, {where}: {why}")
     if shipped and any(r.name in shipped for r, _ in ranked):
         lines += [
             "",
