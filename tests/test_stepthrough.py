@@ -286,3 +286,51 @@ def test_many_drafts_wrap_into_rows_of_five_under_a_clear_title(perturbed_pair):
 
 def axes(fig, kind: str) -> list:
     return [fig.layout[k] for k in sorted(fig.layout) if k.startswith(kind + "axis")]
+
+
+def test_the_tests_numbers_hang_below_the_draft_squares_and_the_first_pass_reads_the_prompt(perturbed_pair):
+    """Review fault 8: "p 0.545" sat half under the draft's square; iteration 1's pass said "4 drafts + 1"
+    though it also read the whole prompt."""
+    ids, records = run(perturbed_pair, "vanilla", temperature=1.0, seed=3)
+    first = explain_iteration(records, 0, ids, {"temperature": 1.0}, pair=perturbed_pair, recompute="target+draft")
+    fig = iteration_animation(first)
+    last = fig.frames[-1]
+    numbers = trace(last, "the test's numbers")
+    lines = max(t.count("<br>") + 1 for t in numbers.text)
+    assert lines >= 4  # p, q, min(1, p/q), u, the verdict
+    axis = fig.layout.yaxis2
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    unit = (axis.domain[1] - axis.domain[0]) * plot_px / (axis.range[1] - axis.range[0])  # px per row unit
+    line_px = 15  # 12 px type
+    top = numbers.y[0] * unit + (0 if numbers.textposition == "bottom center" else lines * line_px / 2)
+    squares = trace(last, "accepted") if trace(last, "accepted").y else trace(last, "rejected")
+    assert top <= squares.y[0] * unit - 34 / 2, (top, squares.y[0] * unit)  # below the 34 px square
+    cache = trace(last, "KV cache entry").y[0] * unit
+    assert top - lines * line_px >= cache + 22 / 2  # above the target cache's 22 px squares
+    passes = pass_labels(fig)
+    assert passes and all(f"the {first.position}-token prompt" in p for p in passes), passes
+    later = explain_iteration(records, 1, ids, {"temperature": 1.0}, pair=perturbed_pair, recompute="target+draft")
+    passes = pass_labels(iteration_animation(later))
+    assert passes and not any("prompt" in p for p in passes), passes  # a later pass feeds one context token
+
+
+def pass_labels(fig) -> list[str]:
+    """The target pass's labels in every frame, on its bar or above it (a label longer than the bar)."""
+    return [label for f in fig.frames for t in f.data if t.name == "target pass" for label in t.text or ()]
+
+
+def test_a_trees_play_controls_sit_below_its_mask_labels(perturbed_pair):
+    """Review fault 8: SSSD's mask x-axis title sat on the slider's row."""
+    ids = [5, 17, 300, 42, 5, 17, 300, 42, 5, 17, 300, 42, 5]
+    records = list(specviz.run("sssd", perturbed_pair, ids, max_new_tokens=40, speculation_length=8))
+    i = max(range(len(records)), key=lambda i: len(records[i].tree().tree_tokens))
+    fig = iteration_animation(
+        explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target")
+    )
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    axis = fig.layout.xaxis3
+    assert axis.title.text.startswith("attends to") and axis.tickangle == -60
+    # tilted tick labels (~7 px a character, at 60°) and the axis title (~30 px) under the plot
+    under = max(len(t) for t in axis.ticktext) * 7 * 0.87 + 30
+    for control in (fig.layout.sliders[0], fig.layout.updatemenus[0]):
+        assert control.y * plot_px <= -under, (control.y * plot_px, under)

@@ -45,6 +45,13 @@ STATES = {  # a token's state -> (legend name, colour, marker symbol)
 }
 CACHE = {"kept": ("KV cache entry", "#555555", "square"), "dropped": ("dropped by the rollback", "#BBBBBB", "x-thin")}
 LANE_Y = {"target": 0, "draft": 1, "phase": 2}
+# a chain's token rows, bottom up; the test's numbers (up to five lines) hang below the drafts' squares, so
+# their row is the tallest: at an even step the first line sat under the square ("p 0.545" half hidden)
+CHAIN_Y = {"draft cache": 0.0, "target cache": 1.0, "test": 3.2, "drafts": 5.0, "own": 6.0}
+TEST_TOP = CHAIN_Y["drafts"] - 0.65  # where the test's first line starts: below a draft's square
+# a tree's mask has its tilted node labels and its axis title under the plot: the Play button and the slider go
+# this much lower (plotly widens the bottom margin for them), the figure this much taller
+MASK_TICKS_PX = 80
 
 
 @dataclass
@@ -89,7 +96,7 @@ def iteration_animation(step: Any, label: str | None = None) -> go.Figure:
         for n, m in enumerate(moments)
     ]
     fig.update_layout(annotations=[_caption(0, len(moments), moments[0].caption)])
-    return _controls(fig, moments)
+    return _controls(fig, moments, MASK_TICKS_PX if step.tree is not None else 0)
 
 
 # ---- the stories ------------------------------------------------------------------------------
@@ -126,14 +133,16 @@ def _verify_and_test(step: Any, last: Moment, start: float, draw_pass: bool = Tr
         verify, measured = (step.verify_ms, True) if step.verify_ms is not None else (1.0, False)
         end = start + verify
         m = _next(last, end)
-        m.target.append((start, end, f"1 pass: {k} draft{'s' if k != 1 else ''}" + (" + 1" if k else "")))
+        drafts = f"{k} draft{'s' if k != 1 else ''}" if k else ""
+        m.target.append((start, end, "1 pass: " + " + ".join(filter(None, (drafts, _fed(step, k == 0))))))
         for j in range(k + 1):
             m.target_cache[j] = "kept"
         took = (_ms(verify) + (" (the acceptance test included)" if k else "")) if measured else "time not measured"
+        reads = f"reads {_fed(step, True)} and " if step.iteration == 0 else ""  # the first pass prefills it
         m.caption = (
-            f"The target's single pass scores {_count(k, 'draft')} and the position after them at once: {took}."
+            f"The target's single pass {reads}scores {_count(k, 'draft')} and the position after them at once: {took}."
             if k
-            else f"The target's pass computes the next position: {took}."
+            else f"The target's pass {reads}computes the next position: {took}."
         )
         moments = [m]
     else:
@@ -198,8 +207,9 @@ def _tree(step: Any) -> tuple[list[Moment], float]:
     verify, verified = (step.verify_ms, True) if step.verify_ms is not None else (1.0, False)
     end = clock + verify
     m = _next(moments[-1], end)
-    m.target.append((clock, end, f"1 pass: {n} nodes"))
-    m.caption = f"The target's single pass over the context's last token and all {n} nodes: " + (
+    m.target.append((clock, end, f"1 pass: {n} nodes" + (f" + {_fed(step, False)}" if step.iteration == 0 else "")))
+    fed = _fed(step, False) if step.iteration == 0 else "the context's last token"
+    m.caption = f"The target's single pass over {fed} and all {n} nodes: " + (
         f"{_ms(verify)} (the walk included)." if verified else "time not measured."
     )
     moments.append(m)
@@ -337,7 +347,14 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
             row=2,
             col=1,
         )
-        fig.update_yaxes(range=[-0.6, 4.6], tickvals=list(range(5)), ticktext=rows_, row=2, col=1, fixedrange=True)
+        fig.update_yaxes(
+            range=[-0.6, CHAIN_Y["own"] + 0.6],
+            tickvals=[CHAIN_Y[r] for r in ("draft cache", "target cache", "test", "drafts", "own")],
+            ticktext=rows_,
+            row=2,
+            col=1,
+            fixedrange=True,
+        )
     fig = finish(
         fig,
         f"{TITLE}: iteration {step.iteration + 1} of {label}",  # counted from 1, as the step-through
@@ -345,7 +362,7 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
         "",
         legend="",
         subtitle="press Play, or drag the slider; each frame is one event of the iteration",
-        height=720 if tree or step.lanes is not None else 640,
+        height=720 + (MASK_TICKS_PX if tree else 0) if tree or step.lanes is not None else 760,
     )
     fig.update_xaxes(  # after `finish`, which titles the first axis only
         title_text="milliseconds since the iteration began" if measured else "time not measured: passes in order",
@@ -367,16 +384,32 @@ def _draw_chain(step: Any, m: Moment, total: float) -> list[Any]:
     for state, (name, colour, symbol) in STATES.items():
         if state == "own":
             xs = [step.accepted + 1] if m.own else []
-            traces.append(_cells(xs, [4] * len(xs), [step.target_token] * len(xs), name, colour, symbol, state))
+            own_y = [CHAIN_Y["own"]] * len(xs)
+            traces.append(_cells(xs, own_y, [step.target_token] * len(xs), name, colour, symbol, state))
             continue
         idx = [j for j in range(k) if m.tokens.get(j) == state]
         traces.append(
-            _cells([j + 1 for j in idx], [3] * len(idx), [texts[j] for j in idx], name, colour, symbol, state)
+            _cells(
+                [j + 1 for j in idx],
+                [CHAIN_Y["drafts"]] * len(idx),
+                [texts[j] for j in idx],
+                name,
+                colour,
+                symbol,
+                state,
+            )
         )
     traces.append(
-        _text([j + 1 for j in m.tests], [2] * len(m.tests), list(m.tests.values()), "the test's numbers", (2, 1))
+        _text(  # hangs down from TEST_TOP: its first line starts below the draft's square
+            [j + 1 for j in m.tests],
+            [TEST_TOP] * len(m.tests),
+            list(m.tests.values()),
+            "the test's numbers",
+            (2, 1),
+            position="bottom center",
+        )
     )
-    for y, cache in ((1, m.target_cache), (0, m.draft_cache)):
+    for y, cache in ((CHAIN_Y["target cache"], m.target_cache), (CHAIN_Y["draft cache"], m.draft_cache)):
         for state, (name, colour, symbol) in CACHE.items():
             xs = [s for s, v in cache.items() if v == state]
             traces.append(
@@ -478,6 +511,11 @@ def _clock_traces(step: Any, m: Moment, total: float) -> list[Any]:
         )
         label["textfont"] = {"size": 12, "color": "#FFFFFF" if lane != "draft" else "#111111"}
         out.append(label)
+        # a target pass's label longer than its bar ("1 pass: 4 drafts + the 44-token prompt"): above the bar
+        narrow = [(s, e, t) for s, e, t in segs if (s, e, t) not in wide and lane == "target"]
+        above = _text([(s + e) / 2 for s, e, _ in narrow], [0.5] * len(narrow), [t for _, _, t in narrow], name, (1, 1))
+        above["textfont"] = {"size": 12, "color": "#111111"}
+        out.append(above)
     top = 2.5 if step.lanes is not None else 1.5
     out.append(_line([m.clock, m.clock], [-0.5, top], "#000000", 1.5, "now", (1, 1), dash="dot"))
     return out
@@ -515,7 +553,12 @@ def _cells(
 
 
 def _text(
-    xs: Sequence[float], ys: Sequence[float], texts: Sequence[str], name: str, cell: tuple[int, int]
+    xs: Sequence[float],
+    ys: Sequence[float],
+    texts: Sequence[str],
+    name: str,
+    cell: tuple[int, int],
+    position: str = "middle center",
 ) -> dict[str, Any]:
     return {
         "type": "scatter",
@@ -523,6 +566,7 @@ def _text(
         "y": list(ys),
         "mode": "text",
         "text": list(texts),
+        "textposition": position,
         "textfont": {"size": 12},
         "name": name,
         "showlegend": False,
@@ -577,8 +621,11 @@ def _caption(n: int, count: int, text: str) -> dict[str, Any]:
     }
 
 
-def _controls(fig: go.Figure, moments: list[Moment]) -> go.Figure:
-    """Play / Pause and a slider of the frames (plotly's animation API: `animate` with frame names)."""
+def _controls(fig: go.Figure, moments: list[Moment], below_px: float = 0) -> go.Figure:
+    """Play / Pause and a slider of the frames (plotly's animation API: `animate` with frame names),
+    `below_px` lower than their usual place (a tree's mask has its labels there)."""
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    y = -0.1 - below_px / plot_px
     still = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
     play = {"frame": {"duration": FRAME_MS, "redraw": True}, "fromcurrent": True, "transition": {"duration": 0}}
     return fig.update_layout(
@@ -587,7 +634,7 @@ def _controls(fig: go.Figure, moments: list[Moment]) -> go.Figure:
                 "type": "buttons",
                 "direction": "left",
                 "x": 0,
-                "y": -0.1,
+                "y": y,
                 "xanchor": "left",
                 "yanchor": "top",
                 "pad": {"t": 30},
@@ -602,7 +649,7 @@ def _controls(fig: go.Figure, moments: list[Moment]) -> go.Figure:
                 "active": 0,
                 "x": 0.2,
                 "len": 0.8,
-                "y": -0.1,
+                "y": y,
                 "yanchor": "top",
                 "pad": {"t": 30},
                 "currentvalue": {"prefix": "step "},
@@ -671,6 +718,14 @@ def _no_model_source(step: Any) -> str:
     if step.tree is not None and step.tree.sources and all(s.startswith("stream") for s in step.tree.sources):
         return "from the target's stream heads (its last pass; no draft model)"
     return "from text (no draft model)"
+
+
+def _fed(step: Any, alone: bool) -> str:
+    """What the verifying pass fed besides the drafts: the whole prompt on the first iteration (the pass
+    prefilled it: specviz.stepthrough's cache story), else the last context token. `alone`: nothing drafted."""
+    if step.iteration == 0:
+        return f"the {step.position}-token prompt"
+    return "the next token" if alone else "1"
 
 
 def _before(step: Any) -> str:
