@@ -190,8 +190,8 @@ def test_gradio_client_calls_race(server):
     panels = [x for x in rest if isinstance(x, str) and "data-method" in x]
     assert [re.search(r'data-method="(\w+)"', p).group(1) for p in panels] == ["autoregressive", "vanilla"]
     table = next(x for x in rest if isinstance(x, dict) and "headers" in x)
-    assert sorted(row[1] for row in table["data"]) == ["Autoregressive", "Vanilla SD"]  # fastest first
-    assert [row[2] for row in table["data"]] == [12, 12]
+    assert sorted(row[0] for row in table["data"]) == ["Autoregressive", "Vanilla SD"]  # fastest first
+    assert [row[3] for row in table["data"]] == [12, 12]  # after method, speedup and place
 
 
 def test_a_saved_race_loads_and_replays_without_its_model(page, perturbed_pair, tmp_path):
@@ -246,7 +246,7 @@ def test_step_through_shows_each_drafts_test_with_the_runs_values(page, perturbe
         rows = page.locator("#sv-step-view .sv-step-table tbody tr")
         assert rows.count() == len(records[i].drafted)
         shown = [rows.nth(j).locator("td").nth(2).inner_text() for j in range(rows.count())]
-        assert shown == [f"{p:.3f}" for p in records[i].p_target]
+        assert shown == [f"{p:.3g}" for p in records[i].p_target]  # three significant digits
         assert f"Accepted {records[i].accepted} of" in page.locator("#sv-step-view").inner_text()
         assert "the recomputed p(x)" in page.locator("#sv-step-view").inner_text()
         page.wait_for_function(
@@ -482,11 +482,11 @@ def test_a_verdict_after_every_race_and_disturbed_timing_flagged(page, perturbed
     page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
     page.wait_for_selector("#sv-verdict:has-text('Verdict')")
     rows = table_rows(page, "sv-summary", 3)
-    speedups = [float(r[5]) for r in rows]
-    assert len(rows) == 3 and speedups == sorted(speedups, reverse=True) and rows[0][0] == "★ fastest"
+    speedups = [float(r[1]) for r in rows]
+    assert len(rows) == 3 and speedups == sorted(speedups, reverse=True) and rows[0][2] == "★ fastest"
     verdict = page.locator("#sv-verdict")
     items = verdict.locator("li").all_inner_texts()
-    assert [i.split(" ")[0] for i in items] == [r[1].split(" ")[0] for r in rows]  # one line per method, same order
+    assert [i.split(" ")[0] for i in items] == [r[0].split(" ")[0] for r in rows]  # one line per method, same order
     assert verdict.locator("strong").first.inner_text().startswith("Verdict:")
     assert all("by these counts" in i or "baseline" in i for i in items)
     assert page.locator("#sv-board .sv-flag").count() == 0

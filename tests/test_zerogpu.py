@@ -292,7 +292,7 @@ def test_every_tabs_model_handler_runs_in_a_worker(app, spaces):
     before = len(spaces.calls)
     card, table, *_ = handler(app, "specviz.ui.disco", "run")(PAIR, "def f(x):", True, 0.5, 8, 8, 1)
     assert card.startswith("Classifier") and len(table) == 4
-    rows, _, steps = handler(app, "specviz.ui.pearl", "run")(PAIR, "def f(x):", 2, False, 8, 1)
+    _, rows, _, steps = handler(app, "specviz.ui.pearl", "run")(PAIR, "def f(x):", 2, False, 8, 1)
     assert len(rows) == 3 and len(steps)  # the target alone, vanilla and PEARL
     state, html, *_ = handler(app, "specviz.ui.sssd_tree", "on_run")(PAIR, "def f(x): return f(x)", 8, 4, "input")
     assert state["records"] and "Cannot" not in html
@@ -307,7 +307,7 @@ def test_every_tabs_model_handler_runs_in_a_worker(app, spaces):
         and handler(app, "specviz.ui.online", "on_analyse")(state, 5)[1] == online.NO_LEARNER_NOTE
     )
     race = race_through(app, ("vanilla",), 8)
-    number, view, _ = handler(app, "specviz.ui.stepthrough", "here")(race, PAIR, "vanilla", 2)
+    number, view, *_ = handler(app, "specviz.ui.stepthrough", "here")(race, PAIR, "vanilla", 2)
     assert number == 2 and "recomputed" in view
     names = [name for name, _, _ in spaces.calls[before:]]
     assert names == ["measure", "<lambda>", "<lambda>", "<lambda>", "plain_stream", "run_method", "recomputed"]
