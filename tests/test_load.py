@@ -54,3 +54,21 @@ def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monke
     )  # the racing visitors' and the warm-up's
     progress = [json.loads(line) for line in (tmp_path / "races.jsonl").read_text().splitlines()]
     assert [row["n"] for row in progress] == [1, 2, 3, 4] and all(row["rss_mb"] > 0 for row in progress)
+
+
+def test_a_probe_takes_a_shared_bounds_refusal_as_fair_and_nothing_else():
+    """The honest visitors' Online runs share the pool of adapted drafts: a download refused because
+    theirs took the hostile client's place is the server keeping its bound, not a failure of the probe."""
+
+    def refuse(message):
+        def call():
+            raise RuntimeError(message)
+
+        return call
+
+    full = "this server keeps only a few adapted drafts at once (SPECVIZ_LIMIT_ADAPTED_DRAFTS)"
+    assert load.probe("download", "done", refuse(full), fair="SPECVIZ_LIMIT_ADAPTED_DRAFTS")["ok"]
+    assert not load.probe("download", "done", refuse(full))["ok"]
+    assert not load.probe("download", "done", refuse("another refusal"), fair="SPECVIZ_LIMIT_ADAPTED_DRAFTS")["ok"]
+    assert not load.probe("download", "done", refuse(full + "\nTraceback"), fair="SPECVIZ_LIMIT_ADAPTED_DRAFTS")["ok"]
+    assert load.probe("download", "done", lambda: "osd-draft.safetensors", fair="X")["ok"]

@@ -126,9 +126,10 @@ def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
 BUG = ("This is a bug", "specviz failed")  # what a refusal must never say
 
 
-def probe(name: str, expect: str, call: Any) -> dict[str, Any]:
+def probe(name: str, expect: str, call: Any, fair: str = "") -> dict[str, Any]:
     """Run one hostile probe: `call()` returns what came back, or raises (a refusal). `expect`:
-    'refused' (one line, not a bug) or 'done'."""
+    'refused' (one line, not a bug) or 'done'; a one-line refusal naming `fair` is as good as done (a
+    shared bound that other visitors reached first)."""
     start = time.perf_counter()
     try:
         outcome, message = "done", str(call())[:300]
@@ -140,7 +141,7 @@ def probe(name: str, expect: str, call: Any) -> dict[str, Any]:
         "probe": name,
         "expected": expect,
         "outcome": outcome,
-        "ok": outcome == expect and (one_line or outcome == "done"),
+        "ok": (outcome == expect or (bool(fair) and fair in message)) and (one_line or outcome == "done"),
         "seconds": round(time.perf_counter() - start, 2),
         "message": message,
     }
@@ -227,8 +228,14 @@ def hostile_round(url: str, cfg: argparse.Namespace, files: dict[str, Path]) -> 
             lambda: client.predict(*online_args(pair, 2, 8), api_name="/on_serve")[0],
         )
     )
-    rows.extend(  # written once per draft version: three clicks, one file
-        probe(f"download the draft ({i + 1})", "done", lambda: client.predict(api_name="/save_draft")) for i in range(3)
+    rows.extend(  # written once per draft version: three clicks, one file; the honest visitors' Online runs
+        probe(  # share the pool of adapted drafts, and may take this learner's place between two clicks
+            f"download the draft ({i + 1})",
+            "done",
+            lambda: client.predict(api_name="/save_draft"),
+            fair="SPECVIZ_LIMIT_ADAPTED_DRAFTS",
+        )
+        for i in range(3)
     )
     rows.append(probe("which tokens did the draft learn", "done", lambda: client.predict(5, api_name="/on_analyse")[1]))
     job = client.submit(*online_args(pair, 40, 64), api_name="/on_serve")
