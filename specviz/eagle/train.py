@@ -224,7 +224,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
         ids, mask = padded(batch, pad)
         feats = features.of(indices, examples, ids, mask)
         out = teacher_forced_loss(head, target, ids, feats, scored_positions(batch, ids.shape[1]), cfg.token_weight)
-        return out["loss"], {k: float(out[k]) for k in ("loss", "feat_loss", "token_loss")}
+        return out["loss"], {k: float(out[k].detach()) for k in ("loss", "feat_loss", "token_loss")}
 
     def after_step(step: int, stats: dict) -> dict:
         row = {"step": step, "seconds": round(state["seconds"], 1), **stats}
