@@ -10,11 +10,15 @@ import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
+from specviz.methods import BASELINE
 from specviz.metrics import tested
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
+from specviz.ui.panels import DISTURBED, MethodRun, Race
+from specviz.ui.racing import PROBE_STEPS
 from specviz.ui.stopping import stop_key_for
+from specviz.ui.verdict import step_ms, timing_flags
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -64,26 +68,30 @@ def disco_vs_oracle(
     """Run the target alone, DISCO, SL-opt and the oracle on one prompt, each warmed up and timed
     `repeats` times (the median run is shown); return the table rows, the iterations and the card.
     `stop` (anything with `is_set()`): once set, no further method runs (`stopped`: True)."""
+    import specviz
     from specviz.models.disco import classifier_for
     from specviz.runner import generate_median
 
     clf = classifier_for(pair.name)
     sl_opt = int(clf.card.get("static_sl_opt", 4))
     runs: dict[str, tuple[str, dict[str, Any]]] = {
-        AR_LABEL: ("autoregressive", {}),
+        AR_LABEL: (BASELINE, {}),
         "DISCO": ("disco", {"threshold": threshold, "max_speculation_length": sl_max}),
         sl_opt_label(sl_opt): ("vanilla", {"speculation_length": sl_opt}),
         "Oracle (upper bound)": ("oracle", {}),
     }
-    results = {}
+    ids = specviz.encode_prompt(pair, prompt)
+    results, probes = {}, {}
     for label, (method, options) in runs.items():
         if stop is not None and stop.is_set():
             break
+        if method != BASELINE:  # the target alone's pace right before the method: load that came since shows
+            probes[label] = step_ms(list(specviz.run(BASELINE, pair, ids, max_new_tokens=PROBE_STEPS + 1)))
         results[label] = generate_median(
-            method, pair, prompt, repeats=repeats, max_new_tokens=int(max_new_tokens), **options
+            method, pair, ids, repeats=repeats, max_new_tokens=int(max_new_tokens), **options
         )
     if not results:
-        return {"rows": [], "iterations": [], "classifier": clf, "stopped": True}
+        return {"rows": [], "iterations": [], "classifier": clf, "stopped": True, "flags": {}}
     ar_ms = ms_per_token(results[AR_LABEL])
     rows = [table_row(label, result, repeats, ar_ms) for label, result in results.items()]
     iterations = [
@@ -98,7 +106,39 @@ def disco_vs_oracle(
         if label != AR_LABEL
         for r in result.records
     ]
-    return {"rows": rows, "iterations": iterations, "classifier": clf, "stopped": len(results) < len(runs)}
+    race = Race(
+        pair.name,
+        "",
+        list(ids),
+        int(max_new_tokens),
+        {},
+        [
+            MethodRun(runs[label][0], label, "", "done", records=list(result.records), probe_ms=probes.get(label))
+            for label, result in results.items()
+        ],
+    )
+    flags = timing_flags(race)  # the Race's checks: verify cost ≥ 1, the target alone's pace before each method
+    return {
+        "rows": rows,
+        "iterations": iterations,
+        "classifier": clf,
+        "stopped": len(results) < len(runs),
+        "flags": {run.label: flags[run.name] for run in race.runs if run.name in flags},
+    }
+
+
+def flags_markdown(flags: dict[str, list[str]]) -> str:
+    """The note above the table for the methods whose timing cannot be their own (as the Race's panels say it)."""
+    if not flags:
+        return ""
+    lines = [f"**⚠️ {DISTURBED}.** These figures are not the methods' own:"]
+    lines += [f"- **{label}**: {'; '.join(problems)}." for label, problems in flags.items()]
+    return "\n".join(lines) + "\n\n"
+
+
+def flagged_rows(rows: list[dict[str, Any]], flags: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The table's rows, a disturbed method's name marked ⚠️ (the note above the table says why)."""
+    return [{**row, "method": f"{row['method']} ⚠️"} if row["method"] in flags else row for row in rows]
 
 
 def sl_opt_label(sl_opt: int) -> str:
@@ -244,14 +284,16 @@ def build_tab(ctx: Any) -> None:
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e
         used = out["tuned"] if use_tuned else (t, m)
+        flagged = pd.DataFrame(flagged_rows(out["rows"], out["flags"]), columns=HEADERS)
+        card_text = flags_markdown(out["flags"]) + out["card"]
         if out["stopped"]:  # the methods timed before Stop, without the figures that compare all four
             note = f"**Stopped** after {len(out['rows'])} of 4 methods. "
-            return note + out["card"], pd.DataFrame(out["rows"], columns=HEADERS), None, None, *used
+            return note + card_text, flagged, None, None, *used
         df = pd.DataFrame(out["iterations"])
         oracle = df[df["method"].str.startswith("Oracle")].assign(oracle_sl=lambda d: d["speculation_length"])
         return (
-            out["card"],
-            pd.DataFrame(out["rows"]),
+            card_text,
+            flagged,
             chosen_vs_oracle_per_iteration(df, [r["method"] for r in out["rows"]]),
             oracle_sl_histogram(oracle),
             *used,

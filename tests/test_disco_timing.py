@@ -1,0 +1,59 @@
+"""The DISCO tab flags timings other load disturbed, as the Race does (issue 38 item 2): the same
+checks (specviz.ui.verdict.timing_flags), on the tab's four methods, with the target alone's pace
+probed right before each drafting method. Load is simulated by slowing one run's recorded passes, so
+the test does not depend on how busy the machine is."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specviz.metrics import summarize
+from specviz.ui import disco as tab
+from specviz.ui.panels import DISTURBED
+
+PROMPT = "def fibonacci(n):"
+
+
+def scaled(method: str, factor: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multiply every recorded pass time of `method`'s timed run by `factor` (above 1: as if another
+    process shared the CPU while it ran; below 1: the baseline's steps were the slowed ones)."""
+    from specviz import runner
+
+    real = runner.generate_median
+
+    def generate_median(name: str, *args, **kwargs):
+        result = real(name, *args, **kwargs)
+        if name != method:
+            return result
+        records = tuple(
+            dataclasses.replace(r, verify_ms=factor * r.verify_ms, draft_ms=factor * r.draft_ms) for r in result.records
+        )
+        return dataclasses.replace(result, records=records, summary=summarize(list(records)))
+
+    monkeypatch.setattr(runner, "generate_median", generate_median)
+
+
+def test_a_slowed_target_alone_flags_the_tab_as_the_race_would(perturbed_pair, monkeypatch):
+    """The target alone slowed three times by other load: every method's verify cost falls below 1
+    (impossible) and the target's pace right before them disagrees with its run: all four flagged."""
+    scaled("autoregressive", 3.0, monkeypatch)
+    out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
+    flags = out["flags"]
+    assert set(flags) == {r["method"] for r in out["rows"]}, flags
+    assert any("verify cost" in p for p in flags["DISCO"]) and any("right before" in p for p in flags["DISCO"])
+    assert any("timed before the other methods" in p for p in flags[tab.AR_LABEL])
+    note = tab.flags_markdown(flags)
+    assert DISTURBED in note and "verify cost" in note
+    marked = [r["method"] for r in tab.flagged_rows(out["rows"], flags)]
+    assert marked == [f"{r['method']} ⚠️" for r in out["rows"]]
+
+
+def test_a_method_faster_than_possible_is_flagged(perturbed_pair, monkeypatch):
+    """DISCO's target passes over its drafts timed at 0.3 of what they took, below one plain decoding
+    step of the target alone (verify cost < 1): impossible, so its figures are flagged, not shown as
+    DISCO's. (The other methods' flags depend on this machine's real load, so they are not asserted.)"""
+    scaled("disco", 0.3, monkeypatch)
+    out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
+    assert "DISCO" in out["flags"] and any("verify cost" in p for p in out["flags"]["DISCO"]), out["flags"]
