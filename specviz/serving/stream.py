@@ -3,11 +3,14 @@
 Requests come from prompt suites, one suite after another every `shift_every` requests (the
 paper's distribution shift, appendix A.5) or mixed at random (appendix A.4). Each request is served
 for real by `osd` with the stream's learner as its session; the static draft's acceptance on the
-same request is replayed from the target's greedy output (one teacher-forced draft pass, no second
-target run): greedy verification accepts exactly the leading drafts that equal the target's tokens,
-so a draft that drafts greedily from the same prefix would have had these acceptances. The
-Online-learning tab serves its visitors' streams with it, the OSD experiment
-(`python -m specviz.bench osd`) its own.
+same request is replayed against the target's greedy output, without a second target run: the
+static draft drafts exactly as served (`ModelDrafter`: its cache, one pass over the prompt, then one
+token per pass, γ per iteration, the same budget cut) and greedy verification keeps the leading
+drafts that equal the target's tokens. Drafting in other chunks (one teacher-forced pass over the
+whole request, say) rounds differently and flips near-ties (bfloat16: position 17 of the default
+stream's first request), so until the online draft's first update the two figures are identical
+only because both drafts draft the same way. The Online-learning tab serves its visitors' streams
+with it, the OSD experiment (`python -m specviz.bench osd`) its own.
 """
 
 from __future__ import annotations
@@ -17,11 +20,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from specviz.errors import SpecvizError
 from specviz.extras import OnlineExtra
 from specviz.prompts import Prompt, load_source, load_suite
+from specviz.records import IterationRecord
 
 
 @dataclass(frozen=True)
@@ -63,17 +65,55 @@ def request_stream(cfg: StreamConfig) -> list[Prompt]:
     return stream
 
 
-def replay_greedy(hits: Sequence[bool], gamma: int, max_new_tokens: int) -> tuple[int, int, int]:
-    """(drafted, accepted, tested) of greedy SD with a static speculation length on a known greedy output:
-    hits[j] says whether the draft's greedy guess for output token j (given the true prefix) is right.
-    Mirrors `speculative_decoding` and `Decoding.commit` (budget cut included)."""
-    from specviz.oracle import replay_chain
+def replay_static(
+    pair: Any,
+    draft: Any,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    *,
+    speculation_length: int,
+    max_new_tokens: int,
+) -> list[IterationRecord]:
+    """The iterations greedy vanilla SD with `draft` runs on a request whose target output is known, without
+    running the target: the draft drafts as `vanilla` drafts it (same cache steps, same chunks, same γ and
+    budget), and greedy verification keeps the leading drafts equal to the target's tokens, then adds the
+    target's own. p in the records is the greedy target's one-hot. Past an EOS the target's tokens are
+    unknown and the run ends there anyway: drafts after it count as drafted, not tested."""
+    import torch
 
-    drafted = accepted = tested = 0
-    for _j, k, kept, emitted in replay_chain(hits, lambda j, left: min(gamma, max_new_tokens - j - 1)):
-        drafted, accepted = drafted + k, accepted + kept
-        tested += kept + (kept < k and emitted > kept)  # the refused draft, when the target got to judge it
-    return drafted, accepted, tested
+    from specviz.decoding import Decoding
+    from specviz.methods.drafting import ModelDrafter, StaticLength
+    from specviz.sampling import SamplingConfig
+    from specviz.verify import Verdict
+
+    dec = Decoding(pair, list(prompt_ids), "vanilla", max_new_tokens, SamplingConfig(), seed=0)
+    drafter, policy = ModelDrafter(dec, draft), StaticLength(speculation_length)
+    records = []
+    with torch.inference_mode():  # as `run` steps a method
+        while not dec.done:
+            t_start = dec.now()
+            proposal = drafter.propose(min(policy.speculation_length(), dec.remaining - 1), policy)
+            t_drafted = dec.now()
+            position, drafts = len(dec.ids), proposal.tokens
+            truth = list(output_ids[position - dec.prompt_len :])  # the target's greedy tokens from here
+            p = tuple(float(j < len(truth) and x == truth[j]) for j, x in enumerate(drafts))  # one-hot p(x_j)
+            accepted = next((j for j, hit in enumerate(p) if not hit), len(drafts))
+            if accepted < len(truth):
+                verdict = Verdict(accepted, truth[accepted], p, None)
+            else:  # the drafts ran into the output's end: an EOS among them, which `commit` cuts at
+                verdict = Verdict(accepted, None if accepted == len(drafts) else drafts[accepted], p, None)
+            records.append(
+                dec.commit(
+                    drafted=drafts,
+                    verdict=verdict,
+                    speculation_length=len(drafts),
+                    t_start=t_start,
+                    t_drafted=t_drafted,
+                    draft_forwards=proposal.forwards,
+                )
+            )
+            drafter.rollback(position, verdict.accepted)
+    return records
 
 
 def simulate(
@@ -97,7 +137,6 @@ def simulate(
     tokens took 35 s on the default pair, issue 41)."""
     from specviz.metrics import summarize, tested
     from specviz.models.pair import encode_prompt
-    from specviz.oracle import draft_predictions
     from specviz.runner import run
 
     initial = pair.draft  # the static baseline: never updated
@@ -135,11 +174,17 @@ def simulate(
             "target_forwards": s.target_forwards,
             "draft_version": online.draft_version if (online := records[0].extras(OnlineExtra)) else 0,
         }
-        sequence = list(prompt_ids) + list(s.output_ids)
-        hits = draft_predictions(initial, sequence, len(prompt_ids)) == np.asarray(s.output_ids)
-        row["static_drafted"], row["static_accepted"], row["static_tested"] = replay_greedy(
-            hits, speculation_length, max_new_tokens
+        static_records = replay_static(
+            pair,
+            initial,
+            prompt_ids,
+            s.output_ids,
+            speculation_length=speculation_length,
+            max_new_tokens=max_new_tokens,
         )
+        replayed = summarize(static_records)
+        row["static_drafted"], row["static_accepted"] = replayed.drafted, replayed.accepted
+        row["static_tested"] = sum(tested(r) for r in static_records)
         if measure_static_from is not None and i >= measure_static_from:
             static = summarize(
                 list(
