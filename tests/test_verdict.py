@@ -3,30 +3,28 @@ and a prompt is placed against the method's shipped average on the suites every 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from test_ui_race import timed_race
 
-from specviz.ui.panels import MethodRun
-from specviz.ui.verdict import counts, places, prompt_place, ranking, shipped_speedups, verdict_markdown
-
-
-def _run(name: str, accepted: int) -> MethodRun:
-    record = SimpleNamespace(drafted=(1, 2, 3), accepted=accepted, emitted=(1,), draft_forwards=3, target_forwards=1)
-    return MethodRun(name, name.upper(), "", status="done", records=[record])  # type: ignore[list-item]
+from specviz.plots.summary import place_runs, work
+from specviz.ui.verdict import prompt_place, ranking, shipped_speedups, tie_words, verdict_markdown
 
 
 def test_speedups_within_the_noise_or_equal_counts_share_a_place():
-    a, b, c, d = _run("a", 3), _run("b", 2), _run("c", 1), _run("d", 3)
-    assert places([(a, 1.30), (b, 1.20), (c, 1.00)], {}) == [
-        (1, ""),
-        (1, "within 10% of A: the gap is within the clock's noise"),
-        (3, ""),
-    ]
-    same = places([(a, 1.5), (d, 1.2), (c, 1.0)], {})  # d did a's work: only the clock differs, by 25 %
-    assert same == [(1, ""), (1, "same drafts and counts as A: the gap is clock noise"), (3, "")]
-    assert places([(a, 1.30), (b, 1.25)], {"b": ["disturbed"]}) == [(1, ""), (2, "")]  # a flagged run shares nothing
+    work_a, work_b, work_c = [((1, 2, 3), 3)], [((1, 2, 3), 2)], [((1, 2, 3), 1)]
+    placed = place_runs([("a", 1.30, work_a), ("b", 1.20, work_b), ("c", 1.00, work_c)], ())
+    assert [(s.place, s.shares_with, s.same_work) for s in placed] == [(1, "", False), (1, "a", False), (3, "", False)]
+    labels = {"a": "A"}
+    assert tie_words(placed[1], labels) == "within 10% of A: the gap is within the clock's noise"
+    same = place_runs([("a", 1.5, work_a), ("d", 1.2, work_a), ("c", 1.0, work_c)], ())  # only the clock differs
+    assert [s.place for s in same] == [1, 1, 3]
+    assert tie_words(same[1], labels) == "same drafts and counts as A: the gap is clock noise"
+    flagged = place_runs([("a", 1.30, work_a), ("b", 1.25, work_b), ("c", 1.0, work_c)], {"a"})
+    assert [(s.place, s.disturbed) for s in flagged] == [
+        (None, True),
+        (1, False),
+        (2, False),
+    ]  # a flagged run: no place
 
 
 def test_online_sd_before_any_update_shares_vanilla_sds_place(perturbed_pair):
@@ -34,7 +32,7 @@ def test_online_sd_before_any_update_shares_vanilla_sds_place(perturbed_pair):
     1.07×: the verdict gave them 2nd and 3rd place. Here OSD's clock runs 12 % faster."""
     race = timed_race(perturbed_pair, {"osd": 0.88}, methods=("autoregressive", "vanilla", "osd"))
     vanilla, osd = race.runs[1], race.runs[2]
-    assert counts(vanilla) == counts(osd)
+    assert work(vanilla.records) == work(osd.records)
     verdict = verdict_markdown(race)
     lines = {line.split("**")[1]: line for line in verdict.split("\n") if line.startswith("- **")}
     assert [r.name for r, _ in ranking(race)][:2] == ["osd", "vanilla"]  # the clock alone puts OSD ahead
@@ -43,6 +41,43 @@ def test_online_sd_before_any_update_shares_vanilla_sds_place(perturbed_pair):
     assert f", 1st (shared: same drafts and counts as {faster.label}: the gap is clock noise)" in lines[slower.label]
     assert "share first place**: the clock cannot tell them apart" in verdict.split("\n")[0]
     assert ("★" in lines[osd.label]) == ("★" in lines[vanilla.label])
+
+
+def _agree(race) -> dict[str, str]:
+    """label -> its place in the summary table, after checking the verdict's lines say the same place."""
+    from specviz.plots.summary import summary_table
+
+    flagged = {r.name for r in race.runs if r.flags}
+    table = summary_table({r.name: r.records for r in race.finished()}, {r.name: r.label for r in race.runs}, flagged)
+    cells = dict(zip(table["method"], table["place"], strict=True))
+    lines = {line.split("**")[1]: line for line in verdict_markdown(race).split("\n") if line.startswith("- **")}
+    assert list(lines) == list(cells)  # one order
+    for label, cell in cells.items():
+        if cell == "timing disturbed":
+            assert ", no place: ⚠️ timing disturbed" in lines[label]
+            continue
+        place = int(cell.replace("★", "").replace("fastest", "1").split()[0])
+        assert f", {place}{'st' if place == 1 else 'nd' if place == 2 else 'rd'}" in lines[label], (cell, lines[label])
+        assert ("(shared" in cell) == ("(shared" in lines[label]) and ("★" in cell) == ("★" in lines[label])
+    return cells
+
+
+def test_the_summary_the_status_line_and_the_verdict_share_one_ranking(perturbed_pair):
+    """Runs the verdict puts in one place were ranked strictly by the summary's "place" column and the
+    status line ("★ fastest" on one of two tied runs): all three read one ranking now."""
+    from specviz.ui.race import winner_words
+
+    race = timed_race(perturbed_pair, {"osd": 0.88}, methods=("autoregressive", "vanilla", "osd"))
+    vanilla, osd = race.runs[1], race.runs[2]
+    cells = _agree(race)
+    assert cells[osd.label] == cells[vanilla.label] == "★ 1 (shared)"
+    words = winner_words(race)
+    assert "no single winner" in words and osd.label in words and vanilla.label in words and "won at" not in words
+    hurried = timed_race(perturbed_pair, {"prompt_lookup": 0.4})  # the fastest run's timing is disturbed
+    hurried.runs[2].flags = ["disturbed"]
+    cells = _agree(hurried)
+    assert cells[hurried.runs[2].label] == "timing disturbed" and "★" in "".join(cells.values())
+    assert hurried.runs[2].label not in winner_words(hurried)
 
 
 def test_a_prompt_is_placed_against_the_shared_suites_named_not_a_folder():

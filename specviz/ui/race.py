@@ -37,7 +37,7 @@ from specviz.ui.racing import RaceSettings, method_runner, method_seconds, run_r
 from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
 from specviz.ui.turns import stopped_on_leave
-from specviz.ui.verdict import ranking, timing_flags, verdict_markdown
+from specviz.ui.verdict import first_place, timing_flags, verdict_markdown
 from specviz.ui.why import glossary_html, why_markdown
 
 TAB_TITLE = "Race"
@@ -167,14 +167,19 @@ def speedup_first(table: Any) -> Any:
 
 
 def winner_words(race: Race) -> str:
-    """', Vanilla SD won at 1.52× the target alone' for the status line ('' without a trusted winner)."""
-    trusted = [(r, s) for r, s in ranking(race) if s is not None and not r.flags]
-    if not trusted or len(race.finished()) < 2:
+    """', Vanilla SD won at 1.52× the target alone' for the status line, from the verdict's ranking: runs
+    the clock cannot tell apart share first place and none of them is called the winner ('' without a
+    trusted winner)."""
+    first = first_place(race, {r.name for r in race.runs if r.flags})
+    if not first or len(race.finished()) < 2:
         return ""
-    run, speedup = trusted[0]
+    if len(first) > 1:
+        names = " and ".join(f"**{r.label}** ({s.speedup:.2f}×)" for r, s in first if s.speedup is not None)
+        return f": no single winner, {names} share first place (the clock cannot tell them apart)"
+    run, standing = first[0]
     if run.name == BASELINE:
         return ": no method beat the target alone"
-    return f": **{run.label}** won at {speedup:.2f}× the target alone"
+    return f": **{run.label}** won at {standing.speedup:.2f}× the target alone"
 
 
 def sl_opening(drafting: list[Any]) -> str | None:

@@ -22,19 +22,19 @@ of being explained as a property of the method.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from specviz.methods import BASELINE, get_method
-from specviz.ui.panels import DISTURBED, MethodRun, Race, live_metrics
+from specviz.plots.summary import NOISE, Standing, standings
+from specviz.ui.panels import DISTURBED, MethodRun, Race
 
 VERIFY_FLOOR = 0.9  # verify cost below this (1 − noise): a verification cheaper than one step, impossible
 EVEN = 0.05  # a speedup within this of 1: neither a gain nor a loss on a shared machine
 STALLED_SHARE = 0.2  # a run's verification time in passes over twice their size's median: load came and went
 PROBE_TOLERANCE = 0.25  # the target alone's step time before a method off the race's by more than this share
-NOISE = 0.10  # speedups within this share of each other: one shared place (a shared machine's run-to-run noise)
 
 
 def step_ms(records: Sequence[Any]) -> float | None:
@@ -180,40 +180,31 @@ def prompt_place(speedup: float, shipped: Shipped) -> str:
     )
 
 
+def ranked(race: Race, disturbed: Collection[str] = ()) -> list[tuple[MethodRun, Standing]]:
+    """The finished runs with their standing, fastest first: the race's one ranking (specviz.plots.summary's
+    `standings`), which the summary table and the status line read too. `disturbed`: runs without a place."""
+    runs = {r.name: r for r in race.finished()}
+    return [(runs[s.method], s) for s in standings({n: r.records for n, r in runs.items()}, disturbed)]
+
+
 def ranking(race: Race) -> list[tuple[MethodRun, float | None]]:
     """The finished runs with their speedup vs the target alone, fastest first (None: no baseline)."""
-    baseline = race.baseline_tokens_per_s()
-    rows = [(r, live_metrics(r.records, baseline)["speedup"]) for r in race.finished()]
-    rows = [(r, 1.0 if r.name == BASELINE else s) for r, s in rows]
-    return sorted(rows, key=lambda rs: -(rs[1] if rs[1] is not None else float("-inf")))
+    return [(run, s.speedup) for run, s in ranked(race)]
 
 
-def counts(run: MethodRun) -> list[tuple[Any, ...]]:
-    """What a run did, iteration by iteration, without its clock: drafts, accepted, emitted, passes."""
-    return [(r.drafted, r.accepted, r.emitted, r.draft_forwards, r.target_forwards) for r in run.records]
+def tie_words(standing: Standing, labels: Mapping[str, str]) -> str:
+    """Why a run shares its place ('' where it does not)."""
+    if not standing.shares_with:
+        return ""
+    other = labels.get(standing.shares_with, standing.shares_with)
+    if standing.same_work:
+        return f"same drafts and counts as {other}: the gap is clock noise"
+    return f"within {NOISE:.0%} of {other}: the gap is within the clock's noise"
 
 
-def places(ranked: Sequence[tuple[MethodRun, float | None]], flags: Mapping[str, Any]) -> list[tuple[int, str]]:
-    """Each ranked run's place (1-based) and why it shares it ('' where it does not): a run shares the
-    place of the runs above it when it did the same work as one of them (equal counts: only the clock
-    differs) or its speedup is within NOISE of the place's fastest. Disturbed runs share nothing."""
-    out: list[tuple[int, str]] = []
-    lead = 0  # the index of the current place's fastest run
-    for i, (run, speedup) in enumerate(ranked):
-        lead_run, lead_speedup = ranked[lead]
-        same = next((r for r, _ in ranked[lead:i] if counts(r) == counts(run)), None)
-        close = speedup is not None and lead_speedup is not None and lead_speedup <= speedup * (1 + NOISE)
-        if i and run.name not in flags and lead_run.name not in flags and (same or close):
-            why = (
-                f"same drafts and counts as {same.label}: the gap is clock noise"
-                if same
-                else f"within {NOISE:.0%} of {lead_run.label}: the gap is within the clock's noise"
-            )
-            out.append((out[lead][0], why))
-        else:
-            lead = i
-            out.append((i + 1, ""))
-    return out
+def first_place(race: Race, disturbed: Collection[str] = ()) -> list[tuple[MethodRun, Standing]]:
+    """The runs in first place (several where the clock cannot tell them apart; none without a trusted run)."""
+    return [(run, s) for run, s in ranked(race, disturbed) if s.place == 1]
 
 
 def _ordinal(n: int) -> str:
@@ -247,31 +238,34 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
     if race is None or not race.finished():
         return ""
     flags = timing_flags(race) if flags is None else flags
-    ranked = ranking(race)
     baseline = next((r for r in race.runs if r.name == BASELINE and r.status == "done"), None)
     if baseline is None:
         return "**Verdict:** none. Include *Autoregressive* in the race: it is the baseline every speedup divides by."
-    trusted = [(r, s) for r, s in ranked if r.name not in flags and s is not None]
-    winner = trusted[0] if trusted else None
-    placed = places(ranked, flags)
-    place_of = {id(run): place for (run, _), (place, _) in zip(ranked, placed, strict=True)}
-    first = [(r, s) for r, s in trusted if winner is not None and place_of[id(r)] == place_of[id(winner[0])]]
-    if winner is None:
+    order = ranked(race, flags)
+    first = [(r, s) for r, s in order if s.place == 1]
+    labels = {r.name: r.label for r in race.runs}
+    if not first:
         head = f"**Verdict: none this time — every run's {DISTURBED}.**"
     elif len(first) > 1:
-        names = " and ".join(f"{r.label} ({s:.2f}×)" for r, s in first if s is not None)
+        names = " and ".join(f"{r.label} ({s.speedup:.2f}×)" for r, s in first if s.speedup is not None)
         head = f"**Verdict: no single winner: {names} share first place**: the clock cannot tell them apart."
-    elif winner[0].name == BASELINE:
+    elif first[0][0].name == BASELINE:
         head = f"**Verdict: the target alone wins** — no method beat {baseline.label} on this prompt."
     else:
-        head = f"**Verdict: {winner[0].label} wins, {winner[1]:.2f}× the target alone.**"
+        head = f"**Verdict: {first[0][0].label} wins, {first[0][1].speedup:.2f}× the target alone.**"
     shipped = shipped_speedups(race.pair)
     lines = [head, ""]
-    shares = [p for p, _ in placed]
-    for (run, speedup), (place, tie) in zip(ranked, placed, strict=True):
-        mark = " ★" if any(run is r for r, _ in first) else ""
+    shares = [s.place for _, s in order]
+    for run, standing in order:
+        speedup = standing.speedup
+        mark = " ★" if standing.place == 1 else ""
         shown = "–" if speedup is None else f"{speedup:.2f}×"
-        where = _ordinal(place) + (" (shared" + (f": {tie})" if tie else ")") if shares.count(place) > 1 else "")
+        if standing.place is None:
+            where = "no place"
+        else:
+            tie = tie_words(standing, labels)
+            shared = shares.count(standing.place) > 1
+            where = _ordinal(standing.place) + (" (shared" + (f": {tie})" if tie else ")") if shared else "")
         if run.name in flags:
             why = f"⚠️ {DISTURBED} ({'; '.join(flags[run.name])}): this figure is not the method's."
         else:
@@ -280,7 +274,7 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
                 place_words = prompt_place(speedup, shipped[run.name])
                 why += f" {place_words[0].upper()}{place_words[1:]}."
         lines.append(f"- **{run.label}**{mark} {shown}, {where}: {why}")
-    if shipped and any(r.name in shipped for r, _ in ranked):
+    if shipped and any(r.name in shipped for r, _ in order):
         lines += [
             "",
             (
