@@ -86,6 +86,25 @@ def test_confidence_stops_below_its_threshold(perturbed_pair):
         assert all(x >= 0.5 for x in s[:-1])
 
 
+def test_every_speculation_length_default_is_within_the_races_limit():
+    """Issue 38: confidence's SL_max defaulted to 20 while the Race allows at most 16 draft tokens, so its
+    default ran above the limit a visitor could set. DISCO's is tuned (None): the shipped classifiers' too."""
+    from specviz.methods import all_methods
+    from specviz.methods.options import option_fields
+    from specviz.serving.limits import AppLimits
+
+    limits = AppLimits()
+    bounded = [
+        (spec.name, f) for spec in all_methods() for f in option_fields(spec.options) if f.limit == "speculation_length"
+    ]
+    assert {name for name, f in bounded if f.name == "max_speculation_length"} == {"disco", "confidence"}
+    for name, f in bounded:
+        assert f.default is None or f.default <= f.bound(limits), (name, f.name, f.default)
+    assert get_method("confidence").options().max_speculation_length == limits.speculation_length
+    for pair in ("default", "tiny-perturbed"):  # DISCO's tuned SL_max, its default
+        assert classifier_for(pair).max_speculation_length <= limits.speculation_length
+
+
 def test_oracle_drafts_exactly_what_will_be_accepted(perturbed_pair):
     result = specviz.generate("oracle", perturbed_pair, PROMPT, max_new_tokens=60)
     assert get_method("oracle").is_oracle and not get_method("oracle").supports_sampling

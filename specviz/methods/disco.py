@@ -121,8 +121,8 @@ def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
 class ConfidenceOptions:
     threshold: float = number(0.4, 0.0, 1.0)  # stop drafting once the draft's top-1 probability is below
     # this (HF's default)
-    max_speculation_length: int = count(20, limit="speculation_length")  # SL_max: most tokens drafted per iteration
-    # (Hugging Face caps them at 20 too)
+    max_speculation_length: int = count(16, limit="speculation_length")  # SL_max: most tokens drafted per iteration;
+    # the Race's limit of 16, so the default runs there too (Hugging Face's default cap is 20)
 
     def __post_init__(self) -> None:
         check_fields(self)
