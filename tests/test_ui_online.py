@@ -223,3 +223,23 @@ def test_the_analysis_and_the_download_wait_for_their_turn_on_the_models(random_
 def test_one_update_is_one_update(random_pair):
     final = _stream(random_pair, requests=2, interval=2)[-1]
     assert "1 update, " in online.summary_markdown(final, 4)  # it said "1 updates"
+
+
+def test_before_the_first_update_nothing_is_said_to_be_learned(random_pair):
+    """Issue 38 item 6: before the draft's first update the token table showed before = after rows (the
+    static draft against itself). Now it says nothing was learned yet, and the two α agree exactly."""
+    handlers, _ = _handlers(load_pair=lambda name: random_pair)
+    unlearned = _stream(random_pair, requests=2, interval=4)[-1]
+    assert unlearned["learner"].version == 0
+    for fig, note in (online.learned_tokens(unlearned, 4), handlers["on_analyse"](unlearned, 4)):
+        assert fig is None and "Nothing learned yet" in note and "every 4 requests" in note and "|" not in note
+    assert [(r["osd_accepted"], r["osd_tested"]) for r in unlearned["rows"]] == [
+        (r["static_accepted"], r["static_tested"]) for r in unlearned["rows"]
+    ]
+    summary = online.summary_markdown(unlearned, 4)
+    assert (
+        "no update yet (the first starts after 4 requests" in summary and "online draft is the static draft" in summary
+    )
+    learned = _stream(random_pair, requests=2, interval=2)[-1]
+    fig, table = online.learned_tokens(learned, 4)
+    assert fig.data and table.startswith("| token |")

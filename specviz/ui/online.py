@@ -109,6 +109,7 @@ def learner_stats(learner: Any) -> dict[str, Any]:
     return {
         "updates": list(learner.updates),
         "version": learner.version,
+        "update_interval": learner.config.update_interval,
         "background": learner.config.background,
         "replay_positions": learner.replay.positions,
         "replay_mb": learner.replay.nbytes / 2**20,
@@ -133,7 +134,10 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
             f"({'in a background thread' if stats['background'] else 'between requests'})"
         )
         if updates
-        else "no update yet"
+        else (
+            f"no update yet (the first starts after {stats['update_interval']} requests; until it is served the "
+            "online draft is the static draft, so both α are the same)"
+        )
     )
     return (
         f"**{len(rows)} / {state['requests']} requests served.** {ALPHA} over the last {len(recent)} requests: "
@@ -143,11 +147,29 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
 
 
 def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
-    """The token analysis (Figure 6) over the last `window` requests: a figure and a table."""
+    """The token analysis (Figure 6) over the last `window` requests: a figure and a table; before the
+    draft's first update a note instead (it is still the static draft: before and after would be equal)."""
     from specviz.experiments.osd import token_analysis, tokens_markdown
 
-    tokens = token_analysis(state["pair"], state["learner"], state["rows"][-window:])
+    learner = state["learner"]
+    if learner.version == 0:
+        return None, not_learned_note(learner.config.update_interval, gave_back=bool(learner.releases))
+    tokens = token_analysis(state["pair"], learner, state["rows"][-window:])
     return token_precision(tokens), tokens_markdown(tokens)
+
+
+def not_learned_note(update_interval: int, gave_back: bool = False) -> str:
+    """Why the draft has learned nothing yet: the token analysis would compare the static draft with itself."""
+    if gave_back:
+        return (
+            "Nothing to compare: this server keeps only a few adapted drafts at once and gave yours back after "
+            "another visitor's learner took its place, so your draft is the static one again. Serve the stream again."
+        )
+    return (
+        f"**Nothing learned yet.** The draft is updated after every {update_interval} requests served, and "
+        "until its first update it is the static draft itself: every token's precision would be the same "
+        "before and after. Serve a stream longer than the update interval."
+    )
 
 
 def save_draft(state: dict[str, Any] | None, folder: Path | None = None) -> str | None:
