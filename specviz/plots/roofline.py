@@ -3,6 +3,7 @@ measured. Pure functions of plain rows (dicts with batch_size, n_tokens, seconds
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,7 +84,17 @@ def cost_curves_figure(
                 name=f"B={b} measured",
                 legendgroup=str(b),
             )
-    fig.update_xaxes(type="log", title="tokens per sequence per forward, S (= speculation length + 1)")
+    # a pass carries at least one token: the axis starts at S = 1 (log10 1 = 0), markers there drawn whole
+    widest = max([r["n_tokens"] for r in [*predicted, *(measured or [])]], default=1)
+    fig.update_traces(cliponaxis=False)
+    ticks = [2**k for k in range(int(math.log2(widest)) + 1)]  # 1, 2, 4, ...: the S a chain of γ = 2^k - 1 verifies
+    fig.update_xaxes(
+        type="log",
+        range=[0.0, math.log10(widest * 1.1)],
+        tickvals=ticks,
+        ticktext=[str(t) for t in ticks],
+        title="tokens per sequence per forward, S (= speculation length + 1)",
+    )
     fig.update_yaxes(type="log", title="T(S) / T(1)" if normalize else "time per forward pass (ms)")
     fig.update_layout(title=title, legend_title="batch size B", hovermode="closest")
     return fig
