@@ -336,7 +336,9 @@ def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
     )
     disco = page.locator("#sv-board .sv-panel[data-method=disco]")  # its empty boxes: the tuned τ and SL_max
     assert "sv-done" in disco.get_attribute("class")
-    assert "threshold = tuned (default)" in disco.locator(".sv-paper").inner_text()  # defaults named as such
+    tuned = disco.locator(".sv-paper").inner_text()  # the values it ran with, named as defaults (issue 38)
+    assert re.search(r"threshold = [0-9.]+ \(tuned for this pair, the default\)", tuned), tuned
+    assert re.search(r"max_speculation_length = \d+ \(tuned for this pair, the default\)", tuned), tuned
     assert "speculation_length = 2 (default)" not in vanilla.inner_text()  # a changed option is not a default
 
 

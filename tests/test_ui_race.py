@@ -501,3 +501,33 @@ def test_the_race_settings_refuse_a_bad_temperature_in_one_line(temperature, mes
     with pytest.raises(SpecvizError, match=message):
         settings_from_widgets("hi", ["vanilla"], {}, 8, temperature, 1.0, 0)
     assert settings_from_widgets("hi", ["vanilla"], {}, 8, 0.7, 1.0, 0).temperature == 0.7
+
+
+def test_panels_name_what_a_method_chose_and_a_run_that_drafted_nothing(perturbed_pair):
+    """Issue 38 leftover 3: PEARL's panel said "window = 0 (default)" without what 0 means or the window
+    that ran; DISCO's said "threshold = tuned" for its tuned τ and SL_max; prompt lookup with no match
+    showed an acceptance of none drafted as "–" without a word."""
+    import re
+
+    from specviz.models.disco import classifier_for
+    from specviz.ui.panels import panel_html
+
+    race = race_to_end(
+        perturbed_pair, RaceSettings("hello", ("autoregressive", "prompt_lookup", "pearl", "disco"), max_new_tokens=4)
+    )
+    assert race.pair == perturbed_pair.name
+    html = race_html(race)
+    panels = dict(re.findall(r'data-method="(\w+)".*?class="sv-paper">([^<]*)<', html))
+    runs = {r.name: r for r in race.runs}
+    window = runs["pearl"].records[-1].pearl().window
+    assert (
+        f"window = {window} (the default 0: auto, round(T_target ÷ T_draft), measured for this pair)" in panels["pearl"]
+    )
+    tuned = classifier_for(perturbed_pair.name)
+    assert f"threshold = {tuned.threshold} (tuned for this pair, the default)" in panels["disco"]
+    assert f"max_speculation_length = {tuned.max_speculation_length} (tuned for" in panels["disco"]
+    assert "tuned (default)" not in html and "window = 0" not in html
+    lookup = panel_html(runs["prompt_lookup"], race.baseline_tokens_per_s(), 4, race.pair)
+    assert sum(len(r.drafted) for r in runs["prompt_lookup"].records) == 0  # "hello": nothing to copy
+    assert "Drafted nothing in this race: no n-gram" in lookup and "<b>none drafted</b>" in lookup
+    assert "Drafted nothing" not in html.replace(lookup, "")  # the methods that drafted show their acceptance

@@ -114,35 +114,104 @@ def set_options(options: dict, method: str) -> dict:
     return {k: v for k, v in options.items() if k not in defaults or v != defaults[k]}
 
 
-def options_text(options: dict, method: str | None = None) -> str:
+def options_text(options: dict, method: str | None = None, chosen: dict[str, str] | None = None) -> str:
     """The options a run was given and `method`'s others, each at its default named as such
-    ("speculation_length = 4 (default)"), for its panel ("" when it has none)."""
+    ("speculation_length = 4 (default)"), for its panel ("" when it has none). `chosen`: option ->
+    what the method chose itself for it, shown instead ("window = 5 (auto: …)")."""
 
     def value(v: object) -> str:
         return "tuned" if v is None else str(v)
 
     defaults = {} if method is None else default_options(method)
     shown = [
-        f"{k} = {value(v)}{' (default)' if k in defaults and v == defaults[k] else ''}"
+        f"{k} = {chosen[k]}"
+        if chosen and k in chosen
+        else f"{k} = {value(v)}{' (default)' if k in defaults and v == defaults[k] else ''}"
         for k, v in {**defaults, **options}.items()
     ]
     return f" · {', '.join(shown)}" if shown else ""
 
 
-def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) -> str:
+def chosen_values(run: MethodRun, pair: str | None = None) -> dict[str, str]:
+    """option -> the value a run's method chose itself where its option left it to the method, and how:
+    PEARL's window 0 (measured for the pair, read from the run's records) and DISCO's tuned τ and SL_max
+    (the pair's shipped classifier; `pair`: the race's pair)."""
+    options = resolved_options(run.options, run.name)
+    out = {}
+    if run.name == "pearl" and options.get("window") == 0:
+        pearl = run.records[-1].pearl() if run.records else None
+        how = "round(T_target ÷ T_draft), measured for this pair"
+        out["window"] = f"{pearl.window} (the default 0: auto, {how})" if pearl else f"0 (auto: {how} when it starts)"
+    if (
+        run.name == "disco"
+        and pair
+        and (options.get("threshold") is None or options.get("max_speculation_length") is None)
+    ):
+        tuned = disco_tuned(pair, options.get("classifier") or "")
+        if tuned is not None:
+            threshold, sl_max = tuned
+            for name, value in (("threshold", threshold), ("max_speculation_length", sl_max)):
+                if options.get(name) is None:
+                    out[name] = f"{value} (tuned for this pair, the default)"
+    return out
+
+
+def disco_tuned(pair: str, classifier: str = "") -> tuple[float, int] | None:
+    """DISCO's tuned (τ, SL_max): those in the classifier's file, the pair's shipped one unless
+    `classifier` names another (None where there is none). The classifier module loads torch, so it is
+    imported only here, once DISCO is on a panel (its files load once: specviz.models.disco caches them)."""
+    from specviz.errors import SpecvizError
+    from specviz.models.disco import classifier_for, load_disco
+
+    try:
+        model = load_disco(classifier) if classifier else classifier_for(pair)
+    except (SpecvizError, OSError, KeyError, ValueError):  # no classifier here (a saved race from elsewhere)
+        return None
+    return model.threshold, model.max_speculation_length
+
+
+def _tree_tokens(record: IterationRecord) -> int:
+    tree = record.tree()
+    return len(tree.tree_tokens) if tree and tree.tree_tokens else 0
+
+
+NOTHING_DRAFTED = "none drafted"  # the accepted ÷ drafted of a run that drafted nothing (not 0 of 0)
+
+
+def nothing_drafted(run: MethodRun) -> str:
+    """What a drafting method's panel says when its finished run drafted nothing ('' where it drafted)."""
+    if run.name == BASELINE or run.status not in ("done", "stopped") or not run.records:
+        return ""
+    if any(r.drafted or _tree_tokens(r) for r in run.records):
+        return ""
+    why = (
+        ": no n-gram at the end of the text recurred earlier in the prompt or the output, so there was nothing to copy"
+        if run.name == "prompt_lookup"
+        else ""
+    )
+    return (
+        f"Drafted nothing in this race{why}. Every token came from the target alone, one per pass, so there is no "
+        "acceptance to show."
+    )
+
+
+def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, pair: str | None = None) -> str:
     """One method's panel. Its spans carry their iteration's end time and the panel its finish time,
-    so the page can replay every finished run on one clock without asking the server again."""
+    so the page can replay every finished run on one clock without asking the server again. `pair`:
+    the race's pair (the values a method chose for it, e.g. DISCO's tuned τ, are named)."""
     records, status = run.records, run.status
     paper = "the baseline: the target model alone, one token per pass" if run.name == BASELINE else run.paper
     m = live_metrics(records, None if run.name == BASELINE else baseline_tps)
     pearl = records[-1].pearl() if records else None
+    idle = nothing_drafted(run)
+    given = options_text(run.options, run.name, chosen_values(run, pair))
     speed = "1.00×" if run.name == BASELINE and records else _fmt(m["speedup"], ".2f") + ("×" if m["speedup"] else "")
     metrics = "".join(
         [
             _metric(str(m["tokens"]), "tokens"),
             _metric(_fmt(m["tokens_per_s"], ".1f"), "tokens / s"),
             _metric(speed, "speedup vs AR", "speedup"),
-            _metric(_fmt(m["acceptance_rate"], ".0%"), "accepted ÷ drafted", "acceptance"),
+            _metric(NOTHING_DRAFTED if idle else _fmt(m["acceptance_rate"], ".0%"), "accepted ÷ drafted", "acceptance"),
             _metric(_fmt(m["mean_accepted_length"], ".2f"), "tokens per target pass", "accepted-length"),
             _metric(f"{m['target_forwards']} / {m['draft_forwards']}", "target / draft passes"),
         ]
@@ -150,7 +219,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
         + ([_metric(html.escape(pearl.mode), "mode")] if pearl else [])
     )
     progress = min(100.0, 100.0 * int(m["tokens"] or 0) / max(1, max_new_tokens))
-    message = "".join(f'<div class="sv-message">{html.escape(m)}</div>' for m in (run.note, run.message) if m)
+    message = "".join(f'<div class="sv-message">{html.escape(m)}</div>' for m in (run.note, run.message, idle) if m)
     if run.flags:  # the timing cannot be the method's: say so here, where its numbers are
         message += f'<div class="sv-flag" role="alert"><b>⚠️ {DISTURBED}.</b> {html.escape("; ".join(run.flags))}.</div>'
     text = tokens_html(run.spans, {r.iteration: r.t_end for r in records})
@@ -161,7 +230,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
         f' data-max="{max_new_tokens}"{replay}>'
         f'<div class="sv-panel-head"><h3>{html.escape(run.label)}</h3>'
         f'<span class="sv-status sv-{status}">{status}</span></div>'
-        f'<div class="sv-paper">{html.escape(paper)}{html.escape(options_text(run.options, run.name))}</div>'
+        f'<div class="sv-paper">{html.escape(paper)}{html.escape(given)}</div>'
         f'<div class="sv-metrics">{metrics}</div>'
         f'<div class="sv-bar"><div style="width:{progress:.1f}%"></div></div>'
         f"{message}"
@@ -173,4 +242,4 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
 def race_html(race: Race) -> str:
     """All panels of a race in one block (for the API and tests; the page updates panels one by one)."""
     baseline = race.baseline_tokens_per_s()
-    return "".join(panel_html(r, baseline, race.max_new_tokens) for r in race.runs)
+    return "".join(panel_html(r, baseline, race.max_new_tokens, race.pair) for r in race.runs)

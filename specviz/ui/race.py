@@ -348,7 +348,7 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
             key = (run.status, len(run.records), run.message, baseline is not None, tuple(run.flags))
             if drawn.get(run.name) != key:
                 drawn[run.name] = key
-                out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)
+                out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens, race.pair)
         return out
 
     def race(
@@ -469,7 +469,7 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
         run.flags = flags.get(run.name, [])
     out = race_outputs(race)
     baseline = race.baseline_tokens_per_s()
-    html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
+    html_of = {r.name: panel_html(r, baseline, race.max_new_tokens, race.pair) for r in race.runs}
     board: dict[Any, Any] = {ui.panels[name]: value for name, value in html_of.items()}  # component -> value or update
     if reveal:
         board = {
