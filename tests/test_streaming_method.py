@@ -10,7 +10,7 @@ import torch
 
 import specviz
 from specviz.errors import SpecvizError
-from specviz.methods.streaming import stream_tree, streaming_model
+from specviz.methods.streaming import StreamDrafter, stream_tree, streaming_model
 from tests.test_streaming_model import tuned_lm
 
 PROMPTS = ["def fibonacci(n):", [5, 17, 300, 42, 42, 42, 7]]
@@ -76,7 +76,10 @@ def test_right_and_wrong_streams_keep_the_output(random_pair, monkeypatch):
     full = list(prompt) + list(ref) + [0] * 10
     V = random_pair.vocab_size
 
-    def oracle_streams(h, position, layer_kv):
+    def oracle_streams(drafter, context):
+        if drafter.streams is None:  # no pass has run yet
+            return None
+        position = len(context.ids) - 2  # the accepted node (the last committed id is the target's own)
         logits = torch.zeros(lm.cfg.gamma, V)
         for j in range(lm.cfg.gamma):
             right = full[position + 2 + j]
@@ -85,7 +88,7 @@ def test_right_and_wrong_streams_keep_the_output(random_pair, monkeypatch):
                 logits[j, (right + 1) % V] = 6.0
         return logits
 
-    monkeypatch.setattr(lm, "stream_logits", oracle_streams)
+    monkeypatch.setattr(StreamDrafter, "stream_logits", oracle_streams)
     forwards = {}
     for width in (1, 2):
         for max_new in (1, 7, 40):

@@ -1,12 +1,17 @@
 """Speculative Streaming (Bhendawade et al. 2024): the target drafts its own future n-grams.
 
 No draft model. The target carries gamma speculative streams in its top layers
-(`specviz.models.streaming`); at the last accepted token they predict the gamma tokens after the
-target's own next token. Each iteration: the streams of the last accepted node propose a tree (the
-top-`tree_width` tokens of stream j are the children of stream j-1's, pruned to the `tree_nodes`
-best by the product of stream probabilities; `StreamDrafter`, a `trees.TreeDrafter`), one target
-forward verifies the whole tree (`trees.tree_step`) and yields the hidden state of the new accepted
-node. A deterministic draft is a one-hot q, so sampling stays exact.
+(`specviz.models.streaming`); at a token they predict the gamma tokens after the target's own next
+token. Each iteration is one forward pass of the target (the paper's Figure 1(b), section 3.2.2):
+it verifies the tree the last pass proposed (`trees.tree_step`) and, in the top N_s layers, runs
+the gamma streams of every row that may end up the accepted node (the last committed token and each
+tree node), each with the mask of eq. 2 for that node. Once the main stream's logits have decided
+the accepted path, only that node's streams go through the head; their top-`tree_width` tokens form
+the next tree (stream j's are the children of stream j-1's, pruned to the `tree_nodes` best by the
+product of stream probabilities; `StreamDrafter`, a `trees.TreeDrafter`). The cache keeps the
+accepted path's main-stream entries only. A deterministic draft is a one-hot q, so sampling stays
+exact. `passes="two-pass"` is the earlier build, kept for the benchmark's comparison: verify, then a
+second pass of the top N_s layers at the accepted node (the same streams, computed again).
 
 Lossless with respect to the *tuned* model (base + the adapter's LoRA): its output equals
 autoregressive decoding of that model, which is `speculation_length=0` here. When the adapter's
@@ -39,6 +44,7 @@ from specviz.paths import ASSETS
 from specviz.records import IterationRecord
 
 ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target's fingerprint
+PASSES = ("fused", "two-pass")  # the iteration's layout (`StreamingOptions.passes`)
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,14 @@ class StreamingOptions:
     # stream probabilities)
     adapter: str = "auto"  # "auto": the shipped adapter trained for this target, else "untrained";
     # or a .safetensors path
+    passes: str = "fused"  # "fused": one target pass per iteration verifies the tree and runs the
+    # streams (the paper); "two-pass": verify, then the accepted node's streams in a second pass of
+    # the top layers (the earlier build, for comparison)
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.passes not in PASSES:
+            raise SpecvizError(f"passes must be one of {', '.join(PASSES)}, got {self.passes!r}")
 
 
 _LOADED: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, msa.StreamingLM]] = weakref.WeakKeyDictionary()
@@ -112,15 +123,60 @@ def _load(target: PreTrainedModel, adapter: str) -> msa.StreamingLM:
 def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord]:
     lm = streaming_model(dec.pair.target, opts.adapter)
     main = CachedLM(lm.tuned)  # the main stream: the tuned target with its ordinary KV cache
-    drafter = StreamDrafter(lm, main, min(opts.speculation_length, lm.cfg.gamma), opts.tree_width)
+    gamma = min(opts.speculation_length, lm.cfg.gamma)
+    if opts.passes == "two-pass":
+        two = TwoPassDrafter(lm, main, gamma, opts.tree_width)
+        while not dec.done:
+            yield tree_step(dec, main, two, opts.tree_nodes)
+        return
+    drafter = StreamDrafter(lm, gamma, opts.tree_width)
     while not dec.done:
-        yield tree_step(dec, main, drafter, opts.tree_nodes)
+        yield tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify)
 
 
 class StreamDrafter:
-    """A TreeDrafter: the streams of the last accepted node guess what follows the target's next
-    token; their top tokens form the tree. Reads the main stream's KV cache and the accepted node's
-    hidden state entering layer N - N_s (which the verification pass returns)."""
+    """A TreeDrafter whose tree comes out of the verification pass itself: `verify` is the fused pass
+    (every candidate node's streams ride along), `kept` keeps the accepted node's streams, `propose`
+    scores them with the streams' head."""
+
+    hidden_layer = None  # `verify` hands `kept` the streams, not a layer's hidden states
+
+    def __init__(self, lm: msa.StreamingLM, gamma: int, width: int):
+        self.lm, self.gamma, self.width = lm, gamma, width
+        self.streams: torch.Tensor | None = None  # [gamma, H]: the last accepted node's streams, once run
+
+    def verify(self, target: CachedLM, new_tokens: list[int], tree: TokenTree) -> tuple[torch.Tensor, torch.Tensor]:
+        """The one target forward of an iteration: tree logits [1 + n, V] and every candidate node's
+        streams [1 + n, gamma, H] (row 0: the last committed token's)."""
+        rows = 1 + len(tree)
+        return target.forward_tree_by(
+            new_tokens,
+            tree.tokens,
+            tree.parents,
+            lambda ids, positions, mask, append: self.lm.fused_tree_pass(ids, positions, mask, append, rows),
+        )
+
+    def stream_logits(self, context: TreeContext) -> torch.Tensor | None:
+        """What the accepted node's streams say follows the target's next token: [gamma, V] (None
+        before the first pass)."""
+        return None if self.streams is None else self.lm.stream_head(self.streams)
+
+    def propose(self, context: TreeContext, budget: int) -> TokenTree:
+        depth = min(self.gamma, context.depth)
+        logits = self.stream_logits(context) if depth > 0 else None
+        if logits is None:
+            return TokenTree()
+        return stream_tree(logits[:depth].softmax(-1), self.width, budget)
+
+    def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
+        assert hidden is not None  # `verify` returns the streams of every row
+        self.streams = hidden[1 + path[-1]] if path else hidden[0]  # the accepted node is the last token kept
+
+
+class TwoPassDrafter:
+    """The two-pass build: the verification pass returns the accepted node's hidden state entering
+    layer N - N_s; `propose` runs that node's streams in a pass of their own over the top N_s layers,
+    reading the main stream's KV cache."""
 
     def __init__(self, lm: msa.StreamingLM, main: CachedLM, gamma: int, width: int):
         self.lm, self.main, self.gamma, self.width = lm, main, gamma, width

@@ -45,7 +45,7 @@ class TreeDrafter(Protocol):
         """After verification: the accepted nodes (tree indices, root first) and, when `hidden_layer`
         is set, the hidden states entering that layer for the pass's rows: [1 + n, H], the last
         committed token and the tree; [m + n, H], every new committed token too, when `tree_step`
-        was asked for `all_rows`."""
+        was asked for `all_rows`; what `tree_step`'s `verify` returned when it was given one."""
 
 
 def tree_extra(
@@ -89,16 +89,32 @@ def commit_tree(
     return record, tv
 
 
+class TreeVerify(Protocol):
+    def __call__(
+        self, target: CachedLM, new_tokens: list[int], tree: TokenTree
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target's forward over the new committed tokens and the tree: logits [1 + n, V] as
+        `CachedLM.forward_tree` returns them, and what the drafter's `kept` reads (or None)."""
+
+
 def tree_step(
-    dec: Decoding, target: CachedLM, drafter: TreeDrafter, budget: int, all_rows: bool = False
+    dec: Decoding,
+    target: CachedLM,
+    drafter: TreeDrafter,
+    budget: int,
+    all_rows: bool = False,
+    verify: TreeVerify | None = None,
 ) -> IterationRecord:
     """Draft a tree, verify it in one target forward, keep the accepted path in the cache. `all_rows`:
-    hand the drafter the hidden states of every new committed token, not only the last one's."""
+    hand the drafter the hidden states of every new committed token, not only the last one's.
+    `verify`: a forward of the drafter's own instead (speculative streaming's pass that also drafts)."""
     t_start = dec.now()
     tree = drafter.propose(TreeContext.of(dec), budget)
     t_drafted = dec.now()
     position, new = len(dec.ids), dec.ids[len(target) :]
-    if drafter.hidden_layer is None:
+    if verify is not None:
+        logits, hidden = verify(target, new, tree)
+    elif drafter.hidden_layer is None:
         logits, hidden = target.forward_tree(new, tree.tokens, tree.parents), None
     else:
         logits, hidden = target.forward_tree_hidden(new, tree.tokens, tree.parents, drafter.hidden_layer, all_rows)

@@ -15,13 +15,26 @@ cache then holds every node; `keep` compacts it to the prefix plus the accepted 
 from __future__ import annotations
 
 import itertools
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
 from specviz.models.devices import HOST, input_embeddings, to_device
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class KVAppend(Protocol):
+    def __call__(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class TreePass(Protocol[R_co]):
+    """A caller's own tree pass (`CachedLM.forward_tree_by`): (ids, position ids, mask, append) -> anything."""
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, append: KVAppend) -> R_co: ...
 
 
 @runtime_checkable
@@ -84,6 +97,36 @@ class CachedLM:
         return logits, hidden
 
     @torch.inference_mode()
+    def forward_tree_by(
+        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], tree_pass: TreePass[R]
+    ) -> R:
+        """`forward_tree` through the caller's own layers (speculative streaming's fused pass): `tree_pass`
+        gets the inputs Hugging Face's forward would (ids [1, m+n], position ids [m+n], the additive
+        mask [1, 1, m+n, past+m+n]) and `append(layer, k, v)`, which stores a layer's keys and values of
+        the pass [1, kv_heads, m+n, d] and returns that layer's whole keys and values. Afterwards the
+        cache holds every node, as after `forward_tree`."""
+        ids, positions, mask = self._tree_inputs(new_tokens, tree_tokens, parents)
+        out = tree_pass(ids, positions, mask, lambda layer, k, v: self._dynamic().update(k, v, layer))
+        self.tokens.extend(new_tokens + tree_tokens)
+        return out
+
+    def _tree_inputs(
+        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids [1, m+n], position ids [m+n] and the additive tree mask [1, 1, m+n, past+m+n], on the model's device."""
+        if self.lean is not None:
+            raise ValueError("tree passes run through Hugging Face's forward: not on a lean-decoding model")
+        if not new_tokens:
+            raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
+        past, m = len(self.tokens), len(new_tokens)
+        mask = tree_attention_mask(past, m, parents, self.model.dtype, self.device)  # [1, 1, m+n, past+m+n]
+        position_ids = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
+        ids_positions = to_device(
+            torch.tensor([new_tokens + tree_tokens, position_ids], dtype=torch.long, device=HOST), self.device
+        )
+        return ids_positions[:1], ids_positions[1], mask  # [1, m+n], [m+n], mask
+
+    @torch.inference_mode()
     def _tree_pass(
         self,
         new_tokens: list[int],
@@ -92,17 +135,8 @@ class CachedLM:
         layer: int | None,
         all_rows: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.lean is not None:
-            raise ValueError("tree passes run through Hugging Face's forward: not on a lean-decoding model")
-        if not new_tokens:
-            raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
-        past, m, n = len(self.tokens), len(new_tokens), len(tree_tokens)
-        mask = tree_attention_mask(past, m, parents, self.model.dtype, self.device)  # [1, 1, m+n, past+m+n]
-        position_ids = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
-        ids_positions = to_device(
-            torch.tensor([new_tokens + tree_tokens, position_ids], dtype=torch.long, device=HOST), self.device
-        )
-        ids, positions = ids_positions[:1], ids_positions[1]  # [1, m+n] each
+        ids, positions, mask = self._tree_inputs(new_tokens, tree_tokens, parents)
+        m, n = len(new_tokens), len(tree_tokens)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,

@@ -37,6 +37,7 @@ from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
 from specviz.models.devices import input_embeddings, output_embeddings
+from specviz.models.kv import KVAppend
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -113,16 +114,27 @@ class LoRALinear(nn.Module):
         self.scale = alpha / rank
         self.on_main = on_main
 
+    def delta(self, x: torch.Tensor) -> torch.Tensor:
+        """The LoRA's own term, (alpha / r) * B A x."""
+        return F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
+
     def adapted(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
+        return self.base(x) + self.delta(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.adapted(x) if self.on_main else self.base(x)
 
 
-def _proj(module: nn.Module, x: torch.Tensor, stream: bool) -> torch.Tensor:
-    """A projection of the main stream (`module(x)`) or of the streams (always with their LoRA)."""
-    return module.adapted(x) if stream and isinstance(module, LoRALinear) else module(x)
+def _proj(module: nn.Module, x: torch.Tensor, streams_from: int | None) -> torch.Tensor:
+    """A projection of rows x [.., L, H]: rows before `streams_from` are the main stream (`module(x)`),
+    rows from it on are streams (always with their LoRA); None: main stream only. Main and stream rows
+    share one product with the base weight (the fused pass reads each weight once)."""
+    if streams_from is None or not isinstance(module, LoRALinear):
+        return module(x)
+    if streams_from == 0 or module.on_main:
+        return module.adapted(x)
+    y = module.base(x)
+    return torch.cat([y[..., :streams_from, :], y[..., streams_from:, :] + module.delta(x[..., streams_from:, :])], -2)
 
 
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -176,14 +188,18 @@ class StreamingLM(nn.Module):
 
     @staticmethod
     def _qkv(
-        layer: DecoderLayer, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], stream: bool = False
+        layer: DecoderLayer,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        streams_from: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q [B, heads, L, d], k and v [B, kv_heads, L, d], rotary applied (as the KV cache stores them)."""
+        """q [B, heads, L, d], k and v [B, kv_heads, L, d], rotary applied (as the KV cache stores them).
+        `streams_from`: the first row that is a stream (`_proj`)."""
         attn = layer.self_attn
         shape = (*x.shape[:-1], -1, attn.head_dim)
-        q = _proj(attn.q_proj, x, stream).view(shape).transpose(1, 2)
-        k = _proj(attn.k_proj, x, stream).view(shape).transpose(1, 2)
-        v = _proj(attn.v_proj, x, stream).view(shape).transpose(1, 2)
+        q = _proj(attn.q_proj, x, streams_from).view(shape).transpose(1, 2)
+        k = _proj(attn.k_proj, x, streams_from).view(shape).transpose(1, 2)
+        v = _proj(attn.v_proj, x, streams_from).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, *rope)
         return q, k, v
 
@@ -195,20 +211,21 @@ class StreamingLM(nn.Module):
         k: torch.Tensor,
         v: torch.Tensor,
         mask: torch.Tensor | str,
-        stream: bool = False,
+        streams_from: int | None = None,
     ) -> torch.Tensor:
-        """Attention (mask: bool, True = may attend, or "causal"), o_proj, residual, MLP block."""
+        """Attention (mask: bool, True = may attend; additive float; or "causal"), o_proj, residual, MLP block."""
         attn, mlp = layer.self_attn, layer.mlp
         k, v = repeat_kv(k, attn.num_key_value_groups), repeat_kv(v, attn.num_key_value_groups)
         if isinstance(mask, str):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=attn.scaling)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling)
-        x = residual + _proj(attn.o_proj, out.transpose(1, 2).reshape(*residual.shape[:-1], -1), stream)  # [B, L, H]
+        x = residual + _proj(
+            attn.o_proj, out.transpose(1, 2).reshape(*residual.shape[:-1], -1), streams_from
+        )  # [B, L, H]
         y = layer.post_attention_layernorm(x)
-        return x + _proj(
-            mlp.down_proj, mlp.act_fn(_proj(mlp.gate_proj, y, stream)) * _proj(mlp.up_proj, y, stream), stream
-        )
+        gate, up = _proj(mlp.gate_proj, y, streams_from), _proj(mlp.up_proj, y, streams_from)
+        return x + _proj(mlp.down_proj, mlp.act_fn(gate) * up, streams_from)
 
     def init_streams(self, h: torch.Tensor) -> torch.Tensor:
         """s_j = f_eta(h) + P_j:  h [..., H] -> [..., gamma, H]."""
@@ -227,10 +244,10 @@ class StreamingLM(nn.Module):
         position; main_k/v [B, kv_heads, S, d]: the main stream's keys/values of this layer."""
         gamma = self.cfg.gamma
         positions = (node_pos.unsqueeze(1) + torch.arange(1, gamma + 1, device=s.device)).reshape(-1)  # stream j at t+j
-        q, k, v = self._qkv(layer, layer.input_layernorm(s), self._rotary(s, positions), stream=True)
+        q, k, v = self._qkv(layer, layer.input_layernorm(s), self._rotary(s, positions), streams_from=0)
         mask = stream_mask(node_pos, main_k.shape[-2], gamma)  # [T*gamma, S + T*gamma]
         return self._finish(
-            layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask, stream=True
+            layer, s, q, torch.cat([main_k, k], dim=2), torch.cat([main_v, v], dim=2), mask, streams_from=0
         )
 
     # ----- training: the whole sequence at once, main stream and streams side by side -----
@@ -284,6 +301,46 @@ class StreamingLM(nn.Module):
             s = self._stream_layer(layer, s, node_pos, main_k, main_v)
         return self.logits(s[0])  # [gamma, V]
 
+    # ----- decoding in one pass per iteration (section 3.2.2): verify a tree and run its nodes' streams -----
+    @torch.inference_mode()
+    def fused_tree_pass(
+        self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, append: KVAppend, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward pass that verifies one tree and speculates the next (Figure 1(b)).
+
+        ids [1, L], positions [L], mask [1, 1, L, past + L] (additive): a tree pass's inputs
+        (`CachedLM.forward_tree_by`); `append(layer, k, v)` caches the main stream's keys and values.
+        The main stream of every row is the tuned model's own computation: no stream reaches it. In
+        the top N_s layers each of the last `rows` rows (the last committed token, then the tree's
+        nodes) carries its gamma streams, batched with the main rows: stream j of the node at position
+        p sits at p + j and sees what the node's main row sees (the cached prefix, the node's path
+        from the root) and the node's own streams 1..j (eq. 2), never another node's rows; nothing of
+        the streams is cached. Returns the main stream's logits of those rows [rows, V] and their
+        streams' last hidden states [rows, gamma, H] (before the final norm; `stream_head` scores them).
+        """
+        gamma, L = self.cfg.gamma, ids.shape[1]
+        x = self._lm.model.embed_tokens(ids)  # [1, L, H]
+        rope = self._rotary(x, positions)
+        for i, layer in enumerate(self.layers[: self.first_stream_layer]):
+            q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
+            k, v = append(i, k, v)  # the cached prefix and this pass: [1, kv_heads, past + L, d]
+            x = self._finish(layer, x, q, k, v, mask)
+        s = self.init_streams(x[:, L - rows :]).reshape(1, rows * gamma, -1)  # s_j = f_eta(M) + P_j, node-major
+        stream_pos = (positions[L - rows :, None] + torch.arange(1, gamma + 1, device=ids.device)).reshape(-1)
+        rope = self._rotary(x, torch.cat([positions, stream_pos]))
+        both = fused_mask(mask[0, 0], rows, gamma)[None, None]  # [1, 1, L + rows*gamma, past + L + rows*gamma]
+        xs = torch.cat([x, s], dim=1)  # main rows, then stream rows: [1, L + rows*gamma, H]
+        for i, layer in enumerate(self.layers[self.first_stream_layer :], start=self.first_stream_layer):
+            q, k, v = self._qkv(layer, layer.input_layernorm(xs), rope, streams_from=L)
+            main_k, main_v = append(i, k[:, :, :L], v[:, :, :L])  # only the main stream is cached
+            k, v = torch.cat([main_k, k[:, :, L:]], dim=2), torch.cat([main_v, v[:, :, L:]], dim=2)
+            xs = self._finish(layer, xs, q, k, v, both, streams_from=L)
+        return self.logits(xs[0, L - rows : L]), xs[0, L:].view(rows, gamma, -1)  # [rows, V], [rows, gamma, H]
+
+    def stream_head(self, s: torch.Tensor) -> torch.Tensor:
+        """The streams' logits: s [.., H] (last layer, before the final norm) -> [.., V]."""
+        return self.logits(s)
+
     # ----- the adapter: LoRA + f_eta + P_j, saved apart from the base weights -----
     def changes_main_stream(self) -> bool:
         """Whether the main stream (the model decoding reproduces) differs from the base model."""
@@ -312,13 +369,31 @@ def stream_mask(node_pos: torch.Tensor, n_main: int, gamma: int) -> torch.Tensor
     Row (t, j) (node-major, j = 1..gamma) sees main-stream column m iff m <= node_pos[t], and stream
     column (t', i) iff t' == t and i <= j.
     """
-    T = node_pos.shape[0]
     main = torch.arange(n_main, device=node_pos.device) <= node_pos.unsqueeze(1)  # [T, n_main]
     main = main.repeat_interleave(gamma, dim=0)  # [T*gamma, n_main]
-    node = torch.arange(T, device=node_pos.device).repeat_interleave(gamma)  # [T*gamma]
-    j = torch.arange(gamma, device=node_pos.device).repeat(T)  # [T*gamma]
-    streams = (node.unsqueeze(1) == node.unsqueeze(0)) & (j.unsqueeze(0) <= j.unsqueeze(1))  # [T*gamma, T*gamma]
-    return torch.cat([main, streams], dim=1)
+    return torch.cat([main, own_streams(node_pos.shape[0], gamma, node_pos.device)], dim=1)
+
+
+def own_streams(T: int, gamma: int, device: torch.device) -> torch.Tensor:
+    """Bool [T*gamma, T*gamma] over T nodes' streams (node-major): stream j of a node sees that node's
+    streams 1..j only."""
+    node = torch.arange(T, device=device).repeat_interleave(gamma)  # [T*gamma]
+    j = torch.arange(gamma, device=device).repeat(T)  # [T*gamma]
+    return (node.unsqueeze(1) == node.unsqueeze(0)) & (j.unsqueeze(0) <= j.unsqueeze(1))
+
+
+def fused_mask(tree_mask: torch.Tensor, rows: int, gamma: int) -> torch.Tensor:
+    """The fused pass's additive mask [L + rows*gamma, C + rows*gamma] from a tree pass's [L, C]
+    (0: attend, min: not): the main rows as in the tree pass and blind to every stream; stream j of the
+    r-th of the last `rows` rows sees that row's columns and the row's own streams 1..j (eq. 2)."""
+    L, n = tree_mask.shape[0], rows * gamma
+    blocked = torch.finfo(tree_mask.dtype).min
+    streams = torch.zeros(n, n, dtype=tree_mask.dtype, device=tree_mask.device).masked_fill(
+        ~own_streams(rows, gamma, tree_mask.device), blocked
+    )
+    main_rows = torch.cat([tree_mask, tree_mask.new_full((L, n), blocked)], dim=1)
+    stream_rows = torch.cat([tree_mask[L - rows :].repeat_interleave(gamma, dim=0), streams], dim=1)
+    return torch.cat([main_rows, stream_rows], dim=0)
 
 
 def fingerprint(model: PreTrainedModel) -> dict:
