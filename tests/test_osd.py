@@ -193,7 +193,8 @@ def test_the_online_figures_build_from_simulator_rows(repetitive_stream_rows):
     assert "loss at its last step" in names
     shifted = [dict(r, suite="gsm8k" if r["request"] < 4 else "mbpp") for r in rows]
     assert shift_points(shifted) == [4]
-    assert len(acceptance_over_stream(shifted, [], window=3).layout.shapes) == 1  # the shift marker
+    marks = [a.text for a in acceptance_over_stream(shifted, [], window=3).layout.annotations]
+    assert marks.count("shift to mbpp") == 1  # the shift marker
     assert len(acceptance_per_domain(shifted, window=3).data) == 4
     tokens = [
         {
@@ -210,6 +211,25 @@ def test_the_online_figures_build_from_simulator_rows(repetitive_stream_rows):
     assert list(fig.data[1].x) == [0.6] and list(fig.data[1].y) == ["'a'"] and fig.data[1].orientation == "h"
     assert fig.layout.legend.orientation == "h" and "precision" in fig.layout.xaxis.title.text
     assert fig.layout.xaxis.range[1] > 1  # a recall gain of 1 (a diamond at x = 1) was cut in half at the edge
+
+
+def test_the_stream_figure_marks_each_new_draft_and_says_when_there_is_none_yet(repetitive_stream_rows):
+    """Issue 38 item 6: until the first update the two lines are one on top of the other; the figure says
+    why, draws the static line dashed over the online one, and marks where each new draft version serves."""
+    rows, learner = repetitive_stream_rows
+    fig = acceptance_over_stream(rows[:4], learner.updates[:3], window=3)
+    assert [a.text for a in fig.layout.annotations if a.text.startswith("draft v")] == [
+        "draft v1",
+        "draft v2",
+        "draft v3",
+    ]
+    lines = [t for t in fig.data if t.mode == "lines" and t.name.endswith("last 3 requests")]
+    assert [t.name.split(",")[0] for t in lines] == ["online draft (OSD)", "static draft"]  # static drawn on top
+    assert lines[1].line.dash == "dash" and lines[1].line.width < lines[0].line.width
+    before = acceptance_over_stream(rows[:1], [], window=3)
+    assert any(a.text.startswith("no update yet") for a in before.layout.annotations)
+    assert before.layout.xaxis2.title.text == "requests served" and tuple(before.layout.xaxis2.range) == (0.5, 1.5)
+    assert before.layout.xaxis2.dtick == 1  # whole requests: a short stream had ticks at 0.5, 1.5, ...
 
 
 def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random_pair, reduced_pair):

@@ -231,8 +231,10 @@ def test_before_the_first_update_nothing_is_said_to_be_learned(random_pair):
     handlers, _ = _handlers(load_pair=lambda name: random_pair)
     unlearned = _stream(random_pair, requests=2, interval=4)[-1]
     assert unlearned["learner"].version == 0
-    for fig, note in (online.learned_tokens(unlearned, 4), handlers["on_analyse"](unlearned, 4)):
-        assert fig is None and "Nothing learned yet" in note and "every 4 requests" in note and "|" not in note
+    fig, note = online.learned_tokens(unlearned, 4)
+    assert fig is None and "Nothing learned yet" in note and "every 4 requests" in note and "|" not in note
+    plot, page_note = handlers["on_analyse"](unlearned, 4)
+    assert plot["visible"] is False and page_note == note  # no empty figure box above the note
     assert [(r["osd_accepted"], r["osd_tested"]) for r in unlearned["rows"]] == [
         (r["static_accepted"], r["static_tested"]) for r in unlearned["rows"]
     ]
@@ -241,5 +243,5 @@ def test_before_the_first_update_nothing_is_said_to_be_learned(random_pair):
         "no update yet (the first starts after 4 requests" in summary and "online draft is the static draft" in summary
     )
     learned = _stream(random_pair, requests=2, interval=2)[-1]
-    fig, table = online.learned_tokens(learned, 4)
-    assert fig.data and table.startswith("| token |")
+    plot, table = handlers["on_analyse"](learned, 4)
+    assert plot["visible"] is True and plot["value"].data and table.startswith("| token |")

@@ -1,6 +1,6 @@
 """Online Speculative Decoding's figures: acceptance over a request stream, and what the draft learned.
 
-Pure functions of plain data: `rows` are the serving simulator's per-request dicts (request, suite,
+Pure functions of plain data: `rows` are the serving simulator's per-request dicts (request, suite, draft_version,
 osd_accepted, osd_tested, static_accepted, static_tested; alpha = accepted / tested, see
 `specviz.metrics`), `updates` the learner's per-update
 dicts (request, loss_first, loss_last, ms), `tokens` the rows of `specviz.osd.analysis.token_table`.
@@ -29,18 +29,35 @@ def shift_points(rows: list[dict], max_shifts: int = 20) -> list[int]:
     return points if len(points) <= max_shifts else []
 
 
+def version_points(rows: list[dict], max_marks: int = 12) -> list[tuple[int, int]]:
+    """(request, draft version) where a new version of the online draft serves its first request (none
+    when there are too many to mark)."""
+    points = [
+        (r["request"], r["draft_version"])
+        for prev, r in itertools.pairwise(rows)
+        if r["draft_version"] != prev["draft_version"]
+    ]
+    return points if len(points) <= max_marks else []
+
+
 def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 50) -> go.Figure:
-    """alpha over the last `window` requests vs requests served, online vs static, shifts marked; the loss below."""
+    """alpha over the last `window` requests vs requests served, online vs static, shifts and new draft
+    versions marked; the loss below. Until the first update the online draft is the static draft: the
+    static line is drawn dashed over the online one, so that two equal lines still read as two."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06)
     x = [r["request"] + 1 for r in rows]
-    for who, name, colour in (("static", "static draft", STATIC_COLOUR), ("osd", "online draft (OSD)", ONLINE_COLOUR)):
+    drafts = (
+        ("osd", "online draft (OSD)", ONLINE_COLOUR, "solid", 4),
+        ("static", "static draft", STATIC_COLOUR, "dash", 2),
+    )
+    for who, name, colour, dash, width in drafts:
         acc, dra = [r[f"{who}_accepted"] for r in rows], [r[f"{who}_tested"] for r in rows]
         per_request = [a / d if d else None for a, d in zip(acc, dra, strict=True)]
         fig.add_scatter(
             x=x,
             y=per_request,
             mode="markers",
-            marker={"color": colour, "size": 6, "opacity": 0.45},
+            marker={"color": colour, "size": 9 if who == "osd" else 5, "opacity": 0.6},
             name=f"{name}, per request",
             legendgroup=who,
             row=1,
@@ -50,9 +67,19 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
             x=x,
             y=moving_alpha(acc, dra, window),
             mode="lines",
-            line={"color": colour, "width": 3},
+            line={"color": colour, "width": width, "dash": dash},
             name=f"{name}, last {window} requests",
             legendgroup=who,
+            row=1,
+            col=1,
+        )
+    for request, version in version_points(rows):
+        fig.add_vline(
+            x=request + 0.5,
+            line={"dash": "dot", "color": ONLINE_COLOUR, "width": 1},
+            annotation_text=f"draft v{version}",
+            annotation_position="bottom right",
+            annotation_font_color=ONLINE_COLOUR,
             row=1,
             col=1,
         )
@@ -86,9 +113,23 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
             row=2,
             col=1,
         )
+    else:  # an empty trace draws the loss plot's axes (plotly leaves a subplot without traces blank)
+        fig.add_scatter(x=x, y=[None] * len(x), mode="lines", showlegend=False, hoverinfo="skip", row=2, col=1)
+        fig.update_yaxes(range=[0, 1], showticklabels=False, row=2, col=1)
+        fig.add_annotation(
+            text="no update yet: until the first, the online draft is the static draft",
+            x=0.5,
+            y=0.5,
+            xref="x2 domain",
+            yref="y2 domain",
+            showarrow=False,
+            font={"color": LOSS_COLOUR},
+        )
     fig.update_yaxes(range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="loss (nats)", row=2, col=1)
     fig.update_xaxes(title_text="requests served", row=2, col=1)
+    if x:  # whole requests on the axis (a short stream got ticks at 0.5, 1.5, ...)
+        fig.update_xaxes(range=[0.5, max(x) + 0.5], **({"dtick": 1} if max(x) <= 12 else {}), row=2, col=1)
     return finish(
         fig,
         "α over the stream",

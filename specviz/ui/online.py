@@ -267,7 +267,7 @@ def build_tab(ctx: Any) -> None:
     with gr.Row():
         analyse = gr.Button("Which tokens did the draft learn?")
         save = gr.Button("Download the adapted draft")
-    tokens_plot = gr.Plot(label="precision per token", show_label=False)
+    tokens_plot = gr.Plot(label="precision per token", show_label=False, visible=False)  # shown with a figure
     tokens_table = gr.Markdown()
     download = gr.File(label="adapted draft (safetensors)")
     state = ctx.state()
@@ -348,10 +348,12 @@ def build_tab(ctx: Any) -> None:
 
     def on_analyse(st, w):
         if not st or not st["rows"]:
-            return None, "Serve a stream first."
-        if st["learner"] is None:
-            return None, NO_LEARNER_NOTE
-        return analysed(st, int(w))
+            fig, note = None, "Serve a stream first."
+        elif st["learner"] is None:
+            fig, note = None, NO_LEARNER_NOTE
+        else:
+            fig, note = analysed(st, int(w))
+        return gr.update(value=fig, visible=fig is not None), note
 
     # draft and target forward passes over the stream's requests, and a write of the draft's weights:
     # both wait for their turn on the models like every model call, in this process (the learner lives here)
