@@ -66,3 +66,41 @@ def test_the_whatif_shows_the_races_point_and_its_measured_cost(page):
     page.wait_for_selector("#sv-theory-race:has-text('Why each method')")
     page.wait_for_selector(".js-plotly-plot:has-text('Spec-Bench speedups')")
     page.screenshot(path=str(SHOTS / "theory_full_1440.png"), full_page=True)
+
+
+def _clipped(page, selector: str) -> list[str]:
+    """The texts inside `selector` (its label and its input's value) wider than the box that shows them."""
+    return page.locator(selector).evaluate(
+        """root => [...root.querySelectorAll('input, [data-testid="block-info"], label span')]
+            .filter(e => e.scrollWidth > e.clientWidth + 1)
+            .map(e => (e.value || e.textContent).trim())"""
+    )
+
+
+def test_the_roofline_note_follows_the_race_and_its_dropdowns_are_whole(page):
+    """Issue 38 (7): the roofline's "measured in the last race" note was drawn only when a roofline input
+    changed, so it went on explaining an older race (or none); the hardware dropdown's value was cut off."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.get_by_role("tab", name="Theory").click()
+    page.locator("#sv-roofline-hardware input").click()
+    page.get_by_role("option", name="This machine (2-core CPU)", exact=True).click()
+    note = page.locator("#sv-roofline-text")
+    # this machine's note is drawn (it explains the last race, or asks for one)
+    page.wait_for_selector("#sv-roofline-text:has-text('in the last race'), #sv-roofline-text:has-text('Run a race')")
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.locator("#sv-roofline-hardware").scroll_into_view_if_needed()
+        for dropdown in ("#sv-roofline-hardware", "#sv-roofline-model", "#sv-roofline-engine"):
+            assert _clipped(page, dropdown) == [], (dropdown, width)
+        page.screenshot(path=str(SHOTS / f"theory_roofline_controls_{width}.png"))
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.get_by_role("tab", name="Race").click()
+    set_race(page, "def fibonacci(n):", {"Autoregressive", "Prompt lookup"}, 24)
+    page.locator("#sv-run").click()
+    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    page.get_by_role("tab", name="Theory").click()
+    page.wait_for_selector("#sv-roofline-text:has-text('Prompt lookup: T(γ+1)/T(1)')")  # the race just run
+    text = note.inner_text()
+    assert "Measured in the last race" in text and "Vanilla SD" not in text, text  # not the earlier race's
+    note.scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "theory_roofline_after_race_1440.png"))

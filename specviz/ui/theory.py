@@ -54,6 +54,7 @@ DEFAULT_TARGET, DEFAULT_DRAFT = "SmolLM2-135M", "SmolLM2-135M draft (4 layers)" 
 DEFAULT_CONTEXT = 256  # tokens in the cache while decoding: a prompt and a short answer
 MAX_TREE = 64  # the tree-size slider's end
 GPU = "H100 SXM"  # the GPU the what-if compares this CPU with
+DROPDOWN_WIDTH = 290  # px: the roofline's dropdowns show their longest value whole
 
 
 # ----- this machine -----------------------------------------------------------------------------
@@ -470,24 +471,50 @@ def build_tab(ctx: Any) -> None:
         tab.select(after_race, whatif, [curves, tree, numbers], show_progress="hidden", api_visibility="private")
 
     gr.Markdown("### Roofline: what one forward pass costs, and how many drafted tokens ride along for free")
+    # the default pair's target is a preset shape: start there (no model load), on this machine;
+    # other pairs: a 7B on an H100
+    on_default = getattr(ctx.pair, "value", None) in ("default", None)
+    start = DEFAULT_TARGET if on_default else "Llama-2-7B"
+    with gr.Row():  # wide enough for the longest choice ("This machine (2-core CPU)"), a row each on a phone
+        hardware = gr.Dropdown(
+            list(HARDWARE),
+            value=THIS_MACHINE if on_default else "H100 SXM",
+            label="hardware",
+            min_width=DROPDOWN_WIDTH,
+            elem_id="sv-roofline-hardware",
+        )
+        model = gr.Dropdown(
+            [*SHAPES, LOADED_PAIR], value=start, label="model", min_width=DROPDOWN_WIDTH, elem_id="sv-roofline-model"
+        )
+        engine = gr.Dropdown(
+            [*ENGINES, NO_ENGINE],
+            value="HF eager",
+            label="engine (GPUs)",
+            min_width=DROPDOWN_WIDTH,
+            elem_id="sv-roofline-engine",
+        )
     with gr.Row():
-        # the default pair's target is a preset shape: start there (no model load), on this machine;
-        # other pairs: a 7B on an H100
-        on_default = getattr(ctx.pair, "value", None) in ("default", None)
-        start = DEFAULT_TARGET if on_default else "Llama-2-7B"
-        hardware = gr.Dropdown(list(HARDWARE), value=THIS_MACHINE if on_default else "H100 SXM", label="hardware")
-        model = gr.Dropdown([*SHAPES, LOADED_PAIR], value=start, label="model")
         batch = gr.CheckboxGroup(BATCH_CHOICES, value=[1, 4, 16, 64], label="batch sizes B")
         context = gr.Slider(0, 8192, value=measured_context(), step=64, label="context length L (tokens in the cache)")
-        engine = gr.Dropdown([*ENGINES, NO_ENGINE], value="HF eager", label="engine (GPUs)")
     first = roofline_view(hardware.value, model.value, batch.value, context.value, engine.value)
-    roof_plot = gr.Plot(first[0], label="forward time vs tokens per sequence", show_label=False)
+    roof_plot = gr.Plot(
+        first[0], label="forward time vs tokens per sequence", show_label=False, elem_id="sv-roofline-plot"
+    )
     roof_table = gr.Markdown(first[1], elem_id="sv-roofline-text")
 
     on_roofline = roofline_handler(ctx)
     roof_inputs = [hardware, model, batch, context, engine, ctx.pair, ctx.race]
     for widget in (hardware, model, batch, context, engine):
         widget.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
+
+    def roofline_after_race(*inputs):
+        """The roofline's text again once a race has finished: its note explains the last race."""
+        return on_roofline(*inputs)[1] if race_finished(inputs[-1]) else gr.skip()
+
+    # as for the what-if: a race changes ctx.race in place, so the note follows when the tab is opened
+    ctx.race.change(roofline_after_race, roof_inputs, roof_table, show_progress="hidden", api_visibility="private")
+    if tab is not None:
+        tab.select(roofline_after_race, roof_inputs, roof_table, show_progress="hidden", api_visibility="private")
 
     gr.Markdown("### Published GPU speedups vs the cost model (Spec-Bench, Vicuna, fp16, batch 1)")
     show = gr.Button("Compare with the published figures")
