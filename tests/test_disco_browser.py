@@ -23,6 +23,7 @@ def test_the_disco_table_names_alpha_and_the_acceptance_rate_and_says_what_sl_op
     assert [r[0] for r in rows][2].startswith("SL-opt =") and "best fixed length" in rows[2][0]
     table = page.locator("#sv-disco-table")
     assert table.evaluate("t => t.scrollWidth <= t.clientWidth + 1")  # every column on a 1440 px page
+    assert not page.locator("#sv-disco-pivot").is_visible()  # the phone's pivoted copy stays hidden
 
 
 def test_the_online_tab_starts_on_a_repeating_translation_stream(page):

@@ -128,6 +128,25 @@ def test_the_tab_ranks_on_shared_suites_and_says_what_differs():
     assert by_category.data[0].x[-1] == "all prompts<br>(every method<br>ran them)"  # one run, the same prompts
 
 
+def test_the_phone_view_has_every_methods_figures_best_first():
+    """The cards a phone shows instead of the heatmap (issue 38 item 9): the desktop table's order and
+    ranking figure, every column's figure or 'not measured', and the chosen metric."""
+    from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines, phone_view
+
+    _, table, _ = leaderboard_view(BENCHMARK_CHOICES[0], "speedup", machines()[0])
+    cards = phone_view(BENCHMARK_CHOICES[0], "speedup", machines()[0]).split('<li class="sv-lb-card">')[1:]
+    assert len(cards) == len(table)
+    for place, (card, method, figure) in enumerate(
+        zip(cards, table["method"], table[table.columns[1]], strict=True), 1
+    ):
+        assert f"<span>{place}. {method}</span>" in card and f"<b>{figure}×</b>" in card
+    pearl = cards[list(table["method"]).index("PEARL")]
+    assert '<span>MBPP</span><span class="sv-lb-none">not measured</span>' in pearl
+    assert "1.45×" in cards[list(table["method"]).index("Vanilla SD")]  # HumanEval, as the heatmap's cell
+    per_pass = phone_view(BENCHMARK_CHOICES[0], "tokens_per_pass", machines()[0])
+    assert "×" not in per_pass.split("<ol")[1] and "tokens per target pass" in per_pass
+
+
 @pytest.mark.browser
 def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
     from playwright.sync_api import sync_playwright
@@ -152,11 +171,14 @@ def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
             assert "not measured" in page.locator("#sv-leaderboard-plot").inner_text()
             assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()
             assert "Measured on CPU" in page.locator("#sv-leaderboard-sources").inner_text()
+            assert not page.locator("#sv-leaderboard-phone").is_visible()  # the phone's cards, hidden here
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "leaderboard_1440.png"), full_page=True)
             page.set_viewport_size({"width": 390, "height": 844})
             page.screenshot(path=str(ARTIFACTS / "leaderboard_390.png"), full_page=True)
             page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()
+            page.wait_for_selector("#sv-leaderboard-phone:has-text('Mathematical Reasoning')")  # a phone: cards
+            page.set_viewport_size({"width": 1440, "height": 900})
             page.wait_for_selector("#sv-leaderboard-plot:has-text('Mathematical Reasoning')")
             browser.close()
     finally:

@@ -16,6 +16,7 @@ from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
 from specviz.ui.panels import DISTURBED, MethodRun, Race
+from specviz.ui.phone import pivot_html
 from specviz.ui.racing import PROBE_STEPS
 from specviz.ui.stopping import stop_key_for
 from specviz.ui.verdict import step_ms, timing_flags
@@ -41,7 +42,7 @@ AR_LABEL = "Autoregressive (target alone)"
 # the Race tab's names and definitions (its summary table and glossary, specviz.ui.why)
 ALPHA = "α (accepted ÷ tested)"
 ACCEPTANCE_RATE = "acceptance rate (%)"
-# the key numbers right after the method: a phone shows the table's first columns only
+# the key numbers right after the method (a phone shows the table pivoted: specviz.ui.phone)
 HEADERS = [
     "method",
     "speedup vs AR (×)",
@@ -139,6 +140,12 @@ def flags_markdown(flags: dict[str, list[str]]) -> str:
 def flagged_rows(rows: list[dict[str, Any]], flags: dict[str, list[str]]) -> list[dict[str, Any]]:
     """The table's rows, a disturbed method's name marked ⚠️ (the note above the table says why)."""
     return [{**row, "method": f"{row['method']} ⚠️"} if row["method"] in flags else row for row in rows]
+
+
+def phone_html(rows: list[dict[str, Any]]) -> str:
+    """The table as a phone shows it: one row a figure, one column a method (the target alone's name shortened)."""
+    short = {label: label.replace(AR_LABEL, "target alone") for label in (r["method"] for r in rows)}
+    return pivot_html(rows, HEADERS, short=short, elem_id="sv-disco-pivot")
 
 
 def sl_opt_label(sl_opt: int) -> str:
@@ -239,7 +246,15 @@ def build_tab(ctx: Any) -> None:
         stop_btn = gr.Button("Stop", variant="stop")
     stop_state = gr.State(KeyedStop())
     card = gr.Markdown()
-    table = gr.Dataframe(label="This prompt", interactive=False, headers=HEADERS, wrap=True, elem_id="sv-disco-table")
+    table = gr.Dataframe(
+        label="This prompt",
+        interactive=False,
+        headers=HEADERS,
+        wrap=True,
+        elem_id="sv-disco-table",
+        elem_classes=["sv-desk-only"],
+    )
+    phone_table = gr.HTML(elem_classes=["sv-phone-only"])  # the table pivoted: a phone shows it instead
     with gr.Row():
         plot_sl = gr.Plot(label="Chosen vs oracle speculation length", show_label=False)
         plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
@@ -315,3 +330,11 @@ def build_tab(ctx: Any) -> None:
         **ctx.models_queue(),
     )
     stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_disco")
+    table.change(
+        lambda df: phone_html(df.to_dict("records")),
+        table,
+        phone_table,
+        queue=False,
+        show_progress="hidden",
+        api_visibility="private",
+    )

@@ -4,6 +4,7 @@ values (tested without a server); the runs are read once, on first use."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import pandas as pd
@@ -68,12 +69,17 @@ def machines() -> list[str]:
     return list(dict.fromkeys(leaderboard_rows()["machine"]))
 
 
-def leaderboard_view(benchmark: str, metric: str, machine: str) -> tuple[Any, pd.DataFrame, str]:
-    """(heatmap, table, sources) for one benchmark, metric and machine."""
+def _selection(benchmark: str, metric: str, machine: str) -> pd.DataFrame:
+    """The summary's cells of one benchmark on one machine (a choice the radios do not offer: an error)."""
     if benchmark not in BENCHMARK_CHOICES or metric not in METRICS or machine not in machines():
         raise gr_error(f"unknown choice: {benchmark!r}, {metric!r}, {machine!r}")
     summary = summarise(leaderboard_rows())
-    table = summary[(summary["benchmark"] == benchmark) & (summary["machine"] == machine)]
+    return summary[(summary["benchmark"] == benchmark) & (summary["machine"] == machine)]
+
+
+def leaderboard_view(benchmark: str, metric: str, machine: str) -> tuple[Any, pd.DataFrame, str]:
+    """(heatmap, table, sources) for one benchmark, metric and machine."""
+    table = _selection(benchmark, metric, machine)
     if table.empty:
         message = f"No shipped run measured {benchmark} on {machine}."
         return leaderboard_figure(table, metric, [], {}, message), pd.DataFrame(), message
@@ -83,6 +89,59 @@ def leaderboard_view(benchmark: str, metric: str, machine: str) -> tuple[Any, pd
         leaderboard_figure(table, metric, columns, labels, title, headers, rank_by),
         _table(table, labels, rank_by, headers[rank_by]),
         _sources(table, machine, labels),
+    )
+
+
+def phone_view(benchmark: str, metric: str, machine: str) -> str:
+    """The heatmap and the table as a phone shows them (style.py's `.sv-phone-only`): one card a method, best
+    first, its figure on the ranking column as its headline and each column's figure (its spread over
+    prompts below a speedup) in a two-column grid, tinted as the heatmap is (blue wins, vermillion loses)."""
+    table = _selection(benchmark, metric, machine)
+    if table.empty:
+        message = html.escape(f"No shipped run measured {benchmark} on {machine}.")
+        return f'<div class="sv-lb-phone"><p>{message}</p></div>'
+    labels, (columns, rank_by, headers) = _labels(), _columns(table)
+    axis, fmt, neutral = METRICS[metric]
+    cells = table.set_index(["method", "column"])
+    ranked = table[table["column"] == rank_by].sort_values(metric, ascending=False)["method"]
+    reach = max(abs(v - neutral) for v in table[metric]) or 1.0
+
+    def words(column: str) -> str:
+        return html.escape(headers.get(column, column).replace("<br>", " "))
+
+    def figure(method: str, column: str) -> str:
+        if (method, column) not in cells.index:
+            return '<span class="sv-lb-none">not measured</span>'
+        cell = cells.loc[(method, column)]
+        value = float(cell[metric])
+        spread = f"<small>{cell['p25']:.2f}–{cell['p75']:.2f}</small>" if metric == "speedup" else ""
+        return f"<b>{fmt.format(value)}</b>{spread}"
+
+    def tint(method: str, column: str) -> str:
+        if (method, column) not in cells.index:
+            return ""
+        value = float(cells.loc[(method, column)][metric])
+        rgb = "0,114,178" if value >= neutral else "213,94,0"  # Okabe-Ito blue / vermillion, as the heatmap
+        return f' style="background: rgba({rgb},{0.4 * min(1.0, abs(value - neutral) / reach):.2f})"'
+
+    cards = []
+    for place, method in enumerate(ranked, 1):
+        grid = "".join(
+            f'<div class="sv-lb-cell"{tint(method, c)}><span>{words(c)}</span>{figure(method, c)}</div>'
+            for c in columns
+            if c != rank_by
+        )
+        cards.append(
+            f'<li class="sv-lb-card"><div class="sv-lb-head"><span>{place}. {html.escape(labels.get(method, method))}'
+            f'</span><span class="sv-lb-cell"{tint(method, rank_by)}>{figure(method, rank_by)}</span></div>'
+            f'<div class="sv-lb-grid">{grid}</div></li>'
+        )
+    return (
+        f'<div class="sv-lb-phone"><p><b>{html.escape(benchmark)}, measured on {html.escape(machine)}</b>: '
+        f"{html.escape(axis)}"
+        + (", each with its 25th–75th percentile over prompts below" if metric == "speedup" else "")
+        + f". Ranked on {words(rank_by)}, each method's headline figure.</p>"
+        f'<ol class="sv-lb-cards">{"".join(cards)}</ol></div>'
     )
 
 
@@ -142,8 +201,22 @@ def build_tab(ctx: Any) -> None:
         metric = gr.Radio(METRIC_CHOICES, value="speedup", label="figure", elem_id="sv-board-metric")
         machine = gr.Radio(found, value=found[0], label="machine", visible=len(found) > 1, elem_id="sv-board-machine")
     first = leaderboard_view(benchmark.value, metric.value, machine.value)
-    plot = gr.Plot(first[0], show_label=False, elem_id="sv-leaderboard-plot")
-    table = gr.Dataframe(first[1], interactive=False, wrap=True, max_height=900, elem_id="sv-leaderboard-table")
+    # a heatmap of nine methods by six columns cannot be read at 390 px: a phone shows cards instead
+    plot = gr.Plot(first[0], show_label=False, elem_id="sv-leaderboard-plot", elem_classes=["sv-desk-only"])
+    table = gr.Dataframe(
+        first[1],
+        interactive=False,
+        wrap=True,
+        max_height=900,
+        elem_id="sv-leaderboard-table",
+        elem_classes=["sv-desk-only"],
+    )
+    phone = gr.HTML(
+        phone_view(benchmark.value, metric.value, machine.value),
+        elem_id="sv-leaderboard-phone",
+        elem_classes=["sv-phone-only"],
+    )
     sources = gr.Markdown(first[2], elem_id="sv-leaderboard-sources")
     for w in (benchmark, metric, machine):
         w.change(leaderboard_view, [benchmark, metric, machine], [plot, table, sources], show_progress="hidden")
+        w.change(phone_view, [benchmark, metric, machine], phone, show_progress="hidden", api_visibility="private")

@@ -12,6 +12,7 @@ from specviz.serving.limits import AppLimits, check_prompt_text, check_prompt_to
 from specviz.text import visible
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
+from specviz.ui.phone import pivot_html
 from specviz.ui.racing import DEFAULT_LIMITS
 from specviz.ui.stopping import stop_key_for
 
@@ -33,7 +34,7 @@ INTRO = (
 
 
 # the tables' columns (shown before the first run too)
-# the key numbers right after the method: a phone shows the table's first columns only
+# the key numbers right after the method (a phone shows the table pivoted: specviz.ui.phone)
 ROW_COLUMNS = [
     "method",
     "× target alone",
@@ -173,8 +174,14 @@ def build_tab(ctx: Any) -> None:
     stop_state = gr.State(KeyedStop())
     status = gr.Markdown(elem_id="sv-pearl-status")
     table = gr.Dataframe(
-        headers=ROW_COLUMNS, label="This prompt", interactive=False, wrap=True, elem_id="sv-pearl-table"
+        headers=ROW_COLUMNS,
+        label="This prompt",
+        interactive=False,
+        wrap=True,
+        elem_id="sv-pearl-table",
+        elem_classes=["sv-desk-only"],
     )
+    phone_table = gr.HTML(elem_classes=["sv-phone-only"])  # the table pivoted: a phone shows it instead
     plot = gr.Plot(label="Timeline: which model runs when", show_label=False)
     steps = gr.Dataframe(
         headers=STEP_COLUMNS,
@@ -227,3 +234,11 @@ def build_tab(ctx: Any) -> None:
         **ctx.models_queue(),
     )
     stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_pearl")
+    table.change(
+        lambda df: pivot_html(df.to_dict("records"), ROW_COLUMNS, elem_id="sv-pearl-pivot"),
+        table,
+        phone_table,
+        queue=False,
+        show_progress="hidden",
+        api_visibility="private",
+    )

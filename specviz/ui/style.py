@@ -84,7 +84,37 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
 /* A rejected draft's line break was never written: it would break the code's layout, so a rejected
    token's white space collapses to one space (its tooltip keeps the exact text). */
 .sv-rejgroup .sv-tok.sv-rejected { white-space: normal; }
+/* A wide table's phone form (specviz.ui.phone): hidden on a wider screen, shown instead of the table on a phone. */
+.sv-phone-only { display: none !important; }
 @media (max-width: 640px) {
+    .sv-phone-only { display: block !important; }
+    .sv-desk-only { display: none !important; }
+    /* the pivoted table: one row a figure, one column a method; every cell wraps between words, none scrolls */
+    .sv-pivot table { display: table; width: 100%; table-layout: fixed; border-collapse: collapse; margin: 0;
+        font-size: .75rem; line-height: 1.25; }
+    .sv-pivot table th, .sv-pivot table td, .sv-pivot table td:last-child { white-space: normal; min-width: 0;
+        word-break: keep-all; overflow-wrap: normal; hyphens: none; padding: 3px 2px; text-align: right;
+        vertical-align: top; border-bottom: 1px solid var(--border-color-primary);
+        font-variant-numeric: tabular-nums; }
+    .sv-pivot table thead th { font-weight: 600; vertical-align: bottom; }
+    .sv-pivot table tbody th { text-align: left; font-weight: 400; }
+    .sv-pivot table thead th:first-child { width: 35%; }
+    /* the Leaderboard's cards (specviz.ui.leaderboard.phone_view): a method a card, its figures in two columns */
+    .sv-lb-phone { font-size: .85rem; line-height: 1.3; }
+    .sv-lb-phone p { margin: 0 0 .5rem 0; }
+    .sv-lb-cards { list-style: none; margin: 0; padding: 0; }
+    .sv-lb-card { border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 6px 8px;
+        margin: 0 0 8px 0; }
+    .sv-lb-head { display: flex; justify-content: space-between; align-items: center; gap: .5rem; font-weight: 600;
+        margin-bottom: 4px; }
+    .sv-lb-head .sv-lb-cell { padding: 1px 6px; border-radius: 4px; white-space: nowrap; }
+    .sv-lb-grid { display: grid; grid-template-columns: 1fr 1fr; gap: 4px; }
+    .sv-lb-grid .sv-lb-cell { display: flex; flex-direction: column; padding: 2px 5px; border-radius: 4px;
+        font-size: .85rem; min-width: 0; }
+    .sv-lb-cell span { opacity: .8; } .sv-lb-cell b { font-variant-numeric: tabular-nums; }
+    .sv-lb-phone small { font-size: .78rem; opacity: .8; font-variant-numeric: tabular-nums; }
+    .sv-lb-none { opacity: .6; }
+    .sv-lb-head small { margin-left: .35rem; font-weight: 400; }
     /* On a phone plotly's toolbar sits over the plot titles; zoom and pan by touch need no toolbar. */
     .js-plotly-plot .modebar-container { display: none !important; }
     /* The first screen holds the prompt, Run race and the colour key: a smaller header and tab row. */
