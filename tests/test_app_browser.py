@@ -87,6 +87,25 @@ def test_a_newcomer_sees_the_prompt_and_run_race_without_scrolling(page):
         page.set_viewport_size({"width": 1500, "height": 1100})
 
 
+def test_max_new_tokens_out_of_range_is_said_not_silently_changed(page):
+    """Issue 38: typing 0 in the Max new tokens box raced 1 token without a word (gradio's slider sets a
+    number outside its range to the nearest bound); the page says the bound now."""
+    number = page.locator("#sv-max-new input[type=number]")
+    try:
+        for typed in ("0", "600"):
+            number.fill(typed)
+            number.press("Tab")  # leaving the box (or pressing Run race) is when the slider takes the number
+            page.wait_for_selector(f".toast-body:has-text('must be from 1 to 512, got {typed}')")
+            assert number.input_value() == ("1" if typed == "0" else "512")  # set to the bound, and said
+        page.locator("#sv-max-new").screenshot(path=str(ARTIFACTS / "max_new_bound.png"))
+        page.screenshot(path=str(ARTIFACTS / "max_new_bound_page.png"))
+    finally:
+        for close in page.locator(".toast-body .toast-close").all():
+            close.click()
+        number.fill("24")
+        number.press("Enter")
+
+
 def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     page.wait_for_selector("#sv-plot-time .js-plotly-plot:has-text('Run a race to see this plot')")
     set_race(page, "def fibonacci(n):", CHOSEN, 24)
@@ -492,6 +511,22 @@ def test_a_verdict_after_every_race_and_disturbed_timing_flagged(page, perturbed
     assert verdict.locator("strong").first.inner_text().startswith("Verdict:")
     assert all("by these counts" in i or "baseline" in i for i in items)
     assert page.locator("#sv-board .sv-flag").count() == 0
+    page.set_viewport_size({"width": 1440, "height": 900})  # the summary's last column, "stop", was cut off here
+    try:
+        page.locator("#sv-summary").scroll_into_view_if_needed()
+        page.wait_for_timeout(500)  # the table redraws its columns for the new width
+        fits = page.evaluate(
+            "() => { const t = document.querySelector('#sv-summary [role=grid]');"
+            " const body = t.querySelector('.virtual-table-viewport') || t; const b = body.getBoundingClientRect();"
+            " const stop = [...t.querySelectorAll('[role=columnheader]')].find(c => c.innerText.trim() === 'stop');"
+            " const cell = [...t.querySelectorAll('[role=row]')].at(-1).lastElementChild.getBoundingClientRect();"
+            " return {scroll: body.scrollWidth - body.clientWidth, stop: stop.getBoundingClientRect().right - b.right,"
+            " cell: cell.right - b.right}; }"
+        )
+        assert fits["scroll"] <= 1 and fits["stop"] <= 1 and fits["cell"] <= 1, fits
+        page.locator("#sv-summary").screenshot(path=str(ARTIFACTS / "summary_1440.png"))
+    finally:
+        page.set_viewport_size({"width": 1500, "height": 1100})
     page.set_input_files(
         "#sv-load-race input[type=file]", _saved_race(perturbed_pair, tmp_path, "loaded", {"prompt_lookup": 0.4})
     )

@@ -78,6 +78,12 @@ def test_the_summary_the_status_line_and_the_verdict_share_one_ranking(perturbed
     cells = _agree(hurried)
     assert cells[hurried.runs[2].label] == "timing disturbed" and "★" in "".join(cells.values())
     assert hurried.runs[2].label not in winner_words(hurried)
+    slow_baseline = timed_race(perturbed_pair)  # the target alone's own run disturbed: every speedup divides by it
+    slow_baseline.runs[0].flags = ["disturbed"]
+    verdict = verdict_markdown(slow_baseline, {"autoregressive": ["disturbed"]})
+    assert verdict.startswith("**Verdict: none this time — Autoregressive, which every speedup divides by")
+    assert "★" not in verdict and winner_words(slow_baseline) == ""
+    assert "its speedup divides by a disturbed baseline" in verdict
 
 
 def test_a_prompt_is_placed_against_the_shared_suites_named_not_a_folder():

@@ -15,6 +15,7 @@ from specviz.records import IterationRecord
 WINNER = "★ fastest"  # the place of the fastest run whose timing is trusted, when no other run shares it
 SHARED = "(shared)"  # after a place that runs the clock cannot tell apart share: "★ 1 (shared)", "2 (shared)"
 DISTURBED = "timing disturbed"  # the place of a run whose timing is not the method's (specviz.ui.verdict)
+STOP_WORDS = {"max_new_tokens": "max new tokens", "eos": "end of text"}  # why a run stopped, in words
 NOISE = 0.10  # speedups within this share of each other: one shared place (a shared machine's run-to-run noise)
 
 
@@ -62,7 +63,11 @@ def place_runs(ranked: Sequence[tuple[str, float | None, list[tuple]]], disturbe
 
 
 def standings(runs: Mapping[str, Sequence[IterationRecord]], disturbed: Collection[str] = ()) -> list[Standing]:
-    """method -> records  ->  every run's standing, fastest first (speedups vs the race's autoregressive run)."""
+    """method -> records  ->  every run's standing, fastest first (speedups vs the race's autoregressive run).
+    Where the autoregressive run's timing is disturbed, so is every speedup, which divides by it: no run
+    has a place."""
+    if BASELINE in disturbed:
+        disturbed = set(runs)
     summaries = {m: summarize(r) for m, r in runs.items() if r}
     baseline = summary_metrics(summaries[BASELINE])["tokens_per_s"] if BASELINE in summaries else None
     fast = {m: speedup(baseline, summary_metrics(s)["tokens_per_s"]) for m, s in summaries.items()}
@@ -108,7 +113,7 @@ def summary_table(
                 "tokens per target pass": _round(m["mean_accepted_length"], 2),
                 "target passes": s.target_forwards,
                 "draft passes": s.draft_forwards,
-                "stop": s.stop_reason,
+                "stop": STOP_WORDS.get(s.stop_reason, s.stop_reason),
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

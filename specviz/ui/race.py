@@ -49,6 +49,9 @@ EXAMPLES_SHOWN = 40  # examples listed per suite (Shuffle draws from the whole s
 OWN = "your prompts"  # the example suite that stands for the visitor's uploaded prompt file
 OWN_SHOWN, OWN_FILE_BYTES = 500, 2**20
 SUMMARY_FIRST = ["method", "speedup vs AR (×)", "place"]  # the summary's first columns, in this order
+# the summary's column widths (px), in SUMMARY_FIRST's order then the table's: each fits its header's longest
+# word (cells wrap between words), 1185 px in all, so the twelve columns fit the table's 1214 px at 1440 px
+SUMMARY_WIDTHS: list[str | int] = [165, 90, 110, 80, 80, 100, 110, 120, 80, 80, 80, 90]
 REPLAY_JS = (Path(__file__).with_name("replay.js")).read_text()  # runs in the page: no server work
 
 TIMING_NOTE = (
@@ -294,6 +297,7 @@ def _board(ui: SimpleNamespace) -> None:
         interactive=False,
         elem_id="sv-summary",
         wrap=True,
+        column_widths=SUMMARY_WIDTHS,
     )
     ui.why = gr.Markdown(elem_id="sv-why")
     with gr.Accordion("What the numbers mean", open=False, elem_id="sv-glossary"):
@@ -541,6 +545,9 @@ def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
 
     ui.sl_method.input(sl_plot, [ctx.race, ui.sl_method], ui.plot_sl, api_visibility="private")
 
+    # the slider's number box sets a number typed outside its range to the nearest bound without a word; the
+    # release event sends the typed number first, so gradio's own range check says so on the page
+    ui.max_new.release(lambda n: None, ui.max_new, None, api_visibility="private", show_progress="hidden")
     ui.all_btn.click(lambda: [s.name for s in ui.specs if not s.is_oracle], None, ui.methods, api_visibility="private")
     ui.none_btn.click(lambda: [], None, ui.methods, api_visibility="private")
     own = ctx.state(())  # the visitor's uploaded prompts (texts); a suite name never reaches the file system

@@ -244,7 +244,9 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
     order = ranked(race, flags)
     first = [(r, s) for r, s in order if s.place == 1]
     labels = {r.name: r.label for r in race.runs}
-    if not first:
+    if baseline.name in flags:
+        head = f"**Verdict: none this time — {baseline.label}, which every speedup divides by, is {DISTURBED}.**"
+    elif not first:
         head = f"**Verdict: none this time — every run's {DISTURBED}.**"
     elif len(first) > 1:
         names = " and ".join(f"{r.label} ({s.speedup:.2f}×)" for r, s in first if s.speedup is not None)
@@ -261,7 +263,7 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
         mark = " ★" if standing.place == 1 else ""
         shown = "–" if speedup is None else f"{speedup:.2f}×"
         if standing.place is None:
-            where = "no place"
+            where = "no place" + (" (its speedup divides by a disturbed baseline)" if run.name not in flags else "")
         else:
             tie = tie_words(standing, labels)
             shared = shares.count(standing.place) > 1
