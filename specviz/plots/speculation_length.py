@@ -50,5 +50,5 @@ def speculation_length_vs_oracle(df: pd.DataFrame, method: str) -> go.Figure:
         # two short lines: one line of both ran off a phone's plot
         subtitle=f"{label} · oracle: the drafts the target<br>would accept (a perfect policy's length)",
     )
-    # the oracle's entry fits a phone's width; 20 px more above the plot for the subtitle's second line
-    return fig.update_layout(legend_font_size=13, margin_t=fig.layout.margin.t + 20)
+    # the oracle's entry fits a phone's width (finish leaves 20 px above the plot for each subtitle line)
+    return fig.update_layout(legend_font_size=13)

@@ -12,7 +12,9 @@ import plotly.graph_objects as go
 from specviz.cost.families import tree_speedup
 from specviz.cost.formulas import optimal_gamma, speedup_curve, speedup_with_verify_cost
 from specviz.plots.roofline import PALETTE
+from specviz.plots.theme import ALPHA, MARKERS, baseline, finish, wrap
 
+RACE_SYMBOLS = [m for m in MARKERS if m not in ("star", "circle")]  # stars: best γ; circle: the chosen S
 VerifyRatio = Callable[[int], float] | Sequence[float] | None
 
 
@@ -37,9 +39,7 @@ def improvement_curves_figure(
         colour = PALETTE[i % len(PALETTE)]
         ys = speedup_curve(a, c, gammas, verify_ratio)
         width = 4 if highlight is not None and abs(a - highlight) < 1e-9 else 2
-        fig.add_scatter(
-            x=gammas, y=ys, mode="lines", line={"color": colour, "width": width}, name=f"α={a:.2f}", legendgroup=f"{a}"
-        )
+        fig.add_scatter(x=gammas, y=ys, mode="lines", line={"color": colour, "width": width}, name=f"α={a:.2f}")
         g = optimal_gamma(a, c, max_gamma, verify_ratio)
         fig.add_scatter(
             x=[g],
@@ -47,39 +47,43 @@ def improvement_curves_figure(
             mode="markers",
             marker={"symbol": "star", "size": 14, "color": colour},
             name=f"best γ={g}",
-            legendgroup=f"{a}",
             showlegend=False,
             hovertemplate=f"α={a:.2f}: best γ={g}, speedup %{{y:.2f}}×",
         )
-    _add_points(fig, points)
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
-    cost = "T(γ+1)/T(1) from the roofline" if verify_ratio is not None else "verification as cheap as one step"
-    fig.update_layout(
-        title={
-            "text": "Expected speedup vs speculation length",
-            "subtitle": {"text": cost_note or f"c = {c:g}; {cost}; ★ = optimal γ"},
-        },
-        margin={"t": 80},
-        xaxis_title="speculation length γ",
-        yaxis_title="improvement factor (× autoregressive)",
-        legend_title="acceptance rate",
+    fig.add_scatter(  # the stars' key: with a measured cost_note the subtitle has no room to explain them
+        x=[None],
+        y=[None],
+        mode="markers",
+        marker={"symbol": "star", "size": 12, "color": "grey"},
+        name="best γ for its α",
     )
-    return fig
+    _add_points(fig, points)
+    baseline(fig)
+    cost = "T(γ+1)/T(1) from the roofline" if verify_ratio is not None else "verification as cheap as one step"
+    return finish(
+        fig,
+        "Speedup vs speculation length γ",
+        "speculation length γ",
+        "speedup (× autoregressive)",
+        legend=ALPHA,
+        subtitle=wrap(cost_note or f"c = {c:g}; {cost}"),
+        height=460,
+    )
 
 
 def _add_points(fig: go.Figure, points: Sequence[dict[str, Any]]) -> None:
-    """Measured runs as black diamonds, each labelled (a race's own methods on the predicted curves)."""
-    if points:
+    """Measured runs (a race's own methods on the predicted curves) in black, one shape and legend entry
+    ("race: ...") each: labels written beside the points overlapped one another and the curves wherever
+    runs crowd."""
+    for i, p in enumerate(points):
         fig.add_scatter(
-            x=[p["x"] for p in points],
-            y=[p["y"] for p in points],
-            mode="markers+text",
-            text=[p["label"] for p in points],
-            textposition="middle right",
+            x=[p["x"]],
+            y=[p["y"]],
+            mode="markers",
             cliponaxis=False,
-            marker={"symbol": "diamond", "size": 13, "color": "black", "line": {"width": 1, "color": "white"}},
-            name="the last race (measured)",
-            hovertext=[p.get("hover", p["label"]) for p in points],
+            marker={"symbol": RACE_SYMBOLS[i % len(RACE_SYMBOLS)], "size": 13, "color": "black"},
+            name=f"race: {p['label']}",
+            hovertext=p.get("hover", p["label"]),
             hoverinfo="text",
         )
 
@@ -116,15 +120,16 @@ def tree_size_figure(
                 hovertemplate=f"α={a:.2f}, S={size}, D={depth}: %{{y:.2f}}×<extra></extra>",
             )
     _add_points(fig, points)
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
-    fig.update_layout(
-        title={"text": f"Tree of S nodes, depth {depth}: expected speedup", "subtitle": {"text": cost_note}},
-        margin={"t": 80},
-        xaxis_title="tree size S (drafted nodes verified in one pass)",
-        yaxis_title="improvement factor (× autoregressive)",
-        legend_title="α along the path",
+    baseline(fig)
+    return finish(
+        fig,
+        f"Tree speedup vs size S (depth {depth})",
+        "tree size S (nodes in one pass)",
+        "speedup (× autoregressive)",
+        legend="α (the path goes a level deeper)",
+        subtitle=wrap(cost_note) if cost_note else None,
+        height=460,
     )
-    return fig
 
 
 def speedup_vs_alpha_figure(cs: Sequence[float], max_gamma: int = 16, fixed_gamma: int | None = None) -> go.Figure:
@@ -142,9 +147,9 @@ def speedup_vs_alpha_figure(cs: Sequence[float], max_gamma: int = 16, fixed_gamm
             )
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     fig.update_layout(
-        title="Expected speedup vs acceptance rate α",
-        xaxis_title="acceptance rate α",
-        yaxis_title="improvement factor (× autoregressive)",
+        title="Expected speedup vs α",
+        xaxis_title=ALPHA,
+        yaxis_title="speedup (× autoregressive)",
         legend_title="draft cost c = T_draft/T_target",
     )
     return fig
@@ -176,7 +181,7 @@ def speedup_heatmap_figure(
     )
     fig.update_layout(
         title=f"Speedup over (α, γ) at c = {c:g}",
-        xaxis_title="acceptance rate α",
+        xaxis_title=ALPHA,
         yaxis_title="speculation length γ",
         legend={"x": 0.01, "y": 0.99},
     )
@@ -186,28 +191,38 @@ def speedup_heatmap_figure(
 def predicted_vs_measured_speedup_figure(rows: Sequence[dict[str, Any]]) -> go.Figure:
     """Per method: the speedup its family's formula predicts from its measured α, speculation length,
     c and verify cost, next to the speedup measured in the race. Rows (`specviz.cost.from_records.explain_run`):
-    method, predicted_speedup, measured_speedup, alpha, length_text, c."""
+    method, predicted_speedup, measured_speedup, alpha, length_text, c. Each bar says its own speedup;
+    the formula's inputs are in the hover and in the table under the plot (written over the bars, three
+    lines a bar, they overlapped their neighbours and shrank to specks on a phone)."""
     methods = [r["method"] for r in rows]
+    inputs = [f"{r['method']}: α = {r['alpha']:.2f}, {r['length_text']}, c = {r['c']:.2f}" for r in rows]
     fig = go.Figure()
-    fig.add_bar(
-        x=methods,
-        y=[r["predicted_speedup"] for r in rows],
-        name="predicted",
-        marker_color=PALETTE[0],
-        text=[f"α={r['alpha']:.2f}<br>{r['length_text']}<br>c={r['c']:.2f}" for r in rows],
-        textposition="outside",
-        cliponaxis=False,
-    )
-    fig.add_bar(x=methods, y=[r["measured_speedup"] for r in rows], name="measured", marker_color=PALETTE[1])
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey", annotation_text="autoregressive decoding")
+    for name, key, colour in (
+        ("predicted", "predicted_speedup", PALETTE[0]),
+        ("measured", "measured_speedup", PALETTE[1]),
+    ):
+        fig.add_bar(
+            x=methods,
+            y=[r[key] for r in rows],
+            name=name,
+            marker_color=colour,
+            texttemplate="%{y:.2f}×",
+            textposition="outside",
+            cliponaxis=False,
+            hovertext=inputs,
+            hovertemplate="%{hovertext}<br>" + name + ": %{y:.2f}×<extra></extra>",
+        )
+    baseline(fig)
     top = max([r[k] for r in rows for k in ("predicted_speedup", "measured_speedup")] + [1.0])
-    fig.update_yaxes(range=[0, top * 1.35])  # room above the bars for their three-line labels
-    fig.update_layout(
-        margin={"t": 70},
-        title="Predicted (by each method's family's formula) vs measured speedup",
-        barmode="group",
-        xaxis_title="method",
-        yaxis_title="speedup (× autoregressive)",
-        legend_title="",
+    fig.update_yaxes(range=[0, top * 1.35])  # room above the bars for their numbers
+    fig.update_layout(barmode="group", uniformtext={"minsize": 11, "mode": "hide"})  # a number that fits, or none
+    return finish(
+        fig,
+        "Predicted vs measured speedup",
+        "method",
+        "speedup (× autoregressive)",
+        legend="",
+        subtitle=wrap("predicted: each method's family's formula from its measured α, length, c and verify cost"),
+        height=460,
+        axis_px=120,  # a phone turns the method names: 70 px of them over the axis title
     )
-    return fig

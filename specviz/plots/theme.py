@@ -24,6 +24,12 @@ METHOD_COLOURS = [
     OKABE_ITO[k]
     for k in ("black", "blue", "orange", "bluish_green", "vermillion", "reddish_purple", "sky_blue", "yellow")
 ]
+# A phone's plot: about 340 pixels wide inside the page's padding; an average character of the font
+# Chromium draws is 0.47 of its size (measured on a review's phone crop: tests/test_phone_plots.py).
+PHONE_PX, EM = 340, 0.47
+AXIS_PX = 62  # below the plot: the x tick labels and the axis title, above the legend
+PHONE_CHARS = 48  # characters of the 15 px font in one of its lines
+ALPHA = "α (accepted ÷ tested)"  # the Race tab's name and definition of α (specviz.metrics, ui.why's glossary)
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]  # a second cue beside colour
 
 
@@ -70,9 +76,12 @@ def finish(
     legend: str | None = "method",
     subtitle: str | None = None,
     height: int = 420,
+    axis_px: int = AXIS_PX,
 ) -> go.Figure:
     """Titles with units, a legend title, and readable type (a long qualifier goes in the subtitle:
-    plotly titles do not wrap, and half-width plots cut them); `height` before the legend's rows."""
+    plotly titles do not wrap, and half-width plots cut them; `wrap` it into lines a phone shows whole);
+    `height` before the legend's rows; `axis_px`: the x axis's tick labels and title, above the legend."""
+    lines = subtitle.count("<br>") + 1 if subtitle else 0
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left", **({"subtitle": {"text": subtitle}} if subtitle else {})},
         xaxis_title=x,
@@ -80,22 +89,58 @@ def finish(
         legend_title_text=legend,
         template="plotly_white",
         font={"size": 15},
-        margin={"l": 60, "r": 20, "t": 80 if subtitle else 60, "b": 55},
+        margin={"l": 60, "r": 20, "t": 60 + 20 * lines, "b": 55},  # each subtitle line 20 px above the plot
         height=height,
         showlegend=legend is not None,
     )
-    return legend_below(fig, height) if legend is not None else fig
+    # the margin grows to hold the tick labels and the axis title: a fixed 60 px put the title over the ticks
+    fig.update_yaxes(automargin=True)
+    return legend_below(fig, height, axis_px) if legend is not None else fig
 
 
-def legend_below(fig: go.Figure, height: int) -> go.Figure:
-    """The legend below the plot, across its width (a side legend takes half a narrow plot); the
-    figure grows by the legend's rows (three entries a row) beyond `height`."""
-    rows = -(-legend_entries(fig) // 3)
+def legend_below(fig: go.Figure, height: int, axis_px: int = AXIS_PX) -> go.Figure:
+    """The legend below the plot, across its width (a side legend takes half a narrow plot), its title
+    above the entries (beside them it took the left of every row), its top under the x axis's title.
+    The figure grows by the legend's rows on a phone (and the title's) beyond `height`, so the plot keeps
+    its height on every screen; a wide screen, with fewer rows, has the spare room under the legend."""
+    rows = legend_rows(fig) + bool(fig.layout.legend.title.text)
+    plot_px = height - fig.layout.margin.t - 80  # the plot's own pixels, between the margins
     return fig.update_layout(
-        legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left"},
-        margin={"b": 80 + 26 * rows},
-        height=height + 26 * rows,
+        legend={
+            "orientation": "h",
+            "yref": "paper",
+            "y": -axis_px / plot_px,
+            "yanchor": "top",
+            "x": 0.0,
+            "xanchor": "left",
+            "title_side": "top",
+        },
+        margin={"b": 80 + axis_px - AXIS_PX + 26 * rows},
+        height=height + axis_px - AXIS_PX + 26 * rows,
     )
+
+
+def wrap(text: str, width: int = PHONE_CHARS) -> str:
+    """`text` in lines of at most `width` characters, broken between words with <br> (plotly does not
+    wrap titles or subtitles: a long one ran off a phone's plot)."""
+    lines = []
+    for given in text.split("<br>"):  # a break already there stays
+        line = ""
+        for word in given.split():
+            if line and len(line) + 1 + len(word) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "<br>".join(lines)
+
+
+def baseline(fig: go.Figure, y: float = 1.0, name: str = "autoregressive (1×)") -> go.Figure:
+    """The autoregressive baseline as a dotted line named in the legend: a note written on the line sat
+    over the measured points' labels and the bars' numbers."""
+    fig.add_hline(y=y, line_dash="dot", line_color="grey")
+    return fig.add_scatter(x=[None], y=[None], mode="lines", line={"color": "grey", "dash": "dot"}, name=name)
 
 
 def count_ticks(fig: go.Figure, largest: float, most: int = 10) -> go.Figure:
@@ -107,9 +152,20 @@ def count_ticks(fig: go.Figure, largest: float, most: int = 10) -> go.Figure:
     return fig.update_xaxes(tick0=0, dtick=step, tickangle=0, automargin=True)
 
 
-def legend_entries(fig: go.Figure) -> int:
-    """How many entries the figure's legend lists (one per legend group)."""
-    return len({t.legendgroup or t.name for t in fig.data if t.showlegend is not False and t.name})
+def legend_names(fig: go.Figure) -> list[str]:
+    """The names the figure's legend lists, in order (one per legend group)."""
+    return list({t.legendgroup or t.name: t.name for t in fig.data if t.showlegend is not False and t.name}.values())
+
+
+def legend_rows(fig: go.Figure, width: float = PHONE_PX - 80) -> int:
+    """Rows a horizontal legend takes over a plot area `width` pixels wide, as plotly lays it out: one row
+    when all its entries (a 40-pixel symbol, then the name) fit side by side, else a grid whose columns
+    are as wide as its widest entry. Counted on a phone (340 px less the axis margins), where most rows are."""
+    size = fig.layout.legend.font.size or fig.layout.font.size or 15
+    widths = [40 + len(name) * size * EM for name in legend_names(fig)]
+    if sum(widths) <= width:
+        return 1 if widths else 0
+    return -(-len(widths) // max(1, int(width // max(widths))))
 
 
 def empty(title: str, message: str) -> go.Figure:
