@@ -154,8 +154,15 @@ def learned_tokens(state: dict[str, Any], window: int) -> tuple[Any, str]:
     learner = state["learner"]
     if learner.version == 0:
         return None, not_learned_note(learner.config.update_interval, gave_back=bool(learner.releases))
-    tokens = token_analysis(state["pair"], learner, state["rows"][-window:])
-    return token_precision(tokens), tokens_markdown(tokens)
+    rows = state["rows"][-window:]
+    tokens = token_analysis(state["pair"], learner, rows)
+    updates = f"{learner.version} update{'s' if learner.version > 1 else ''}"
+    scope = (
+        f"The draft's greedy guess at each token of the target's outputs in the last {len(rows)} requests, "
+        f"before (the static draft) and after its {updates}. These are requests it learned from: a gain here "
+        "can be a repeated request remembered as well as learning that carries over to new ones.\n\n"
+    )
+    return token_precision(tokens), scope + tokens_markdown(tokens)
 
 
 def not_learned_note(update_interval: int, gave_back: bool = False) -> str:
