@@ -15,11 +15,9 @@ from specviz.metrics import tested
 from specviz.serving.limits import check_prompt_text, check_prompt_tokens
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
-from specviz.ui.panels import DISTURBED, MethodRun, Race
 from specviz.ui.phone import pivot_html
-from specviz.ui.racing import PROBE_STEPS
 from specviz.ui.stopping import stop_key_for
-from specviz.ui.verdict import step_ms, timing_flags
+from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -87,7 +85,7 @@ def disco_vs_oracle(
         if stop is not None and stop.is_set():
             break
         if method != BASELINE:  # the target alone's pace right before the method: load that came since shows
-            probes[label] = step_ms(list(specviz.run(BASELINE, pair, ids, max_new_tokens=PROBE_STEPS + 1)))
+            probes[label] = probe_ms(pair, ids)
         results[label] = generate_median(
             method, pair, ids, repeats=repeats, max_new_tokens=int(max_new_tokens), **options
         )
@@ -107,39 +105,15 @@ def disco_vs_oracle(
         if label != AR_LABEL
         for r in result.records
     ]
-    race = Race(
-        pair.name,
-        "",
-        list(ids),
-        int(max_new_tokens),
-        {},
-        [
-            MethodRun(runs[label][0], label, "", "done", records=list(result.records), probe_ms=probes.get(label))
-            for label, result in results.items()
-        ],
-    )
-    flags = timing_flags(race)  # the Race's checks: verify cost ≥ 1, the target alone's pace before each method
+    timed = [(runs[label][0], label, result, probes.get(label)) for label, result in results.items()]
     return {
         "rows": rows,
         "iterations": iterations,
         "classifier": clf,
         "stopped": len(results) < len(runs),
-        "flags": {run.label: flags[run.name] for run in race.runs if run.name in flags},
+        # the Race's checks: verify cost ≥ 1, the target alone's pace before each method as in its own run
+        "flags": disturbed(pair.name, ids, max_new_tokens, timed),
     }
-
-
-def flags_markdown(flags: dict[str, list[str]]) -> str:
-    """The note above the table for the methods whose timing cannot be their own (as the Race's panels say it)."""
-    if not flags:
-        return ""
-    lines = [f"**⚠️ {DISTURBED}.** These figures are not the methods' own:"]
-    lines += [f"- **{label}**: {'; '.join(problems)}." for label, problems in flags.items()]
-    return "\n".join(lines) + "\n\n"
-
-
-def flagged_rows(rows: list[dict[str, Any]], flags: dict[str, list[str]]) -> list[dict[str, Any]]:
-    """The table's rows, a disturbed method's name marked ⚠️ (the note above the table says why)."""
-    return [{**row, "method": f"{row['method']} ⚠️"} if row["method"] in flags else row for row in rows]
 
 
 def phone_html(rows: list[dict[str, Any]]) -> str:

@@ -15,6 +15,7 @@ from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
 from specviz.ui.phone import pivot_html
 from specviz.ui.racing import DEFAULT_LIMITS
 from specviz.ui.stopping import stop_key_for
+from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
 
 TAB_TITLE = "PEARL: parallel drafting"
 TAB_ORDER = 50
@@ -97,7 +98,7 @@ def compare(
         f"vanilla (γ={vanilla}, its default)": ("vanilla", {}),
         f"PEARL (γ={gamma})": ("pearl", {"window": gamma, "concurrent": bool(concurrent)}),
     }
-    rows, records, steps = [], {}, []
+    rows, records, steps, timed = [], {}, [], []
     alone_ms = None
 
     def shown(ids: Any) -> str:
@@ -106,6 +107,7 @@ def compare(
     for label, (method, options) in runs.items():
         if stop is not None and stop.is_set():
             break
+        probe = probe_ms(pair, ids) if method != BASELINE else None  # the target alone's pace right before it
         result = generate_median(
             method,
             pair,
@@ -131,6 +133,7 @@ def compare(
                 "runs": repeats,
             }
         )
+        timed.append((method, label, result, probe))
         records[label] = [r.to_dict() for r in result.records]  # plain data: the timeline is drawn where the page is
         if method == "pearl":
             steps = [
@@ -146,7 +149,15 @@ def compare(
                 for r in result.records
                 if (p := r.pearl())
             ]
-    return {"rows": rows, "records": records, "steps": steps, "window": note, "stopped": len(rows) < len(runs)}
+    return {
+        "rows": rows,
+        "records": records,
+        "steps": steps,
+        "window": note,
+        "stopped": len(rows) < len(runs),
+        # the Race's checks: verify cost ≥ 1, the target alone's pace before each method as in its own run
+        "flags": disturbed(pair.name, ids, max_new_tokens, timed),
+    }
 
 
 def build_tab(ctx: Any) -> None:
@@ -221,10 +232,13 @@ def build_tab(ctx: Any) -> None:
             raise
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e
-        note = f"**Stopped** after {len(out['rows'])} of 3 methods." if out["stopped"] else ""
+        note = flags_markdown(out["flags"]) + (
+            f"**Stopped** after {len(out['rows'])} of 3 methods." if out["stopped"] else ""
+        )
         title = f"Which model runs when ({out['window']}): busy spans per lane, waiting in grey"
         figure = timeline(out["records"], title) if out["records"] else None
-        return note, pd.DataFrame(out["rows"], columns=ROW_COLUMNS), figure, pd.DataFrame(out["steps"])
+        shown = pd.DataFrame(flagged_rows(out["rows"], out["flags"]), columns=ROW_COLUMNS)
+        return note, shown, figure, pd.DataFrame(out["steps"])
 
     run_btn.click(
         run,

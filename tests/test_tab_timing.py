@@ -1,7 +1,7 @@
-"""The DISCO tab flags timings other load disturbed, as the Race does (issue 38 item 2): the same
-checks (specviz.ui.verdict.timing_flags), on the tab's four methods, with the target alone's pace
-probed right before each drafting method. Load is simulated by slowing one run's recorded passes, so
-the test does not depend on how busy the machine is."""
+"""The DISCO and PEARL tabs flag timings other load disturbed, as the Race does (issue 38 item 2): the
+Race's checks (specviz.ui.verdict.timing_flags, through specviz.ui.tab_timing) on the tabs' runs, the
+target alone's pace probed right before each drafting method. Load is simulated by scaling one run's
+recorded pass times, so the test does not depend on how busy the machine is."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from specviz.metrics import summarize
 from specviz.ui import disco as tab
 from specviz.ui.panels import DISTURBED
+from specviz.ui.tab_timing import flagged_rows, flags_markdown
 
 PROMPT = "def fibonacci(n):"
 
@@ -44,9 +45,9 @@ def test_a_slowed_target_alone_flags_the_tab_as_the_race_would(perturbed_pair, m
     assert set(flags) == {r["method"] for r in out["rows"]}, flags
     assert any("verify cost" in p for p in flags["DISCO"]) and any("right before" in p for p in flags["DISCO"])
     assert any("timed before the other methods" in p for p in flags[tab.AR_LABEL])
-    note = tab.flags_markdown(flags)
+    note = flags_markdown(flags)
     assert DISTURBED in note and "verify cost" in note
-    marked = [r["method"] for r in tab.flagged_rows(out["rows"], flags)]
+    marked = [r["method"] for r in flagged_rows(out["rows"], flags)]
     assert marked == [f"{r['method']} ⚠️" for r in out["rows"]]
 
 
@@ -57,3 +58,16 @@ def test_a_method_faster_than_possible_is_flagged(perturbed_pair, monkeypatch):
     scaled("disco", 0.3, monkeypatch)
     out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
     assert "DISCO" in out["flags"] and any("verify cost" in p for p in out["flags"]["DISCO"]), out["flags"]
+
+
+def test_the_pearl_tab_flags_a_slowed_target_alone(perturbed_pair, monkeypatch):
+    """The PEARL tab times the target alone, vanilla and PEARL one after another: the same checks flag them
+    when the target alone's run was slowed (every speedup divides by it)."""
+    from specviz.ui import pearl
+
+    scaled("autoregressive", 3.0, monkeypatch)
+    out = pearl.compare(perturbed_pair, PROMPT, 2, False, 16, 1)
+    labels = [r["method"] for r in out["rows"]]
+    assert set(out["flags"]) == set(labels), out["flags"]
+    assert any("verify cost" in p for p in out["flags"][labels[1]])  # vanilla's passes below one plain step
+    assert all(m.endswith(" ⚠️") for m in (r["method"] for r in flagged_rows(out["rows"], out["flags"])))
