@@ -41,3 +41,28 @@ def test_the_speculation_length_plot_fits_a_phone():
     legend_font = fig.layout.legend.font.size or font
     for t in fig.data:  # each entry: a 40-pixel symbol, then its name
         assert 40 + text_px(t.name, legend_font) <= PHONE_PX, t.name
+
+
+def test_discos_speculation_length_plot_fits_a_phone():
+    """At 390 px its legend ran off the right edge ("oracle SL (draft tokens the target would acc"): each
+    entry is short, what it is said in a subtitle line that fits, with room above the first plot."""
+    from specviz.plots.disco import chosen_vs_oracle_per_iteration
+
+    df = pd.DataFrame(
+        {
+            "method": ["DISCO"] * 3,
+            "iteration": [1, 2, 3],
+            "speculation_length": [4, 6, 2],
+            "oracle_sl": [2, 9, 0],
+        }
+    )
+    fig = chosen_vs_oracle_per_iteration(df, ["DISCO"])
+    font = fig.layout.font.size
+    legend_font = fig.layout.legend.font.size or font
+    for t in fig.data:
+        assert 40 + text_px(t.name, legend_font) <= PHONE_PX, t.name
+    lines = fig.layout.title.subtitle.text.split("<br>")
+    assert any("oracle SL:" in line for line in lines)  # the entry's meaning, now in the subtitle
+    for line in lines:
+        assert text_px(line, font) <= PHONE_PX, line
+    assert fig.layout.margin.t >= 60 + 20 * len(lines) + 20  # the title, each subtitle line, the first plot's title

@@ -18,7 +18,7 @@ COLOURS = ["#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#0
 
 PANEL_PX = 220  # each method's plot area
 GAP_PX = 110  # between two: the upper plot's tick labels and axis title, then the lower one's own title
-TOP_PX = 110  # the figure's title and subtitle, then the first plot's own title
+TOP_PX = 130  # the figure's title and its two subtitle lines, then the first plot's own title
 
 
 def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.Figure:
@@ -48,7 +48,7 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
             x=d["iteration"],
             y=d["oracle_sl"],
             mode="markers+lines",
-            name="oracle SL (draft tokens the target would accept)",
+            name="oracle SL",  # what it is: the subtitle (a phone's legend row holds ~40 characters)
             line={"color": ORACLE_COLOUR, "dash": "dot"},
             marker={"symbol": "diamond"},
             showlegend=row == 1,
@@ -63,7 +63,7 @@ def chosen_vs_oracle_per_iteration(df: pd.DataFrame, methods: list[str]) -> go.F
         "",
         "",
         legend="per iteration",
-        subtitle="chosen (bars) vs oracle (dotted), per iteration",
+        subtitle="chosen (bars) vs oracle (dotted), per iteration<br>oracle SL: the draft tokens the target accepts",
         height=TOP_PX + area + 80,  # 80: the last plot's axis below it (finish adds the legend's rows)
     )
     fig.update_layout(margin_t=TOP_PX)
