@@ -47,6 +47,7 @@ TAB_ORDER = 50
 
 LOADED_PAIR = "the loaded pair's target"
 MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `python -m specviz.bench roofline`
+TARGET_STEP = MEASURED.with_name("target_step.json")  # from `python -m specviz.cost.target_step`
 NO_ENGINE = "none (datasheet roofline)"
 BATCH_CHOICES = [1, 4, 16, 64, 256]
 TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
@@ -302,6 +303,8 @@ def roofline_view(
         note += where + ("." if why else f" ({load_words(measured)}).")
     if why:
         note += "\n\n" + why
+    if hardware == THIS_MACHINE and shape.name == DEFAULT_TARGET:
+        note += "\n\n" + target_step_note(shape, hw)
     if hardware == THIS_MACHINE:
         note += "\n\n" + race_verify_note(race)
     else:
@@ -309,15 +312,59 @@ def roofline_view(
     return fig, "\n".join(lines) + note
 
 
+def target_step_note(shape: ModelShape, hw: Hardware) -> str:
+    """Why a race's decoding step of the default target takes longer than the line's T(1): the parts of one step
+    timed on this CPU (`python -m specviz.cost.target_step`), against what the line prices."""
+    if not TARGET_STEP.exists():
+        return ""
+    m = json.loads(TARGET_STEP.read_text())
+    context = m["prompt_tokens"] + m["steps"] // 2  # the cache's mean length over the timed steps
+    t1 = forward_time(shape, hw, 1, 1, context) * 1e3
+    step, fwd, mm = m["race_step"]["cpu_ms"], m["forward"]["cpu_ms"], m["weight_matmuls"]
+    weights_mb = mm["bytes"] / 1e6
+    load = m["load_average_before"][0], m["load_average_after"][0]
+    overhead = hw.overhead(shape.n_layers) * 1e3
+    return (
+        f"**Why a race's target step takes longer than T(1) here.** The line prices one decoding step of "
+        f"{shape.name} at {t1:.1f} ms (context {context}): its {weights_mb:.0f} MB of weights read once at "
+        f"{hw.memory_bandwidth / 1e9:.0f} GB/s and its FLOPs at {hw.flops_per_s(shape.dtype) / 1e12:.3g} TFLOP/s"
+        + (f", plus {overhead:.1f} ms a pass. " if overhead >= 0.05 else ", nothing else. ")
+        + f"Timed here on {m['threads']} thread{'s' if m['threads'] > 1 else ''} (`{m['command']}`), one "
+        f"step of a race on the default pair took **{step:.0f} ms** of CPU time and the bare forward pass on the "
+        f"same tokens {fwd:.0f} ms. Of the pass, the {mm['n_matrices']} weight matrices alone took "
+        f"{mm['cpu_ms']:.0f} ms ({mm['cpu_gb_per_s']:.1f} GB/s, where a plain copy on the same thread reached "
+        f"{m['copy_cpu_gb_per_s']:.0f} GB/s) and the other {fwd - mm['cpu_ms']:.0f} ms went to what the line leaves "
+        "out: attention, norms, rotary embeddings, the cache's update and Python calling torch "
+        f"{m['torch_calls_per_forward']} times a pass. "
+        + (
+            f"The step's other {step - fwd:.0f} ms are outside the pass (the acceptance test, the record). "
+            if step - fwd >= 1
+            else "What the step adds to the pass (the acceptance test, the record) is within these timings' noise. "
+        )
+        + f"The CPU was shared while it ran (load average {load[0]:.1f} before, {load[1]:.1f} after, on "
+        f"{m['cores']} cores): the wall clock read {m['race_step']['median_ms']:.0f} ms a step. "
+        "CPU time leaves out the waiting for a core, not the memory the other processes competed for, so on a "
+        "quiet machine these figures may be lower. The app's races run on torch's default of "
+        f"{m['default_threads']} threads."
+    )
+
+
 def race_verify_note(race: Any) -> str:
-    """The verify cost the last race measured on this CPU, beside the model's T(5)/T(1) in the table."""
+    """The verify cost the last race measured on this CPU, beside the model's T(5)/T(1) in the table, and its
+    own decoding step T(1) (the autoregressive run's), beside the model's T(1)."""
+    from specviz.cost.from_records import step_ms
+    from specviz.methods import BASELINE
+
     cost = measured_cost(race)
     if cost is None:
         return "Run a race to see the verify cost T(γ+1)/T(1) its methods measured here, beside the model's."
     rows = ", ".join(
         f"{r['method']}: {r['verify_label']} = {r['verify_ratio']:.2f} at {r['length_text']}" for r in cost.points
     )
-    return f"**Measured in the last race** ({race.pair}, batch 1, context ≈ its prompt and output): {rows}."
+    base = next((r for r in race.runs if r.name == BASELINE and r.records), None)
+    t1 = step_ms(base.records) if base is not None else None
+    step = f"; its decoding step T(1) = {t1:.1f} ms (the autoregressive run's mean, wall clock)" if t1 else ""
+    return f"**Measured in the last race** ({race.pair}, batch 1, context ≈ its prompt and output): {rows}{step}."
 
 
 @cache

@@ -1,0 +1,157 @@
+"""Where a race's target step goes on this CPU: the roofline's T(1) prices one decoding step as reading every
+weight once at the copy rate plus the FLOPs at the matmul rate; a race's step is longer. This times, for the
+default pair's target on one thread, the race's own step (the autoregressive method's `verify_ms`), the bare
+forward pass on the same tokens, the weight matmuls alone (every Linear of the pass on one token) and the copy
+the roofline's bandwidth comes from, in wall time and in this process's CPU time (which does not count the
+time other processes held the core), with the load average before and after.
+
+    python -m specviz.cost.target_step --out benchmarks/roofline/target_step.json
+
+Run it without OMP_NUM_THREADS set, so that `default_threads` records the threads torch gives the app's races.
+Writes one JSON object (the Theory tab reads it: specviz.ui.theory.target_step_note).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PROMPT = "Write a Python function that returns the n-th Fibonacci number."  # the Race tab's default prompt
+
+
+def _clocks(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one call."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def _ms(samples: list[float]) -> dict[str, float]:
+    return {"median_ms": statistics.median(samples) * 1e3, "mean_ms": statistics.mean(samples) * 1e3}
+
+
+class _CountCalls(torch.overrides.TorchFunctionMode):
+    """Counts the torch operations Python calls (each one a trip from Python into torch's dispatcher; reads of
+    a tensor's attributes such as `.shape` are not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if "__get__" not in getattr(func, "__name__", ""):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+@torch.inference_mode()
+def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int = 1, repeats: int = 2) -> dict[str, Any]:
+    """The race's target step and its parts for `pair_name`'s target, `threads` torch threads (plain dicts)."""
+    from specviz.models.kv import CachedLM
+    from specviz.models.pair import encode_prompt, load_pair
+    from specviz.runner import run
+
+    before_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        load_before = list(os.getloadavg())
+        pair = load_pair(pair_name)
+        target = pair.target
+        prompt_ids = encode_prompt(pair, PROMPT)
+        list(run("autoregressive", pair, PROMPT, max_new_tokens=8))  # warm-up, untimed
+        steps_wall: list[float] = []  # the race's own clock: each record's verify_ms
+        steps_cpu: list[float] = []  # this process's CPU time from one record to the next
+        emitted: list[int] = []
+        for _ in range(repeats):
+            records, ticks = [], []
+            for record in run("autoregressive", pair, PROMPT, max_new_tokens=max_new_tokens):
+                records.append(record)
+                ticks.append(time.process_time())
+            steps_wall += [r.verify_ms / 1e3 for r in records[1:]]  # the first step also reads the prompt
+            steps_cpu += [b - a for a, b in itertools.pairwise(ticks)]
+            emitted = [t for r in records for t in r.emitted]
+        # the bare forward pass on the same tokens, one at a time over the prompt's cache
+        fwd_wall: list[float] = []
+        fwd_cpu: list[float] = []
+        for _ in range(repeats):
+            lm = CachedLM(target)
+            lm.forward(prompt_ids)
+            for token in emitted[:-1]:
+                w, c = _clocks(functools.partial(lm.forward, [token]))
+                fwd_wall.append(w)
+                fwd_cpu.append(c)
+        counter = _CountCalls()
+        with counter:
+            lm.forward([emitted[-1]])
+        # every weight matrix of the pass times one token's activations: the weight reads the roofline prices
+        weights = list({id(m.weight): m.weight for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
+        n_bytes = sum(w.numel() * w.element_size() for w in weights)
+        inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
+
+        def matmuls() -> None:
+            for w in weights:
+                torch.nn.functional.linear(inputs[w.shape[1]], w)
+
+        matmuls()  # warm-up
+        mm = [_clocks(matmuls) for _ in range(5 * repeats)]
+        # the roofline's bandwidth: best of five copies of 256 MB (as measure_this_machine)
+        src = torch.empty(256 * 2**20 // 4, dtype=torch.float32)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        copies = [_clocks(lambda: dst.copy_(src)) for _ in range(5)]
+        mm_wall, mm_cpu = [w for w, _ in mm], [c for _, c in mm]
+        return {
+            "command": f"python -m specviz.cost.target_step --threads {threads} --max-new-tokens {max_new_tokens}",
+            "pair": pair.name,
+            "threads": threads,
+            "default_threads": before_threads,  # torch's threads before this set them (the app's races use these)
+            "cores": os.cpu_count(),
+            "load_average_before": load_before,
+            "load_average_after": list(os.getloadavg()),
+            "prompt_tokens": len(prompt_ids),
+            "steps": len(steps_wall) // repeats,
+            "race_step": {**_ms(steps_wall), "cpu_ms": statistics.median(steps_cpu) * 1e3},
+            "forward": {**_ms(fwd_wall), "cpu_ms": statistics.median(fwd_cpu) * 1e3},
+            "torch_calls_per_forward": counter.calls,
+            "weight_matmuls": {
+                **_ms(mm_wall),
+                "best_ms": min(mm_wall) * 1e3,
+                "cpu_ms": statistics.median(mm_cpu) * 1e3,
+                "n_matrices": len(weights),
+                "bytes": n_bytes,
+                "gb_per_s": n_bytes / min(mm_wall) / 1e9,  # best wall time
+                "cpu_gb_per_s": n_bytes / statistics.median(mm_cpu) / 1e9,  # median CPU time
+            },
+            "copy_gb_per_s": 2 * src.numel() * 4 / min(w for w, _ in copies) / 1e9,  # best wall time
+            "copy_cpu_gb_per_s": 2 * src.numel() * 4 / min(c for _, c in copies) / 1e9,  # best CPU time
+        }
+    finally:
+        torch.set_num_threads(before_threads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specviz.cost.target_step", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="default")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, default=Path("benchmarks/roofline/target_step.json"))
+    args = p.parse_args(argv)
+    result = measure(args.pair, args.max_new_tokens, args.threads)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
