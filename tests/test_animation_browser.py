@@ -97,3 +97,24 @@ def test_play_advances_the_frames_of_each_method(raced, label, method, shape):
             )
     finally:
         page.set_viewport_size({"width": 1500, "height": 1100})
+
+
+def test_pearl_draft_bars_quote_the_tokens_drafted_ahead(perturbed_pair):
+    """Issue 38: a stray "L" on PEARL's clock. Post-verify draft bars are labelled with the token each pass
+    drafted ahead, bare, so a one-letter token read as a stray letter; they are quoted now, as the
+    captions quote tokens (pre-verify bars say "pass 1")."""
+    import specviz
+    from specviz.plots.animation import iteration_animation
+    from specviz.stepthrough import explain_iteration
+
+    result = specviz.generate("pearl", perturbed_pair, "def fibonacci(n):", max_new_tokens=40, window=4)
+    records = result.records
+    ahead = [i for i, r in enumerate(records) if r.pearl().mode == "post-verify" and r.pearl().drafted_ahead]
+    assert ahead  # this run has drafts made ahead
+    labels = []
+    for i in ahead[:3]:
+        fig = iteration_animation(explain_iteration(records, i, list(result.prompt_ids), {}, pair=perturbed_pair))
+        for frame in fig.frames:
+            labels += [t for tr in frame.data if tr.name == "drafting" and tr.mode == "text" for t in tr.text]
+    assert labels and all(t.startswith("pass ") or (t.startswith("'") and t.endswith("'")) for t in labels), labels
+    assert any(t.startswith("'") for t in labels)

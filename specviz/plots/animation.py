@@ -750,8 +750,10 @@ def _test_numbers(c: Any, greedy: bool) -> str:
 
 
 def _ahead_label(lanes: Any, j: int) -> str:
+    """A draft pass's label on its bar: the token it drafted ahead (post-verify), quoted as the captions
+    quote tokens (bare, a token such as "L" read as a stray letter on the clock), else its number."""
     if lanes.mode == "post-verify" and j < len(lanes.ahead):
-        return _short(lanes.ahead[j])
+        return f"'{_short(lanes.ahead[j])}'"
     return f"pass {j + 1}"
 
 
