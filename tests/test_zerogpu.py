@@ -291,7 +291,7 @@ def test_every_tabs_model_handler_runs_in_a_worker(app, spaces):
 
     before = len(spaces.calls)
     card, table, *_ = handler(app, "specviz.ui.disco", "run")(PAIR, "def f(x):", True, 0.5, 8, 8, 1)
-    assert card.startswith("Classifier") and len(table) == 4
+    assert "Classifier **" in card and len(table) == 4  # after a load flag, when timing was disturbed
     _, rows, _, steps = handler(app, "specviz.ui.pearl", "run")(PAIR, "def f(x):", 2, False, 8, 1)
     assert len(rows) == 3 and len(steps)  # the target alone, vanilla and PEARL
     state, html, *_ = handler(app, "specviz.ui.sssd_tree", "on_run")(PAIR, "def f(x): return f(x)", 8, 4, "input")
