@@ -73,6 +73,13 @@ LINES = """el => { const r = document.createRange(); r.selectNodeContents(el);
     return [el.innerText.trim(), tops.size, el.scrollWidth > el.clientWidth + 1]; }"""
 
 
+# the texts of a Dataframe's body cells that run past their cell's right edge (gradio hides the overflow)
+CUT_CELLS = """id => [...document.querySelectorAll(`#${id} [role=gridcell]`)].filter(cell => {
+    const r = document.createRange(); r.selectNodeContents(cell);
+    return [...r.getClientRects()].some(c => c.width > 0 && c.right > cell.getBoundingClientRect().right + 1);
+}).map(cell => cell.innerText)"""
+
+
 def test_the_why_tables_numbers_never_break_on_a_phone(phone):
     """Review fault 7: α and c wrapped one character a line ("0 / . / 8 / 4")."""
     phone.wait_for_selector("#sv-why table")  # after the race of the test above
@@ -89,7 +96,7 @@ def test_pearls_and_discos_tables_fit_a_phone(phone):
     from specviz.ui.pearl import ROW_COLUMNS
 
     phone.get_by_role("tab", name="PEARL: parallel drafting").click()
-    for label, value in (("Max new tokens", "24"), ("Timed runs", "1")):
+    for label, value in (("Window γ", "8"), ("Max new tokens", "24"), ("Timed runs", "1")):  # γ = 8: long drafts
         number = phone.locator(f"input[aria-label^='number input for {label}']").last
         number.fill(value)
         number.press("Enter")
@@ -100,6 +107,8 @@ def test_pearls_and_discos_tables_fit_a_phone(phone):
     assert len(words) == 7, words
     for text, lines, cut in words:  # each header whole, broken only between its words
         assert lines <= len(text.split()) and not cut, (text, lines, cut)
+    cut = phone.evaluate(CUT_CELLS, "sv-pearl-steps")  # a draft without spaces ran past its cell's edge, hidden
+    assert not cut, cut
     phone.locator("#sv-pearl-steps").screenshot(path=str(ARTIFACTS / "pearl_steps_390.png"))
     pivot_fits(phone, "sv-pearl", ROW_COLUMNS, 3)
     phone.get_by_role("tab", name="DISCO: dynamic speculation length").click()

@@ -144,6 +144,9 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     #sv-pearl-table .cell-wrap, #sv-pearl-steps .cell-wrap, #sv-disco-table .cell-wrap { padding: 0 !important; }
     /* the step table's seven columns: a smaller type still, and no column menu (its ⋮ took a word's room) */
     #sv-pearl-steps table *, #sv-pearl-steps [role=row] * { font-size: .62rem !important; }
+    /* the step table's token texts have no spaces to wrap at ("·Ifod·theyentsom·6"): they break anywhere, not cut */
+    #sv-pearl-steps [role=row] > [role=gridcell]:is(:nth-child(3), :nth-child(5), :nth-child(6)) * {
+        overflow-wrap: anywhere !important; word-break: break-all !important; }
     /* a method's name wraps between words; one longer than gradio's column ("Autoregressive") breaks, not hides */
     #sv-disco-table [role=row] > :first-child * { overflow-wrap: anywhere !important; }
     #sv-pearl-table .cell-menu-button, #sv-pearl-steps .cell-menu-button,
