@@ -113,3 +113,18 @@ def test_the_step_timing_runs_on_a_tiny_pair():
     assert m["pair"] == "tiny-random" and m["threads"] == 1 and m["steps"] == 3
     assert m["weight_matmuls"]["n_matrices"] > 0 and m["torch_calls_per_forward"] > m["weight_matmuls"]["n_matrices"]
     assert all(m[k]["cpu_ms"] > 0 for k in ("race_step", "forward", "weight_matmuls"))
+
+
+def test_the_roofline_fits_a_phone():
+    """At 390x844 the roofline's title ran off the plot and its side legend took half the plot's width."""
+    import re
+
+    from specviz.plots.theme import PHONE_CHARS
+    from specviz.ui import theory
+
+    for hardware in (theory.THIS_MACHINE, "H100 SXM"):
+        fig, _ = theory.roofline_view(hardware, "SmolLM2-135M", [1, 4, 16, 64], 256, "HF eager")
+        lines = [re.sub(r"<[^>]+>", "", line) for line in fig.layout.title.text.split("<br>")]
+        assert all(len(line) <= PHONE_CHARS for line in lines), lines
+        assert len(fig.layout.xaxis.title.text) <= PHONE_CHARS and fig.layout.legend.orientation == "h"
+        assert fig.layout.margin.t >= 56 + 22 * (len(lines) - 1)  # the subtitle lines above the plot, not on it

@@ -9,6 +9,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from specviz.plots.theme import legend_below
+
 # Okabe-Ito, one colour per batch size (colour-vision-deficiency safe).
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000"]
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "star", "hexagon", "pentagon", "triangle-down"]
@@ -93,11 +95,17 @@ def cost_curves_figure(
         range=[0.0, math.log10(widest * 1.1)],
         tickvals=ticks,
         ticktext=[str(t) for t in ticks],
-        title="tokens per sequence per forward, S (= speculation length + 1)",
+        tickangle=0,
+        title="tokens per sequence per pass, S = γ + 1",  # short enough for a phone's plot
     )
-    fig.update_yaxes(type="log", title="T(S) / T(1)" if normalize else "time per forward pass (ms)")
-    fig.update_layout(title=title, legend_title="batch size B", hovermode="closest")
-    return fig
+    fig.update_yaxes(type="log", title="T(S) / T(1)" if normalize else "time per forward pass (ms)", automargin=True)
+    fig.update_layout(
+        title={"text": title, "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 16}},  # from the top
+        legend_title="batch size B",
+        hovermode="closest",
+        margin={"l": 60, "r": 20, "t": 56 + 22 * title.count("<br>"), "b": 55},  # each subtitle line 22 px
+    )
+    return legend_below(fig, 480 + fig.layout.margin.t)  # a side legend took half a phone's plot
 
 
 def predicted_vs_measured_figure(points: Sequence[dict[str, Any]], band: float = 0.2) -> go.Figure:

@@ -280,11 +280,15 @@ def roofline_view(
     bs = sorted(int(b) for b in batch_sizes) or [1]
     rows = cost_curve_rows(shape, hw, bs, list(range(1, 65)), int(context))
     knees = {b: knee_tokens(shape, hw, b, int(context)) for b in bs}
-    title = f"{shape.name} ({shape.dtype}) on {hw.name}, context {int(context)}"
+    # short lines (plotly does not wrap a title; a phone's plot is ~340 px wide), each name kept whole
+    subtitle = [*f"on {hw.name}".split(", ", 1)]
     if measured:
-        title += f"<br><sub>× measured here at context {measured['config']['context']}"
         load = measured.get("load_average_before")
-        title += f", under load {load[0]:.2f} (see under the table)</sub>" if load else "</sub>"
+        under = f", under load {load[0]:.2f}" if load else ""  # the text under the table says what it did
+        subtitle += [f"× measured here at context {measured['config']['context']}{under}"]
+    title = f"{shape.name} ({shape.dtype}), context {int(context)}" + "".join(
+        f"<br><sub>{line}</sub>" for line in subtitle
+    )
     fig = cost_curves_figure(rows, measured=measured["points"] if measured else None, title=title, knees=knees)
     lines = [f"| B | T(1) ms | T(5)/T(1) | budget γ (≤{TOLERANCE:.0%} extra) | knee S |", "|---|---|---|---|---|"]
     for b in bs:
