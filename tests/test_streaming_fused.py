@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import specviz
+from specviz.methods import streaming as streaming_method
 from specviz.methods.streaming import stream_tree, streaming_model
 from specviz.models.kv import CachedLM
 from specviz.models.streaming import StreamingLM, fused_mask
@@ -124,6 +125,13 @@ def test_one_target_forward_per_iteration(random_pair, monkeypatch):
     assert all(r.target_forwards == 1 and r.draft_forwards == 0 for r in run.records)
     assert calls["hf"] == calls["streams"] == 0
     assert sum(r.speculation_length for r in run.records) > 0  # trees were drafted and verified
+    # speculation_length 0 (the tuned model alone, the baseline of Table 1) runs no streams at all
+    calls.update(fused=0, hf=0)
+    alone = specviz.generate(
+        "streaming", random_pair, PREFIX, max_new_tokens=24, adapter="untrained", speculation_length=0
+    )
+    assert calls["fused"] == 0 and calls["hf"] == alone.summary.target_forwards == 24
+    assert alone.summary.output_ids == run.summary.output_ids
 
 
 def test_fused_and_two_pass_decode_alike(random_pair, tmp_path):
@@ -149,3 +157,34 @@ def test_fused_and_two_pass_decode_alike(random_pair, tmp_path):
     assert [r.extra["tree_tokens"] for r in a.records] == [r.extra["tree_tokens"] for r in b.records]
     with pytest.raises(specviz.SpecvizError, match="passes must be one of fused, two-pass"):
         specviz.generate("streaming", random_pair, "x", max_new_tokens=2, passes="three")
+
+
+def test_the_frequent_head_is_the_full_head_at_those_tokens():
+    lm = tuned_lm()
+    _, _, streams = fused(lm)
+    ids = torch.tensor([3, 9, 77, 250, 401, 500])
+    torch.testing.assert_close(
+        lm.stream_head(streams, lm.head_rows(ids)), lm.stream_head(streams)[..., ids], rtol=1e-5, atol=1e-5
+    )
+    probs = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.2, 0.3]])  # over the tokens 40, 41, 42
+    tree = stream_tree(probs, width=2, max_nodes=4, token_ids=torch.tensor([40, 41, 42]))
+    # level 1: 41 (0.6), 42 (0.3); under 41: 40 (0.30), 42 (0.18); under 42: 40 (0.15), 42 (0.09)
+    assert tree.tokens == [41, 42, 40, 42] and tree.parents == [-1, -1, 0, 0]
+
+
+def test_a_frequent_head_drafts_only_frequent_tokens_and_keeps_the_output(random_pair, tmp_path, monkeypatch):
+    """With a frequent-token set of the even ids, every drafted node is even, the output is still the
+    tuned model's; the full head drafts odd ids too (so the restriction did something)."""
+    path = tmp_path / "tiny.safetensors"
+    tuned_lm().save_adapter(path)
+    even = torch.arange(0, random_pair.vocab_size, 2)
+    monkeypatch.setattr(streaming_method, "frequent_vocab", lambda vocab: even)
+    kw = {"max_new_tokens": 30, "adapter": str(path), "tree_width": 2, "tree_nodes": 6, "speculation_length": 3}
+    ar = specviz.generate("streaming", random_pair, PREFIX, **{**kw, "speculation_length": 0}).summary.output_ids
+    drafted = {}
+    for vocab in ("frequent", "full"):
+        run = specviz.generate("streaming", random_pair, PREFIX, stream_vocab=vocab, **kw)
+        assert run.summary.output_ids == ar, vocab
+        drafted[vocab] = {t for r in run.records for t in r.extra["tree_tokens"]}
+    assert drafted["frequent"] and all(t % 2 == 0 for t in drafted["frequent"])
+    assert any(t % 2 for t in drafted["full"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -38,13 +39,14 @@ from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.options import check_fields, count
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
-from specviz.models.devices import host_values
+from specviz.models.devices import host_values, output_embeddings
 from specviz.models.kv import CachedLM
 from specviz.paths import ASSETS
 from specviz.records import IterationRecord
 
 ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target's fingerprint
 PASSES = ("fused", "two-pass")  # the iteration's layout (`StreamingOptions.passes`)
+STREAM_VOCABS = ("frequent", "full")  # what the streams' head scores (`StreamingOptions.stream_vocab`)
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,16 @@ class StreamingOptions:
     passes: str = "fused"  # "fused": one target pass per iteration verifies the tree and runs the
     # streams (the paper); "two-pass": verify, then the accepted node's streams in a second pass of
     # the top layers (the earlier build, for comparison)
+    stream_vocab: str = "frequent"  # "frequent": the streams' head scores only the tokens the target
+    # uses most (the v2 draft's 8k set, where it fits the target), so trees hold only those; "full":
+    # every token
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.passes not in PASSES:
             raise SpecvizError(f"passes must be one of {', '.join(PASSES)}, got {self.passes!r}")
+        if self.stream_vocab not in STREAM_VOCABS:
+            raise SpecvizError(f"stream_vocab must be one of {', '.join(STREAM_VOCABS)}, got {self.stream_vocab!r}")
 
 
 _LOADED: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, msa.StreamingLM]] = weakref.WeakKeyDictionary()
@@ -129,7 +136,8 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
         while not dec.done:
             yield tree_step(dec, main, two, opts.tree_nodes)
         return
-    drafter = StreamDrafter(lm, gamma, opts.tree_width)
+    vocab = frequent_vocab(len(output_embeddings(lm.tuned))) if opts.stream_vocab == "frequent" else None
+    drafter = StreamDrafter(lm, gamma, opts.tree_width, vocab)
     while not dec.done:
         yield tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify)
 
@@ -141,13 +149,23 @@ class StreamDrafter:
 
     hidden_layer = None  # `verify` hands `kept` the streams, not a layer's hidden states
 
-    def __init__(self, lm: msa.StreamingLM, gamma: int, width: int):
+    def __init__(self, lm: msa.StreamingLM, gamma: int, width: int, vocab_ids: torch.Tensor | None = None):
         self.lm, self.gamma, self.width = lm, gamma, width
+        self.vocab_ids: torch.Tensor | None = None  # [K] the tokens the streams' head scores (None: every token)
+        self.rows: torch.Tensor | None = None  # [K, H] their LM head rows
+        if vocab_ids is not None:
+            self.rows = lm.head_rows(vocab_ids)
+            self.vocab_ids = vocab_ids.to(self.rows.device)
         self.streams: torch.Tensor | None = None  # [gamma, H]: the last accepted node's streams, once run
 
-    def verify(self, target: CachedLM, new_tokens: list[int], tree: TokenTree) -> tuple[torch.Tensor, torch.Tensor]:
+    def verify(
+        self, target: CachedLM, new_tokens: list[int], tree: TokenTree
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The one target forward of an iteration: tree logits [1 + n, V] and every candidate node's
-        streams [1 + n, gamma, H] (row 0: the last committed token's)."""
+        streams [1 + n, gamma, H] (row 0: the last committed token's); no streams when none are used
+        (speculation_length 0: the tuned model alone, as autoregressive decoding runs it)."""
+        if self.gamma == 0:
+            return target.forward_tree(new_tokens, tree.tokens, tree.parents), None
         rows = 1 + len(tree)
         return target.forward_tree_by(
             new_tokens,
@@ -157,20 +175,20 @@ class StreamDrafter:
         )
 
     def stream_logits(self, context: TreeContext) -> torch.Tensor | None:
-        """What the accepted node's streams say follows the target's next token: [gamma, V] (None
-        before the first pass)."""
-        return None if self.streams is None else self.lm.stream_head(self.streams)
+        """What the accepted node's streams say follows the target's next token: [gamma, V], or
+        [gamma, K] over `vocab_ids` (None before the first pass)."""
+        return None if self.streams is None else self.lm.stream_head(self.streams, self.rows)
 
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
         depth = min(self.gamma, context.depth)
         logits = self.stream_logits(context) if depth > 0 else None
         if logits is None:
             return TokenTree()
-        return stream_tree(logits[:depth].softmax(-1), self.width, budget)
+        return stream_tree(logits[:depth].softmax(-1), self.width, budget, self.vocab_ids)
 
     def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
-        assert hidden is not None  # `verify` returns the streams of every row
-        self.streams = hidden[1 + path[-1]] if path else hidden[0]  # the accepted node is the last token kept
+        if hidden is not None:  # the streams of every row, from `verify`
+            self.streams = hidden[1 + path[-1]] if path else hidden[0]  # the accepted node is the last token kept
 
 
 class TwoPassDrafter:
@@ -195,11 +213,28 @@ class TwoPassDrafter:
         self.node = hidden[1 + path[-1]] if path else hidden[0]  # the accepted node is the last token kept
 
 
-def stream_tree(probs: torch.Tensor, width: int, max_nodes: int) -> TokenTree:
+def frequent_vocab(vocab: int) -> torch.Tensor | None:
+    """The frequent-token set the streams' head may score (the v2 draft's 8k ids), None where it does
+    not fit this vocabulary (then the head scores every token)."""
+    ids = _frequent_tokens(vocab)
+    return None if len(ids) == vocab else ids
+
+
+@cache
+def _frequent_tokens(vocab: int) -> torch.Tensor:
+    from specviz.models.eagle import frequent_tokens  # reads the shipped draft's head ids once
+
+    return frequent_tokens(vocab)
+
+
+def stream_tree(probs: torch.Tensor, width: int, max_nodes: int, token_ids: torch.Tensor | None = None) -> TokenTree:
     """The tree of the streams' top tokens: stream j's top-`width` are the children of every kept
     node of stream j-1; keep the `max_nodes` best by the product of stream probabilities (a child
-    never scores above its parent, so the kept nodes form a tree). probs [depth, V]."""
+    never scores above its parent, so the kept nodes form a tree). probs [depth, V], or [depth, K]
+    over the tokens `token_ids` [K]."""
     top_p, top_x = probs.topk(width, dim=-1)  # [depth, width]
+    if token_ids is not None:
+        top_x = token_ids.to(top_x.device)[top_x]  # head index -> token id
     depth = top_p.shape[0]
     p_h, x_h = host_values(top_p, top_x)  # one host sync for every candidate
     cands: list[tuple[float, int, int, int]] = []  # (score, parent candidate, token, stream)

@@ -337,9 +337,20 @@ class StreamingLM(nn.Module):
             xs = self._finish(layer, xs, q, k, v, both, streams_from=L)
         return self.logits(xs[0, L - rows : L]), xs[0, L:].view(rows, gamma, -1)  # [rows, V], [rows, gamma, H]
 
-    def stream_head(self, s: torch.Tensor) -> torch.Tensor:
-        """The streams' logits: s [.., H] (last layer, before the final norm) -> [.., V]."""
-        return self.logits(s)
+    def stream_head(self, s: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The streams' logits: s [.., H] (last layer, before the final norm) -> [.., V]; with `rows`
+        [K, H], the LM head's rows of K tokens (`head_rows`), -> [.., K]: a K-row product, not V."""
+        if rows is None:
+            return self.logits(s)
+        return F.linear(self._lm.model.norm(s), rows)
+
+    def head_rows(self, vocab_ids: torch.Tensor) -> torch.Tensor:
+        """The LM head's rows of the tokens `vocab_ids` [K, H]: the head restricted to them."""
+        head = self.tuned.get_output_embeddings()
+        if getattr(head, "bias", None) is not None:
+            raise ValueError("a restricted stream head needs an LM head without bias")
+        weight = output_embeddings(self.tuned)
+        return weight[vocab_ids.to(weight.device)]  # [K, H]
 
     # ----- the adapter: LoRA + f_eta + P_j, saved apart from the base weights -----
     def changes_main_stream(self) -> bool:
