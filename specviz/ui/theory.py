@@ -333,7 +333,7 @@ def target_step_note(shape: ModelShape, hw: Hardware) -> str:
         f"{shape.name} at {t1:.1f} ms (context {context}): its {weights_mb:.0f} MB of weights read once at "
         f"{hw.memory_bandwidth / 1e9:.0f} GB/s and its FLOPs at {hw.flops_per_s(shape.dtype) / 1e12:.3g} TFLOP/s"
         + (f", plus {overhead:.1f} ms a pass. " if overhead >= 0.05 else ", nothing else. ")
-        + f"Timed here on {m['threads']} thread{'s' if m['threads'] > 1 else ''} (`{m['command']}`), one "
+        + f"Timed here on {m['threads']} thread{'s' if m['threads'] > 1 else ''}, one "
         f"step of a race on the default pair took **{step:.0f} ms** of CPU time and the bare forward pass on the "
         f"same tokens {fwd:.0f} ms. Of the pass, the {mm['n_matrices']} weight matrices alone took "
         f"{mm['cpu_ms']:.0f} ms ({mm['cpu_gb_per_s']:.1f} GB/s, where a plain copy on the same thread reached "
@@ -349,7 +349,7 @@ def target_step_note(shape: ModelShape, hw: Hardware) -> str:
         f"{m['cores']} cores): the wall clock read {m['race_step']['median_ms']:.0f} ms a step. "
         "CPU time leaves out the waiting for a core, not the memory the other processes competed for, so on a "
         "quiet machine these figures may be lower. The app's races run on torch's default of "
-        f"{m['default_threads']} threads."
+        f"{m['default_threads']} threads. Measured with `{m['command']}`."
     )
 
 
