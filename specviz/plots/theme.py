@@ -136,6 +136,12 @@ def wrap(text: str, width: int = PHONE_CHARS) -> str:
     return "<br>".join(lines)
 
 
+def signed_percent(x: float, digits: int = 0) -> str:
+    """A signed share as text, a rounded zero as plain "0%": `f"{x:+.0%}"` writes -0.004 as "-0%"."""
+    text = f"{x:+.{digits}%}"
+    return text[1:] if float(text[1:-1]) == 0 else text
+
+
 def baseline(fig: go.Figure, y: float = 1.0, name: str = "autoregressive (1×)") -> go.Figure:
     """The autoregressive baseline as a dotted line named in the legend: a note written on the line sat
     over the measured points' labels and the bars' numbers."""
