@@ -18,8 +18,8 @@ CSS = """
           background: #1f2937; color: #fff; padding: 6px 9px; border-radius: 6px; font-size: .85rem;
     line-height: 1.35; }
 .sv-tok:focus { outline: 2px solid #0072B2; }
-#sv-summary th, #sv-summary th *, #sv-disco-table th, #sv-disco-table th * { word-break: keep-all;
-    overflow-wrap: normal; hyphens: none; }
+#sv-summary th, #sv-summary th *, #sv-disco-table th, #sv-disco-table th *, #sv-pearl-table th,
+#sv-pearl-table th * { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
 /* Markdown tables: numbers and headers on one line; a narrow screen scrolls the table sideways
    instead of breaking every cell into one character per line. */
 .prose table { display: block; overflow-x: auto; max-width: 100%; }
