@@ -188,3 +188,10 @@ def test_a_frequent_head_drafts_only_frequent_tokens_and_keeps_the_output(random
         drafted[vocab] = {t for r in run.records for t in r.extra["tree_tokens"]}
     assert drafted["frequent"] and all(t % 2 == 0 for t in drafted["frequent"])
     assert any(t % 2 for t in drafted["full"])
+
+
+def test_a_target_spread_over_devices_is_a_clear_error(random_pair, monkeypatch):
+    lm = streaming_model(random_pair.target, "untrained")
+    monkeypatch.setattr(lm.tuned, "hf_device_map", {"model.layers.0": 0, "model.layers.1": 1}, raising=False)
+    with pytest.raises(specviz.SpecvizError, match="spread over several"):
+        specviz.generate("streaming", random_pair, PREFIX, max_new_tokens=4, adapter="untrained")

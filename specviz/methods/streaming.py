@@ -136,6 +136,11 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
         while not dec.done:
             yield tree_step(dec, main, two, opts.tree_nodes)
         return
+    if len(set(getattr(lm.tuned, "hf_device_map", {}).values())) > 1:
+        raise SpecvizError(
+            "the fused streaming pass runs its own layers on one device, and this target is spread over several"
+            " (device_map): use passes='two-pass', or load the target on one device"
+        )
     vocab = frequent_vocab(len(output_embeddings(lm.tuned))) if opts.stream_vocab == "frequent" else None
     drafter = StreamDrafter(lm, gamma, opts.tree_width, vocab)
     while not dec.done:
