@@ -118,3 +118,44 @@ def test_pearl_draft_bars_quote_the_tokens_drafted_ahead(perturbed_pair):
             labels += [t for tr in frame.data if tr.name == "drafting" and tr.mode == "text" for t in tr.text]
     assert labels and all(t.startswith("pass ") or (t.startswith("'") and t.endswith("'")) for t in labels), labels
     assert any(t.startswith("'") for t in labels)
+
+
+def test_a_long_caption_has_room_between_the_subtitle_and_the_plot(page, perturbed_pair, tmp_path):
+    """PEARL's post-verify caption lists every draft made ahead: three lines at a window of 16, and the
+    caption ran over the subtitle ("press Play, ...") above it. Each frame is drawn in Chromium."""
+    import specviz
+    from specviz.plots.animation import iteration_animation
+    from specviz.stepthrough import explain_iteration
+
+    result = specviz.generate("pearl", perturbed_pair, "def fibonacci(n):", max_new_tokens=48, window=16)
+    records = result.records
+    i = max(range(len(records)), key=lambda i: len(records[i].pearl().drafted_ahead or ()))
+    fig = iteration_animation(explain_iteration(records, i, list(result.prompt_ids), {}, pair=perturbed_pair))
+    lines = max(len(f.layout.annotations[0].text.split("<br>")) for f in fig.frames)
+    assert lines >= 3  # the case the fix is for
+    path = tmp_path / "pearl.html"
+    fig.write_html(path, include_plotlyjs=True, auto_play=False)
+    shown = page.context.browser.new_page()
+    try:
+        shown.set_viewport_size({"width": 1440, "height": 900})
+        shown.goto(path.as_uri())
+        shown.wait_for_selector(".js-plotly-plot")
+        for frame in fig.frames:
+            shown.evaluate(
+                "n => Plotly.animate(document.querySelector('.js-plotly-plot'), [n], {frame: {duration: 0, redraw:"
+                " true}, transition: {duration: 0}, mode: 'immediate'})",
+                frame.name,
+            )
+            shown.wait_for_timeout(100)
+            boxes = shown.evaluate(
+                "() => { const r = e => e.getBoundingClientRect();"
+                " const sub = document.querySelector('.gtitle-subtitle') || document.querySelector('.gtitle');"
+                " const cap = document.querySelector('.annotation-text-g');"
+                " const gd = document.querySelector('.js-plotly-plot');"  # the top plot's top: its y axis's offset
+                " return {sub: r(sub).bottom, top: r(cap).top, bottom: r(cap).bottom,"
+                " plot: r(gd).top + gd._fullLayout.yaxis._offset}; }"
+            )
+            assert boxes["top"] >= boxes["sub"] - 1 and boxes["bottom"] <= boxes["plot"] + 1, (frame.name, boxes)
+        shown.screenshot(path=str(SHOTS / "animation_pearl_long_caption_1440.png"))
+    finally:
+        shown.close()

@@ -34,6 +34,7 @@ from specviz.plots.tree import layout as tree_layout
 TITLE = "One iteration, played"
 FRAME_MS = 1100  # how long Play shows each frame: a step of the story, not a step of the clock
 CAPTION_CHARS = 120  # a caption's line length (plotly does not wrap annotations)
+CAPTION_LINE_PX = 18  # the height of one of its lines (14 px type)
 
 DRAFT, TARGET, PHASE = OKABE_ITO["orange"], OKABE_ITO["blue"], "#777777"
 STATES = {  # a token's state -> (legend name, colour, marker symbol)
@@ -96,6 +97,11 @@ def iteration_animation(step: Any, label: str | None = None) -> go.Figure:
         for n, m in enumerate(moments)
     ]
     fig.update_layout(annotations=[_caption(0, len(moments), moments[0].caption)])
+    # the caption sits between the subtitle and the plot, which has room for two of its lines: a longer
+    # caption (PEARL's list of drafts made ahead) gets the room of its extra lines, the plot keeps its height
+    lines = max(len(_caption_lines(n, len(moments), m.caption)) for n, m in enumerate(moments))
+    extra = CAPTION_LINE_PX * max(0, lines - 2)
+    fig.update_layout(margin={"t": fig.layout.margin.t + extra}, height=fig.layout.height + extra)
     return _controls(fig, moments, MASK_TICKS_PX if step.tree is not None else 0)
 
 
@@ -604,8 +610,12 @@ def _plain(trace: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in trace.items() if k != "_cell"}
 
 
+def _caption_lines(n: int, count: int, text: str) -> list[str]:
+    return textwrap.wrap(f"Step {n + 1} of {count}. {text}", CAPTION_CHARS)
+
+
 def _caption(n: int, count: int, text: str) -> dict[str, Any]:
-    lines = textwrap.wrap(f"Step {n + 1} of {count}. {text}", CAPTION_CHARS)
+    lines = _caption_lines(n, count, text)
     return {
         "text": "<br>".join(lines),
         "x": 0,
