@@ -343,7 +343,7 @@ def test_whatif_uses_the_races_measured_cost_and_draws_its_methods():
     assert "cost model (no race yet)" in curves.layout.title.subtitle.text
     assert "c = 0.05" not in text and "ridge" in text and "FLOP/byte" in text
     curves, tree, text = theory.explorer(0.7, 4, 16, race=_race())
-    subtitle = curves.layout.title.subtitle.text.replace("<br>", " ")  # wrapped into lines a phone shows whole
+    subtitle = curves.layout.title.subtitle.text.replace("<br>", "")  # wrapped into lines a phone shows whole
     assert "measured in the last race (tiny-random): c = 0.100" in subtitle and "1 + 0.050·γ" in subtitle
     assert "through Vanilla SD T(γ+1)/T(1) = 1.20 at γ = 4.0" in text
     (race,) = [t for t in curves.data if t.name == "race: Vanilla SD α=0.70"]  # the race's point, named in the legend

@@ -83,7 +83,16 @@ def finish(
     `height` before the legend's rows; `axis_px`: the x axis's tick labels and title, above the legend."""
     lines = subtitle.count("<br>") + 1 if subtitle else 0
     fig.update_layout(
-        title={"text": title, "x": 0.01, "xanchor": "left", **({"subtitle": {"text": subtitle}} if subtitle else {})},
+        title={  # at the figure's top (plotly centres it in the top margin: a taller margin pushed it down)
+            "text": title,
+            "x": 0.01,
+            "xanchor": "left",
+            "yref": "container",
+            "y": 1.0,
+            "yanchor": "top",
+            "pad": {"t": 20},
+            **({"subtitle": {"text": subtitle}} if subtitle else {}),
+        },
         xaxis_title=x,
         yaxis_title=y,
         legend_title_text=legend,
@@ -121,19 +130,20 @@ def legend_below(fig: go.Figure, height: int, axis_px: int = AXIS_PX) -> go.Figu
 
 
 def wrap(text: str, width: int = PHONE_CHARS) -> str:
-    """`text` in lines of at most `width` characters, broken between words with <br> (plotly does not
-    wrap titles or subtitles: a long one ran off a phone's plot)."""
-    lines = []
-    for given in text.split("<br>"):  # a break already there stays
-        line = ""
-        for word in given.split():
-            if line and len(line) + 1 + len(word) > width:
-                lines.append(line)
-                line = word
+    """`text` in lines of at most `width` characters, broken between words with " <br>" (plotly does not
+    wrap titles or subtitles: a long one ran off a phone's plot). The space stays at the line's end, so the
+    page's text (and a search in it) still reads "c = 0.1" where the line breaks after "c =". Breaks
+    already in `text` stay as they are."""
+    given = []
+    for part in text.split("<br>"):
+        lines = [""]
+        for word in part.split():
+            if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+                lines.append(word)
             else:
-                line = f"{line} {word}" if line else word
-        lines.append(line)
-    return "<br>".join(lines)
+                lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+        given.append(" <br>".join(lines))
+    return "<br>".join(given)
 
 
 def signed_percent(x: float, digits: int = 0) -> str:
@@ -175,9 +185,11 @@ def legend_rows(fig: go.Figure, width: float = PHONE_PX - 80) -> int:
 
 
 def empty(title: str, message: str) -> go.Figure:
-    """A titled figure that says why it has no data (instead of a blank box)."""
+    """A titled figure that says why it has no data (instead of a blank box), in lines a phone shows whole."""
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font={"size": 16}, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.add_annotation(
+        text=wrap(message, 44), showarrow=False, font={"size": 16}, x=0.5, y=0.5, xref="paper", yref="paper"
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return finish(fig, title, "", "", legend=None)
