@@ -29,10 +29,12 @@ import pandas as pd
 
 from specviz.errors import SpecvizError
 from specviz.methods import BASELINE  # every run's reference: the target alone, on the same prompts
+from specviz.paths import ASSETS
 from specviz.prompts import column_of
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 DECLARATION = BENCHMARKS / "leaderboard.json"
+RACES = ASSETS / "races"  # one saved race per leaderboard column (specviz.tools.shipped_races records them)
 
 SUITE_COLUMNS = {"humaneval": "HumanEval", "gsm8k": "GSM8K", "mtbench": "MT-Bench", "mbpp": "MBPP"}
 BENCHMARK_OF = {"specbench": "Spec-Bench (by category)"}  # other suites: "Code, math and chat suites"
@@ -184,3 +186,16 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     shared = common_rows.groupby(keys[:3], sort=False).apply(one, include_groups=False).reset_index()
     shared["column"] = SHARED
     return pd.concat([per_column, overall, shared], ignore_index=True)
+
+
+def race_file(benchmark: str, column: str) -> str:
+    """The file name of a column's shipped race: `suites-humaneval.json`, `spec-bench-translation.json`."""
+    prefix = "suites" if benchmark == SUITES_BENCHMARK else benchmark.split(" (")[0]
+    words = "".join(ch if ch.isalnum() else " " for ch in f"{prefix} {column}".lower()).split()
+    return "-".join(words) + ".json"
+
+
+def shipped_race(benchmark: str, column: str, folder: Path | None = None) -> Path | None:
+    """The saved race of one of the column's prompts, where one is shipped (None: none is)."""
+    path = (folder or RACES) / race_file(benchmark, column)
+    return path if path.is_file() else None

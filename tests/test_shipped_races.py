@@ -1,0 +1,62 @@
+"""The shipped races the Leaderboard links to: which prompts, recorded as the Race tab saves them, and
+never one whose timing the Race tab would flag as disturbed."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.errors import SpecvizError
+from specviz.leaderboard import SUITES_BENCHMARK, race_file, shipped_race
+from specviz.methods import all_methods
+from specviz.tools import shipped_races
+from specviz.tools.shipped_races import ShippedPrompt, record_shipped, shipped_prompts
+from specviz.ui.saved import load_race
+
+METHODS = ("autoregressive", "vanilla", "prompt_lookup")  # run on a tiny pair (no trained draft or datastore)
+
+
+def test_one_prompt_per_leaderboard_column_the_first_the_benchmark_ran_at_its_token_count():
+    prompts = {(p.benchmark, p.column): p for p in shipped_prompts()}
+    first = prompts[(SUITES_BENCHMARK, "HumanEval")]
+    assert first.prompt_id == "HumanEval/0" and first.max_new_tokens == 128
+    assert first.text.startswith("Complete the following Python function.")
+    translation = prompts[("Spec-Bench (by category)", "Translation")]
+    assert translation.prompt_id == "specbench/161" and translation.max_new_tokens == 96
+    assert len(prompts) == 10 and len({p.file for p in prompts.values()}) == 10  # one file each
+
+
+def _prompts(tokens: int = 8) -> list[ShippedPrompt]:
+    return [
+        ShippedPrompt(SUITES_BENCHMARK, "HumanEval", "HumanEval/0", "def fib(n):", tokens),
+        ShippedPrompt("Spec-Bench (by category)", "Translation", "specbench/161", "Translate: bonjour", tokens),
+    ]
+
+
+def test_a_quiet_race_is_written_as_the_race_tab_saves_it(perturbed_pair, tmp_path, monkeypatch):
+    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {})  # a quiet machine, whatever this one is
+    written = record_shipped(perturbed_pair, _prompts(), METHODS, tmp_path, log=lambda line: None)
+    assert [p.name for p in written] == ["suites-humaneval.json", "spec-bench-translation.json"]
+    race = load_race(written[0], tuple(s.name for s in all_methods()), 13)  # the Race tab's loader reads it
+    assert [r.name for r in race.runs] == list(METHODS) and race.max_new_tokens == 8
+    assert race.prompt == "def fib(n):" and all(r.status == "done" for r in race.runs)
+    assert shipped_race(SUITES_BENCHMARK, "HumanEval", tmp_path) == written[0]
+    assert shipped_race(SUITES_BENCHMARK, "GSM8K", tmp_path) is None  # none recorded: none offered
+
+
+def test_a_race_flagged_as_disturbed_is_not_written(perturbed_pair, tmp_path, monkeypatch):
+    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {"vanilla": ["the target alone ran slower"]})
+    with pytest.raises(SpecvizError, match="flagged as disturbed"):
+        record_shipped(perturbed_pair, _prompts()[:1], METHODS, tmp_path, log=lambda line: None)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_race_over_a_megabyte_is_recorded_again_at_fewer_tokens_then_refused(perturbed_pair, tmp_path, monkeypatch):
+    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {})
+    monkeypatch.setattr(shipped_races, "MAX_FILE_BYTES", 100)  # every race is over it
+    monkeypatch.setattr(shipped_races, "FALLBACK_TOKENS", 4)
+    asked = []
+    real = shipped_races.record
+    monkeypatch.setattr(shipped_races, "record", lambda *a: asked.append(a[3]) or real(*a))
+    with pytest.raises(SpecvizError, match="even at 4 tokens"):
+        record_shipped(perturbed_pair, _prompts(12)[:1], METHODS, tmp_path, log=lambda line: None)
+    assert asked == [12, 4] and not (tmp_path / race_file(SUITES_BENCHMARK, "HumanEval")).exists()
