@@ -57,6 +57,7 @@ class _CountCalls(torch.overrides.TorchFunctionMode):
 @torch.inference_mode()
 def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int = 1, repeats: int = 2) -> dict[str, Any]:
     """The race's target step and its parts for `pair_name`'s target, `threads` torch threads (plain dicts)."""
+    from specviz.methods import BASELINE
     from specviz.models.kv import CachedLM
     from specviz.models.pair import encode_prompt, load_pair
     from specviz.runner import run
@@ -68,13 +69,13 @@ def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int =
         pair = load_pair(pair_name)
         target = pair.target
         prompt_ids = encode_prompt(pair, PROMPT)
-        list(run("autoregressive", pair, PROMPT, max_new_tokens=8))  # warm-up, untimed
+        list(run(BASELINE, pair, PROMPT, max_new_tokens=8))  # warm-up, untimed
         steps_wall: list[float] = []  # the race's own clock: each record's verify_ms
         steps_cpu: list[float] = []  # this process's CPU time from one record to the next
         emitted: list[int] = []
         for _ in range(repeats):
             records, ticks = [], []
-            for record in run("autoregressive", pair, PROMPT, max_new_tokens=max_new_tokens):
+            for record in run(BASELINE, pair, PROMPT, max_new_tokens=max_new_tokens):
                 records.append(record)
                 ticks.append(time.process_time())
             steps_wall += [r.verify_ms / 1e3 for r in records[1:]]  # the first step also reads the prompt
