@@ -66,3 +66,47 @@ def test_discos_speculation_length_plot_fits_a_phone():
     for line in lines:
         assert text_px(line, font) <= PHONE_PX, line
     assert fig.layout.margin.t >= 60 + 20 * len(lines) + 20  # the title, each subtitle line, the first plot's title
+
+
+def test_the_pearl_tabs_timeline_fits_a_phone(perturbed_pair):
+    """At 390 px the lanes' labels on the left were cut, the title ran off and the legend took half the
+    width: each label now sits above its bar across the plot, the title's overflow goes in the subtitle,
+    the legend below."""
+    import specviz
+    from specviz.plots.timeline import timeline
+
+    def records(method, **options):
+        return [
+            r.to_dict()
+            for r in specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=12, **options).records
+        ]
+
+    runs = {
+        "target alone": records("autoregressive"),
+        "vanilla (γ=4, its default)": records("vanilla", speculation_length=4),
+        "PEARL (γ=5)": records("pearl", window=5),
+    }
+    # the title the PEARL tab gives it
+    fig = timeline(runs, "Which model runs when (γ = 5, Theorem 1's window): busy spans per lane, waiting in grey")
+    font = fig.layout.font.size or 12  # plotly's default
+    margin = fig.layout.margin
+    plot_px = (
+        PHONE_PX - (80 if margin.l is None else margin.l) - (80 if margin.r is None else margin.r)
+    )  # plotly's default: 80
+    assert text_px(fig.layout.title.text, font * 1.4) <= PHONE_PX, fig.layout.title.text
+    lines = fig.layout.title.subtitle.text.split("<br>")
+    assert "Theorem 1's window" in fig.layout.title.subtitle.text  # nothing of the title is lost
+    for line in lines:
+        assert text_px(line, font) <= PHONE_PX, line
+    assert fig.layout.margin.t >= 60 + 20 * len(lines)
+    assert fig.layout.yaxis.showticklabels is False  # no labels on the left taking the plot's width
+    labels = [a.text for a in fig.layout.annotations]
+    assert len(labels) == 6 and "PEARL (γ=5) · draft" in " ".join(labels)
+    for a in fig.layout.annotations:  # each lane's label over its bar, within the plot's width
+        assert a.xref == "paper" and a.x == 0 and a.xanchor == "left"
+        assert text_px(a.text, a.font.size) <= plot_px, a.text
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0  # below the plot, across it
+    legend_font = fig.layout.legend.font.size or font
+    for t in fig.data:
+        if t.showlegend:
+            assert 40 + text_px(t.name, legend_font) <= plot_px, t.name

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from specviz.plots.theme import finish, wrap
 from specviz.records import IterationRecord
 
 LANES = ("draft", "target")
@@ -71,9 +72,31 @@ def idle_fractions(records: Records) -> dict[str, float]:
     return {lane: max(0.0, 1.0 - busy.get(lane, 0.0) / wall) if wall > 0 else 0.0 for lane in LANES}
 
 
-def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure:
+TITLE = "Which model runs when"
+SUBTITLE = "busy spans per lane, waiting in grey"
+TITLE_CHARS = 34  # characters of the 21 px title in a phone's plot (theme.PHONE_PX, theme.EM)
+LANE_PX = 48  # a lane's height: its bar below, its label above it
+BAR = 0.45  # a bar's thickness, as a share of its lane: the label sits in the rest
+
+
+def _title_line(title: str) -> tuple[str, str]:
+    """The part of `title` a phone's title line holds, and the rest (for the subtitle): cut before its
+    first bracket where that fits, else between words."""
+    if len(title) <= TITLE_CHARS:
+        return title, ""
+    cut = title.rfind(" (", 0, TITLE_CHARS + 1)
+    if cut > 0:
+        return title[:cut], title[cut + 1 :]
+    head, _, rest = wrap(title, TITLE_CHARS).partition("<br>")
+    return head.strip(), rest.replace("<br>", "")
+
+
+def timeline(runs: Mapping[str, Records], title: str | None = None, subtitle: str | None = None) -> go.Figure:
     """Gantt chart: for each method (label -> its records) a draft lane and a target lane, busy
-    spans coloured by model (and PEARL's mode), idle time grey; each lane's idle share in its label."""
+    spans coloured by model (and PEARL's mode), idle time grey; each lane's idle share in its label.
+    Each lane's label is written above its bar, across the plot (as tick labels on the left they took
+    most of a phone's width, cut), the legend below; the title's words that a phone's line cannot
+    hold go in the subtitle, above `subtitle`."""
     fig = go.Figure()
     categories, shown = [], set()
     for label, records in runs.items():
@@ -90,6 +113,7 @@ def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure
                 x=[1e3 * (t1 - t0)],
                 base=[1e3 * t0],
                 orientation="h",
+                width=BAR,
                 marker_color=IDLE,
                 name="idle (waiting)",
                 legendgroup="idle",
@@ -108,6 +132,7 @@ def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure
                     x=1e3 * (part["end"] - part["start"]),
                     base=1e3 * part["start"],
                     orientation="h",
+                    width=BAR,
                     marker_color=COLOURS.get((lane, mode), COLOURS[(lane, "")]),
                     marker_line_width=0.5,
                     marker_line_color="white",
@@ -118,12 +143,34 @@ def timeline(runs: Mapping[str, Records], title: str | None = None) -> go.Figure
                     hoverinfo="text",
                 )
                 shown.add(name)
-    fig.update_layout(
-        title=title or "Which model runs when: busy spans per lane, waiting in grey",
-        barmode="overlay",
-        xaxis_title="time since the run started (ms)",
-        yaxis={"categoryorder": "array", "categoryarray": categories[::-1], "title": ""},
-        legend_title="model · mode",
-        height=140 + 60 * len(categories),
+    order = categories[::-1]  # the first method's lanes at the top
+    for y in categories:  # the label above its bar, from the plot's left edge (category serial numbers)
+        fig.add_annotation(
+            text=y,
+            x=0,
+            xref="paper",
+            xanchor="left",
+            y=order.index(y) + BAR / 2,
+            yanchor="bottom",
+            showarrow=False,
+            font={"size": 13},
+        )
+    head, rest = _title_line(title or TITLE)
+    below = wrap(" ".join([rest, subtitle or ("" if title else SUBTITLE)]).strip())
+    finish(
+        fig,
+        head.strip(),
+        "time since the run started (ms)",
+        "",
+        legend="model · mode",
+        subtitle=below or None,
+        height=60 + 20 * (below.count("<br>") + 1 if below else 0) + 80 + LANE_PX * len(categories),
     )
-    return fig
+    fig.update_yaxes(
+        categoryorder="array",
+        categoryarray=order,
+        showticklabels=False,
+        automargin=False,
+        range=[-0.5, len(order) - 0.5],
+    )
+    return fig.update_layout(barmode="overlay", margin_l=12)
