@@ -87,8 +87,8 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     return fig, (
         f"iteration {r['iteration'] + 1} of {len(state['records'])}: {len(tree)} tree nodes from the streams, "
         f"{r['accepted']} accepted, "
-        f"{len(r['emitted'])} emitted in one target forward; streams took {r['draft_ms']:.2f} ms, "
-        f"verification {r['verify_ms']:.1f} ms"
+        f"{len(r['emitted'])} emitted in one target forward; the streams' head and the next tree "
+        f"{r['draft_ms']:.2f} ms, the one pass (verification and the streams' layers) {r['verify_ms']:.1f} ms"
     )
 
 
