@@ -1,13 +1,15 @@
-"""The Theory tab's speedup figures drawn by plotly.js in Chromium, at a desktop's half-width plot and a
-phone's, and measured: no text over other text, nothing cut at the figure's edge, the α of the app's one
-vocabulary (issue 38 items 3, 7 and 9: measured labels over each other and the baseline's note, three-line
-bar labels shrunk to specks, the y title over the tick labels, "acceptance rate" naming α's curves).
+"""The Theory tab's speedup figures and the benchmark report's, drawn by plotly.js in Chromium at a
+desktop's half-width plot and a phone's, and measured: no text over other text, nothing cut at the
+figure's edge, the α of the app's one vocabulary (issue 38 items 3, 7 and 9: measured labels over each
+other and the baseline's note, three-line bar labels shrunk to specks, the y title over the tick labels,
+"acceptance rate" naming α's curves).
 
 Each figure is written into a page with the plotly.js the package ships (no server), and the boxes of
 its SVG text are compared."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import plotly
 import pytest
 from test_app_browser import CHROMIUM, CHROMIUM_ARGS
 
+from specviz.plots.bench import report_figures
 from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, tree_size_figure
 from specviz.plots.theme import ALPHA
 
@@ -45,6 +48,11 @@ EXPLAINED = [  # explain_run's rows, as the Theory tab's "Explain the last race"
 ]
 
 
+SHIPPED = json.loads(
+    gzip.decompress((Path(__file__).parents[1] / "benchmarks" / "cpu" / "quiet" / "results.json.gz").read_bytes())
+)
+
+
 def verify(n: int) -> float:
     """A measured verify cost's line, T(n+1)/T(1) = 1 + 0.061·n, as theory.measured_cost draws it."""
     return 1 + 0.061 * n
@@ -59,6 +67,7 @@ def figures():
             [0.3, 0.5, 0.7, 0.9], 4, 0.004, verify, 64, 0.7, 10, COST_NOTE, [{"x": 5.7, "y": 0.8, "label": "SSSD"}]
         ),
         "predicted_vs_measured": predicted_vs_measured_speedup_figure(EXPLAINED),
+        **{f"bench_{i}": f for i, f in enumerate(report_figures(SHIPPED))},  # the benchmark report's figures
         "curves_disturbed": improvement_curves_figure(  # four lines of subtitle: the title stays at the top
             [0.3, 0.5, 0.7, 0.9], 0.101, 16, verify, highlight=0.7, cost_note=COST_NOTE + DISTURBED, points=CROWDED
         ),
@@ -118,8 +127,10 @@ def crossings(boxes, others=None):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("name", ["curves", "tree", "predicted_vs_measured", "curves_disturbed"])
-def test_the_theory_speedup_figures_have_no_text_over_text_at_both_widths(page, name, width):
+@pytest.mark.parametrize(
+    "name", ["curves", "tree", "predicted_vs_measured", "curves_disturbed", "bench_0", "bench_1", "bench_3"]
+)
+def test_speedup_and_benchmark_figures_have_no_text_over_text_at_both_widths(page, name, width):
     fig = figures()[name]
     boxes = draw(page, fig, width)
     SHOTS.mkdir(exist_ok=True)

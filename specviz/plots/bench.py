@@ -7,6 +7,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from specviz.plots.theme import METHOD_COLOURS, baseline, finish, wrap
+
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 OUR_COLOUR, PEER_COLOUR = "#0072B2", "#E69F00"
 
@@ -19,23 +21,28 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def speedup_by_suite(by_suite: list[dict[str, Any]]) -> go.Figure:
-    """Grouped bars: speedup over our autoregressive baseline, per method (and peer), per suite."""
+    """Grouped bars: speedup over our autoregressive baseline, per method (and peer), per suite; each method
+    in its race colour (theme.METHOD_COLOURS), peers hatched, the baseline a named line."""
     df = _frame(by_suite)
     fig = go.Figure()
-    for method, part in df.groupby("method", sort=False):
+    for i, (method, part) in enumerate(df.groupby("method", sort=False)):
         peer = part["kind"].iloc[0] == "peer"
         fig.add_bar(
-            x=part["suite"], y=part["speedup_vs_autoregressive"], name=method, marker_pattern_shape="/" if peer else ""
+            x=part["suite"],
+            y=part["speedup_vs_autoregressive"],
+            name=f"{method} (peer)" if peer else str(method),
+            marker={"color": METHOD_COLOURS[i % len(METHOD_COLOURS)], "pattern": {"shape": "/" if peer else ""}},
+            hovertemplate="%{x}: %{y:.2f}×<extra>%{fullData.name}</extra>",
         )
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="autoregressive decoding")
-    fig.update_layout(
-        title="Speedup over autoregressive decoding, per suite",
-        barmode="group",
-        xaxis_title="prompt suite",
-        yaxis_title="speedup (× autoregressive tokens/s)",
-        legend_title="method (hatched: Hugging Face peer)",
+    fig.update_layout(barmode="group")
+    baseline(fig)
+    return finish(
+        fig,
+        "Speedup per suite",
+        "prompt suite",
+        "speedup (× autoregressive)",
+        subtitle=wrap("over specviz's autoregressive decoding; hatched: Hugging Face peers"),
     )
-    return fig
 
 
 def metric_bars(summary: list[dict[str, Any]], column: str, title: str, unit: str) -> go.Figure:
@@ -48,16 +55,17 @@ def metric_bars(summary: list[dict[str, Any]], column: str, title: str, unit: st
             y=df[column],
             marker_color=colours,
             showlegend=False,
-            text=[f"{v:.2f}" for v in df[column]],
+            texttemplate="%{y:.2f}",
             textposition="outside",
+            cliponaxis=False,
         )
     )
     for name, colour in (("specviz method", OUR_COLOUR), ("Hugging Face peer", PEER_COLOUR)):
         fig.add_scatter(
             x=[None], y=[None], mode="markers", marker={"color": colour, "symbol": "square", "size": 12}, name=name
         )
-    fig.update_layout(title=title, xaxis_title="method", yaxis_title=unit, legend_title="")
-    return fig
+    fig.update_layout(uniformtext={"minsize": 11, "mode": "hide"})  # a number that fits its bar, or none
+    return finish(fig, title, "method", unit, legend="", axis_px=170)  # room for method names turned upright
 
 
 def report_figures(result: dict[str, Any]) -> list[go.Figure]:

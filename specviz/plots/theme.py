@@ -82,6 +82,8 @@ def finish(
     plotly titles do not wrap, and half-width plots cut them; `wrap` it into lines a phone shows whole);
     `height` before the legend's rows; `axis_px`: the x axis's tick labels and title, above the legend."""
     lines = subtitle.count("<br>") + 1 if subtitle else 0
+    # the plot at least as tall as its y title is long: a longer one ran up over the subtitle
+    height = max(height, 60 + 20 * lines + 80 + round(len(y) * 15 * EM) + 20)
     fig.update_layout(
         title={  # at the figure's top (plotly centres it in the top margin: a taller margin pushed it down)
             "text": title,
