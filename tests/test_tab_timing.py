@@ -71,3 +71,13 @@ def test_the_pearl_tab_flags_a_slowed_target_alone(perturbed_pair, monkeypatch):
     assert set(out["flags"]) == set(labels), out["flags"]
     assert any("verify cost" in p for p in out["flags"][labels[1]])  # vanilla's passes below one plain step
     assert all(m.endswith(" ⚠️") for m in (r["method"] for r in flagged_rows(out["rows"], out["flags"])))
+
+
+def test_the_race_and_the_tabs_probe_the_target_alone_the_same_way():
+    """One probe: the Race's per-method probe (specviz.ui.racing) is the tabs' `probe_ms`, not a copy of
+    it that could drift (a different number of steps would flag the tabs' runs and the Race's differently)."""
+    from specviz.ui import racing, tab_timing
+
+    assert racing.probe_ms is tab_timing.probe_ms
+    assert not hasattr(racing, "_probe") and not hasattr(racing, "PROBE_STEPS")
+    assert tab_timing.PROBE_STEPS == 6

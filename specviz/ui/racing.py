@@ -31,15 +31,15 @@ from specviz.serving.sessions import held_session, method_session
 from specviz.serving.threads import MODELS, PEARL_TARGET
 from specviz.ui.gpu import StopKey, forget_stop, gpu_seconds, new_stop_key, request_stop
 from specviz.ui.panels import BASELINE, MethodRun, Race
+from specviz.ui.tab_timing import probe_ms
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.turns import TURNS, Turns
-from specviz.ui.verdict import step_ms, timing_flags
+from specviz.ui.verdict import timing_flags
 
 log = logging.getLogger(__name__)
 DEFAULT_LIMITS = AppLimits()  # a public Space's (frozen: one instance serves as every default)
 REFRESH_S = 0.15  # how often the page is redrawn while a method runs
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
-PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
 _END = object()
 _WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
 RESTARTS_NOTE = (
@@ -379,7 +379,7 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tu
         method (a fresh ZeroGPU worker also warms up). `sessions`: see run_race. `reference`: the
         target alone's greedy tokens; a run that ends on its own is compared with them, ("parity",
         {"verdict": same | tie | differs, "first_difference": k}) (specviz.parity). `probe`: first time
-        PROBE_STEPS steps of the target alone on the prompt, ("probe", ms per step), so that a run the
+        `probe_ms`'s steps of the target alone on the prompt, ("probe", ms per step), so that a run the
         machine's other load slowed down can be told from a slow method (specviz.ui.verdict)."""
         import specviz
         from specviz.methods import get_method
@@ -401,7 +401,7 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tu
             if warm_up or pair.name not in _WARMED:
                 threads.on(MODELS).call(_warm_up, pair, prompt_ids)
             if probe:
-                ms = threads.on(MODELS).call(_probe, pair, prompt_ids)
+                ms = threads.on(MODELS).call(probe_ms, pair, prompt_ids)
                 if ms is not None:
                     yield "probe", ms
             stream = stream_records(gen, StopKey(stop_key))
@@ -435,13 +435,6 @@ def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
     for _ in specviz.run(method, pair, prompt_ids[-64:], max_new_tokens=WARMUP_TOKENS):
         pass
     _WARMED.add(pair.name)
-
-
-def _probe(pair: Any, prompt_ids: list[int]) -> float | None:
-    """The target alone's median milliseconds per decoding step on this prompt, now."""
-    import specviz
-
-    return step_ms(list(specviz.run(BASELINE, pair, prompt_ids, max_new_tokens=PROBE_STEPS + 1)))
 
 
 def method_seconds(

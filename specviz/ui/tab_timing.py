@@ -10,8 +10,9 @@ from typing import Any
 
 from specviz.methods import BASELINE
 from specviz.ui.panels import DISTURBED, MethodRun, Race
-from specviz.ui.racing import PROBE_STEPS
 from specviz.ui.verdict import step_ms, timing_flags
+
+PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
 
 
 def probe_ms(pair: Any, prompt_ids: Sequence[int]) -> float | None:
