@@ -53,10 +53,31 @@ class Source:
     machine: str | None = None  # where it ran, for a file that does not record its device
 
     @property
+    def name(self) -> str:
+        """The run's name in words: the heading of the README nearest its folder, else the folder."""
+        return readme_title(self.path.parent) or self.folder
+
+    @property
     def folder(self) -> str:
         """The run's folder, as the tab names it (under benchmarks/ when it is a shipped run)."""
         parent = self.path.parent
         return str(parent.relative_to(BENCHMARKS)) if parent.is_relative_to(BENCHMARKS) else str(parent)
+
+
+@cache
+def readme_title(folder: Path) -> str | None:
+    """The first heading of the README.md in `folder` or the nearest folder above it under benchmarks/
+    (markdown marks left out); None where there is none."""
+    for where in (folder, *folder.parents):
+        readme = where / "README.md"
+        if readme.is_file():
+            heading = next(
+                (line for line in readme.read_text(encoding="utf-8").splitlines() if line.startswith("#")), ""
+            )
+            return heading.lstrip("#").replace("`", "").replace("*", "").strip() or None
+        if where == BENCHMARKS or not where.is_relative_to(BENCHMARKS):
+            return None
+    return None
 
 
 def load_declaration(path: Path = DECLARATION) -> list[Source]:
@@ -131,6 +152,7 @@ def paired_rows(source: Source) -> pd.DataFrame:
                 "target_passes": passes,
                 "machine": machine,
                 "source": source.folder,
+                "name": source.name,
                 "title": source.title,
             }
         )
@@ -171,6 +193,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                 "tokens_per_pass": group["new_tokens"].sum() / passes if passes else float("nan"),
                 "prompts": len(group),
                 "source": group["source"].iloc[0],
+                "name": group["name"].iloc[0],
                 "title": group["title"].iloc[0],
             }
         )

@@ -109,9 +109,10 @@ def test_the_tab_ranks_on_shared_suites_and_says_what_differs():
     places = list(table["method"])
     assert places.index("Vanilla SD") < places.index("DISCO")  # faster on the suites both ran (1.60 against 1.54)
     vanilla = table.set_index("method").loc["Vanilla SD"]
-    assert (vanilla[own], vanilla["run (its prompts)"]) == ("1.38", "benchmarks/default-pair/bench_v2/ (60 prompts)")
+    assert (vanilla[own], vanilla["run (its prompts)"]) == ("1.38", "Default pair (60 prompts)")
     assert "prompts" not in table.columns  # the narrow count column whose header broke as "prompt / s"
-    assert "benchmarks/default-pair/bench_v2/" in sources and "Measured on CPU" in sources
+    assert "*Default pair: SmolLM2-135M-Instruct + the distilled draft*" in sources and "Measured on CPU" in sources
+    assert "benchmarks/" not in sources and not table["run (its prompts)"].str.contains("benchmarks/").any()
     heat = figure.data[0]
     assert heat.type == "heatmap" and "×" in heat.text[0][-1]
     assert list(heat.x[-2:]) == [
@@ -167,7 +168,7 @@ def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
             page.get_by_role("tab", name="Leaderboard").click()
             page.wait_for_selector("#sv-leaderboard-plot .js-plotly-plot")
             table = page.locator("#sv-leaderboard-table").inner_text()
-            assert "Vanilla SD" in table and "1.60" in table and "benchmarks/default-pair/bench_v2/ (60" in table
+            assert "Vanilla SD" in table and "1.60" in table and "Default pair (60 prompts)" in table
             assert "not measured" in page.locator("#sv-leaderboard-plot").inner_text()
             assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()
             assert "Measured on CPU" in page.locator("#sv-leaderboard-sources").inner_text()

@@ -57,7 +57,7 @@ def leaderboard_figure(
                 f"<b>{labels.get(method, method)}</b>, {headers.get(column, column)}<br>"
                 f"speedup {cell['speedup']:.2f}× (per prompt, 25th–75th percentile "
                 f"{cell['p25']:.2f}–{cell['p75']:.2f})<br>tokens per target pass {cell['tokens_per_pass']:.2f}<br>"
-                f"{int(cell['prompts'])} prompts · run benchmarks/{cell['source']}/"
+                f"{int(cell['prompts'])} prompts · run: {cell['name']}"
             )
     values = [v for row in z for v in row if v is not None]
     low, high = min(*values, neutral - 0.1), max(*values, neutral + 0.1)

@@ -17,6 +17,7 @@ from specviz.leaderboard import (
     SUITES_BENCHMARK,
     leaderboard_rows,
     shared_columns,
+    shipped_race,
     summarise,
 )
 from specviz.plots.leaderboard import METRICS, leaderboard_figure
@@ -145,6 +146,47 @@ def phone_view(benchmark: str, metric: str, machine: str) -> str:
     )
 
 
+WATCH_LABEL = (
+    "Watch a race on one prompt of a suite or category (the benchmark's first prompt there, every method of "
+    "the Race tab's default race, recorded on a quiet machine)"
+)
+SAVED_RACE_BOX = "sv-load-race"  # the Race tab's "Load a saved race" file box: its upload event draws a saved race
+# switch to the Race tab as the race is loaded (gradio runs this in the page before the handler)
+TO_RACE_JS = (
+    "(benchmark, column) => { const tab = [...document.querySelectorAll('button[role=tab]')]"
+    ".find(t => t.innerText.trim() === 'Race'); if (tab) tab.click(); return [benchmark, column]; }"
+)
+
+
+def watchable(benchmark: str) -> list[str]:
+    """The benchmark's columns that have a shipped race (specviz.leaderboard.shipped_race), in the runs' order."""
+    rows = leaderboard_rows()
+    columns = dict.fromkeys(rows[rows["benchmark"] == benchmark]["column"])
+    return [c for c in columns if shipped_race(benchmark, c) is not None]
+
+
+def watch_update(benchmark: str) -> tuple[Any, Any]:
+    """(the watch row, its column list) for a benchmark: hidden where it has no shipped race."""
+    import gradio as gr
+
+    columns = watchable(benchmark)
+    return gr.update(visible=bool(columns)), gr.update(choices=columns, value=columns[0] if columns else None)
+
+
+def saved_race_loader() -> Any:
+    """The Race tab's event that draws an uploaded saved race (gradio's BlockFunction), from the Blocks being
+    built; None where the Race tab has none (it failed to build, or is built after this tab)."""
+    from gradio.context import Context
+
+    root = Context.root_block
+    if root is None:
+        return None
+    box = next((b for b in root.blocks.values() if getattr(b, "elem_id", None) == SAVED_RACE_BOX), None)
+    if box is None:
+        return None
+    return next((fn for fn in root.fns.values() if (box._id, "upload") in fn.targets), None)
+
+
 def gr_error(message: str) -> Exception:
     """A one-line error for the page (gradio shows a gr.Error's message as it is)."""
     import gradio as gr
@@ -169,18 +211,23 @@ def _table(table: pd.DataFrame, labels: dict[str, str], rank_by: str, ranked_on:
     own = table[table["column"] == ALL].set_index("method").loc[ranked.index]
     if rank_by != ALL:
         out[OWN_RUN] = [f"{v:.2f}" for v in own["speedup"]]
-    runs = zip(own["source"], own["prompts"], strict=True)
-    out["run (its prompts)"] = [f"benchmarks/{source}/ ({int(n)} prompts)" for source, n in runs]
+    runs = zip(own["name"], own["prompts"], strict=True)
+    out["run (its prompts)"] = [f"{short_name(name)} ({int(n)} prompts)" for name, n in runs]
     return out
+
+
+def short_name(name: str) -> str:
+    """A run's name cut before its first colon or parenthesis ("DISCO on the default pair"), for a table cell."""
+    return name.split(":")[0].split(" (")[0].strip() or name
 
 
 def _sources(table: pd.DataFrame, machine: str, labels: dict[str, str]) -> str:
     """Which run each method comes from, what it ran, and the machine."""
     runs = table[table["column"] == ALL].drop_duplicates("source")
-    lines = [f"**Measured on {machine}.** The runs (each folder's README has its command and notes):"]
+    lines = [f"**Measured on {machine}.** The runs each method is read from (the write-up's title, then what it ran):"]
     for _, run in runs.iterrows():
         methods = ", ".join(labels.get(m, m) for m in table[table["source"] == run["source"]]["method"].unique())
-        lines.append(f"- **{methods}**: `benchmarks/{run['source']}/`, {run['title']}")
+        lines.append(f"- **{methods}**: *{run['name']}*. {run['title']}")
     return "\n".join(lines)
 
 
@@ -216,7 +263,36 @@ def build_tab(ctx: Any) -> None:
         elem_id="sv-leaderboard-phone",
         elem_classes=["sv-phone-only"],
     )
+    watch_columns = watchable(benchmark.value)
+    loader = saved_race_loader()
+    with gr.Row(visible=bool(watch_columns) and loader is not None, elem_id="sv-board-watch") as watch_row:
+        watch_column = gr.Dropdown(
+            watch_columns,
+            value=watch_columns[0] if watch_columns else None,
+            label=WATCH_LABEL,
+            scale=3,
+            elem_id="sv-board-watch-column",
+        )
+        watch_btn = gr.Button("Watch it on the Race tab", scale=1, elem_id="sv-board-watch-btn")
     sources = gr.Markdown(first[2], elem_id="sv-leaderboard-sources")
+    if loader is not None:
+        _wire_watch(loader, benchmark, watch_row, watch_column, watch_btn)
     for w in (benchmark, metric, machine):
         w.change(leaderboard_view, [benchmark, metric, machine], [plot, table, sources], show_progress="hidden")
         w.change(phone_view, [benchmark, metric, machine], phone, show_progress="hidden", api_visibility="private")
+
+
+def _wire_watch(loader: Any, benchmark: Any, row: Any, column: Any, button: Any) -> None:
+    """The watch row follows the benchmark; its button loads the column's shipped race onto the Race tab
+    through the Race tab's own saved-race loader (the same checks, the same board)."""
+
+    def watch(chosen: str, picked: str | None):
+        path = shipped_race(chosen, picked) if picked else None
+        if path is None:
+            raise gr_error(f"no race is shipped for {picked!r} of {chosen}")
+        yield from loader.fn(str(path))
+
+    benchmark.change(watch_update, benchmark, [row, column], show_progress="hidden", api_visibility="private")
+    button.click(
+        watch, [benchmark, column], loader.outputs, js=TO_RACE_JS, concurrency_limit=1, api_visibility="private"
+    )
