@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+from contextlib import contextmanager
 
 import pytest
 
@@ -148,10 +149,11 @@ def test_the_phone_view_has_every_methods_figures_best_first():
     assert "×" not in per_pass.split("<ol")[1] and "tokens per target pass" in per_pass
 
 
-@pytest.mark.browser
-def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
+@contextmanager
+def leaderboard_page():
+    """A Chromium page on the Leaderboard tab of the app (the tiny-random pair), at 1440 × 900."""
     from playwright.sync_api import sync_playwright
-    from test_app_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+    from test_app_browser import CHROMIUM, CHROMIUM_ARGS
 
     from specviz.tools.load import free_port
     from specviz.ui import build_app, launch
@@ -167,20 +169,28 @@ def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
             page.goto(f"http://127.0.0.1:{port}/")
             page.get_by_role("tab", name="Leaderboard").click()
             page.wait_for_selector("#sv-leaderboard-plot .js-plotly-plot")
-            table = page.locator("#sv-leaderboard-table").inner_text()
-            assert "Vanilla SD" in table and "1.60" in table and "Default pair (60 prompts)" in table
-            assert "not measured" in page.locator("#sv-leaderboard-plot").inner_text()
-            assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()
-            assert "Measured on CPU" in page.locator("#sv-leaderboard-sources").inner_text()
-            assert not page.locator("#sv-leaderboard-phone").is_visible()  # the phone's cards, hidden here
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "leaderboard_1440.png"), full_page=True)
-            page.set_viewport_size({"width": 390, "height": 844})
-            page.screenshot(path=str(ARTIFACTS / "leaderboard_390.png"), full_page=True)
-            page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()
-            page.wait_for_selector("#sv-leaderboard-phone:has-text('Mathematical Reasoning')")  # a phone: cards
-            page.set_viewport_size({"width": 1440, "height": 900})
-            page.wait_for_selector("#sv-leaderboard-plot:has-text('Mathematical Reasoning')")
+            yield page
             browser.close()
     finally:
         demo.close()
+
+
+@pytest.mark.browser
+def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
+    from test_app_browser import ARTIFACTS
+
+    with leaderboard_page() as page:
+        table = page.locator("#sv-leaderboard-table").inner_text()
+        assert "Vanilla SD" in table and "1.60" in table and "Default pair (60 prompts)" in table
+        assert "not measured" in page.locator("#sv-leaderboard-plot").inner_text()
+        assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()
+        assert "Measured on CPU" in page.locator("#sv-leaderboard-sources").inner_text()
+        assert not page.locator("#sv-leaderboard-phone").is_visible()  # the phone's cards, hidden here
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "leaderboard_1440.png"), full_page=True)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.screenshot(path=str(ARTIFACTS / "leaderboard_390.png"), full_page=True)
+        page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()
+        page.wait_for_selector("#sv-leaderboard-phone:has-text('Mathematical Reasoning')")  # a phone: cards
+        page.set_viewport_size({"width": 1440, "height": 900})
+        page.wait_for_selector("#sv-leaderboard-plot:has-text('Mathematical Reasoning')")

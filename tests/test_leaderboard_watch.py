@@ -34,42 +34,25 @@ def test_only_columns_with_a_shipped_race_are_offered(races):
 
 @pytest.mark.browser
 def test_watch_loads_the_columns_race_onto_the_race_tab_in_chromium(races):
-    from playwright.sync_api import sync_playwright
-    from test_app_browser import CHROMIUM, CHROMIUM_ARGS
+    from test_leaderboard import leaderboard_page
 
-    from specviz.tools.load import free_port
-    from specviz.ui import build_app, launch
-
-    demo = build_app(pair="tiny-random")
-    port = free_port()
-    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     SHOTS.mkdir(exist_ok=True)
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.set_default_timeout(60_000)
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.get_by_role("tab", name="Leaderboard").click()
-            page.wait_for_selector("#sv-leaderboard-plot .js-plotly-plot")
-            watch = page.locator("#sv-board-watch")
-            assert watch.is_visible() and page.locator("#sv-board-watch-column input").input_value() == "HumanEval"
-            sources = page.locator("#sv-leaderboard-sources").inner_text()
-            assert "benchmarks/" not in sources and "Default pair: SmolLM2-135M-Instruct" in sources
-            watch.scroll_into_view_if_needed()
-            page.screenshot(path=str(SHOTS / "watch_offered_1440.png"), full_page=True)
-            page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()
-            page.wait_for_selector("#sv-leaderboard-plot:has-text('Mathematical Reasoning')")
-            page.wait_for_selector("#sv-board-watch", state="hidden")  # none shipped: no offer, no dead link
-            page.locator("#sv-board-benchmark label", has_text="HumanEval").click()
-            page.wait_for_selector("#sv-board-watch", state="visible")
-            page.locator("#sv-board-watch-btn").click()
-            page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
-            assert page.locator("#sv-run").is_visible()  # the Race tab is the one shown
-            assert page.get_by_role("tab", name="Race", exact=True).get_attribute("aria-selected") == "true"
-            page.wait_for_function("() => document.querySelectorAll('#sv-board .sv-panel').length === 3")
-            assert page.locator("#sv-board .sv-status.sv-done").count() == 3  # the three methods recorded
-            page.screenshot(path=str(SHOTS / "watch_loaded_1440.png"), full_page=True)
-            browser.close()
-    finally:
-        demo.close()
+    with leaderboard_page() as page:
+        watch = page.locator("#sv-board-watch")
+        assert watch.is_visible() and page.locator("#sv-board-watch-column input").input_value() == "HumanEval"
+        sources = page.locator("#sv-leaderboard-sources").inner_text()
+        assert "benchmarks/" not in sources and "Default pair: SmolLM2-135M-Instruct" in sources
+        watch.scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / "watch_offered_1440.png"), full_page=True)
+        page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()
+        page.wait_for_selector("#sv-leaderboard-plot:has-text('Mathematical Reasoning')")
+        page.wait_for_selector("#sv-board-watch", state="hidden")  # none shipped: no offer, no dead link
+        page.locator("#sv-board-benchmark label", has_text="HumanEval").click()
+        page.wait_for_selector("#sv-board-watch", state="visible")
+        page.locator("#sv-board-watch-btn").click()
+        page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
+        assert page.locator("#sv-run").is_visible()  # the Race tab is the one shown
+        assert page.get_by_role("tab", name="Race", exact=True).get_attribute("aria-selected") == "true"
+        page.wait_for_function("() => document.querySelectorAll('#sv-board .sv-panel').length === 3")
+        assert page.locator("#sv-board .sv-status.sv-done").count() == 3  # the three methods recorded
+        page.screenshot(path=str(SHOTS / "watch_loaded_1440.png"), full_page=True)
