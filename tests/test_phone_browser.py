@@ -175,3 +175,28 @@ def test_the_leaderboard_reads_on_a_phone(phone):
         "() => !document.querySelector('#sv-leaderboard-phone .sv-lb-head b').innerText.includes('×')"
     )
     phone.get_by_role("tab", name="Race").click()
+
+
+def test_the_theorys_roofline_table_fits_a_phone(phone):
+    """Issue 38 item 9: at 390 px the roofline table scrolled sideways with its budget and knee columns
+    off-screen (its cells kept on one line, the last one 10rem wide at least). Now every column is on
+    screen: headers wrap between words, no number breaks or is cut."""
+    import os
+    from pathlib import Path
+
+    shots = Path(os.environ.get("SPECVIZ_SHOTS", ARTIFACTS))
+    shots.mkdir(parents=True, exist_ok=True)
+    phone.get_by_role("tab", name="Theory").click()
+    table = phone.locator("#sv-roofline-text table")
+    table.wait_for()
+    table.scroll_into_view_if_needed()
+    scroll, client, right = table.evaluate("t => [t.scrollWidth, t.clientWidth, t.getBoundingClientRect().right]")
+    assert scroll <= client + 1 and right <= PHONE["width"], (scroll, client, right)
+    heads = [th.inner_text() for th in table.locator("th").all()]
+    assert any(h.startswith("budget") for h in heads) and any(h.startswith("knee") for h in heads), heads
+    cells = table.locator("th, td")
+    for i in range(cells.count()):
+        text, lines, cut = cells.nth(i).evaluate(LINES)
+        assert not cut and lines <= max(1, len(text.split())), (text, lines, cut)  # words and numbers whole
+    table.screenshot(path=str(shots / "theory_roofline_table_390.png"))
+    phone.get_by_role("tab", name="Race").click()

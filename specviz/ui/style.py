@@ -133,6 +133,12 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     /* the family (chain, tree) is named under the table too, with its formula: the phone's width goes to the rest */
     #sv-why th:nth-child(2), #sv-why td:nth-child(2) { display: none; }
     .prose td:last-child { min-width: 10rem; }
+    /* The Theory tab's roofline table: five short columns fit the width when its headers wrap between words
+       ("budget γ (≤2% extra)") and its cells pad less; it scrolled sideways with the budget and knee off-screen. */
+    #sv-roofline-text table { display: table; width: 100%; font-size: .8rem; line-height: 1.25; }
+    #sv-roofline-text th, #sv-roofline-text td, #sv-roofline-text td:last-child { white-space: normal; min-width: 0;
+        word-break: keep-all; overflow-wrap: normal; hyphens: none; padding: 3px 4px; vertical-align: bottom;
+        font-variant-numeric: tabular-nums; }
     /* PEARL's and DISCO's tables fit a phone: smaller type, cells wrap between words only (never inside a
        word or number: "a c c e p t e d" down a header), so the method column gives way to the numbers. */
     #sv-pearl-table table *, #sv-pearl-steps table *, #sv-disco-table table *, #sv-pearl-table [role=row] *,
