@@ -18,7 +18,14 @@ import pytest
 from test_app_browser import CHROMIUM, CHROMIUM_ARGS
 
 from specviz.plots.bench import report_figures
-from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, tree_size_figure
+from specviz.plots.speedup import (
+    improvement_curves_figure,
+    predicted_vs_measured_speedup_figure,
+    speedup_heatmap_figure,
+    speedup_vs_alpha_figure,
+    tree_size_figure,
+)
+from specviz.plots.sssd_figures import accepted_length_figure
 from specviz.plots.theme import ALPHA
 
 pytestmark = pytest.mark.browser
@@ -52,6 +59,8 @@ SHIPPED = json.loads(
     gzip.decompress((Path(__file__).parents[1] / "benchmarks" / "cpu" / "quiet" / "results.json.gz").read_bytes())
 )
 
+SSSD = json.loads((Path(__file__).parents[1] / "benchmarks" / "sssd" / "results.json").read_text())
+
 
 def verify(n: int) -> float:
     """A measured verify cost's line, T(n+1)/T(1) = 1 + 0.061·n, as theory.measured_cost draws it."""
@@ -68,6 +77,9 @@ def figures():
         ),
         "predicted_vs_measured": predicted_vs_measured_speedup_figure(EXPLAINED),
         **{f"bench_{i}": f for i, f in enumerate(report_figures(SHIPPED))},  # the benchmark report's figures
+        "sssd_fig4": accepted_length_figure(SSSD["fig4"]),  # the experiments' figures
+        "vs_alpha": speedup_vs_alpha_figure([0.01, 0.05, 0.1, 0.2, 0.5], fixed_gamma=4),
+        "heatmap": speedup_heatmap_figure(0.05, 16),
         "curves_disturbed": improvement_curves_figure(  # four lines of subtitle: the title stays at the top
             [0.3, 0.5, 0.7, 0.9], 0.101, 16, verify, highlight=0.7, cost_note=COST_NOTE + DISTURBED, points=CROWDED
         ),
@@ -128,7 +140,19 @@ def crossings(boxes, others=None):
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize(
-    "name", ["curves", "tree", "predicted_vs_measured", "curves_disturbed", "bench_0", "bench_1", "bench_3"]
+    "name",
+    [
+        "curves",
+        "tree",
+        "predicted_vs_measured",
+        "curves_disturbed",
+        "bench_0",
+        "bench_1",
+        "bench_3",
+        "sssd_fig4",
+        "vs_alpha",
+        "heatmap",
+    ],
 )
 def test_speedup_and_benchmark_figures_have_no_text_over_text_at_both_widths(page, name, width):
     fig = figures()[name]

@@ -145,14 +145,10 @@ def speedup_vs_alpha_figure(cs: Sequence[float], max_gamma: int = 16, fixed_gamm
             fig.add_scatter(
                 x=alphas, y=fixed, mode="lines", line={"color": colour, "dash": "dot"}, name=f"c={c:g}, γ={fixed_gamma}"
             )
-    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    fig.update_layout(
-        title="Expected speedup vs α",
-        xaxis_title=ALPHA,
-        yaxis_title="speedup (× autoregressive)",
-        legend_title="draft cost c = T_draft/T_target",
+    baseline(fig)
+    return finish(
+        fig, "Expected speedup vs α", ALPHA, "speedup (× autoregressive)", legend="draft cost c = T_draft/T_target"
     )
-    return fig
 
 
 def speedup_heatmap_figure(
@@ -177,15 +173,10 @@ def speedup_heatmap_figure(
         y=[optimal_gamma(a, c, max_gamma, verify_ratio) for a in alphas],
         mode="lines",
         line={"color": "white", "width": 3, "shape": "hv"},
-        name="optimal γ",
+        name="white line: optimal γ",  # its legend swatch is white on white
     )
-    fig.update_layout(
-        title=f"Speedup over (α, γ) at c = {c:g}",
-        xaxis_title=ALPHA,
-        yaxis_title="speculation length γ",
-        legend={"x": 0.01, "y": 0.99},
-    )
-    return fig
+    finish(fig, f"Speedup over (α, γ) at c = {c:g}", ALPHA, "speculation length γ", legend="")
+    return fig.update_traces(colorbar={"title": {"text": "speedup (×)"}}, selector={"type": "heatmap"})
 
 
 def predicted_vs_measured_speedup_figure(rows: Sequence[dict[str, Any]]) -> go.Figure:

@@ -8,6 +8,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specviz.plots.theme import finish, wrap
+
 DRAFTER_COLOURS = {
     "fused (SSSD)": "#0072B2",
     "datastore only": "#E69F00",
@@ -20,7 +22,9 @@ DRAFTER_COLOURS = {
 def accepted_length_figure(rows: list[dict[str, Any]]) -> go.Figure:
     """One panel per suite: mean accepted length (tokens per target forward) vs speculation length."""
     suites = list(dict.fromkeys(r["suite"] for r in rows))
-    fig = make_subplots(rows=1, cols=len(suites), subplot_titles=suites, shared_yaxes=True)
+    fig = make_subplots(  # one x title under all panels: one under each ran into its neighbours
+        rows=1, cols=len(suites), subplot_titles=suites, shared_yaxes=True, x_title="speculation length S (tree nodes)"
+    )
     for col, suite in enumerate(suites, start=1):
         for drafter in dict.fromkeys(r["drafter"] for r in rows):
             part = sorted(
@@ -40,10 +44,17 @@ def accepted_length_figure(rows: list[dict[str, Any]]) -> go.Figure:
                 row=1,
                 col=col,
             )
-        fig.update_xaxes(title_text="speculation length S (tree nodes)", type="log", row=1, col=col)
-    fig.update_yaxes(title_text="mean accepted length (tokens / target forward)", row=1, col=1)
-    fig.update_layout(title="Mean accepted length vs speculation length (greedy)", legend_title="drafter")
-    return fig
+        fig.update_xaxes(type="log", row=1, col=col)
+    fig = finish(
+        fig,
+        "Accepted length vs tree size S",
+        "",
+        "tokens per target forward pass",
+        legend="drafter",
+        subtitle=wrap("greedy; mean accepted length, the bonus token included"),
+        height=480,
+    )
+    return fig.update_layout(margin_t=fig.layout.margin.t + 25)  # the panels' titles under the subtitle
 
 
 def batch_figure(rows: list[dict[str, Any]]) -> go.Figure:
@@ -61,10 +72,11 @@ def batch_figure(rows: list[dict[str, Any]]) -> go.Figure:
                 name=variant,
             )
         )
-    fig.update_layout(
-        title="Static batches: throughput vs latency per request",
-        xaxis_title="mean latency per request (s)",
-        yaxis_title="throughput (tokens/s, whole batch)",
-        legend_title="variant",
+    return finish(
+        fig,
+        "Static batches: throughput vs latency",
+        "mean latency per request (s)",
+        "throughput (tokens/s, whole batch)",
+        legend="variant",
+        subtitle="one point per batch size B; latency per request",
     )
-    return fig
