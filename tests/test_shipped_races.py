@@ -60,3 +60,14 @@ def test_a_race_over_a_megabyte_is_recorded_again_at_fewer_tokens_then_refused(p
     with pytest.raises(SpecvizError, match="even at 4 tokens"):
         record_shipped(perturbed_pair, _prompts(12)[:1], METHODS, tmp_path, log=lambda line: None)
     assert asked == [12, 4] and not (tmp_path / race_file(SUITES_BENCHMARK, "HumanEval")).exists()
+
+
+def test_the_command_caps_new_tokens_and_refuses_a_total_over_its_bound(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {})
+    argv = ["--pair", "tiny-perturbed", "--out", str(tmp_path), "--only", "HumanEval", "--max-new-tokens", "8"]
+    assert shipped_races.main(argv) == 0
+    race = load_race(tmp_path / "suites-humaneval.json", tuple(s.name for s in all_methods()), 13)
+    assert race.max_new_tokens == 8 and race.prompt.startswith("Complete the following Python function.")
+    monkeypatch.setattr(shipped_races, "MAX_TOTAL_BYTES", 1)
+    assert shipped_races.main(argv) == 1
+    assert "record them again with --max-new-tokens 64" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import json
 import sys
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,10 @@ def record_shipped(
         log(f"{path}: {size / 2**10:.0f} KiB, {race.max_new_tokens} new tokens, {len(race.runs)} methods")
     total = sum(p.stat().st_size for p in out.glob("*.json"))
     if total > MAX_TOTAL_BYTES:
-        refused.append(f"the races under {out} total {total / 2**20:.1f} MB, above {MAX_TOTAL_BYTES // 2**20} MB")
+        refused.append(
+            f"the races under {out} total {total / 2**20:.1f} MB, above {MAX_TOTAL_BYTES // 2**20} MB: "
+            f"record them again with --max-new-tokens {FALLBACK_TOKENS}"
+        )
     if refused:
         raise SpecvizError("; ".join(refused))
     return written
@@ -137,12 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pair", default="default", help="the model pair (the leaderboard's is 'default')")
     parser.add_argument("--out", type=Path, default=RACES, help="where the races are written")
     parser.add_argument("--only", nargs="*", default=(), help="only these columns (HumanEval, Translation, ...)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None, help="at most this many new tokens (default: the benchmark's)"
+    )
     args = parser.parse_args(argv)
     pair, notice = resolve_pair(args.pair)
     if notice:  # the default pair did not load: its races would be the fallback's
         print(notice, file=sys.stderr)
         return 2
-    prompts = [p for p in shipped_prompts() if not args.only or p.column in args.only]
+    prompts = [
+        replace(p, max_new_tokens=min(p.max_new_tokens, args.max_new_tokens or p.max_new_tokens))
+        for p in shipped_prompts()
+        if not args.only or p.column in args.only
+    ]
     try:
         record_shipped(pair, prompts, default_race(), args.out)
     except SpecvizError as e:
