@@ -32,6 +32,16 @@ def test_only_columns_with_a_shipped_race_are_offered(races):
     assert watchable(BENCHMARK_OF["specbench"]) == []
 
 
+def test_a_cell_of_a_column_with_a_shipped_race_says_where_to_watch_it(races):
+    from specviz.plots.leaderboard import WATCH_HINT
+    from specviz.ui.leaderboard import leaderboard_view, machines
+
+    heat = leaderboard_view(SUITES_BENCHMARK, "speedup", machines()[0])[0].data[0]
+    humaneval, gsm8k = list(heat.x).index("HumanEval"), list(heat.x).index("GSM8K")
+    vanilla = list(heat.y).index("Vanilla SD")
+    assert WATCH_HINT in heat.hovertext[vanilla][humaneval] and WATCH_HINT not in heat.hovertext[vanilla][gsm8k]
+
+
 @pytest.mark.browser
 def test_watch_loads_the_columns_race_onto_the_race_tab_in_chromium(races):
     from test_leaderboard import leaderboard_page

@@ -3,13 +3,14 @@ spread over prompts. Pure function: the summary frame of `specviz.leaderboard` -
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.plots.theme import OKABE_ITO, empty, finish
 
+WATCH_HINT = "A race on one of these prompts: <i>Watch it on the Race tab</i>, below"
 METRICS = {  # column of the summary -> (axis and colour-bar title, cell format, value of "no gain")
     "speedup": ("speedup vs the target alone (×)", "{:.2f}×", 1.0),
     "tokens_per_pass": ("tokens per target pass", "{:.2f}", 1.0),
@@ -24,10 +25,12 @@ def leaderboard_figure(
     title: str,
     headers: Mapping[str, str] | None = None,
     rank_by: str = "all",
+    watchable: Collection[str] = (),
 ) -> go.Figure:
     """Rows: methods, best first on the `rank_by` column (one every method has); columns in `columns`
     order, headed by `headers` (the column itself where absent). Colour: the metric, white at its
-    no-gain value (vermillion loses to the target alone, blue wins)."""
+    no-gain value (vermillion loses to the target alone, blue wins). A cell of a `watchable` column
+    says where to watch the race shipped for it."""
     axis, fmt, neutral = METRICS[metric]
     if table.empty:
         return empty(title, "No shipped run measured this benchmark.")
@@ -58,6 +61,7 @@ def leaderboard_figure(
                 f"speedup {cell['speedup']:.2f}× (per prompt, 25th–75th percentile "
                 f"{cell['p25']:.2f}–{cell['p75']:.2f})<br>tokens per target pass {cell['tokens_per_pass']:.2f}<br>"
                 f"{int(cell['prompts'])} prompts · run: {cell['name']}"
+                + (f"<br>{WATCH_HINT}" if column in watchable else "")
             )
     values = [v for row in z for v in row if v is not None]
     low, high = min(*values, neutral - 0.1), max(*values, neutral + 0.1)

@@ -87,7 +87,7 @@ def leaderboard_view(benchmark: str, metric: str, machine: str) -> tuple[Any, pd
     labels, (columns, rank_by, headers) = _labels(), _columns(table)
     title = f"{benchmark}, measured on {machine}"
     return (
-        leaderboard_figure(table, metric, columns, labels, title, headers, rank_by),
+        leaderboard_figure(table, metric, columns, labels, title, headers, rank_by, watchable(benchmark)),
         _table(table, labels, rank_by, headers[rank_by]),
         _sources(table, machine, labels),
     )
