@@ -1,7 +1,7 @@
 """The DISCO and PEARL tabs flag timings other load disturbed, as the Race does (issue 38 item 2): the
 Race's checks (specviz.ui.verdict.timing_flags, through specviz.ui.tab_timing) on the tabs' runs, the
-target alone's pace probed right before each drafting method. Load is simulated by scaling one run's
-recorded pass times, so the test does not depend on how busy the machine is."""
+target alone's pace probed right before each drafting method. Every run is put on a quiet machine's clock
+and load is simulated by scaling one run's pass times, so the test does not depend on how busy the machine is."""
 
 from __future__ import annotations
 
@@ -17,23 +17,44 @@ from specviz.ui.tab_timing import flagged_rows, flags_markdown
 PROMPT = "def fibonacci(n):"
 
 
+STEP_MS = 10.0  # the quiet clock's plain decoding step of the target alone
+
+
+def quiet_ms(record) -> float:
+    """A quiet machine's pass time: a plain step, a little more for each token the pass also reads."""
+    return STEP_MS * max(1, record.target_forwards) * (1 + 0.05 * len(record.drafted))
+
+
 def scaled(method: str, factor: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Multiply every recorded pass time of `method`'s timed run by `factor` (above 1: as if another
-    process shared the CPU while it ran; below 1: the baseline's steps were the slowed ones)."""
+    """Every timed run on the quiet clock (this machine's load cannot reach the test), `method`'s pass times
+    multiplied by `factor` (above 1: as if another process shared the CPU while it ran; below 1: the
+    baseline's steps were the slowed ones); the target alone probed at the quiet clock's step."""
     from specviz import runner
+    from specviz.ui import pearl
 
     real = runner.generate_median
 
     def generate_median(name: str, *args, **kwargs):
         result = real(name, *args, **kwargs)
-        if name != method:
-            return result
+        k = factor if name == method else 1.0
         records = tuple(
-            dataclasses.replace(r, verify_ms=factor * r.verify_ms, draft_ms=factor * r.draft_ms) for r in result.records
+            dataclasses.replace(r, verify_ms=k * quiet_ms(r), draft_ms=k * 0.5 * len(r.drafted)) for r in result.records
         )
         return dataclasses.replace(result, records=records, summary=summarize(list(records)))
 
     monkeypatch.setattr(runner, "generate_median", generate_median)
+    for module in (tab, pearl):
+        monkeypatch.setattr(module, "probe_ms", lambda pair, ids: STEP_MS)
+
+
+def test_a_quiet_machine_flags_nothing(perturbed_pair, monkeypatch):
+    """The same checks on the quiet clock: no method of either tab is flagged."""
+    from specviz.ui import pearl
+
+    scaled("none", 1.0, monkeypatch)
+    out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
+    assert out["flags"] == {} and flags_markdown(out["flags"]) == ""
+    assert pearl.compare(perturbed_pair, PROMPT, 2, False, 16, 1)["flags"] == {}
 
 
 def test_a_slowed_target_alone_flags_the_tab_as_the_race_would(perturbed_pair, monkeypatch):
@@ -54,10 +75,10 @@ def test_a_slowed_target_alone_flags_the_tab_as_the_race_would(perturbed_pair, m
 def test_a_method_faster_than_possible_is_flagged(perturbed_pair, monkeypatch):
     """DISCO's target passes over its drafts timed at 0.3 of what they took, below one plain decoding
     step of the target alone (verify cost < 1): impossible, so its figures are flagged, not shown as
-    DISCO's. (The other methods' flags depend on this machine's real load, so they are not asserted.)"""
+    DISCO's; the other methods' are not."""
     scaled("disco", 0.3, monkeypatch)
     out = tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=20, repeats=1)
-    assert "DISCO" in out["flags"] and any("verify cost" in p for p in out["flags"]["DISCO"]), out["flags"]
+    assert set(out["flags"]) == {"DISCO"} and any("verify cost" in p for p in out["flags"]["DISCO"]), out["flags"]
 
 
 def test_the_pearl_tab_flags_a_slowed_target_alone(perturbed_pair, monkeypatch):
