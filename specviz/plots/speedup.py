@@ -185,7 +185,7 @@ def predicted_vs_measured_speedup_figure(rows: Sequence[dict[str, Any]]) -> go.F
     method, predicted_speedup, measured_speedup, alpha, length_text, c. Each bar says its own speedup;
     the formula's inputs are in the hover and in the table under the plot (written over the bars, three
     lines a bar, they overlapped their neighbours and shrank to specks on a phone)."""
-    methods = [r["method"] for r in rows]
+    methods = [wrap(r["method"], 10) for r in rows]  # "SSSD (n-gram tree)" turned ran off a phone's plot
     inputs = [f"{r['method']}: α = {r['alpha']:.2f}, {r['length_text']}, c = {r['c']:.2f}" for r in rows]
     fig = go.Figure()
     for name, key, colour in (
