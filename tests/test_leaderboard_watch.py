@@ -59,10 +59,16 @@ def test_watch_loads_the_columns_race_onto_the_race_tab_in_chromium(races):
         page.wait_for_selector("#sv-board-watch", state="hidden")  # none shipped: no offer, no dead link
         page.locator("#sv-board-benchmark label", has_text="HumanEval").click()
         page.wait_for_selector("#sv-board-watch", state="visible")
+        page.set_viewport_size({"width": 390, "height": 844})  # a phone: the Race tab's status is far from here
         page.locator("#sv-board-watch-btn").click()
         page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
         assert page.locator("#sv-run").is_visible()  # the Race tab is the one shown
         assert page.get_by_role("tab", name="Race", exact=True).get_attribute("aria-selected") == "true"
         page.wait_for_function("() => document.querySelectorAll('#sv-board .sv-panel').length === 3")
         assert page.locator("#sv-board .sv-status.sv-done").count() == 3  # the three methods recorded
+        page.wait_for_timeout(1_000)  # the page settles (the Race tab's scripts run on a redraw)
+        top = page.evaluate("() => document.getElementById('sv-race-status').getBoundingClientRect().top")
+        assert 0 <= top < 844  # its status line in view, not the Leaderboard's scroll position (3000 px down)
+        page.screenshot(path=str(SHOTS / "watch_loaded_390.png"))
+        page.set_viewport_size({"width": 1440, "height": 900})
         page.screenshot(path=str(SHOTS / "watch_loaded_1440.png"), full_page=True)

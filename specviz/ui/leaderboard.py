@@ -146,16 +146,18 @@ def phone_view(benchmark: str, metric: str, machine: str) -> str:
     )
 
 
-WATCH_LABEL = (
-    "Watch a race on one prompt of a suite or category (the benchmark's first prompt there, every method of "
-    "the Race tab's default race, recorded on a quiet machine)"
+WATCH_LABEL = "Watch a race on one prompt of a suite or category"
+WATCH_INFO = (
+    "The benchmark's first prompt there, raced by every method of the Race tab's default race on a quiet machine"
 )
 SAVED_RACE_BOX = "sv-load-race"  # the Race tab's "Load a saved race" file box: its upload event draws a saved race
-# switch to the Race tab as the race is loaded (gradio runs this in the page before the handler)
+# switch to the Race tab as the race is loaded (gradio runs this in the page first) ...
 TO_RACE_JS = (
     "(benchmark, column) => { const tab = [...document.querySelectorAll('button[role=tab]')]"
     ".find(t => t.innerText.trim() === 'Race'); if (tab) tab.click(); return [benchmark, column]; }"
 )
+# ... then, once it is drawn, bring its status line into view (the button was far down the Leaderboard)
+STATUS_IN_VIEW_JS = "() => { document.getElementById('sv-race-status')?.scrollIntoView({block: 'start'}); }"
 
 
 def watchable(benchmark: str) -> list[str]:
@@ -270,6 +272,7 @@ def build_tab(ctx: Any) -> None:
             watch_columns,
             value=watch_columns[0] if watch_columns else None,
             label=WATCH_LABEL,
+            info=WATCH_INFO,
             scale=3,
             elem_id="sv-board-watch-column",
         )
@@ -295,4 +298,4 @@ def _wire_watch(loader: Any, benchmark: Any, row: Any, column: Any, button: Any)
     benchmark.change(watch_update, benchmark, [row, column], show_progress="hidden", api_visibility="private")
     button.click(
         watch, [benchmark, column], loader.outputs, js=TO_RACE_JS, concurrency_limit=1, api_visibility="private"
-    )
+    ).then(None, js=STATUS_IN_VIEW_JS)
