@@ -64,7 +64,7 @@ def test_the_whatif_shows_the_races_point_and_its_measured_cost(page):
     page.get_by_role("button", name="Compare with the published figures").click()
     page.get_by_role("button", name="Explain the last race").click()
     page.wait_for_selector("#sv-theory-race:has-text('Why each method')")
-    page.wait_for_selector(".js-plotly-plot:has-text('Spec-Bench speedups')")
+    page.wait_for_selector(".js-plotly-plot:has-text('Spec-Bench: published vs predicted')")
     page.screenshot(path=str(SHOTS / "theory_full_1440.png"), full_page=True)
 
 
@@ -97,6 +97,7 @@ def test_the_roofline_note_follows_the_race_and_its_dropdowns_are_whole(page):
     page.get_by_role("tab", name="Race").click()
     set_race(page, "def fibonacci(n):", {"Autoregressive", "Prompt lookup"}, 24)
     page.locator("#sv-run").click()
+    page.wait_for_selector("#sv-board .sv-panel[data-method=prompt_lookup]")  # this race's board, not the last's
     page.wait_for_selector("#sv-race-status:has-text('Race finished')")
     page.get_by_role("tab", name="Theory").click()
     page.wait_for_selector("#sv-roofline-text:has-text('Prompt lookup: T(γ+1)/T(1)')")  # the race just run

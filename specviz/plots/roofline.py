@@ -169,7 +169,7 @@ def published_speedups_figure(rows: Sequence[dict[str, Any]], band: float = 0.15
     """Per Spec-Bench row: the published speedup (x) and the cost model's prediction from its mean
     accepted tokens (y); one colour per chip and model, filled markers fit the engine, open ones
     were held out; y = x and ±`band` lines. Rows: specviz.cost.published.comparison's speedup rows."""
-    from specviz.plots.theme import finish
+    from specviz.plots.theme import finish, wrap
 
     fig = go.Figure()
     groups = sorted({(r["chip"], r["model"]) for r in rows})
@@ -219,12 +219,13 @@ def published_speedups_figure(rows: Sequence[dict[str, Any]], band: float = 0.15
         )
     finish(
         fig,
-        "Spec-Bench speedups: published vs predicted",
+        "Spec-Bench: published vs predicted",
         "published speedup (× autoregressive)",
         "predicted speedup (× autoregressive)",
         legend="model, GPU",
-        subtitle="predicted from each method's mean accepted tokens and the calibrated HF eager engine; "
-        "colour: model and GPU, shape: method, filled: fit, open: held out",
+        subtitle=wrap(
+            "predicted from each method's mean accepted tokens and the calibrated HF eager engine; "
+            "colour: model and GPU, shape: method, filled: fit, open: held out"
+        ),
     )
-    fig.update_layout(legend={"orientation": "h", "y": -0.25}, margin={"t": 110})  # the subtitle clear of the y title
     return fig

@@ -40,6 +40,7 @@ from specviz.errors import SpecvizError
 from specviz.paths import ASSETS
 from specviz.plots.roofline import cost_curves_figure, published_speedups_figure
 from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, tree_size_figure
+from specviz.plots.theme import signed_percent
 from specviz.ui.feedback import problem_text
 
 TAB_TITLE = "Theory"
@@ -217,7 +218,12 @@ def explorer(alpha: float, gamma: int, tree_size: int, race: Any = None, max_gam
         MAX_TREE,
         highlight=alpha,
         size=size,
-        cost_note=f"depth D = γ; tree drafting c = {cost.tree_c:.3f} per node; verify cost as on the left",
+        cost_note=(
+            f"depth D = γ; tree drafting c = {cost.tree_c:.3f} per node"
+            if cost.tree_c
+            else "depth D = γ; tree drafting from n-grams (no draft model: c ≈ 0)"
+        )
+        + "; verify cost as on the left",
         points=tree_points,
     )
     best = optimal_gamma(alpha, cost.c, max_gamma, cost.verify)
@@ -419,10 +425,13 @@ def published_view():
 
     rows = published.comparison()
     speedups = [r for r in rows if r["kind"] == "speedup"]
-    table = ["| GPU | model | method | τ | published | predicted | error | |", "|---|---|---|---|---|---|---|---|"]
+    table = [
+        "| GPU | model | method | τ | published | predicted | error | used for |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     table += [
         f"| {r['chip']} | {r['model']} | {r['method']} | {r['mean_accepted']} | {r['published']:.2f}× | "
-        f"{r['predicted']:.2f}× | {r['error']:+.0%} | {'fit' if r['role'] == 'fit' else 'held out'} |"
+        f"{r['predicted']:.2f}× | {signed_percent(r['error'])} | {'fit' if r['role'] == 'fit' else 'held out'} |"
         for r in speedups
     ]
     mapping = ["| Spec-Bench method | in the race | how they relate |", "|---|---|---|"]
