@@ -212,10 +212,10 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def race_file(benchmark: str, column: str) -> str:
-    """The file name of a column's shipped race: `suites-humaneval.json`, `spec-bench-translation.json`."""
+    """The file name of a column's shipped race: `suites-humaneval.json.gz`, `spec-bench-translation.json.gz`."""
     prefix = "suites" if benchmark == SUITES_BENCHMARK else benchmark.split(" (")[0]
     words = "".join(ch if ch.isalnum() else " " for ch in f"{prefix} {column}".lower()).split()
-    return "-".join(words) + ".json"
+    return "-".join(words) + ".json.gz"
 
 
 def shipped_race(benchmark: str, column: str, folder: Path | None = None) -> Path | None:

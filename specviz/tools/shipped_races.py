@@ -4,8 +4,9 @@
 
 For each (benchmark, column) of the shipped leaderboard (specviz.leaderboard), the first prompt the
 benchmark ran in that column, raced with every method of the Race tab's default race, greedy, for
-as many new tokens as the benchmark gave it (64 where that makes a file over 1 MB), and written as
-the Race tab's download writes it (`race_to_dict`), so the Race tab's loader reads it back.
+as many new tokens as the benchmark gave it (64 where that makes a file over 256 KiB), and written as
+the Race tab's download writes it (`race_to_dict`), compact, numbers to 4 significant digits and gzipped
+(`shipped_bytes`), which the Race tab's loader reads back.
 
 Run it on a quiet machine: a race whose timing the Race tab would flag as disturbed (other load on
 the processor, `specviz.ui.verdict.timing_flags`) is not written, and the command fails naming it.
@@ -14,6 +15,7 @@ the processor, `specviz.ui.verdict.timing_flags`) is not written, and the comman
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import threading
@@ -26,8 +28,12 @@ from specviz.errors import SpecvizError
 from specviz.leaderboard import RACES, SUITE_COLUMNS, SUITES_BENCHMARK, leaderboard_rows, race_file
 from specviz.prompts import load_suite
 
-MAX_FILE_BYTES = 2**20  # one shipped race
-MAX_TOTAL_BYTES = 6 * 2**20  # every shipped race together
+# The tracked tree travels with every call to a lent GPU machine and stays at most 40 MB (specviz.gpucheck), so the
+# races ship gzipped, their numbers to 4 significant digits (timings to 0.1 % and probabilities to 1e-4 relative;
+# the step-through shows 3): ten races of the default pair's seven methods take ~0.6 MB instead of 5.5 MB.
+SIGNIFICANT = 4
+MAX_FILE_BYTES = 256 * 2**10  # one shipped race, compressed
+MAX_TOTAL_BYTES = 2**20  # every shipped race together
 FALLBACK_TOKENS = 64  # new tokens when the benchmark's count makes a file over MAX_FILE_BYTES
 
 
@@ -71,11 +77,28 @@ def record(pair: Any, prompt: str, methods: Sequence[str], max_new_tokens: int) 
     return race
 
 
-def saved_text(race: Any) -> str:
-    """The race as the Race tab's download saves it (compact: the loader reads either)."""
+def rounded(value: Any) -> Any:
+    """`value` (a saved race's JSON) with every float to SIGNIFICANT significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT}g}")
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
+
+
+def shipped_bytes(saved: dict) -> bytes:
+    """A saved race (`race_to_dict`) as it ships: compact JSON, floats rounded, gzipped (the Race tab's
+    loader reads plain or gzipped JSON)."""
+    return gzip.compress(json.dumps(rounded(saved), separators=(",", ":")).encode(), compresslevel=9, mtime=0)
+
+
+def saved_bytes(race: Any) -> bytes:
+    """The race as it ships (`shipped_bytes` of what the Race tab's download saves)."""
     from specviz.ui.saved import race_to_dict
 
-    return json.dumps(race_to_dict(race), separators=(",", ":"))
+    return shipped_bytes(race_to_dict(race))
 
 
 def refuse_disturbed(race: Any, where: str) -> None:
@@ -103,28 +126,28 @@ def record_shipped(
     for shipped in prompts:
         where = f"{shipped.benchmark} / {shipped.column} ({shipped.prompt_id})"
         try:
-            text = ""
+            data = b""
             for tokens in dict.fromkeys([shipped.max_new_tokens, min(shipped.max_new_tokens, FALLBACK_TOKENS)]):
                 race = record(pair, shipped.text, methods, tokens)
                 refuse_disturbed(race, where)
-                text = saved_text(race)
-                if len(text.encode()) <= MAX_FILE_BYTES:
+                data = saved_bytes(race)
+                if len(data) <= MAX_FILE_BYTES:
                     break
-            size = len(text.encode())
+            size = len(data)
             if size > MAX_FILE_BYTES:
-                raise SpecvizError(f"{where}: {size / 2**20:.2f} MB even at {FALLBACK_TOKENS} tokens")
+                raise SpecvizError(f"{where}: {size / 2**10:.0f} KiB gzipped even at {FALLBACK_TOKENS} tokens")
         except SpecvizError as e:
             refused.append(str(e))
             log(f"refused: {e}")
             continue
         path = out / shipped.file
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
         written.append(path)
-        log(f"{path}: {size / 2**10:.0f} KiB, {race.max_new_tokens} new tokens, {len(race.runs)} methods")
-    total = sum(p.stat().st_size for p in out.glob("*.json"))
+        log(f"{path}: {size / 2**10:.0f} KiB gzipped, {race.max_new_tokens} new tokens, {len(race.runs)} methods")
+    total = sum(p.stat().st_size for p in out.glob("*.json.gz"))
     if total > MAX_TOTAL_BYTES:
         refused.append(
-            f"the races under {out} total {total / 2**20:.1f} MB, above {MAX_TOTAL_BYTES // 2**20} MB: "
+            f"the races under {out} total {total / 2**20:.2f} MB, above {MAX_TOTAL_BYTES / 2**20:.0f} MB: "
             f"record them again with --max-new-tokens {FALLBACK_TOKENS}"
         )
     if refused:

@@ -12,6 +12,7 @@ against its type (so none nests deeper, or is longer, than a record's fields), r
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import time
@@ -66,6 +67,24 @@ def race_to_dict(race: Race) -> dict[str, Any]:
     }
 
 
+def read_bounded(path: Path) -> str:
+    """A saved race's text, plain or gzipped (the shipped races are), at most MAX_FILE_BYTES once unpacked."""
+    with path.open("rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    if not gzipped:
+        return path.read_text(encoding="utf-8")
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except (OSError, EOFError) as e:  # a broken archive
+        raise SpecvizError(f"not a saved race: the gzip file cannot be read ({e})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecvizError(
+            f"the file unpacks to more than {MAX_FILE_BYTES // 2**20} MB; a saved race here is at most that"
+        )
+    return data.decode("utf-8")
+
+
 def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int, budget_s: float = CHECK_BUDGET_S) -> Race:
     """A saved race from a file; `methods`: the registered names a run may have; `budget_s`: the
     seconds its checks may take."""
@@ -77,7 +96,7 @@ def load_race(path: str | Path, methods: tuple[str, ...], most_runs: int, budget
             f"{MAX_FILE_BYTES // 2**20} MB"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SpecvizError(f"not a saved race: the file is not JSON ({e})") from None
     except RecursionError:  # lists or objects nested deeper than Python's parser goes (a saved race nests 8 deep)
