@@ -89,7 +89,7 @@ def test_report_builders_write_every_format(recorded, tmp_path):
     md = markdown(recorded, "cmd")
     assert "| vanilla" in md and "hf_assisted" in md and "per suite" in md
     page = (tmp_path / "report.html").read_text()
-    assert page.count("plotly-graph-div") == 4 and "Speedup over autoregressive" in page
+    assert page.count("plotly-graph-div") == 4 and "Speedup per suite" in page
     assert "speedup vs AR" in (tmp_path / "summary.csv").read_text().splitlines()[0]
 
 

@@ -23,8 +23,8 @@ def test_the_roofline_x_axis_starts_at_one_token():
     assert math.isclose(10 ** axis.range[1], 64 * 1.1)
 
 
-STEP = {  # a `python -m specviz.cost.target_step` result (made-up numbers, all in one place)
-    "command": "python -m specviz.cost.target_step --threads 1 --max-new-tokens 64",
+STEP = {  # a `python -m specviz.tools.target_step` result (made-up numbers, all in one place)
+    "command": "python -m specviz.tools.target_step --threads 1 --max-new-tokens 64",
     "pair": "default",
     "threads": 1,
     "default_threads": 2,
@@ -107,7 +107,7 @@ def test_the_race_note_gives_the_races_own_decoding_step():
 
 def test_the_step_timing_runs_on_a_tiny_pair():
     """The timing script's parts on the offline tiny pair (structure only: timings are the benchmark's)."""
-    from specviz.cost.target_step import measure
+    from specviz.tools.target_step import measure
 
     m = measure("tiny-random", max_new_tokens=4, threads=1, repeats=1)
     assert m["pair"] == "tiny-random" and m["threads"] == 1 and m["steps"] == 3

@@ -48,7 +48,7 @@ TAB_ORDER = 50
 
 LOADED_PAIR = "the loaded pair's target"
 MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `python -m specviz.bench roofline`
-TARGET_STEP = MEASURED.with_name("target_step.json")  # from `python -m specviz.cost.target_step`
+TARGET_STEP = MEASURED.with_name("target_step.json")  # from `python -m specviz.tools.target_step`
 NO_ENGINE = "none (datasheet roofline)"
 BATCH_CHOICES = [1, 4, 16, 64, 256]
 TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
@@ -324,7 +324,7 @@ def roofline_view(
 
 def target_step_note(shape: ModelShape, hw: Hardware) -> str:
     """Why a race's decoding step of the default target takes longer than the line's T(1): the parts of one step
-    timed on this CPU (`python -m specviz.cost.target_step`), against what the line prices."""
+    timed on this CPU (`python -m specviz.tools.target_step`), against what the line prices."""
     if not TARGET_STEP.exists():
         return ""
     m = json.loads(TARGET_STEP.read_text())

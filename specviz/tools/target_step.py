@@ -5,7 +5,7 @@ forward pass on the same tokens, the weight matmuls alone (every Linear of the p
 the roofline's bandwidth comes from, in wall time and in this process's CPU time (which does not count the
 time other processes held the core), with the load average before and after.
 
-    python -m specviz.cost.target_step --out benchmarks/roofline/target_step.json
+    python -m specviz.tools.target_step --out benchmarks/roofline/target_step.json
 
 Run it without OMP_NUM_THREADS set, so that `default_threads` records the threads torch gives the app's races.
 Writes one JSON object (the Theory tab reads it: specviz.ui.theory.target_step_note).
@@ -112,7 +112,7 @@ def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int =
         copies = [_clocks(lambda: dst.copy_(src)) for _ in range(5)]
         mm_wall, mm_cpu = [w for w, _ in mm], [c for _, c in mm]
         return {
-            "command": f"python -m specviz.cost.target_step --threads {threads} --max-new-tokens {max_new_tokens}",
+            "command": f"python -m specviz.tools.target_step --threads {threads} --max-new-tokens {max_new_tokens}",
             "pair": pair.name,
             "threads": threads,
             "default_threads": before_threads,  # torch's threads before this set them (the app's races use these)
@@ -141,7 +141,7 @@ def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specviz.cost.target_step", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m specviz.tools.target_step", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
