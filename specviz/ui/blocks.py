@@ -59,6 +59,9 @@ class TabContext:
     placement: Placement = field(
         default_factory=Placement
     )  # where the pairs run and in which dtype (the command's --device, --dtype)
+    # the Race tab's saved-race loader, (handler, its outputs), set when the Race tab is built (it is built first):
+    # another tab puts a saved race on the Race tab's board through it (the Leaderboard's shipped races)
+    show_saved: tuple[Callable, list] | None = None
 
     def state(self, value: Any = None) -> gr.State:
         """Per-visitor state that is dropped `limits.session_ttl_s` after its last change (a handler

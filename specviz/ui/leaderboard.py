@@ -150,7 +150,6 @@ WATCH_LABEL = "Watch a race on one prompt of a suite or category"
 WATCH_INFO = (
     "The benchmark's first prompt there, raced by every method of the Race tab's default race on a quiet machine"
 )
-SAVED_RACE_BOX = "sv-load-race"  # the Race tab's "Load a saved race" file box: its upload event draws a saved race
 # switch to the Race tab as the race is loaded (gradio runs this in the page first) ...
 TO_RACE_JS = (
     "(benchmark, column) => { const tab = [...document.querySelectorAll('button[role=tab]')]"
@@ -173,20 +172,6 @@ def watch_update(benchmark: str) -> tuple[Any, Any]:
 
     columns = watchable(benchmark)
     return gr.update(visible=bool(columns)), gr.update(choices=columns, value=columns[0] if columns else None)
-
-
-def saved_race_loader() -> Any:
-    """The Race tab's event that draws an uploaded saved race (gradio's BlockFunction), from the Blocks being
-    built; None where the Race tab has none (it failed to build, or is built after this tab)."""
-    from gradio.context import Context
-
-    root = Context.root_block
-    if root is None:
-        return None
-    box = next((b for b in root.blocks.values() if getattr(b, "elem_id", None) == SAVED_RACE_BOX), None)
-    if box is None:
-        return None
-    return next((fn for fn in root.fns.values() if (box._id, "upload") in fn.targets), None)
 
 
 def gr_error(message: str) -> Exception:
@@ -266,7 +251,7 @@ def build_tab(ctx: Any) -> None:
         elem_classes=["sv-phone-only"],
     )
     watch_columns = watchable(benchmark.value)
-    loader = saved_race_loader()
+    loader = ctx.show_saved  # the Race tab's saved-race loader (None if that tab failed to build)
     with gr.Row(visible=bool(watch_columns) and loader is not None, elem_id="sv-board-watch") as watch_row:
         watch_column = gr.Dropdown(
             watch_columns,
@@ -285,17 +270,19 @@ def build_tab(ctx: Any) -> None:
         w.change(phone_view, [benchmark, metric, machine], phone, show_progress="hidden", api_visibility="private")
 
 
-def _wire_watch(loader: Any, benchmark: Any, row: Any, column: Any, button: Any) -> None:
+def _wire_watch(loader: tuple[Any, list], benchmark: Any, row: Any, column: Any, button: Any) -> None:
     """The watch row follows the benchmark; its button loads the column's shipped race onto the Race tab
     through the Race tab's own saved-race loader (the same checks, the same board)."""
+
+    load, outputs = loader
 
     def watch(chosen: str, picked: str | None):
         path = shipped_race(chosen, picked) if picked else None
         if path is None:
             raise gr_error(f"no race is shipped for {picked!r} of {chosen}")
-        yield from loader.fn(str(path))
+        yield from load(str(path))
 
     benchmark.change(watch_update, benchmark, [row, column], show_progress="hidden", api_visibility="private")
     button.click(
-        watch, [benchmark, column], loader.outputs, js=TO_RACE_JS, concurrency_limit=1, api_visibility="private"
+        watch, [benchmark, column], outputs, js=TO_RACE_JS, concurrency_limit=1, api_visibility="private"
     ).then(None, js=STATUS_IN_VIEW_JS)

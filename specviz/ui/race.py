@@ -527,9 +527,9 @@ def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
             raise user_error(e) from e
 
     # one saved race parses at a time (a valid 16 MB file takes seconds of CPU and hundreds of MB at its peak)
-    ui.saved.upload(
-        load_saved, ui.saved, [*board_outputs(ctx, ui), ui.saved], api_name="load_race", concurrency_limit=1
-    )
+    outputs = [*board_outputs(ctx, ui), ui.saved]
+    ui.saved.upload(load_saved, ui.saved, outputs, api_name="load_race", concurrency_limit=1)
+    ctx.show_saved = (load_saved, outputs)  # for the tabs that put a saved race on this board
 
 
 def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
