@@ -1,6 +1,7 @@
 """The Speculative Streaming tab: run `streaming` on a prompt and inspect each iteration's tree
-(which stream proposed each token, which path the target accepted), with the output coloured by
-the stream that proposed each accepted token.
+(which stream proposed each token, which path the target accepted) and its one target pass (which
+rows verify the tree, which draft the next one), with the output coloured by the stream that
+proposed each accepted token.
 
 Handlers are plain functions of widget values (tested without a server); no torch at import.
 """
@@ -11,6 +12,7 @@ import html
 from typing import Any
 
 from specviz.errors import SpecvizError
+from specviz.plots.streaming_pass import PassLayout, committed_rows, kept_streams, run_pass_figure
 from specviz.plots.tree import record_tree, record_tree_figure
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
@@ -27,9 +29,10 @@ def run_streaming(
 ) -> dict[str, Any]:
     """One greedy `streaming` run -> plain state: records as dicts and each token's text."""
     import specviz
-    from specviz.methods.streaming import tuned_target
+    from specviz.methods.streaming import streaming_model, tuned_target
 
     pair = (load_pair or specviz.load_pair)(pair_name)
+    lm = streaming_model(pair.target)  # the adapter the run uses ("auto"): its layout is every pass's
     records = [
         r.to_dict()
         for r in specviz.run(
@@ -46,6 +49,11 @@ def run_streaming(
         "records": records,
         "text": {str(t): pair.tokenizer.decode([t]) for t in vocab},
         "against": tuned_target(pair),
+        "layout": {  # the pass's shape (`PassLayout`): the fused pass runs all the adapter's streams
+            "layers": len(lm.layers),
+            "stream_layers": lm.cfg.stream_layers,
+            "streams": lm.cfg.gamma if int(streams) > 0 else 0,
+        },
     }
 
 
@@ -92,6 +100,28 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     )
 
 
+def show_pass(state: dict[str, Any] | None, iteration: int):
+    """The rows of one iteration's target pass (counted from 1), and a sentence counting them."""
+    if not state or not state["records"]:
+        return None, ""
+    records = state["records"]
+    i = min(max(1, int(iteration)), len(records)) - 1
+    layout = PassLayout(**state["layout"])
+    fig = run_pass_figure(records, i, layout, decode=lambda t: state["text"].get(str(t), str(t)))
+    nodes = len(record_tree(records[i]).tree_tokens)
+    committed, kept = committed_rows(records, i), kept_streams(records[i + 1] if i + 1 < len(records) else None)
+    streams = (1 + nodes) * layout.streams
+    plural = "s" if committed != 1 else ""
+    verify = (
+        f"{1 + nodes} rows verify the tree" if nodes else f"no tree yet ({committed} row{plural} of committed tokens)"
+    )
+    if kept:
+        draft = f"{streams} stream rows draft the next one ({kept} of them kept)"
+    else:
+        draft = f"{streams} stream rows ran, none kept" + (": the run ended" if i + 1 == len(records) else "")
+    return fig, f"one target pass: {verify}, {draft}."
+
+
 def summary_line(state: dict[str, Any]) -> str:
     records = state["records"]
     tokens = sum(len(r["emitted"]) for r in records)
@@ -124,9 +154,14 @@ def build_tab(ctx: Any) -> None:
     go = gr.Button("Run streaming", variant="primary")
     output = gr.HTML()
     overall = gr.Markdown()
-    iteration = gr.Slider(1, 2, value=1, step=1, label="iteration (from 1)")
+    iteration = gr.Slider(1, 2, value=1, step=1, label="iteration (from 1)", elem_id="sv-streaming-iteration")
     summary = gr.Markdown()
-    plot = gr.Plot(label="stream tree", show_label=False)
+    with gr.Row(equal_height=False):  # the tree, and beside it the pass that verified it (stacked on a phone)
+        with gr.Column(min_width=320):
+            plot = gr.Plot(label="stream tree", show_label=False, elem_id="sv-streaming-tree")
+        with gr.Column(min_width=320):
+            pass_plot = gr.Plot(label="the one target pass", show_label=False, elem_id="sv-streaming-pass")
+            pass_line = gr.Markdown(elem_id="sv-streaming-pass-line")
     state = ctx.state()
     # the model call (plain data in and out)
     streamed = ctx.run_models(
@@ -142,22 +177,24 @@ def build_tab(ctx: Any) -> None:
             OSError,
             ValueError,
         ) as e:  # a user's input (or a pair that cannot load): said in the tab; a fault raises
-            return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, ""
+            return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, "", None, ""
         first = next((i + 1 for i, r in enumerate(st["records"]) if r["accepted"]), 1)  # counted from 1
-        fig, line = show_iteration(st, first)
         return (
             st,
             coloured_output(st),
             summary_line(st),
             gr.update(maximum=max(2, len(st["records"])), value=first),
-            fig,
-            line,
+            *show_iteration(st, first),
+            *show_pass(st, first),
         )
+
+    def on_iteration(st, i):
+        return (*show_iteration(st, i), *show_pass(st, i))
 
     go.click(
         on_run,
         [ctx.pair, prompt, max_new, streams, width],
-        [state, output, overall, iteration, plot, summary],
+        [state, output, overall, iteration, plot, summary, pass_plot, pass_line],
         **ctx.models_queue(),
     )
-    iteration.change(show_iteration, [state, iteration], [plot, summary], show_progress="hidden")
+    iteration.change(on_iteration, [state, iteration], [plot, summary, pass_plot, pass_line], show_progress="hidden")

@@ -1,0 +1,172 @@
+"""Speculative Streaming's one target pass of an iteration, row by row: which rows verify the tree and
+which speculate the next one (the paper's Figure 1(b), `methods.streaming`'s fused pass).
+
+The pass holds, in order, the main rows (the committed tokens not yet cached, then the tree's nodes)
+through every decoder layer, and in the top N_s layers the gamma stream rows of every row that can
+become the accepted node (the last committed token and each node), node-major. Once the main logits
+have decided the accepted path, only the accepted node's streams draft the next tree; every other
+stream row was computed and is discarded. Nothing is pruned (the tree-pruning layer is not built).
+
+Pure: a record as a dict (`IterationRecord.to_dict()`) and the adapter's layout -> rows -> plotly
+Figure. No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+
+from specviz.plots.theme import OKABE_ITO, count_ticks, finish, wrap
+from specviz.plots.tree import record_tree, visible
+
+# a row's role in the pass -> (legend name, colour); legend order is this order
+ROLES = {
+    "committed": ("committed token", "#444444"),
+    "accepted": ("node accepted", OKABE_ITO["bluish_green"]),
+    "rejected": ("node rejected", OKABE_ITO["vermillion"]),
+    "next": ("streams → next tree", OKABE_ITO["blue"]),
+    "discarded": ("streams discarded", "#BBBBBB"),
+}
+
+
+@dataclass(frozen=True)
+class PassLayout:
+    """What the target and its streaming adapter fix about every pass (`StreamingLM`)."""
+
+    layers: int  # N: the target's decoder layers (every main row runs through all of them)
+    stream_layers: int  # N_s: the top layers where the stream rows run (multi-stream attention)
+    streams: int  # gamma: stream rows each candidate node carries (the adapter's; 0: no streams run)
+
+
+@dataclass(frozen=True)
+class PassRow:
+    """One row of the pass."""
+
+    role: str  # a key of ROLES
+    node: int  # the tree node it belongs to: -1 for the last committed token, -2 for an earlier one
+    stream: int  # 0: the main stream; j = 1..gamma: stream j
+    first_layer: int  # 0-based: the first decoder layer the row runs through
+    token: int | None  # the main row's token (None for a stream row)
+
+
+def committed_rows(records: Sequence[dict[str, Any]], i: int) -> int:
+    """Main rows of committed tokens in record i's pass (the tokens not yet in the cache): the whole
+    prompt in the first pass (the cache starts empty), then the target's own token of the previous
+    iteration (the cache keeps the accepted path only)."""
+    if i == 0:
+        return int(records[0]["position"])
+    before = records[i - 1]
+    return len(before["emitted"]) - int(before["accepted"])
+
+
+def kept_streams(next_record: dict[str, Any] | None) -> int:
+    """How many of the accepted node's streams drafted the next tree: the streams its nodes came from
+    (stream j's tokens are children of stream j-1's, so they are streams 1..k); 0 after the last pass."""
+    if next_record is None:
+        return 0
+    return len(set(record_tree(next_record).tree_sources))
+
+
+def pass_rows(record: dict[str, Any], layout: PassLayout, committed: int = 1, kept: int = 0) -> list[PassRow]:
+    """The rows of `record`'s pass in their order: `committed` committed-token rows, the tree's nodes,
+    then each candidate node's `layout.streams` stream rows; `kept`: the accepted node's streams that
+    drafted the next tree (`kept_streams`)."""
+    tree = record_tree(record)
+    accepted = set(tree.accepted_path[: int(record["accepted"])])
+    accepted_node = tree.accepted_path[int(record["accepted"]) - 1] if accepted else -1
+    rows = [PassRow("committed", -1 if k == committed - 1 else -2, 0, 0, None) for k in range(committed)]
+    rows += [PassRow("accepted" if i in accepted else "rejected", i, 0, 0, t) for i, t in enumerate(tree.tree_tokens)]
+    top = layout.layers - layout.stream_layers
+    for node in range(-1, len(tree.tree_tokens)):
+        rows += [
+            PassRow("next" if node == accepted_node and j <= kept else "discarded", node, j, top, None)
+            for j in range(1, layout.streams + 1)
+        ]
+    return rows
+
+
+def streaming_pass_figure(
+    record: dict[str, Any],
+    layout: PassLayout,
+    committed: int = 1,
+    kept: int = 0,
+    decode: Callable[[int], str] | None = None,
+) -> go.Figure:
+    """One bar per row of the pass, from the first layer it runs through to the top, coloured by its role."""
+    rows = pass_rows(record, layout, committed, kept)
+    main = sum(r.stream == 0 for r in rows)
+    fig = go.Figure()
+    for role, (name, colour) in ROLES.items():
+        idx = [i for i, r in enumerate(rows) if r.role == role]
+        if not idx:
+            continue  # the legend lists the roles this pass has
+        fig.add_trace(
+            go.Bar(
+                x=[i + 1 for i in idx],  # rows counted from 1
+                y=[layout.layers - rows[i].first_layer for i in idx],
+                base=[rows[i].first_layer for i in idx],
+                name=name,
+                marker={"color": colour, "line": {"width": 0}},
+                hovertext=[_hover(i + 1, rows[i], layout, decode) for i in idx],
+                hoverinfo="text",
+            )
+        )
+    if layout.streams:
+        top = layout.layers - layout.stream_layers
+        fig.add_vline(x=main + 0.5, line={"color": "#888888", "dash": "dot"})  # main rows | stream rows
+        fig.add_hline(y=top, line={"color": "#888888", "dash": "dot"})  # where the streams start
+    fig.update_layout(bargap=0.15, barmode="overlay")
+    fig.update_yaxes(range=[0, layout.layers], tick0=0, dtick=_layer_step(layout.layers), rangemode="tozero")
+    count_ticks(fig, len(rows), most=6)
+    fig.update_xaxes(range=[0.4, len(rows) + 0.6])
+    iteration = (
+        f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?"
+    )  # from 1, as the tabs
+    return finish(
+        fig,
+        f"{iteration}: one pass, {main} + {len(rows) - main} rows",
+        "row of the pass",
+        "decoder layers",
+        legend="rows of the pass",
+        subtitle=wrap(
+            f"main rows (left of the dotted line) through all {layout.layers} layers, stream rows through the top"
+            f" {layout.stream_layers}"
+            if layout.streams
+            else f"main rows through all {layout.layers} layers; no streams run"
+        ),
+        height=380,
+    )
+
+
+def run_pass_figure(
+    records: Sequence[dict[str, Any]], i: int, layout: PassLayout, decode: Callable[[int], str] | None = None
+) -> go.Figure:
+    """The pass of a run's record i (0-based), its committed rows and kept streams read off its neighbours."""
+    after = records[i + 1] if i + 1 < len(records) else None
+    return streaming_pass_figure(records[i], layout, committed_rows(records, i), kept_streams(after), decode)
+
+
+def _layer_step(layers: int) -> int:
+    """A y tick every 1, 2, 5, 10, ... layers: at most 6 ticks."""
+    for step in (1, 2, 5, 10, 20, 50):
+        if layers / step <= 6:
+            return step
+    return 100
+
+
+def _hover(n: int, row: PassRow, layout: PassLayout, decode: Callable[[int], str] | None) -> str:
+    layers = f"layers {row.first_layer + 1}-{layout.layers}"
+    node = (
+        "the last committed token"
+        if row.node == -1
+        else "a committed token"
+        if row.node == -2
+        else f"node {row.node + 1}"
+    )
+    what = f"{node}'s stream {row.stream}" if row.stream else node
+    if row.token is not None and decode is not None:
+        what += f" {visible(decode(row.token))!r}"
+    return f"row {n}: {what}<br>{ROLES[row.role][0]}, {layers}"

@@ -1,0 +1,158 @@
+"""The Streaming tab's figure of one iteration's target pass (issue 39 item 5): its rows are the fused
+pass's own rows, counted on real runs of the tiny pair, coloured by what each row did; the tab's
+sentence counts them."""
+
+from __future__ import annotations
+
+import pytest
+
+import specviz
+from specviz.methods import streaming as streaming_method
+from specviz.methods.ngram_tree import TokenTree
+from specviz.models.streaming import StreamingLM
+from specviz.plots.streaming_pass import ROLES, PassLayout, run_pass_figure, streaming_pass_figure
+from specviz.ui import streaming as tab
+
+PROMPT = "def f(x):"
+MAX_NEW = 16
+
+
+def bars(fig) -> dict[str, list[int]]:
+    """The rows (x, from 1) of each role's bars, by legend name."""
+    return {name: [x for t in fig.data if t.name == name for x in t.x] for name, _ in ROLES.values()}
+
+
+def stream_rows(fig) -> int:
+    return sum(len(t.x or ()) for t in fig.data if t.name in (ROLES["next"][0], ROLES["discarded"][0]))
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Each fused pass's main rows (committed tokens + tree) and stream rows, as the model ran them."""
+    seen: list[tuple[int, int]] = []
+    fused = StreamingLM.fused_tree_pass
+
+    def counted(self, ids, positions, mask, append, rows):
+        logits, streams = fused(self, ids, positions, mask, append, rows)
+        seen.append((ids.shape[1], streams.shape[0] * streams.shape[1]))  # [rows, gamma, H]
+        return logits, streams
+
+    monkeypatch.setattr(StreamingLM, "fused_tree_pass", counted)
+    return seen
+
+
+def run(pair):
+    return tab.run_streaming("tiny-random", PROMPT, MAX_NEW, 3, 2, load_pair=lambda name: pair)
+
+
+def test_the_figures_rows_are_the_rows_the_fused_pass_ran(random_pair, passes):
+    state = run(random_pair)
+    records, layout = state["records"], PassLayout(**state["layout"])
+    assert len(passes) == len(records)  # one target pass per iteration
+    for i, (main, streams) in enumerate(passes):
+        fig = run_pass_figure(records, i, layout)
+        nodes = len(records[i]["extra"]["tree_tokens"])
+        assert stream_rows(fig) == streams == (1 + nodes) * layout.streams  # every candidate node's γ streams
+        assert sum(len(t.x or ()) for t in fig.data) - stream_rows(fig) == main
+        assert fig.layout.title.text == f"Iteration {i + 1}: one pass, {main} + {streams} rows"
+    assert layout.streams == 4 and layout.stream_layers == 2 and layout.layers == 4  # the untrained adapter's
+
+
+def test_main_rows_run_through_every_layer_and_stream_rows_through_the_top_ones(random_pair):
+    state = run(random_pair)
+    layout = PassLayout(**state["layout"])
+    fig = run_pass_figure(state["records"], 1, layout)
+    for t in fig.data:
+        if t.x:
+            streams = t.name in (ROLES["next"][0], ROLES["discarded"][0])
+            first = layout.layers - layout.stream_layers if streams else 0
+            assert set(t.base) == {first} and {b + h for b, h in zip(t.base, t.y, strict=True)} == {layout.layers}
+    assert fig.layout.yaxis.title.text == "decoder layers" and fig.layout.xaxis.title.text == "row of the pass"
+    assert fig.layout.legend.orientation == "h"  # below the plot: a side legend takes half a phone's width
+
+
+@pytest.fixture
+def oracle_trees(random_pair, monkeypatch):
+    """Trees that hold the target's own next tokens (its greedy continuation) beside a wrong sibling,
+    so the fused pass verifies trees the target accepts: the untrained streams of the tiny pair never
+    guess right."""
+    out = specviz.generate("autoregressive", random_pair, PROMPT, max_new_tokens=MAX_NEW + 4)
+    continuation = list(out.summary.output_ids)
+    prompt_len = out.records[0].position
+
+    def propose(self, context, budget):
+        k = len(context.ids) - prompt_len  # tokens emitted so far
+        if self.streams is None or context.depth < 2:
+            return TokenTree()
+        right, nxt = continuation[k], continuation[k + 1]
+        wrong = right ^ 1  # another token, within the (even-sized) vocabulary
+        return TokenTree([right, wrong, nxt], [-1, -1, 0], [0.9, 0.1, 0.8], ["stream 1", "stream 1", "stream 2"])
+
+    monkeypatch.setattr(streaming_method.StreamDrafter, "propose", propose)
+    return continuation
+
+
+def test_the_accepted_paths_rows_and_the_accepted_nodes_streams_are_coloured_as_such(random_pair, passes, oracle_trees):
+    state = run(random_pair)
+    records, layout = state["records"], PassLayout(**state["layout"])
+    assert [t for r in records for t in r["emitted"]] == oracle_trees[:MAX_NEW]  # still the target's output
+    checked = 0
+    for i, r in enumerate(records):
+        tree = r["extra"]
+        if not tree["tree_tokens"]:
+            continue
+        fig = run_pass_figure(records, i, layout)
+        rows = bars(fig)
+        committed = passes[i][0] - len(tree["tree_tokens"])
+        path = tree["accepted_path"][: r["accepted"]]
+        assert rows[ROLES["accepted"][0]] == [committed + 1 + n for n in path]
+        assert sorted(rows[ROLES["accepted"][0]] + rows[ROLES["rejected"][0]]) == list(
+            range(committed + 1, committed + 1 + len(tree["tree_tokens"]))
+        )
+        kept = len(set(records[i + 1]["extra"]["tree_sources"])) if i + 1 < len(records) else 0
+        node = path[-1] if path else -1  # the accepted node: stream rows are node-major from the last committed token
+        main = committed + len(tree["tree_tokens"])
+        first = main + (1 + node) * layout.streams + 1
+        assert rows[ROLES["next"][0]] == list(range(first, first + kept))
+        assert stream_rows(fig) == passes[i][1]
+        checked += bool(path)
+    assert checked >= 3  # iterations whose tree the target accepted in part
+
+
+def test_the_tabs_sentence_counts_the_rows_of_the_pass(random_pair, passes, oracle_trees):
+    state = run(random_pair)
+    records = state["records"]
+    i = next(i for i, r in enumerate(records) if r["accepted"] and i + 1 < len(records))
+    fig, line = tab.show_pass(state, i + 1)  # iterations count from 1
+    nodes = len(records[i]["extra"]["tree_tokens"])
+    kept = len(set(records[i + 1]["extra"]["tree_sources"]))
+    assert line == (
+        f"one target pass: {1 + nodes} rows verify the tree, {passes[i][1]} stream rows draft the next one "
+        f"({kept} of them kept)."
+    )
+    assert fig.layout.title.text.startswith(f"Iteration {i + 1}: one pass")
+    first = tab.show_pass(state, 1)[1]
+    assert first.startswith(f"one target pass: no tree yet ({passes[0][0]} rows of committed tokens), ")
+    last = tab.show_pass(state, len(records))[1]
+    assert last.endswith("none kept: the run ended.")
+    assert tab.show_pass(None, 1) == (None, "")
+
+
+def test_a_pass_without_streams_draws_main_rows_only():
+    record = {
+        "iteration": 0,
+        "position": 5,
+        "accepted": 0,
+        "emitted": [1],
+        "extra": {
+            "tree_tokens": [],
+            "tree_parents": [],
+            "tree_scores": [],
+            "tree_sources": [],
+            "accepted_path": [],
+            "sources": [],
+        },
+    }
+    fig = streaming_pass_figure(record, PassLayout(layers=30, stream_layers=4, streams=0), committed=5)
+    assert stream_rows(fig) == 0 and bars(fig)[ROLES["committed"][0]] == [1, 2, 3, 4, 5]
+    assert "no streams run" in fig.layout.title.subtitle.text
