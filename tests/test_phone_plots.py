@@ -110,3 +110,37 @@ def test_the_pearl_tabs_timeline_fits_a_phone(perturbed_pair):
     for t in fig.data:
         if t.showlegend:
             assert 40 + text_px(t.name, legend_font) <= plot_px, t.name
+
+
+def race_frame(methods: int, most: int) -> pd.DataFrame:
+    """A race's records frame with `methods` drafting methods beside the target alone, each accepting
+    0..`most` tokens over its iterations."""
+    rows = [{"method": "autoregressive", "label": "Autoregressive", "n_drafted": 0, "accepted": 0}]
+    for m in range(methods):
+        rows += [
+            {"method": f"m{m}", "label": f"Method number {m}", "n_drafted": 4, "accepted": (m + k) % (most + 1)}
+            for k in range(2 * most)
+        ]
+    return pd.DataFrame(rows)
+
+
+def test_the_accepted_histograms_bars_stay_readable_on_a_phone_with_every_method():
+    """Issue 38 item 9: with every method raced, eleven bars per count shared a 260-pixel plot, each a
+    pixel or two wide. Each method now has its own panel on the same axes: a bar at least 8 px wide."""
+    from specviz.plots.accepted_histogram import accepted_histogram
+
+    fig = accepted_histogram(race_frame(11, 8))
+    plot_px = PHONE_PX - fig.layout.margin.l - fig.layout.margin.r
+    bargap = 0.2 if fig.layout.bargap is None else fig.layout.bargap  # plotly's default: 0.2
+    axes = {t.xaxis or "x" for t in fig.data}
+    for name in axes:
+        axis = fig.layout["xaxis" + name[1:]]
+        bars = sum((t.xaxis or "x") == name for t in fig.data)  # side by side in each count's slot
+        slots = axis.range[1] - axis.range[0] if axis.range else 9  # plotly's autorange: counts 0..8
+        share = axis.domain[1] - axis.domain[0] if axis.domain else 1.0  # without panels: the whole width
+        width = plot_px * share / slots * (1 - bargap) / bars
+        assert width >= 8, (name, width)
+    assert sorted(t.name for t in fig.data) == sorted(f"Method number {m}" for m in range(11))
+    for a in fig.layout.annotations:  # each panel named above it, in lines that fit a panel
+        for line in a.text.split("<br>"):
+            assert text_px(line, a.font.size) <= plot_px / 2, line
