@@ -170,6 +170,17 @@ class DiscoExtra(Extra):
     """DISCO's classifier (`methods.disco`)."""
 
     disco_scores: tuple[float, ...]  # C_i = P(x_i accepted) after each drafted token; drafting stopped below τ
+    # τ and SL_max the run drafted with (the classifier's tuned values unless its options set them), so a reader
+    # needs no classifier file; None on records saved before they were recorded
+    disco_threshold: float | None = None  # τ
+    disco_max_speculation_length: int | None = None  # SL_max
+
+    def check(self, record: Any) -> str | None:
+        if self.disco_threshold is not None and not 0.0 <= self.disco_threshold <= 1.0:
+            return "extra 'disco_threshold' must be a number from 0 to 1"
+        if self.disco_max_speculation_length is not None and self.disco_max_speculation_length < 1:
+            return "extra 'disco_max_speculation_length' must be at least 1"
+        return None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,66 @@ def test_the_classifier_decides_the_speculation_length(perturbed_pair):
     assert len(set(mixed[:-1])) > 1, f"a threshold at the median score ({middle}) should give varied lengths"
 
 
+def test_the_records_carry_the_threshold_and_sl_max_the_run_drafted_with(perturbed_pair):
+    """The tuned τ and SL_max (the options left empty) or the ones set, on every record: a reader of the
+    records (the Race's panel, a saved race) needs no classifier file to name them."""
+    from specviz.extras import DiscoExtra
+
+    tuned = classifier_for(perturbed_pair.name)
+    _, records = lengths("disco", perturbed_pair)
+    carried = {(d.disco_threshold, d.disco_max_speculation_length) for r in records if (d := r.extras(DiscoExtra))}
+    assert len(records) > 1 and carried == {(tuned.threshold, tuned.max_speculation_length)}
+    _, records = lengths("disco", perturbed_pair, threshold=0.25, max_speculation_length=3)
+    assert {(r.extra["disco_threshold"], r.extra["disco_max_speculation_length"]) for r in records} == {(0.25, 3)}
+    assert all("disco_threshold" not in r.extra for r in lengths("confidence", perturbed_pair)[1])
+
+
+def _disco_run(records, options=None):
+    from specviz.ui.panels import MethodRun
+
+    return MethodRun("disco", "DISCO", "", status="done", options=options or {}, records=records)
+
+
+def test_the_panel_names_the_tuned_values_from_the_records_without_the_classifier(perturbed_pair, monkeypatch):
+    """The Race's DISCO panel reads τ and SL_max from the records: it loads no model file (the UI must not)."""
+    from specviz.ui.panels import panel_html
+
+    tuned = classifier_for(perturbed_pair.name)
+    _, records = lengths("disco", perturbed_pair)
+
+    def no_model_files(*args, **kwargs):
+        raise AssertionError("the panel loaded DISCO's classifier")
+
+    monkeypatch.setattr("specviz.models.disco.load_disco", no_model_files)
+    monkeypatch.setattr("specviz.models.disco.classifier_for", no_model_files)
+    html = panel_html(_disco_run(records), None, 60, perturbed_pair.name)
+    assert f"threshold = {tuned.threshold} (tuned for this pair, the default)" in html
+    assert f"max_speculation_length = {tuned.max_speculation_length} (tuned for this pair, the default)" in html
+    set_ = panel_html(_disco_run(records, {"threshold": 0.5}), None, 60)  # an option set is shown as set, not tuned
+    assert "threshold = 0.5," in set_ and f"max_speculation_length = {tuned.max_speculation_length} (tuned" in set_
+
+
+def test_a_race_saved_before_the_records_carried_them_still_renders(monkeypatch):
+    """The shipped races were recorded before τ and SL_max were in DISCO's records: their DISCO panel
+    loads and draws, names no tuned value, and loads no classifier for it."""
+    from specviz.methods import method_names
+    from specviz.paths import ASSETS
+    from specviz.ui.panels import panel_html
+    from specviz.ui.saved import load_race
+
+    def no_model_files(*args, **kwargs):
+        raise AssertionError("the panel loaded DISCO's classifier")
+
+    monkeypatch.setattr("specviz.models.disco.load_disco", no_model_files)
+    monkeypatch.setattr("specviz.models.disco.classifier_for", no_model_files)
+    race = load_race(ASSETS / "races" / "suites-humaneval.json.gz", tuple(method_names()), most_runs=13)
+    disco = next(r for r in race.runs if r.name == "disco")
+    assert disco.records and all("disco_threshold" not in r.extra for r in disco.records)  # an old file
+    html = panel_html(disco, race.baseline_tokens_per_s(), race.max_new_tokens, race.pair)
+    assert 'data-method="disco"' in html and "tuned for this pair" not in html
+    assert "threshold = tuned (the default; this saved race does not record its value)" in html
+
+
 def test_confidence_stops_below_its_threshold(perturbed_pair):
     sl, records = lengths("confidence", perturbed_pair, threshold=0.0, max_speculation_length=3)
     assert set(sl[:-1]) == {3}

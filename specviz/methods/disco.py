@@ -50,6 +50,10 @@ class ScoredLength:
     def update(self, drafted: int, accepted: int) -> None:
         pass
 
+    def extra(self) -> DiscoExtra | ConfidenceExtra:
+        """This iteration's fields for the record's `extra`."""
+        raise NotImplementedError
+
 
 @dataclass
 class DiscoLength(ScoredLength):
@@ -58,23 +62,30 @@ class DiscoLength(ScoredLength):
     def score(self, i: int, q_i: torch.Tensor) -> float:
         return self.model.classifier.score(q_i, i)  # C_i = P(x_i accepted)
 
+    def extra(self) -> DiscoExtra:
+        # τ and SL_max on every record: a reader (the Race's panel) needs no classifier file to name them
+        return DiscoExtra(tuple(self.scores), self.threshold, self.max_length)
+
 
 @dataclass
 class ConfidenceLength(ScoredLength):
     def score(self, i: int, q_i: torch.Tensor) -> float:
         return float(q_i.max())  # the draft's top-1 probability
 
+    def extra(self) -> ConfidenceExtra:
+        return ConfidenceExtra(tuple(self.scores))
+
 
 class ScoredDrafter:
-    """A drafter whose drafts carry the scores of `scored` (the run's policy) in the record's `extra`
-    (`family`: DiscoExtra or ConfidenceExtra, whose one field holds them)."""
+    """A drafter whose drafts carry what `scored` (the run's policy) decided by in the record's `extra`:
+    its scores (DISCO's with its τ and SL_max)."""
 
-    def __init__(self, inner: Drafter, scored: ScoredLength, family: type[DiscoExtra | ConfidenceExtra]):
-        self.inner, self.scored, self.family = inner, scored, family
+    def __init__(self, inner: Drafter, scored: ScoredLength):
+        self.inner, self.scored = inner, scored
 
     def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
         draft = self.inner.propose(k, policy)
-        draft.extra.update(self.family(tuple(self.scored.scores)).to_extra())
+        draft.extra.update(self.scored.extra().to_extra())
         return draft
 
     def rollback(self, position: int, accepted: int) -> None:
@@ -114,7 +125,7 @@ def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
         threshold=model.threshold if opts.threshold is None else opts.threshold,
         model=model,
     )
-    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), policy, DiscoExtra), policy)
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), policy), policy)
 
 
 @dataclass(frozen=True)
@@ -141,4 +152,4 @@ class ConfidenceOptions:
 )
 def confidence(dec: Decoding, opts: ConfidenceOptions) -> Iterator[IterationRecord]:
     policy = ConfidenceLength(max_length=opts.max_speculation_length, threshold=opts.threshold)
-    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), policy, ConfidenceExtra), policy)
+    return speculative_decoding(dec, ScoredDrafter(ModelDrafter(dec), policy), policy)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from specviz.extras import DiscoExtra
 from specviz.methods import BASELINE
 from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
@@ -132,42 +133,27 @@ def options_text(options: dict, method: str | None = None, chosen: dict[str, str
     return f" · {', '.join(shown)}" if shown else ""
 
 
-def chosen_values(run: MethodRun, pair: str | None = None) -> dict[str, str]:
-    """option -> the value a run's method chose itself where its option left it to the method, and how:
-    PEARL's window 0 (measured for the pair, read from the run's records) and DISCO's tuned τ and SL_max
-    (the pair's shipped classifier; `pair`: the race's pair)."""
+def chosen_values(run: MethodRun) -> dict[str, str]:
+    """option -> the value a run's method chose itself where its option left it to the method, read from
+    the run's records: PEARL's window 0 (measured for the pair) and DISCO's tuned τ and SL_max (its
+    classifier's; a race saved before the records carried them names none)."""
     options = resolved_options(run.options, run.name)
     out = {}
     if run.name == "pearl" and options.get("window") == 0:
         pearl = run.records[-1].pearl() if run.records else None
         how = "round(T_target ÷ T_draft), measured for this pair"
         out["window"] = f"{pearl.window} (the default 0: auto, {how})" if pearl else f"0 (auto: {how} when it starts)"
-    if (
-        run.name == "disco"
-        and pair
-        and (options.get("threshold") is None or options.get("max_speculation_length") is None)
-    ):
-        tuned = disco_tuned(pair, options.get("classifier") or "")
-        if tuned is not None:
-            threshold, sl_max = tuned
-            for name, value in (("threshold", threshold), ("max_speculation_length", sl_max)):
-                if options.get(name) is None:
-                    out[name] = f"{value} (tuned for this pair, the default)"
+    disco = next((d for r in run.records if (d := r.extras(DiscoExtra))), None) if run.name == "disco" else None
+    if disco is not None:  # τ and SL_max the run drafted with (None on a record saved before they were recorded)
+        tuned = {"threshold": disco.disco_threshold, "max_speculation_length": disco.disco_max_speculation_length}
+        for name, value in tuned.items():
+            if options.get(name) is None:
+                out[name] = (
+                    f"{value} (tuned for this pair, the default)"
+                    if value is not None
+                    else "tuned (the default; this saved race does not record its value)"
+                )
     return out
-
-
-def disco_tuned(pair: str, classifier: str = "") -> tuple[float, int] | None:
-    """DISCO's tuned (τ, SL_max): those in the classifier's file, the pair's shipped one unless
-    `classifier` names another (None where there is none). The classifier module loads torch, so it is
-    imported only here, once DISCO is on a panel (its files load once: specviz.models.disco caches them)."""
-    from specviz.errors import SpecvizError
-    from specviz.models.disco import classifier_for, load_disco
-
-    try:
-        model = load_disco(classifier) if classifier else classifier_for(pair)
-    except (SpecvizError, OSError, KeyError, ValueError):  # no classifier here (a saved race from elsewhere)
-        return None
-    return model.threshold, model.max_speculation_length
 
 
 def _tree_tokens(record: IterationRecord) -> int:
@@ -197,14 +183,14 @@ def nothing_drafted(run: MethodRun) -> str:
 
 def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, pair: str | None = None) -> str:
     """One method's panel. Its spans carry their iteration's end time and the panel its finish time,
-    so the page can replay every finished run on one clock without asking the server again. `pair`:
-    the race's pair (the values a method chose for it, e.g. DISCO's tuned τ, are named)."""
+    so the page can replay every finished run on one clock without asking the server again. `pair`: the
+    race's pair, no longer read (what a method chose, e.g. DISCO's tuned τ, comes from its records)."""
     records, status = run.records, run.status
     paper = "the baseline: the target model alone, one token per pass" if run.name == BASELINE else run.paper
     m = live_metrics(records, None if run.name == BASELINE else baseline_tps)
     pearl = records[-1].pearl() if records else None
     idle = nothing_drafted(run)
-    given = options_text(run.options, run.name, chosen_values(run, pair))
+    given = options_text(run.options, run.name, chosen_values(run))
     speed = "1.00×" if run.name == BASELINE and records else _fmt(m["speedup"], ".2f") + ("×" if m["speedup"] else "")
     metrics = "".join(
         [
