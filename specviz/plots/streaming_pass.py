@@ -49,7 +49,7 @@ class PassRow:
     node: int  # the tree node it belongs to: -1 for the last committed token, -2 for an earlier one
     stream: int  # 0: the main stream; j = 1..gamma: stream j
     first_layer: int  # 0-based: the first decoder layer the row runs through
-    token: int | None  # the main row's token (None for a stream row)
+    token: int | None  # the token of the row's node (None for a committed token: not in the record)
 
 
 def committed_rows(records: Sequence[dict[str, Any]], i: int) -> int:
@@ -82,7 +82,13 @@ def pass_rows(record: dict[str, Any], layout: PassLayout, committed: int = 1, ke
     top = layout.layers - layout.stream_layers
     for node in range(-1, len(tree.tree_tokens)):
         rows += [
-            PassRow("next" if node == accepted_node and j <= kept else "discarded", node, j, top, None)
+            PassRow(
+                "next" if node == accepted_node and j <= kept else "discarded",
+                node,
+                j,
+                top,
+                tree.tree_tokens[node] if node >= 0 else None,
+            )
             for j in range(1, layout.streams + 1)
         ]
     return rows
@@ -137,7 +143,7 @@ def streaming_pass_figure(
             if layout.streams
             else f"main rows through all {layout.layers} layers; no streams run"
         ),
-        height=380,
+        height=420,
     )
 
 
@@ -166,7 +172,7 @@ def _hover(n: int, row: PassRow, layout: PassLayout, decode: Callable[[int], str
         if row.node == -2
         else f"node {row.node + 1}"
     )
-    what = f"{node}'s stream {row.stream}" if row.stream else node
     if row.token is not None and decode is not None:
-        what += f" {visible(decode(row.token))!r}"
+        node += f" {visible(decode(row.token))!r}"
+    what = f"stream {row.stream} of {node}" if row.stream else node
     return f"row {n}: {what}<br>{ROLES[row.role][0]}, {layers}"
