@@ -75,8 +75,8 @@ def pass_rows(record: dict[str, Any], layout: PassLayout, committed: int = 1, ke
     then each candidate node's `layout.streams` stream rows; `kept`: the accepted node's streams that
     drafted the next tree (`kept_streams`)."""
     tree = record_tree(record)
-    accepted = set(tree.accepted_path[: int(record["accepted"])])
-    accepted_node = tree.accepted_path[int(record["accepted"]) - 1] if accepted else -1
+    accepted = set(tree.accepted_path)  # as the tree figure beside it marks them
+    accepted_node = tree.accepted_path[-1] if tree.accepted_path else -1  # -1: the last committed token
     rows = [PassRow("committed", -1 if k == committed - 1 else -2, 0, 0, None) for k in range(committed)]
     rows += [PassRow("accepted" if i in accepted else "rejected", i, 0, 0, t) for i, t in enumerate(tree.tree_tokens)]
     top = layout.layers - layout.stream_layers
