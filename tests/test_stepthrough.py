@@ -97,8 +97,10 @@ def test_the_cache_story_names_the_draft_models_cache_only_where_one_ran(perturb
     shown = step_html(step, method)
     assert f"iteration {i + 1} of" in shown and "within 0.0e+00" not in shown
     assert "equal the run's" in shown or "differ from the run's by at most" in shown
-    assert step_distributions(step).layout.title.text.startswith(
-        f"The distributions behind one iteration: iteration {i + 1} "
+    assert (
+        step_distributions(step)
+        .layout.title.text.replace(" <br>", " ")
+        .startswith(f"The distributions behind iteration {i + 1} of ")
     )
 
 
@@ -159,7 +161,7 @@ def test_a_chain_plays_its_drafts_one_pass_and_the_test_up_to_the_rejection(pert
     assert fig.layout.xaxis.title.text == "milliseconds since the iteration began"
     named = f"iteration {i + 1} of Vanilla SD"  # the display name, as the step-through's text
     assert iteration_animation(step, "Vanilla SD").layout.title.text.endswith(named)
-    assert step_distributions(step, "Vanilla SD").layout.title.text.endswith(named)
+    assert step_distributions(step, "Vanilla SD").layout.title.text.replace(" <br>", " ").endswith(named)
     assert len(fig.layout.sliders[0].steps) == len(fig.frames)
     assert fig.layout.updatemenus[0].buttons[0].args[0] is None  # Play: every frame from the current one
 
@@ -282,6 +284,31 @@ def test_many_drafts_wrap_into_rows_of_five_under_a_clear_title(perturbed_pair):
     # the title's two lines (title, subtitle, ~25 px each) end above the panel titles' line (~25 px)
     assert fig.layout.margin.t >= 3 * 25 + 40
     assert panel_grid(1) == (1, 1) and panel_grid(5) == (5, 1) and panel_grid(6) == (3, 2)
+
+
+@pytest.mark.parametrize("label", ["Vanilla SD", "PEARL w/o post-verify", "EAGLE-2 (feature head)"])
+def test_the_distributions_title_fits_a_phone(perturbed_pair, label):
+    """Issue 38 item 9: "The distributions behind one iteration: iteration 3 of Vanilla SD" ran off a phone's
+    plot (~340 px) after 33 characters. It says the same in lines a phone shows whole, with room above the
+    panels' titles for every line."""
+    from specviz.plots.step import TITLE
+    from tests.test_phone_plots import PHONE_PX, text_px
+
+    ids, records = run(perturbed_pair, "vanilla")
+    i = next(i for i, r in enumerate(records) if r.drafted)
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target+draft")
+    i = 98  # a longer race's two-digit iteration: the longest title
+    fig = step_distributions(dataclasses.replace(step, iteration=i), label)
+    font = fig.layout.font.size
+    title = fig.layout.title.text.split("<br>")
+    assert " ".join(line.strip() for line in title) == f"The distributions behind iteration {i + 1} of {label}"
+    for line in [*title, TITLE]:  # plotly's title: 1.4 times the font; TITLE heads the empty figure
+        assert text_px(line.strip(), font * 1.4) <= PHONE_PX, line
+    subtitle = fig.layout.title.subtitle.text.split("<br>")
+    for line in subtitle:
+        assert text_px(line.strip(), font) <= PHONE_PX, line
+    # the title's lines (~26 px each) and the subtitle's (~20 px) end above the panel titles' line
+    assert fig.layout.margin.t >= 20 + 26 * len(title) + 20 * len(subtitle) + 45
 
 
 def axes(fig, kind: str) -> list:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.plots.theme import OKABE_ITO, empty, finish
+from specviz.plots.theme import OKABE_ITO, empty, finish, wrap
 
-TITLE = "The distributions behind one iteration"
+TITLE = "Distributions behind one iteration"  # 34 characters: a phone's plot shows the title whole
+TITLE_CHARS = 33  # a title line at 21 px (1.4 times the 15 px font) within a phone's ~340 px plot
+SUBTITLE = "top tokens of each distribution; x: probability"  # 47 characters: one line on a phone
 PER_ROW = 5  # panels side by side at most: PEARL's 14 drafts in one row were 15 illegible slivers
 PANEL_PX, GAP_PX = 260, 110  # a row of panels' height; between rows, room for the x axis and the next titles
 TOP_PX, BOTTOM_PX = 130, 80  # above the panels: the title, its subtitle and the panels' titles, none overlapping
@@ -50,16 +52,13 @@ def step_distributions(step, label: str | None = None) -> go.Figure:
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(rangemode="tozero", tickformat=".2~%", nticks=4)
-    fig = finish(
-        fig,
-        f"{TITLE}: iteration {step.iteration + 1} of {label or step.method}",  # counted from 1, as the step-through
-        "",
-        "",
-        legend="distribution",
-        subtitle="the top tokens of each distribution; x: probability",
-        height=TOP_PX + area + BOTTOM_PX,
-    )
-    fig.update_layout(margin={"t": TOP_PX})  # finish's 80 px put the subtitle over the first row's panel titles
+    # counted from 1, as the step-through; in lines a phone shows whole (plotly does not wrap a title)
+    title = wrap(f"The distributions behind iteration {step.iteration + 1} of {label or step.method}", TITLE_CHARS)
+    subtitle = wrap(SUBTITLE)
+    # finish's margin put the subtitle over the first row's panel titles; each further line of either, more room
+    top = TOP_PX + 26 * title.count("<br>") + 20 * subtitle.count("<br>")
+    fig = finish(fig, title, "", "", legend="distribution", subtitle=subtitle, height=top + area + BOTTOM_PX)
+    fig.update_layout(margin={"t": top})
     # one short axis title under every panel: the long one sat under the first, narrow panel only, clipped
     return fig.update_xaxes(title_text="probability", title_standoff=4)
 
