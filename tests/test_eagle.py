@@ -1,7 +1,7 @@
 """EAGLE-2 is lossless: greedy output equals autoregressive decoding, and sampled tokens follow the
 target's distribution (the tree methods' sampling test). The head reads exactly the features that
-teacher forcing gives, from the verification pass alone. Not in the registry yet: the tests
-register it for their runs."""
+teacher forcing gives, from the verification pass alone. Its sampling test is the registry-driven
+one (tests/test_sampling_methods.py), as for every method."""
 
 from __future__ import annotations
 
@@ -11,24 +11,23 @@ import pytest
 import torch
 
 import specviz
-from specviz import methods
 from specviz.eagle.features import features_of
 from specviz.eagle.train import chain_features, depth_agreement, teacher_forced_loss
 from specviz.errors import SpecvizError
-from specviz.methods import MethodSpec
+from specviz.methods import default_race, get_method
 from specviz.methods import eagle as eagle_method
 from specviz.models.eagle import from_target, load_head, save_head
 from specviz.models.tiny import TARGET_CONFIG, tiny_model
-from tests import test_sampling_methods as sampling_test
 
 PROMPTS = ["def fibonacci(n):", [5, 17, 300, 42, 42, 42, 7]]
 
 
-@pytest.fixture
-def registered(monkeypatch):
-    """`eagle` in the registry for this test only."""
-    spec = MethodSpec(name="eagle", generate=eagle_method.eagle, **eagle_method.SPEC)
-    monkeypatch.setitem(methods._REGISTRY, "eagle", spec)
+def test_eagle_is_registered_as_a_tree_method_off_by_default():
+    """In the registry, so every registry-driven test, the race and the bench run it; the race does
+    not tick it at first (the default race stays one method per seed paper)."""
+    spec = get_method("eagle")
+    assert spec.generate is eagle_method.eagle and spec.family.name == "tree" and not spec.needs_draft
+    assert "eagle" not in default_race()
 
 
 def output(pair, prompt, **kw):
@@ -36,14 +35,14 @@ def output(pair, prompt, **kw):
 
 
 @pytest.mark.parametrize("width,depth,nodes", [(1, 1, 1), (1, 4, 4), (3, 3, 8), (4, 5, 16)])
-def test_greedy_output_equals_autoregressive(registered, random_pair, width, depth, nodes):
+def test_greedy_output_equals_autoregressive(random_pair, width, depth, nodes):
     for prompt in PROMPTS:
         ar = specviz.generate("autoregressive", random_pair, prompt, max_new_tokens=30).summary.output_ids
         got = output(random_pair, prompt, max_new_tokens=30, tree_width=width, depth=depth, tree_nodes=nodes)
         assert got.summary.output_ids == ar, (prompt, width, depth, nodes)
 
 
-def test_an_oracle_head_is_accepted_deep_and_keeps_the_output(registered, random_pair, monkeypatch):
+def test_an_oracle_head_is_accepted_deep_and_keeps_the_output(random_pair, monkeypatch):
     """A head whose top token is always the target's next one on the true path: whole paths of
     `depth` drafts accepted, and the output is still AR's."""
     prompt = PROMPTS[1]
@@ -64,7 +63,7 @@ def test_an_oracle_head_is_accepted_deep_and_keeps_the_output(registered, random
     assert accepted[4] >= 5, accepted  # full paths of 4 drafts accepted
 
 
-def test_the_head_reads_the_teacher_forced_features(registered, random_pair, monkeypatch):
+def test_the_head_reads_the_teacher_forced_features(random_pair, monkeypatch):
     """The features the drafter gets from each verification pass are those of the committed
     sequence by one teacher-forced prefill, at the positions it files them under."""
     seen: list[tuple[int, torch.Tensor]] = []
@@ -85,7 +84,7 @@ def test_the_head_reads_the_teacher_forced_features(registered, random_pair, mon
         torch.testing.assert_close(f, feats[t], rtol=1e-4, atol=1e-4)
 
 
-def test_the_head_cache_starts_from_the_whole_prompt(registered, random_pair, monkeypatch):
+def test_the_head_cache_starts_from_the_whole_prompt(random_pair, monkeypatch):
     """The first pass files an entry for every prompt position, as training does: the first tree's
     root f̂ is the teacher-forced head's over the whole prompt, not over its last token alone."""
     reads: list[tuple[int, list[int], torch.Tensor]] = []
@@ -111,7 +110,7 @@ def test_the_head_cache_starts_from_the_whole_prompt(registered, random_pair, mo
     torch.testing.assert_close(root, full[0, len(prompt) - 1], rtol=1e-4, atol=1e-4)
 
 
-def test_records_count_the_heads_passes(registered, random_pair, monkeypatch):
+def test_records_count_the_heads_passes(random_pair, monkeypatch):
     """draft_forwards is the head passes each iteration drafted with: none before the first
     verification, then one to read the kept features and one per deeper level."""
     passes: list[int] = []
@@ -215,28 +214,6 @@ def test_a_fresh_head_agrees_less_than_a_perfect_one(random_pair):
     assert all(a < c for a, c in got)
 
 
-@pytest.fixture(scope="module")
-def eagle_runs(reduced_pair):
-    """RUNS sampled runs of eagle on the reduced pair (γ = 3 levels, 3 children each, 9 nodes)."""
-    spec = MethodSpec(name="eagle", generate=eagle_method.eagle, **eagle_method.SPEC)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(methods._REGISTRY, "eagle", spec)
-        mp.setitem(sampling_test.OWN_OPTIONS, "eagle", {"depth": sampling_test.GAMMA})
-        return sampling_test.sampled_runs("eagle", reduced_pair)
-
-
-def test_sampled_tokens_follow_the_target_distribution(eagle_runs, reduced_pair):
-    sampling_test.assert_follows_target(eagle_runs, sampling_test.exact_distribution(reduced_pair), "eagle")
-
-
-def test_the_sampled_runs_reach_every_tree_event(eagle_runs):
-    """The distribution test means something: each path of the tree acceptance rule ran often."""
-    seen = Counter(e for records in eagle_runs for r in records for e in sampling_test.events(r))
-    events = sampling_test.CHAIN_EVENTS + sampling_test.TREE_EVENTS
-    too_rare = {e: seen[e] for e in events if seen[e] < sampling_test.MIN_EVENTS}
-    assert not too_rare, f"too rare in {sampling_test.RUNS} runs: {too_rare}"
-
-
 def test_eagle_loss_fits_a_sequence_and_agreement_rises(random_pair):
     """The training loss learns: a few AdamW steps on one sequence lower the loss and raise the
     head's top-1 agreement with the target at depth 1."""
@@ -259,7 +236,7 @@ def test_eagle_loss_fits_a_sequence_and_agreement_rises(random_pair):
     assert after[0] > before[0], (before, after)
 
 
-def test_the_head_option_reads_a_saved_head_and_refuses_a_missing_one(registered, random_pair, tmp_path):
+def test_the_head_option_reads_a_saved_head_and_refuses_a_missing_one(random_pair, tmp_path):
     path = tmp_path / "head.safetensors"
     save_head(from_target(random_pair.target), random_pair.target, path)
     ar = specviz.generate("autoregressive", random_pair, PROMPTS[1], max_new_tokens=12).summary.output_ids

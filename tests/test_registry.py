@@ -41,6 +41,7 @@ ALLOWED = {
     ),
     "train/disco.py": "'oracle' keys DISCO's replay of the oracle speculation length, a row of the paper's table",
     "train/streaming.py": "'streaming' keys the adapter's shape in a training checkpoint",
+    "eagle/train.py": "'eagle' names the head trainer's progress line, not a run of the method",
 }
 
 
@@ -110,6 +111,7 @@ def test_each_entry_says_its_family_and_the_defaults_are_unchanged():
         "confidence": CHAIN,
         "disco": CHAIN,
         "sssd": TREE,
+        "eagle": TREE,
         "streaming": SELF_DRAFTING_TREE,
         "oracle": CHAIN,
     }

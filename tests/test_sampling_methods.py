@@ -49,11 +49,15 @@ OPTIONS = {
     "max_speculation_length": GAMMA,  # DISCO, confidence: SL_max
     "window": GAMMA,  # PEARL: pre-verify tests x_1, post-verify x_2..x_γ
     "concurrent": False,  # PEARL: the same tokens as concurrent (test_pearl), at a steadier pace
-    "tree_width": 3,  # Speculative Streaming: each stream's top 3 tokens are children of every kept node
+    "tree_width": 3,  # Speculative Streaming, EAGLE: the top 3 tokens are children of every expanded node
     "tree_nodes": 9,
 }
 # SSSD: S = 8 tree nodes, paths of up to γ tokens, from the prompt and output (no datastore fits the tiny tokenizer).
-OWN_OPTIONS = {"sssd": {"speculation_length": 8, "max_depth": GAMMA, "sources": "input"}}
+# EAGLE: γ levels of 3 children each, reranked to 9 nodes (the untrained head: no head fits the tiny target).
+OWN_OPTIONS = {
+    "sssd": {"speculation_length": 8, "max_depth": GAMMA, "sources": "input"},
+    "eagle": {"depth": GAMMA},
+}
 METHODS = [s.name for s in all_methods() if s.supports_sampling]
 DRAFTS_NOTHING = {"autoregressive": "the baseline drafts nothing: every token is the target's own"}
 

@@ -11,8 +11,9 @@ so they form a tree). `trees.tree_step` verifies the tree in one target forward,
 the features of the accepted path (no extra target pass). A deterministic draft is a one-hot q, so
 sampling stays exact.
 
-Not in the registry yet: it is registered (`register("eagle", **SPEC)`) once a trained head for the
-default target ships under assets/eagle/; until then `tests/test_eagle.py` registers it for its runs.
+`head="auto"` drafts with the head trained for the target (assets/eagle/, found by the target's
+fingerprint) and falls back to the untrained head (the target's top layer) for any other target,
+e.g. the tests' tiny pairs: lossless either way, only slower.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from specviz.cost.families import TREE
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.extras import TreeExtra
+from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.options import check_fields, count
 from specviz.methods.trees import TreeContext, tree_step
@@ -56,7 +58,7 @@ class EagleOptions:
         check_fields(self)
 
 
-SPEC: dict[str, Any] = {  # register("eagle", **SPEC)(eagle) once a trained head ships
+SPEC: dict[str, Any] = {  # the registry entry: register("eagle", **SPEC)
     "label": "EAGLE-2 (feature head)",
     "description": (
         "A one-layer head drafts a tree from the target's own last hidden states, which predict the next token"
@@ -103,6 +105,7 @@ def _load(target: PreTrainedModel, choice: str) -> EagleHead:
         raise SpecvizError(str(e)) from e
 
 
+@register("eagle", **SPEC)
 def eagle(dec: Decoding, opts: EagleOptions) -> Iterator[IterationRecord]:
     drafter = EagleDrafter(eagle_head(dec.pair.target, opts.head), dec.pair.target, opts)
     target = CachedLM(dec.pair.target)
