@@ -134,7 +134,7 @@ def test_a_race_saved_before_the_records_carried_them_still_renders(monkeypatch)
     assert disco.records and all("disco_threshold" not in r.extra for r in disco.records)  # an old file
     html = panel_html(disco, race.baseline_tokens_per_s(), race.max_new_tokens, race.pair)
     assert 'data-method="disco"' in html and "tuned for this pair" not in html
-    assert "threshold = tuned (the default; this saved race does not record its value)" in html
+    assert "threshold = tuned (the default; its value is not in this saved race)," in html
 
 
 def test_confidence_stops_below_its_threshold(perturbed_pair):

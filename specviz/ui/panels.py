@@ -151,7 +151,7 @@ def chosen_values(run: MethodRun) -> dict[str, str]:
                 out[name] = (
                     f"{value} (tuned for this pair, the default)"
                     if value is not None
-                    else "tuned (the default; this saved race does not record its value)"
+                    else "tuned (the default; its value is not in this saved race)"
                 )
     return out
 
