@@ -222,3 +222,13 @@ def shipped_race(benchmark: str, column: str, folder: Path | None = None) -> Pat
     """The saved race of one of the column's prompts, where one is shipped (None: none is)."""
     path = (folder or RACES) / race_file(benchmark, column)
     return path if path.is_file() else None
+
+
+@cache
+def race_methods(path: Path) -> tuple[str, ...]:
+    """The methods a shipped race holds (registry names, in its order): a column's race has the Race tab's
+    default race, not every method of the leaderboard."""
+    runs = read_run(path).get("runs")
+    if not isinstance(runs, list):
+        raise SpecvizError(f"{path.name}: not a saved race (it has no 'runs')")
+    return tuple(str(run.get("name")) for run in runs if isinstance(run, dict))

@@ -42,6 +42,33 @@ def test_a_cell_of_a_column_with_a_shipped_race_says_where_to_watch_it(races):
     assert WATCH_HINT in heat.hovertext[vanilla][humaneval] and WATCH_HINT not in heat.hovertext[vanilla][gsm8k]
 
 
+def test_the_watch_row_names_the_methods_a_race_holds_and_those_it_lacks(races):
+    """A column's race holds the methods it was recorded with, not every row of the leaderboard: the offer
+    says which (Speculative Streaming's cells lead to a race with no Streaming panel)."""
+    from specviz.ui.leaderboard import watch_info, watch_update
+
+    info = watch_info(SUITES_BENCHMARK)
+    raced, lacking = info.split(" Not in it: ")
+    assert raced.endswith("by Autoregressive, Vanilla SD, Prompt lookup.")
+    assert "Speculative Streaming" in lacking and "DISCO" in lacking and "Vanilla SD" not in lacking
+    assert watch_update(SUITES_BENCHMARK)[1]["info"] == info
+
+
+def test_the_shipped_races_of_streamings_columns_resolve_without_streaming():
+    """Streaming's columns (the fused run: HumanEval, GSM8K, MT-Bench) each have a shipped race, recorded
+    with the Race tab's methods of the day, none of them Streaming: the watch row says so."""
+    from specviz.leaderboard import leaderboard_rows, race_methods, shipped_race
+    from specviz.ui.leaderboard import watch_info
+
+    rows = leaderboard_rows()
+    columns = list(dict.fromkeys(rows[rows["method"] == "streaming"]["column"]))
+    assert columns == ["HumanEval", "GSM8K", "MT-Bench"]
+    for column in columns:
+        path = shipped_race(SUITES_BENCHMARK, column)
+        assert path is not None and "disco" in race_methods(path) and "streaming" not in race_methods(path)
+    assert "Speculative Streaming" in watch_info(SUITES_BENCHMARK).split(" Not in it: ")[1]
+
+
 @pytest.mark.browser
 def test_watch_loads_the_columns_race_onto_the_race_tab_in_chromium(races):
     from test_leaderboard import leaderboard_page

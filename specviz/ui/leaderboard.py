@@ -16,6 +16,7 @@ from specviz.leaderboard import (
     SHARED,
     SUITES_BENCHMARK,
     leaderboard_rows,
+    race_methods,
     shared_columns,
     shipped_race,
     summarise,
@@ -147,9 +148,7 @@ def phone_view(benchmark: str, metric: str, machine: str) -> str:
 
 
 WATCH_LABEL = "Watch a race on one prompt of a suite or category"
-WATCH_INFO = (
-    "The benchmark's first prompt there, raced by every method of the Race tab's default race on a quiet machine"
-)
+WATCH_INFO = "The benchmark's first prompt there, raced on a quiet machine"
 # switch to the Race tab as the race is loaded (gradio runs this in the page first) ...
 TO_RACE_JS = (
     "(benchmark, column) => { const tab = [...document.querySelectorAll('button[role=tab]')]"
@@ -166,12 +165,30 @@ def watchable(benchmark: str) -> list[str]:
     return [c for c in columns if shipped_race(benchmark, c) is not None]
 
 
+def watch_info(benchmark: str) -> str:
+    """What the benchmark's shipped races hold: the methods raced in every one of them and the benchmark's
+    methods in none (Speculative Streaming's cells lead to a race without a Streaming panel: say so)."""
+    races = [path for c in watchable(benchmark) if (path := shipped_race(benchmark, c)) is not None]
+    if not races:
+        return WATCH_INFO
+    labels, rows = _labels(), leaderboard_rows()
+    raced = [m for m in race_methods(races[0]) if all(m in race_methods(r) for r in races[1:])]
+    absent = [m for m in dict.fromkeys(rows[rows["benchmark"] == benchmark]["method"]) if m not in raced]
+    names = ", ".join(labels.get(m, m) for m in raced)
+    missing = ", ".join(labels.get(m, m) for m in absent)
+    return f"{WATCH_INFO} by {names}." + (
+        f" Not in it: {missing} (tick them on the Race tab to race them)." if absent else ""
+    )
+
+
 def watch_update(benchmark: str) -> tuple[Any, Any]:
-    """(the watch row, its column list) for a benchmark: hidden where it has no shipped race."""
+    """(the watch row, its column list and what its races hold) for a benchmark: hidden where it has no shipped race."""
     import gradio as gr
 
     columns = watchable(benchmark)
-    return gr.update(visible=bool(columns)), gr.update(choices=columns, value=columns[0] if columns else None)
+    return gr.update(visible=bool(columns)), gr.update(
+        choices=columns, value=columns[0] if columns else None, info=watch_info(benchmark)
+    )
 
 
 def gr_error(message: str) -> Exception:
@@ -257,7 +274,7 @@ def build_tab(ctx: Any) -> None:
             watch_columns,
             value=watch_columns[0] if watch_columns else None,
             label=WATCH_LABEL,
-            info=WATCH_INFO,
+            info=watch_info(benchmark.value),
             scale=3,
             elem_id="sv-board-watch-column",
         )
