@@ -91,6 +91,23 @@ def test_the_records_carry_the_threshold_and_sl_max_the_run_drafted_with(perturb
     assert all("disco_threshold" not in r.extra for r in lengths("confidence", perturbed_pair)[1])
 
 
+def test_a_records_threshold_and_sl_max_from_a_file_are_checked(perturbed_pair):
+    """From a file, τ must be a probability and SL_max at least 1; a record without them (saved earlier) is whole."""
+    from specviz.extras import DiscoExtra
+    from specviz.records import IterationRecord
+
+    record = lengths("disco", perturbed_pair)[1][0].to_dict()
+    for key, value, message in (
+        ("disco_threshold", 1.5, "'disco_threshold' must be a number from 0 to 1"),
+        ("disco_max_speculation_length", 0, "'disco_max_speculation_length' must be at least 1"),
+    ):
+        with pytest.raises(SpecvizError, match=message):
+            IterationRecord.from_dict({**record, "extra": {**record["extra"], key: value}})
+    older = {k: v for k, v in record["extra"].items() if k not in ("disco_threshold", "disco_max_speculation_length")}
+    view = IterationRecord.from_dict({**record, "extra": older}).extras(DiscoExtra)
+    assert view is not None and view.disco_threshold is None and view.disco_scores
+
+
 def _disco_run(records, options=None):
     from specviz.ui.panels import MethodRun
 
