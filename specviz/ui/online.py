@@ -13,7 +13,7 @@ functions of widget values (tested without a server); no torch at import.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -212,59 +212,15 @@ def save_draft(state: dict[str, Any] | None, folder: Path | None = None) -> str 
 
 
 def build_tab(ctx: Any) -> None:
-    gr.Markdown(
-        "### Online speculative decoding: the draft learns from the requests it serves\n"
-        "Requests from the chosen suites are served one after another by OSD. Every *I* requests the draft "
-        "is distilled on the target's distributions where it was wrong (off the request path); the same "
-        "draft kept static is measured on the same requests. Your learner is yours alone.\n\n"
-        "The default stream is German-to-English translation, which the draft was never distilled on, and it "
-        "repeats: 4 prompts asked 3 times each, so what the draft learns from a request pays off when the "
-        "request comes back (12 requests of 32 tokens: one to three minutes on a shared 2-core CPU). Set "
-        "*distinct prompts* to 0 for a stream of new prompts: the draft learns more slowly there (+0.06 α over "
-        "the last 50 of 80 translation requests, benchmarks/osd)."
-    )
-    if ctx.forks:
-        gr.Markdown(NO_LEARNER_NOTE, elem_classes="sv-note")
+    """The tab: the stream's settings, Serve and Stop, the stream's summary and figures, the token analysis
+    and the download of the adapted draft."""
+    _intro(ctx)
     limits = getattr(ctx, "limits", AppLimits())
     with gr.Row():
         with gr.Column():
-            suites = gr.CheckboxGroup(SUITES, value=[DEFAULT_SUITE], label="prompt suites")
-            # from 1: a limit of 4 made the slider run from 4 to 4, which gradio refuses
-            requests = gr.Slider(
-                1,
-                max(2, limits.osd_requests),
-                value=min(DEFAULT_REQUESTS, limits.osd_requests),
-                step=1,
-                label="requests in the stream",
-            )
-            shift_every = gr.Slider(
-                0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)"
-            )
-            mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
-            distinct = gr.Slider(
-                0,
-                50,
-                value=DEFAULT_DISTINCT,
-                step=1,
-                label="distinct prompts per suite (0: all; small: a repetitive stream)",
-            )
+            stream = _stream_widgets(limits)
         with gr.Column():
-            most_tokens = max(16, min(256, limits.max_new_tokens))  # the app's limits, where below the tab's own
-            max_new = gr.Slider(8, most_tokens, value=min(32, most_tokens), step=8, label="max new tokens per request")
-            most_gamma = max(2, min(12, limits.speculation_length))
-            gamma = gr.Slider(1, most_gamma, value=min(4, most_gamma), step=1, label="speculation length γ")
-            interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
-            lr = gr.Number(
-                DEFAULT_LR,
-                minimum=LEAST_LR,
-                maximum=MOST_LR,
-                label="learning rate",  # OsdConfig.lr (not imported here: it brings torch)
-                info="3e-4 lifted the default draft's α by 0.06 on translation, which it never saw, and cost it "
-                "0.12 on GSM8K, which it was distilled on; 3e-5 keeps its GSM8K α (benchmarks/osd)",
-            )
-            loss = gr.Radio(["fkl", "rkl", "jsd"], value="fkl", label="distillation loss (p: target, q: draft)")
-            background = gr.Checkbox(False, label="train in a background thread")
-            window = gr.Slider(5, 100, value=20, step=5, label="moving window (requests)")
+            *serving, window = _serving_widgets(limits)
     with gr.Row():
         go = gr.Button("Serve the stream", variant="primary")
         stop_btn = gr.Button("Stop", variant="stop")
@@ -279,6 +235,81 @@ def build_tab(ctx: Any) -> None:
     download = gr.File(label="adapted draft (safetensors)")
     state = ctx.state()
     stop_state = gr.State(KeyedStop())
+    on_serve = _serve_handler(ctx, limits)
+    on_analyse = _analyse_handler(ctx)
+    inputs = [ctx.pair, *stream, *serving, window]
+    go.click(on_serve, [*inputs, stop_state], [state, summary, plot, domains], **ctx.models_queue())
+    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_stream")
+    analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table], **ctx.models_queue())
+    # a write of the draft's weights: it waits for its turn on the models, in this process (the learner lives here)
+    save.click(ctx.hold_models(save_draft), state, download, **ctx.models_queue())
+
+
+def _intro(ctx: Any) -> None:
+    """What the tab does and what its default stream shows; on ZeroGPU, what it cannot keep."""
+    gr.Markdown(
+        "### Online speculative decoding: the draft learns from the requests it serves\n"
+        "Requests from the chosen suites are served one after another by OSD. Every *I* requests the draft "
+        "is distilled on the target's distributions where it was wrong (off the request path); the same "
+        "draft kept static is measured on the same requests. Your learner is yours alone.\n\n"
+        "The default stream is German-to-English translation, which the draft was never distilled on, and it "
+        "repeats: 4 prompts asked 3 times each, so what the draft learns from a request pays off when the "
+        "request comes back (12 requests of 32 tokens: one to three minutes on a shared 2-core CPU). Set "
+        "*distinct prompts* to 0 for a stream of new prompts: the draft learns more slowly there (+0.06 α over "
+        "the last 50 of 80 translation requests, benchmarks/osd)."
+    )
+    if ctx.forks:
+        gr.Markdown(NO_LEARNER_NOTE, elem_classes="sv-note")
+
+
+def _stream_widgets(limits: AppLimits) -> list[Any]:
+    """The stream's widgets: suites, requests, shift, mixed, distinct prompts (serve_stream's order)."""
+    suites = gr.CheckboxGroup(SUITES, value=[DEFAULT_SUITE], label="prompt suites")
+    # from 1: a limit of 4 made the slider run from 4 to 4, which gradio refuses
+    requests = gr.Slider(
+        1,
+        max(2, limits.osd_requests),
+        value=min(DEFAULT_REQUESTS, limits.osd_requests),
+        step=1,
+        label="requests in the stream",
+    )
+    shift_every = gr.Slider(0, 200, value=0, step=4, label="shift to the next suite every N requests (0: split evenly)")
+    mixed = gr.Checkbox(False, label="mixed stream (each request from a random suite)")
+    distinct = gr.Slider(
+        0,
+        50,
+        value=DEFAULT_DISTINCT,
+        step=1,
+        label="distinct prompts per suite (0: all; small: a repetitive stream)",
+    )
+    return [suites, requests, shift_every, mixed, distinct]
+
+
+def _serving_widgets(limits: AppLimits) -> list[Any]:
+    """OSD's widgets: max new tokens, γ, update interval, learning rate, loss, background (serve_stream's
+    order), then the summary's moving window."""
+    most_tokens = max(16, min(256, limits.max_new_tokens))  # the app's limits, where below the tab's own
+    max_new = gr.Slider(8, most_tokens, value=min(32, most_tokens), step=8, label="max new tokens per request")
+    most_gamma = max(2, min(12, limits.speculation_length))
+    gamma = gr.Slider(1, most_gamma, value=min(4, most_gamma), step=1, label="speculation length γ")
+    interval = gr.Slider(1, 32, value=4, step=1, label="update interval I (requests)")
+    lr = gr.Number(
+        DEFAULT_LR,
+        minimum=LEAST_LR,
+        maximum=MOST_LR,
+        label="learning rate",  # OsdConfig.lr (not imported here: it brings torch)
+        info="3e-4 lifted the default draft's α by 0.06 on translation, which it never saw, and cost it "
+        "0.12 on GSM8K, which it was distilled on; 3e-5 keeps its GSM8K α (benchmarks/osd)",
+    )
+    loss = gr.Radio(["fkl", "rkl", "jsd"], value="fkl", label="distillation loss (p: target, q: draft)")
+    background = gr.Checkbox(False, label="train in a background thread")
+    window = gr.Slider(5, 100, value=20, step=5, label="moving window (requests)")
+    return [max_new, gamma, interval, lr, loss, background, window]
+
+
+def _serve_handler(ctx: Any, limits: AppLimits) -> Callable[..., Iterator[tuple[Any, ...]]]:
+    """Serve's handler: checks the widgets' values, serves the stream in a model call and redraws the
+    summary and the figures after every request."""
 
     def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict, key: str):
         """The model call (plain data in and out): each request's new rows and the learner's stats. The
@@ -353,6 +384,15 @@ def build_tab(ctx: Any) -> None:
             stop.keys.discard(key)
             forget_stop(key)
 
+    return on_serve
+
+
+def _analyse_handler(ctx: Any) -> Callable[[Any, Any], tuple[Any, str]]:
+    """The token analysis's handler: a figure and a table, or a note that says why there are none."""
+    # draft and target forward passes over the stream's requests: they wait for their turn on the models like
+    # every model call, in this process (the learner lives here)
+    analysed = ctx.hold_models(learned_tokens)
+
     def on_analyse(st, w):
         if not st or not st["rows"]:
             fig, note = None, "Serve a stream first."
@@ -362,26 +402,4 @@ def build_tab(ctx: Any) -> None:
             fig, note = analysed(st, int(w))
         return gr.update(value=fig, visible=fig is not None), note
 
-    # draft and target forward passes over the stream's requests, and a write of the draft's weights:
-    # both wait for their turn on the models like every model call, in this process (the learner lives here)
-    analysed = ctx.hold_models(learned_tokens)
-
-    inputs = [
-        ctx.pair,
-        suites,
-        requests,
-        shift_every,
-        mixed,
-        distinct,
-        max_new,
-        gamma,
-        interval,
-        lr,
-        loss,
-        background,
-        window,
-    ]
-    go.click(on_serve, [*inputs, stop_state], [state, summary, plot, domains], **ctx.models_queue())
-    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_stream")
-    analyse.click(on_analyse, [state, window], [tokens_plot, tokens_table], **ctx.models_queue())
-    save.click(ctx.hold_models(save_draft), state, download, **ctx.models_queue())
+    return on_analyse
