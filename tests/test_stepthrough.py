@@ -361,3 +361,34 @@ def test_a_trees_play_controls_sit_below_its_mask_labels(perturbed_pair):
     under = max(len(t) for t in axis.ticktext) * 7 * 0.87 + 30
     for control in (fig.layout.sliders[0], fig.layout.updatemenus[0]):
         assert control.y * plot_px <= -under, (control.y * plot_px, under)
+
+
+def test_whitespace_and_markup_tokens_are_drawn_visible_in_the_animation(perturbed_pair):
+    """Fix 2 (issue 38 follow-up): a newline, a tab or a lone space was drawn raw in the animated iteration (a
+    newline broke its label, a space was an empty square) and `<|im_start|>` vanished (plotly drops an unknown
+    tag). Each is shown as the board's tooltip and the tree show it (specviz.text.visible): ⏎, ⇥, ·, markup
+    escaped."""
+    ids, records = run(perturbed_pair, "vanilla", speculation_length=6)
+    i = next(i for i, r in enumerate(records) if len(r.drafted) == 6)
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target")
+    odd = ["\n", "\t", " ", "a\nb", "<|im_start|>", "x"]
+    checks = tuple(dataclasses.replace(c, text=odd[j]) for j, c in enumerate(step.checks))
+    fig = iteration_animation(dataclasses.replace(step, checks=checks, target_token="\n"))
+    texts = [  # a label's own line breaks are plotly's <br>
+        t.replace("<br>", "")
+        for f in fig.frames
+        for tr in f.data
+        for t in (tr.text if isinstance(tr.text, tuple) else ())
+    ]
+    hovers = [t for f in fig.frames for tr in f.data for t in (tr.hovertext if isinstance(tr.hovertext, tuple) else ())]
+    said = captions(fig)
+    for shown in (texts, hovers, said):
+        assert not any(c in t for t in shown for c in "\n\t<>"), [t for t in shown if any(c in t for c in "\n\t<>")]
+    squares = [
+        t for f in fig.frames for tr in f.data if tr.name == "accepted" or tr.name == "rejected" for t in tr.text
+    ]
+    drafted = trace(fig.frames[6], "drafted, not yet tested").text
+    assert list(drafted) == ["⏎", "⇥", "·", "a⏎b", "&lt;|im_st…", "x"], drafted
+    assert "Draft 1 of 6: '⏎'" in said[1] and "Draft 5 of 6: '&lt;|im_start|&gt;'" in said[5]
+    assert "'⏎'" in said[-1] and "⏎" in trace(fig.frames[-1], "the target's own token").text
+    assert all(" " not in t for t in squares)

@@ -20,6 +20,8 @@ pass is drawn at the mean (the caption says so). A record without a time says "n
 
 from __future__ import annotations
 
+import html
+import math
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +32,8 @@ from plotly.subplots import make_subplots
 
 from specviz.plots.theme import OKABE_ITO, empty, finish
 from specviz.plots.tree import layout as tree_layout
+from specviz.plots.tree import visible as label_text
+from specviz.text import visible
 
 TITLE = "One iteration, played"
 FRAME_MS = 1100  # how long Play shows each frame: a step of the story, not a step of the clock
@@ -50,9 +54,18 @@ LANE_Y = {"target": 0, "draft": 1, "phase": 2}
 # their row is the tallest: at an even step the first line sat under the square ("p 0.545" half hidden)
 CHAIN_Y = {"draft cache": 0.0, "target cache": 1.0, "test": 3.2, "drafts": 5.0, "own": 6.0}
 TEST_TOP = CHAIN_Y["drafts"] - 0.65  # where the test's first line starts: below a draft's square
+NAMES_Y = CHAIN_Y["draft cache"] - 0.75  # each cell's name ("draft 12"), under its draft cache entry
+# A chain's cells (the context, the drafts, "after") wrap into bands of PER_ROW, one under the other: at 18 cells
+# in one row (γ = 16) the test's numbers ran into each other; a band of 9 gives each cell ~73 px of the 900 px
+# the phone keeps for this plot (style.py), room for a number such as 0.000683 or "✓ accepted" in 12 px type.
+PER_ROW = 9
+BAND = CHAIN_Y["own"] + 0.6 - (NAMES_Y - 0.3)  # y units from one band to the next: the rows, the names, a gap
 # a tree's mask has its tilted node labels and its axis title under the plot: the Play button and the slider go
 # this much lower (plotly widens the bottom margin for them), the figure this much taller
 MASK_TICKS_PX = 80
+OWN_ABOVE = 1.0  # a tree's own token: this many rows above the top node
+TREE_PX = 250  # the tree's panel's width on a phone (the plot keeps 900 px there: style.py)
+MASK_TICKS = 16  # most columns of a tree's mask labelled under it: beyond, every other (or third...) node, by number
 
 
 @dataclass
@@ -117,12 +130,12 @@ def _chain(step: Any) -> tuple[list[Moment], float]:
     per = clock / k if k else 0.0
     for j, c in enumerate(step.checks):  # drafting: one token per pass, on the draft's clock
         m = _next(moments[-1], per * (j + 1))
-        m.draft.append((per * j, per * (j + 1), _short(c.text)))
+        m.draft.append((per * j, per * (j + 1), _label(c.text)))
         m.tokens[j] = "pending"
         if _has_draft(step):
             m.draft_cache[j] = "kept"  # pass j+1 fed the token before draft j+1 (the context's last for the first)
         m.caption = (
-            f"Draft {j + 1} of {k}: '{c.text}'"
+            f"Draft {j + 1} of {k}: {_quote(c.text)}"
             + (f", q(x) = {c.q:.3g}" if c.q is not None else "")
             + (f". {measured}" if j == 0 else ".")
         )
@@ -158,12 +171,12 @@ def _verify_and_test(step: Any, last: Moment, start: float, draw_pass: bool = Tr
             continue
         m = _next(moments[-1], end)
         m.tokens[c.index] = "accepted" if c.accepted else "rejected"
-        m.tests[c.index] = _test_numbers(c, step.greedy)
+        m.tests[c.index] = _test_numbers(c, step)
         untested = [d.index for d in step.checks if not d.tested]
         if not c.accepted:
             for j in untested:
                 m.tokens[j] = "untested"
-        m.caption = f"Test {c.index + 1}: '{c.text}', {c.rule}" + (
+        m.caption = f"Test {c.index + 1}: {_quote(c.text)}, {c.rule}" + (
             f". The rejection point: {_count(len(untested), 'draft')} after it "
             f"{'is' if len(untested) == 1 else 'are'} never tested."
             if not c.accepted and untested
@@ -197,7 +210,7 @@ def _tree(step: Any) -> tuple[list[Moment], float]:
             m.tokens[i] = "pending"
         m.caption = (
             f"Drafting, depth {d}: {len(new)} candidate node{'s' if len(new) != 1 else ''} "
-            f"({', '.join(repr(tree.texts[i]) for i in new[:6])}{', …' if len(new) > 6 else ''})"
+            f"({', '.join(_quote(tree.texts[i]) for i in new[:6])}{', …' if len(new) > 6 else ''})"
             + (f". {measured}" if d == 1 else ".")
         )
         moments.append(m)
@@ -227,7 +240,7 @@ def _tree(step: Any) -> tuple[list[Moment], float]:
         m = _next(moments[-1], end)
         m.tokens[node] = "accepted"
         rule = step.checks[j].rule if j < len(step.checks) else "accepted"
-        m.caption = f"The walk, depth {j + 1}: '{tree.texts[node]}', {rule}."
+        m.caption = f"The walk, depth {j + 1}: {_quote(tree.texts[node])}, {rule}."
         moments.append(m)
         parent = node
     m = _next(moments[-1], end)
@@ -240,7 +253,7 @@ def _tree(step: Any) -> tuple[list[Moment], float]:
     m.caption = (
         f"The rejection point: {which} at depth {len(tree.accepted_path) + 1} "
         f"{'is not' if len(refused) == 1 else 'is'} the target's token"
-        + (f" ('{first_refused.text}': {first_refused.rule})" if first_refused is not None else "")
+        + (f" ({_quote(first_refused.text)}: {first_refused.rule})" if first_refused is not None else "")
         + "; the nodes below them are never tested."
         if refused
         else "The walk reached a leaf of the tree: every node on its path was accepted, nothing is left to test."
@@ -296,11 +309,11 @@ def _pearl(step: Any) -> tuple[list[Moment], float]:
     tail = _verify_and_test(step, moments[-1], end, draw_pass=False)  # the lanes drew the target's passes
     if lanes.mode == "post-verify" and lanes.ahead:
         tail[-1].caption += (
-            f" The {len(lanes.ahead)} drafts made ahead ({', '.join(repr(t) for t in lanes.ahead)}) "
+            f" The {len(lanes.ahead)} drafts made ahead ({', '.join(_quote(t) for t in lanes.ahead)}) "
             + ("stand: the next round verifies them." if lanes.ahead_kept else "are dropped with the rejection.")
         )
     if lanes.dropped:
-        tail[-1].caption += f" Dropped after the rejected first draft: {', '.join(repr(t) for t in lanes.dropped)}."
+        tail[-1].caption += f" Dropped after the rejected first draft: {', '.join(_quote(t) for t in lanes.dropped)}."
     return [*moments, *tail], max(end, 1e-9)
 
 
@@ -332,12 +345,16 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
         rows = [r for _, r in where]
         n = len(where)
         fig.update_xaxes(range=[-0.6, max(d for d, _ in where) + 1.6], dtick=1, row=2, col=1)
-        fig.update_yaxes(range=[max(rows) + 0.6, min(rows) - 0.8], visible=False, row=2, col=1)
-        ticks = [f"{i + 1} '{_short(t)}'" for i, t in enumerate(step.tree.texts)]
+        fig.update_yaxes(range=[max(rows) + 0.6, min(rows) - OWN_ABOVE - 0.6], visible=False, row=2, col=1)
+        ticks = [f"{i + 1} '{_label(t)}'" for i, t in enumerate(step.tree.texts)]
+        every = math.ceil(
+            n / MASK_TICKS
+        )  # a tilted label needs ~20 px: 64 columns on half a phone's 900 px lay on each other
+        shown = [i for i in range(n) if i % every == 0]
         fig.update_xaxes(
             range=[-1.5, n - 0.5],
-            tickvals=list(range(-1, n)),
-            ticktext=["context", *ticks],
+            tickvals=[-1, *shown],
+            ticktext=["context", *(ticks[i] if every == 1 else str(i + 1) for i in shown)],
             tickangle=-60,
             row=2,
             col=2,
@@ -345,18 +362,13 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
         fig.update_yaxes(range=[n - 0.5, -0.5], tickvals=list(range(n)), ticktext=ticks, row=2, col=2)
     else:
         k = len(step.checks)
+        bands = _bands(k)
         rows_ = ["draft's KV cache", "target's KV cache", "test", "drafts", "target's token"]
-        fig.update_xaxes(
-            range=[-0.7, k + 1.7],
-            tickvals=list(range(k + 2)),
-            ticktext=["context", *(f"draft {j + 1}" for j in range(k)), "after"],
-            row=2,
-            col=1,
-        )
+        fig.update_xaxes(range=[-1.6, min(k + 2, PER_ROW) - 0.4], showticklabels=False, row=2, col=1)
         fig.update_yaxes(
-            range=[-0.6, CHAIN_Y["own"] + 0.6],
-            tickvals=[CHAIN_Y[r] for r in ("draft cache", "target cache", "test", "drafts", "own")],
-            ticktext=rows_,
+            range=[NAMES_Y - 0.3 - (bands - 1) * BAND, CHAIN_Y["own"] + 0.6],
+            tickvals=[CHAIN_Y[r] - b * BAND for b in range(bands) for r in CHAIN_Y],
+            ticktext=rows_ * bands,
             row=2,
             col=1,
             fixedrange=True,
@@ -380,7 +392,42 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
         fig.update_xaxes(title_text="depth (tokens ahead of the context)", title_standoff=4, row=2, col=1)
         fig.update_xaxes(title_text="attends to (the context, or a node)", row=2, col=2)
         fig.update_yaxes(title_text="node", row=2, col=2)
-    return fig.update_layout(margin={"t": 175, "l": 150})
+    fig.update_layout(margin={"t": 175, "l": 150})
+    return _taller(fig, _extra_px(step, fig), tree)
+
+
+def _extra_px(step: Any, fig: go.Figure) -> float:
+    """How much taller the tokens' panel must be than the default figure gives it: a band more of a chain's
+    cells, each its own panel's height; a tree's rows 8 px more apart than its squares, its mask's 16 px (a
+    node's tick label); at 64 nodes the squares and labels lay on each other."""
+    panel = _plot_px(fig) * (fig.layout.yaxis2.domain[1] - fig.layout.yaxis2.domain[0])
+    if step.tree is None:
+        return panel * (_bands(len(step.checks)) - 1)
+    rows = [r for _, r in tree_layout(step.tree.parents)]
+    need = max(
+        (_node_px(tree_layout(step.tree.parents)) + 8) * (max(rows) - min(rows) + OWN_ABOVE + 1.2), 16 * len(rows)
+    )
+    return max(0.0, need - panel)
+
+
+def _plot_px(fig: go.Figure) -> float:
+    return fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+
+
+def _taller(fig: go.Figure, extra: float, tree: bool) -> go.Figure:
+    """`fig` `extra` px taller, all of it to the bottom row of panels; the clock, the legend and the gap keep
+    their pixels."""
+    if extra <= 0:
+        return fig
+    before = _plot_px(fig)
+    after = before + extra
+    bottom = fig.layout.yaxis2.domain[1] * before + extra  # px of the bottom row
+    top = (1 - fig.layout.yaxis.domain[0]) * before
+    fig.update_layout(height=fig.layout.height + extra, legend_y=fig.layout.legend.y * before / after)
+    fig.update_layout(yaxis_domain=[1 - top / after, 1], yaxis2_domain=[0, bottom / after])
+    if tree:
+        fig.update_layout(yaxis3_domain=[0, bottom / after])
+    return fig
 
 
 def _draw_chain(step: Any, m: Moment, total: float) -> list[Any]:
@@ -389,39 +436,58 @@ def _draw_chain(step: Any, m: Moment, total: float) -> list[Any]:
     texts = [c.text for c in step.checks]
     for state, (name, colour, symbol) in STATES.items():
         if state == "own":
-            xs = [step.accepted + 1] if m.own else []
-            own_y = [CHAIN_Y["own"]] * len(xs)
-            traces.append(_cells(xs, own_y, [step.target_token] * len(xs), name, colour, symbol, state))
+            at = [_slot(step.accepted + 1, "own")] if m.own else []
+            traces.append(_cells(*_xy(at), [step.target_token] * len(at), name, colour, symbol, state))
             continue
         idx = [j for j in range(k) if m.tokens.get(j) == state]
-        traces.append(
-            _cells(
-                [j + 1 for j in idx],
-                [CHAIN_Y["drafts"]] * len(idx),
-                [texts[j] for j in idx],
-                name,
-                colour,
-                symbol,
-                state,
-            )
-        )
-    traces.append(
-        _text(  # hangs down from TEST_TOP: its first line starts below the draft's square
-            [j + 1 for j in m.tests],
-            [TEST_TOP] * len(m.tests),
-            list(m.tests.values()),
-            "the test's numbers",
-            (2, 1),
-            position="bottom center",
-        )
-    )
-    for y, cache in ((CHAIN_Y["target cache"], m.target_cache), (CHAIN_Y["draft cache"], m.draft_cache)):
+        at = [_slot(j + 1, "drafts") for j in idx]
+        traces.append(_cells(*_xy(at), [texts[j] for j in idx], name, colour, symbol, state))
+    tested = sorted(m.tests)
+    at = [_slot(j + 1, "test") for j in tested]  # hangs down from TEST_TOP: its first line below the draft's square
+    traces.append(_text(*_xy(at), [m.tests[j] for j in tested], "the test's numbers", (2, 1), position="bottom center"))
+    keys = _test_keys(step)  # the numbers' names, one column left of each band, line for line
+    bands = range(_bands(k))
+    at = [(-1.0, TEST_TOP - b * BAND) for b in bands] if keys else []
+    traces.append(_text(*_xy(at), ["<br>".join(keys)] * len(at), "the test's rows", (2, 1), position="bottom center"))
+    slots = range(k + 2)
+    at = [_slot(s, "names") for s in slots]  # each cell's name under it (a band's column holds several)
+    names = ["context", *(f"draft {j + 1}" for j in range(k)), "after"]
+    traces.append(_text(*_xy(at), names, "positions", (2, 1)))
+    for row, cache in (("target cache", m.target_cache), ("draft cache", m.draft_cache)):
         for state, (name, colour, symbol) in CACHE.items():
-            xs = [s for s, v in cache.items() if v == state]
-            traces.append(
-                _cells(xs, [y] * len(xs), [""] * len(xs), name, colour, symbol, "cache-" + state, show=y == 1, size=22)
-            )
+            at = [_slot(s, row) for s, v in cache.items() if v == state]
+            show = row == "target cache"
+            traces.append(_cells(*_xy(at), None, name, colour, symbol, "cache-" + state, show=show, size=22))
     return traces
+
+
+def _node_px(where: Sequence[tuple[int, float]]) -> int:
+    """A tree node's square, in px: at most 34, less than a depth's column of the tree (~250 px / (depth + 2.2)
+    on the phone's 900 px; at depth 8 the 34 px squares of neighbouring depths lay on each other)."""
+    depth = max((d for d, _ in where), default=1)
+    return max(14, min(34, int(TREE_PX / (depth + 2.2)) - 4))
+
+
+def _node_chars(where: Sequence[tuple[int, float]]) -> int:
+    """How many characters of a node's text its square shows (13 px type, ~8 px a character); hover shows all."""
+    return max(2, _node_px(where) // 8)
+
+
+def _bands(k: int) -> int:
+    """How many bands a chain of `k` drafts takes (its k + 2 cells, PER_ROW to a band)."""
+    return math.ceil((k + 2) / PER_ROW)
+
+
+def _slot(s: int, row: str) -> tuple[float, float]:
+    """Where cell `s` (0: the context, j: draft j, k + 1: after) of a chain draws `row`: bands of PER_ROW cells,
+    the first on top."""
+    band, column = divmod(s, PER_ROW)
+    y = {**CHAIN_Y, "test": TEST_TOP, "names": NAMES_Y}[row]
+    return float(column), y - band * BAND
+
+
+def _xy(at: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    return [x for x, _ in at], [y for _, y in at]
 
 
 def _draw_tree(step: Any, m: Moment, total: float) -> list[Any]:
@@ -453,14 +519,10 @@ def _draw_tree(step: Any, m: Moment, total: float) -> list[Any]:
         "dropped": ("dropped by the rollback", "#EEEEEE", "x-thin"),
     }.items():
         if state == "own":
-            last = tree.accepted_path[-1] if tree.accepted_path else -1
-            y = root[1] if last < 0 else where[last][1]
+            # above every node, at the depth it takes (beside the path's last node it lay on a child's label)
             at = [len(tree.accepted_path) + 1] if m.own else []
-            traces.append(
-                _cells(
-                    at, [y - 0.45] * len(at), [step.target_token] * len(at), name, colour, symbol, state, cell=(2, 1)
-                )
-            )
+            y = min(rows) - OWN_ABOVE
+            traces.append(_cells(at, [y] * len(at), [step.target_token] * len(at), name, colour, symbol, state))
             continue
         idx = [i for i in shown if m.tokens[i] == state]
         traces.append(
@@ -473,6 +535,8 @@ def _draw_tree(step: Any, m: Moment, total: float) -> list[Any]:
                 symbol,
                 "node-" + state,
                 cell=(2, 1),
+                most=_node_chars(where),
+                size=_node_px(where),
             )
         )
     n = len(tree.texts)
@@ -530,7 +594,7 @@ def _clock_traces(step: Any, m: Moment, total: float) -> list[Any]:
 def _cells(
     xs: Sequence[float],
     ys: Sequence[float],
-    texts: Sequence[str],
+    texts: Sequence[str] | None,
     name: str,
     colour: str,
     symbol: str,
@@ -538,20 +602,22 @@ def _cells(
     show: bool = True,
     size: int = 34,
     cell: tuple[int, int] = (2, 1),
+    most: int = 8,
 ) -> dict[str, Any]:
+    """Token squares (or diamonds) labelled with their texts cut to `most` characters; the whole text on hover."""
     return {
         "type": "scatter",
         "x": list(xs),
         "y": list(ys),
         "mode": "markers+text",
-        "text": [_short(t) for t in texts],
+        "text": [_label(t, most) for t in texts or ()],
         "textposition": "middle center",
         "textfont": {"family": "ui-monospace, Menlo, Consolas, monospace", "size": 13, "color": "#111111"},
         "marker": {"symbol": symbol, "size": size, "color": colour, "line": {"width": 1.5, "color": "#333333"}},
         "name": name,
         "legendgroup": group,
         "showlegend": show,
-        "hovertext": [f"{name}: {t!r}" for t in texts],
+        "hovertext": [f"{name}: {label_text(_quote(t))}" for t in texts] if texts is not None else name,
         "hoverinfo": "text",
         "cliponaxis": False,
         "_cell": cell,
@@ -611,7 +677,8 @@ def _plain(trace: dict[str, Any]) -> dict[str, Any]:
 
 
 def _caption_lines(n: int, count: int, text: str) -> list[str]:
-    return textwrap.wrap(f"Step {n + 1} of {count}. {text}", CAPTION_CHARS)
+    """The caption's lines, markup in token texts escaped (plotly drops an unknown tag such as `<|im_start|>`)."""
+    return [html.escape(line, quote=False) for line in textwrap.wrap(f"Step {n + 1} of {count}. {text}", CAPTION_CHARS)]
 
 
 def _caption(n: int, count: int, text: str) -> dict[str, Any]:
@@ -696,7 +763,7 @@ def _own_token(step: Any, last: Moment) -> Moment:
     m = _next(last, last.clock)
     m.own = bool(step.target_token)
     m.caption = (
-        f"The target's own token ({step.target_role}): '{step.target_token}', {step.target_from}."
+        f"The target's own token ({step.target_role}): {_quote(step.target_token)}, {step.target_from}."
         if step.target_token
         else f"No token of the target's own: {step.target_from}."
     )
@@ -747,23 +814,44 @@ def _rollback_words(step: Any) -> str:
     return line[0].upper() + line[1:] + "."
 
 
-def _test_numbers(c: Any, greedy: bool) -> str:
-    if c.p is None:
-        return "✓" if c.accepted else "✗"
+def _test_keys(step: Any) -> list[str]:
+    """The names of the test's lines, shown once a band, left of the numbers (in each cell they took ~100 px
+    and ran into the next at γ = 16); none when the record keeps no p (the cells say only ✓ or ✗)."""
+    if all(c.p is None for c in step.checks):
+        return []
+    if step.greedy:  # the rule is the target's argmax: min(1, p/q) decides nothing here
+        return ["p(x)", "q(x)", "argmax?"]
+    return ["p(x)", "q(x)", "min(1,p/q)", *(["u"] if any(c.u is not None for c in step.checks) else []), "kept?"]
+
+
+def _test_numbers(c: Any, step: Any) -> str:
+    """Draft `c`'s test as lines, in the order of `_test_keys`."""
+    verdict = "✓ yes" if c.accepted else "✗ no"  # the answer to its key, "argmax?" or "kept?"
+    keys = _test_keys(step)
+    if not keys:
+        return verdict[0]
     q = c.q
-    ratio = 1.0 if q is not None and q <= 0 else min(1.0, c.p / (q if q is not None else 1.0))
-    head = f"p {c.p:.3g}<br>q {'one-hot' if q is None else f'{q:.3g}'}"
-    verdict = "✓ accepted" if c.accepted else "✗ rejected"
-    if greedy:  # the rule is the target's argmax: min(1, p/q) decides nothing here
-        return f"{head}<br>argmax? {verdict}"
-    return f"{head}<br>min(1,p/q) {ratio:.3g}" + (f"<br>u {c.u:.3g}" if c.u is not None else "") + f"<br>{verdict}"
+    ratio = None if c.p is None else 1.0 if q is not None and q <= 0 else min(1.0, c.p / (q if q is not None else 1.0))
+    value = {
+        "p(x)": _num(c.p),
+        "q(x)": "one-hot" if q is None else _num(q),
+        "min(1,p/q)": _num(ratio),
+        "u": _num(c.u),
+        "argmax?": verdict,
+        "kept?": verdict,
+    }
+    return "<br>".join(value[key] for key in keys)
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3g}"  # three significant digits, as the step-through's table
 
 
 def _ahead_label(lanes: Any, j: int) -> str:
     """A draft pass's label on its bar: the token it drafted ahead (post-verify), quoted as the captions
     quote tokens (bare, a token such as "L" read as a stray letter on the clock), else its number."""
     if lanes.mode == "post-verify" and j < len(lanes.ahead):
-        return f"'{_short(lanes.ahead[j])}'"
+        return f"'{_label(lanes.ahead[j])}'"
     return f"pass {j + 1}"
 
 
@@ -792,3 +880,14 @@ def _ms(x: float) -> str:
 
 def _short(text: str, most: int = 8) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _label(text: str, most: int = 8) -> str:
+    """A token's text as a label on the plot: cut to `most` characters, whitespace made visible and markup
+    escaped as the tree and the board show them (a raw newline broke the label; `<|im_start|>` vanished)."""
+    return label_text(_short(text, most))
+
+
+def _quote(text: str) -> str:
+    """A token's text quoted in a caption, whitespace made visible (the caption escapes its markup)."""
+    return f"'{visible(text)}'"
