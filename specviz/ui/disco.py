@@ -4,6 +4,7 @@ oracle SL histogram. Stop ends the comparison after the method being timed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -187,11 +188,49 @@ def tuned_values(pair_name: str | None) -> tuple[float, int]:
 
 
 def build_tab(ctx: Any) -> None:
-    import pandas as pd
-
-    from specviz.plots.disco import chosen_vs_oracle_per_iteration, oracle_sl_histogram
-
+    """The tab: the prompt and DISCO's settings, Run and Stop, the classifier's card, the table and the
+    two figures."""
     gr.Markdown(INTRO)
+    prompt, tuned, tau, sl_max, max_new, repeats = _settings(ctx)
+    with gr.Row():
+        run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
+        stop_btn = gr.Button("Stop", variant="stop")
+    stop_state = gr.State(KeyedStop())
+    card = gr.Markdown()
+    table = gr.Dataframe(
+        label="This prompt",
+        interactive=False,
+        headers=HEADERS,
+        wrap=True,
+        elem_id="sv-disco-table",
+        elem_classes=["sv-desk-only"],
+    )
+    phone_table = gr.HTML(elem_classes=["sv-phone-only"])  # the table pivoted: a phone shows it instead
+    with gr.Row():
+        plot_sl = gr.Plot(label="Chosen vs oracle speculation length", show_label=False)
+        plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
+    run = _run_handler(ctx)
+    tuned.change(show_tuned, [ctx.pair, tuned], [tau, sl_max], api_visibility="private")
+    run_btn.click(
+        run,
+        [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats, stop_state],
+        [card, table, plot_sl, plot_hist, tau, sl_max],
+        api_name="disco",
+        **ctx.models_queue(),
+    )
+    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_disco")
+    table.change(
+        lambda df: phone_html(df.to_dict("records")),
+        table,
+        phone_table,
+        queue=False,
+        show_progress="hidden",
+        api_visibility="private",
+    )
+
+
+def _settings(ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """The prompt and DISCO's widgets: (prompt, use tuned values, τ, SL_max, max new tokens, timed runs)."""
     with gr.Row():
         prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, scale=3)
         with gr.Column(scale=2):
@@ -215,23 +254,15 @@ def build_tab(ctx: Any) -> None:
             repeats = gr.Slider(
                 1, 5, value=DEFAULT_REPEATS, step=1, label="Timed runs of each (after a warm-up; the median is shown)"
             )
-    with gr.Row():
-        run_btn = gr.Button("Run DISCO vs oracle", variant="primary")
-        stop_btn = gr.Button("Stop", variant="stop")
-    stop_state = gr.State(KeyedStop())
-    card = gr.Markdown()
-    table = gr.Dataframe(
-        label="This prompt",
-        interactive=False,
-        headers=HEADERS,
-        wrap=True,
-        elem_id="sv-disco-table",
-        elem_classes=["sv-desk-only"],
-    )
-    phone_table = gr.HTML(elem_classes=["sv-phone-only"])  # the table pivoted: a phone shows it instead
-    with gr.Row():
-        plot_sl = gr.Plot(label="Chosen vs oracle speculation length", show_label=False)
-        plot_hist = gr.Plot(label="Oracle speculation length histogram", show_label=False)
+    return prompt, tuned, tau, sl_max, max_new, repeats
+
+
+def _run_handler(ctx: Any) -> Callable[..., tuple[Any, ...]]:
+    """Run's handler: checks the widgets' values, times the four methods in a model call and draws the
+    card, the table and the figures."""
+    import pandas as pd
+
+    from specviz.plots.disco import chosen_vs_oracle_per_iteration, oracle_sl_histogram
 
     def measure(
         pair_name: str, text: str, threshold: float | None, length: int | None, n: int, k: int, key: str
@@ -288,27 +319,12 @@ def build_tab(ctx: Any) -> None:
             *used,
         )
 
-    def show_tuned(pair_name: str, use_tuned: bool):
-        """Lock the sliders on the classifier's tuned values, or free them."""
-        if not use_tuned:
-            return gr.update(interactive=True), gr.update(interactive=True)
-        tau_value, sl_value = tuned_values(pair_name)
-        return gr.update(value=tau_value, interactive=False), gr.update(value=sl_value, interactive=False)
+    return run
 
-    tuned.change(show_tuned, [ctx.pair, tuned], [tau, sl_max], api_visibility="private")
-    run_btn.click(
-        run,
-        [ctx.pair, prompt, tuned, tau, sl_max, max_new, repeats, stop_state],
-        [card, table, plot_sl, plot_hist, tau, sl_max],
-        api_name="disco",
-        **ctx.models_queue(),
-    )
-    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_disco")
-    table.change(
-        lambda df: phone_html(df.to_dict("records")),
-        table,
-        phone_table,
-        queue=False,
-        show_progress="hidden",
-        api_visibility="private",
-    )
+
+def show_tuned(pair_name: str, use_tuned: bool) -> tuple[Any, Any]:
+    """Lock the sliders on the classifier's tuned values, or free them."""
+    if not use_tuned:
+        return gr.update(interactive=True), gr.update(interactive=True)
+    tau_value, sl_value = tuned_values(pair_name)
+    return gr.update(value=tau_value, interactive=False), gr.update(value=sl_value, interactive=False)
