@@ -62,3 +62,15 @@ def test_each_option_widget_names_its_default():
     assert widgets["vanilla", "speculation_length"].info.endswith("(default: 4)")
     assert widgets["sssd", "sources"].info.endswith("(default: both)")
     assert "empty: the tuned value" in widgets["disco", "threshold"].label  # no default: the method tunes it
+
+
+def test_a_text_option_is_said_in_the_app_with_its_value_and_flag():
+    """EAGLE's head (a file path, "auto" or "untrained") gets no widget: its group says the value the
+    app runs with, what it means and the bench flag that sets a file; a method without one says nothing."""
+    from specviz.methods import get_method
+    from specviz.ui.options import fixed_options_note
+
+    note = fixed_options_note(get_method("eagle"))
+    assert note.startswith('- `head` = "auto" in the app: "auto": the shipped head trained for this target')
+    assert "`python -m specviz.bench --option eagle.head=VALUE`" in note
+    assert fixed_options_note(get_method("vanilla")) == ""

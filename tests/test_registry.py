@@ -19,7 +19,7 @@ import specviz
 from specviz import methods
 from specviz.cost.families import CHAIN, PARALLEL, SELF_DRAFTING_TREE, TARGET_ALONE, TREE
 from specviz.cost.formulas import pearl_speedup, pearl_speedup_with_verify_cost, pearl_tokens_per_step
-from specviz.cost.from_records import explain_run
+from specviz.cost.from_records import explain_run, step_ms
 from specviz.methods import all_methods, default_race, get_method, method_names
 from specviz.methods.drafting import ModelDrafter, StaticLength
 from specviz.methods.speculative import speculative_decoding
@@ -209,6 +209,28 @@ def test_trees_and_pearl_are_explained_by_their_own_formulas(perturbed_pair):
     )
     why = why_markdown(race)
     assert "| parallel |" in why and "T(S+1)/T(1) = " in why and "tree: E[tokens](α, D)" in why
+
+
+def test_a_tree_drafted_by_a_model_is_explained_by_its_passes(perturbed_pair):
+    """EAGLE's head costs passes, not nodes: its why row says the head passes per tree and one pass's
+    cost in decoding steps, from the records; an n-gram tree (SSSD), drafted by no model, says none."""
+    settings = RaceSettings(
+        "def fibonacci(n): return fibonacci(n - 1) + fibonacci(n - 2)",
+        ("autoregressive", "sssd", "eagle"),
+        max_new_tokens=16,
+        options={"eagle.depth": 3, "eagle.tree_nodes": 6},
+    )
+    *_, race = run_race(perturbed_pair, settings, {}, threading.Event())
+    rows = {r["name"]: r for r in explain_race(race)}
+    records, t1 = race.runs[2].records, step_ms(race.runs[0].records)
+    trees = [r for r in records if (t := r.tree()) is not None and t.tree_tokens]
+    assert rows["eagle"]["family"] == "tree" and "draft_passes" not in rows["sssd"]
+    assert rows["eagle"]["draft_passes"] == pytest.approx(sum(r.draft_forwards for r in trees) / len(trees))
+    assert 1 < rows["eagle"]["draft_passes"] <= 3  # reading the kept features, then one pass per deeper level
+    passes = sum(r.draft_forwards for r in records)
+    assert rows["eagle"]["pass_cost"] == pytest.approx(sum(r.draft_ms for r in records) / passes / t1)
+    line = next(x for x in why_markdown(race).splitlines() if x.startswith("- **" + get_method("eagle").label))
+    assert f"{rows['eagle']['draft_passes']:.1f} passes of its draft per tree" in line
 
 
 def test_pearls_formula_with_a_measured_verify_cost_is_pearls_own_at_one_step():

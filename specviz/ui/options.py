@@ -1,7 +1,9 @@
 """Each method's own options as widgets, generated from its options dataclass
 (`specviz.methods.options`): name, range, default and help come from the dataclass, the upper
 bound also from the app's limits. The widgets write into one JSON value, {"method.option": value},
-the race's `method_options` input: the same names as the bench's `--option`."""
+the race's `method_options` input: the same names as the bench's `--option`. A text option (a file
+path: EAGLE's head, SSSD's datastore) is no widget, so a visitor cannot point a method at a file;
+its group says the value it runs with and how to change it from the command line."""
 
 from __future__ import annotations
 
@@ -37,6 +39,17 @@ def option_widget(f: OptionField, limits: AppLimits) -> gr.Checkbox | gr.Dropdow
     return gr.Slider(f.least, most, value=f.default, step=step, label=f.name, info=info)
 
 
+def fixed_options_note(spec: Any) -> str:
+    """Markdown: the method's text options (file paths and the like), each at the value the app runs it
+    with and its help, and the bench flag that sets another; "" for a method without any."""
+    fixed = [f for f in option_fields(spec.options, text=True) if f.kind == "text"]
+    return "\n".join(
+        f"- `{f.name}` = {json.dumps(f.default)} in the app: {f.help}. Other values from the command line only: "
+        f"`python -m specviz.bench --option {spec.name}.{f.name}=VALUE`."
+        for f in fixed
+    )
+
+
 def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
     """Per method with options, a group of its widgets, shown while the method is ticked;
     `ui.method_options` holds what the visitor changed, `ui.option_groups` the groups."""
@@ -49,6 +62,8 @@ def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
                 continue
             with gr.Column(visible=spec.name in ticked, min_width=300, variant="panel") as ui.option_groups[spec.name]:
                 gr.Markdown(f"**{spec.label}**: {spec.description}", elem_classes="sv-option-head")
+                if note := fixed_options_note(spec):
+                    gr.Markdown(note, elem_classes="sv-option-fixed")
                 for f in fields:
                     widget = option_widget(f, ui.limits)
                     key = json.dumps(f"{spec.name}.{f.name}")
