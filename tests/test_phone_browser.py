@@ -40,23 +40,13 @@ def test_run_race_and_the_colour_key_are_on_a_phones_first_screen(phone):
     phone.screenshot(path=str(ARTIFACTS / "race_first_screen_390.png"))
 
 
-def test_after_a_race_the_summarys_speedup_is_on_a_phones_screen(phone):
-    """The summary scrolled sideways with the speedup off-screen; a rejected draft's line break
-    broke the code's layout."""
+def test_after_a_race_the_whole_summary_is_on_a_phones_screen(phone):
+    """The summary scrolled sideways with the speedup off-screen, then cut its place column and every one
+    right of it at 390 px; a rejected draft's line break broke the code's layout."""
     set_race(phone, "def fibonacci(n):\n    if n < 2:\n        return n\n", CHOSEN, 24)
     phone.click("#sv-run")
     phone.wait_for_selector("#sv-race-status:has-text('Race finished')")
-    phone.locator("#sv-summary").scroll_into_view_if_needed()  # down the page; the table itself not scrolled
-    rights = phone.evaluate(
-        """() => {
-            const head = [...document.querySelectorAll('#sv-summary thead th')];
-            const at = head.findIndex(cell => cell.innerText.includes('speedup'));
-            const rows = [...document.querySelectorAll('#sv-summary .virtual-row')];  // gradio's table body
-            const edge = document.querySelector('#sv-summary .virtual-table-viewport').getBoundingClientRect().right;
-            return [head[at], ...rows.map(r => r.children[at])].map(c => c.getBoundingClientRect().right - edge);
-        }"""
-    )
-    assert len(rights) == 4 and max(rights) <= 0, rights  # the header and each method's speedup, inside the table's box
+    summary_fits(phone, list(CHOSEN))
     why = phone.locator("#sv-why table")  # fits its box: every column, both speedups included, on screen
     widths = why.evaluate("t => [t.scrollWidth, t.closest('#sv-why').clientWidth]")
     assert widths[0] <= widths[1], widths
@@ -200,3 +190,58 @@ def test_the_theorys_roofline_table_fits_a_phone(phone):
         assert not cut and lines <= max(1, len(text.split())), (text, lines, cut)  # words and numbers whole
     table.screenshot(path=str(shots / "theory_roofline_table_390.png"))
     phone.get_by_role("tab", name="Race").click()
+
+
+def summary_fits(page, labels: list[str]) -> None:
+    """On a phone the Race summary (a method a row, twelve columns) is hidden and shown pivoted: a column a
+    method under a short name (the full one its tooltip), a few methods a table, each table a row a figure
+    in the summary's order; every table within the screen, no word or number broken or cut."""
+    from specviz.plots.summary import summary_table
+    from specviz.ui.race import PHONE_METHODS, speedup_first
+
+    columns = [c for c in speedup_first(summary_table({})).columns if c != "method"]
+    tables = page.locator("#sv-summary-pivot table")
+    tables.first.wait_for()
+    assert not page.locator("#sv-summary").is_visible()
+    shown = []
+    for k in range(tables.count()):
+        table = tables.nth(k)
+        table.scroll_into_view_if_needed()
+        heads = table.locator("thead th[title]")
+        names = [heads.nth(i).get_attribute("title") for i in range(heads.count())]
+        assert 1 <= len(names) <= PHONE_METHODS, names
+        shown += names
+        assert [th.inner_text() for th in table.locator("tbody th").all()] == columns
+        scroll, room, right = table.evaluate(
+            "t => [t.scrollWidth, t.closest('.sv-pivot').clientWidth, t.getBoundingClientRect().right]"
+        )
+        assert scroll <= room and right <= PHONE["width"], (k, scroll, room, right)
+        cells = table.locator("th, td")
+        for i in range(cells.count()):
+            text, lines, cut = cells.nth(i).evaluate(LINES)
+            assert not cut and lines <= max(1, len(text.replace("-", " ").split())), (text, lines, cut)
+    assert sorted(shown) == sorted(labels)  # every method of the race, each once
+    speedups = page.locator("#sv-summary-pivot tbody tr:first-child td")
+    assert all(cell.inner_text().replace(".", "").isdigit() for cell in speedups.all()), speedups.all_inner_texts()
+    page.locator("#sv-summary-pivot").screenshot(path=str(ARTIFACTS / f"summary_pivot_{len(labels)}_390.png"))
+
+
+def test_a_race_of_every_method_keeps_its_summary_on_a_phones_screen(phone):
+    """Issue 38 item 9: with every method ticked, a pivot of twelve methods side by side would give each a
+    20-pixel column; a few methods a table, one table under another, keep every figure whole."""
+    from specviz.ui.race import FAILED_NOTE, PHONE_METHODS
+
+    phone.get_by_role("tab", name="Race").click()
+    phone.get_by_role("button", name="All", exact=True).click()
+    number = phone.locator("#sv-max-new input[type=number]")
+    number.fill("12")
+    number.press("Enter")
+    boxes = phone.locator("#sv-methods label").all()
+    ticked = [box.inner_text().strip() for box in boxes if box.locator("input").is_checked()]
+    assert len(ticked) > 2 * PHONE_METHODS, ticked
+    phone.click("#sv-run")
+    phone.wait_for_function("() => !document.querySelector('#sv-race-status').innerText.includes('Race finished')")
+    phone.wait_for_selector("#sv-race-status:has-text('Race finished')")  # this race's, not the last one's
+    status = phone.locator("#sv-race-status").inner_text()
+    failed = status.split(FAILED_NOTE + ": ")[1].split(".")[0].split(", ") if FAILED_NOTE in status else []
+    summary_fits(phone, [label for label in ticked if label not in failed])

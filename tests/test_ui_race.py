@@ -531,3 +531,35 @@ def test_panels_name_what_a_method_chose_and_a_run_that_drafted_nothing(perturbe
     assert sum(len(r.drafted) for r in runs["prompt_lookup"].records) == 0  # "hello": nothing to copy
     assert "Drafted nothing in this race: no n-gram" in lookup and "<b>none drafted</b>" in lookup
     assert "Drafted nothing" not in html.replace(lookup, "")  # the methods that drafted show their acceptance
+
+
+def test_the_summary_pivots_for_a_phone_every_figure_a_few_methods_a_table(perturbed_pair):
+    """Issue 38 item 9: at 390 px the summary's twelve columns were cut from "place" on. A phone shows it
+    pivoted (specviz.ui.phone): a row a figure in the table's order, a column a method under a short name
+    with the full one as its tooltip, at most PHONE_METHODS methods a table."""
+    import html
+    import re
+
+    from specviz.methods import all_methods
+    from specviz.plots.summary import summary_table
+    from specviz.ui.race import PHONE_METHODS, PHONE_NAMES, speedup_first, summary_pivot
+
+    settings = RaceSettings("def f(x):", ("autoregressive", "vanilla", "prompt_lookup"), max_new_tokens=8)
+    *_, race = run_race(perturbed_pair, settings, {}, threading.Event())
+    labels = {r.name: r.label for r in race.runs}
+    table = speedup_first(summary_table({r.name: r.records for r in race.runs}, labels))
+    shown = summary_pivot(table)
+    assert 'id="sv-summary-pivot"' in shown and shown.count("<table>") == 1
+    heads = re.findall(r'<th scope="col" title="([^"]+)">([^<]+)</th>', shown)
+    assert heads == [
+        (label, PHONE_NAMES[name])
+        for name, label in zip(table["method"].map({v: k for k, v in labels.items()}), table["method"], strict=True)
+    ]
+    rows = [html.unescape(r) for r in re.findall(r'<th scope="row">([^<]+)</th>', shown)]
+    assert rows == [c for c in table.columns if c != "method"]  # every figure, "place" and "stop" included
+    assert summary_pivot(speedup_first(summary_table({}))) == ""  # before a race: nothing on a phone either
+    names = [s.label for s in all_methods()]
+    every = table.loc[[0] * len(names)].assign(method=names)  # a race of every method
+    tables = summary_pivot(every).split("<table>")[1:]
+    assert len(tables) == -(-len(names) // PHONE_METHODS) and all(t.count(' title="') <= PHONE_METHODS for t in tables)
+    assert all(len(PHONE_NAMES[s.name]) <= 7 or " " in PHONE_NAMES[s.name] for s in all_methods())  # ~65 px a column

@@ -33,6 +33,7 @@ from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
 from specviz.ui.panels import Race, panel_html
+from specviz.ui.phone import pivot_html
 from specviz.ui.racing import RaceSettings, method_runner, method_seconds, run_race
 from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
@@ -53,6 +54,27 @@ SUMMARY_FIRST = ["method", "speedup vs AR (×)", "place"]  # the summary's first
 # word (cells wrap between words), 1185 px in all, so the twelve columns fit the table's 1214 px at 1440 px
 SUMMARY_WIDTHS: list[str | int] = [165, 90, 110, 80, 80, 100, 110, 120, 80, 80, 80, 90]
 REPLAY_JS = (Path(__file__).with_name("replay.js")).read_text()  # runs in the page: no server work
+# the summary as a phone shows it (specviz.ui.phone): at most this many methods a table, each column ~65 px
+# (at 4, 49 px: "Confidence" and "disturbed" ran past the screen)
+PHONE_METHODS = 3
+# each method's column head there, short enough for that column (the full name is the head's tooltip)
+PHONE_NAMES = {
+    BASELINE: "AR",  # as in "speedup vs AR", the row above it
+    "vanilla": "Vanilla",
+    "osd": "OSD",
+    "heuristic": "Dynamic",
+    "pearl": "PEARL",
+    "prompt_lookup": "Lookup",
+    "pearl-no-pre": "PEARL no pre",
+    "pearl-no-post": "PEARL no post",
+    "confidence": "Conf.",
+    "disco": "DISCO",
+    "sssd": "SSSD",
+    "streaming": "Stream.",
+    "eagle": "EAGLE-2",
+    "oracle": "Oracle",
+}
+
 
 TIMING_NOTE = (
     "**How it is timed.** The methods run **one after another, each alone** on this machine (after a short "
@@ -163,10 +185,18 @@ def race_outputs(race: Race) -> dict[str, Any]:
 
 
 def speedup_first(table: Any) -> Any:
-    """The summary with its speedup beside the method: on a phone the table scrolls sideways, and the
-    number the table is sorted by is then on screen with the method's name."""
+    """The summary with its speedup beside the method: the number the table is sorted by, first read."""
     first = [c for c in SUMMARY_FIRST if c in table.columns]
     return table[first + [c for c in table.columns if c not in first]]
+
+
+def summary_pivot(table: Any) -> str:
+    """The summary as a phone shows it (specviz.ui.phone): a row a figure in the table's order, a column a
+    method under its short name, at most PHONE_METHODS methods a table; its twelve columns were cut at 390 px."""
+    short = {s.label: PHONE_NAMES.get(s.name, s.label) for s in all_methods()}
+    return pivot_html(
+        table.to_dict("records"), list(table.columns), short=short, elem_id="sv-summary-pivot", per_table=PHONE_METHODS
+    )
 
 
 def winner_words(race: Race) -> str:
@@ -296,9 +326,11 @@ def _board(ui: SimpleNamespace) -> None:
         label="Summary: every method on this prompt, fastest first",
         interactive=False,
         elem_id="sv-summary",
+        elem_classes=["sv-desk-only"],
         wrap=True,
         column_widths=SUMMARY_WIDTHS,
     )
+    ui.phone_table = gr.HTML(elem_classes=["sv-phone-only"])  # the summary pivoted: a phone shows it instead
     ui.why = gr.Markdown(elem_id="sv-why")
     with gr.Accordion("What the numbers mean", open=False, elem_id="sv-glossary"):
         gr.HTML(glossary_html())
@@ -438,6 +470,9 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         stop.event.set()
 
     ui.stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
+    ui.table.change(
+        summary_pivot, ui.table, ui.phone_table, queue=False, show_progress="hidden", api_visibility="private"
+    )
 
 
 def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:

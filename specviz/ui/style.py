@@ -99,6 +99,7 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     .sv-pivot table thead th { font-weight: 600; vertical-align: bottom; }
     .sv-pivot table tbody th { text-align: left; font-weight: 400; }
     .sv-pivot table thead th:first-child { width: 35%; }
+    .sv-pivot table + table { margin-top: .75rem; }  /* a long race's methods, a few a table (the Race summary) */
     /* the Leaderboard's cards (specviz.ui.leaderboard.phone_view): a method a card, its figures in two columns */
     .sv-lb-phone { font-size: .85rem; line-height: 1.3; }
     .sv-lb-phone p { margin: 0 0 .5rem 0; }
