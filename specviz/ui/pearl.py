@@ -3,6 +3,7 @@ model runs when (mutual waiting in grey), with PEARL's mode (pre-verify / post-v
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gradio as gr
@@ -86,7 +87,6 @@ def compare(
     once set, no further method runs (`stopped`: True)."""
     import specviz
     from specviz.methods import BASELINE, get_method
-    from specviz.plots.timeline import idle_fractions
     from specviz.runner import generate_median
 
     check_prompt_text(prompt, limits)  # a megabyte prompt is refused before the tokenizer reads it
@@ -100,10 +100,6 @@ def compare(
     }
     rows, records, steps, timed = [], {}, [], []
     alone_ms = None
-
-    def shown(ids: Any) -> str:
-        return visible(pair.tokenizer.decode(list(ids or ())))  # whitespace as ·, ⏎, ⇥; nothing as ∅
-
     for label, (method, options) in runs.items():
         if stop is not None and stop.is_set():
             break
@@ -116,39 +112,14 @@ def compare(
             max_new_tokens=int(max_new_tokens),
             **options,
         )
-        s, idle = result.summary, idle_fractions(result.records)
-        ideal = sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in result.records)
+        s = result.summary
         ms = 1e3 * s.wall_s / max(1, s.new_tokens)
         alone_ms = ms if method == BASELINE else alone_ms
-        rows.append(
-            {
-                "method": label,
-                "× target alone": f"{alone_ms / ms:.2f}×" if alone_ms else "–",
-                "ms/token": round(ms, 1),
-                "ms/token, parallel-ideal": round(1e3 * ideal / max(1, s.new_tokens), 1),
-                "draft idle": f"{idle['draft']:.0%}" if method != BASELINE else "–",
-                "target idle": f"{idle['target']:.0%}",
-                "steps": s.iterations,
-                "tokens": s.new_tokens,
-                "runs": repeats,
-            }
-        )
+        rows.append(table_row(label, method, result, ms, alone_ms, repeats))
         timed.append((method, label, result, probe))
         records[label] = [r.to_dict() for r in result.records]  # plain data: the timeline is drawn where the page is
         if method == "pearl":
-            steps = [
-                {
-                    "step": r.iteration + 1,  # counted from 1, as everywhere in the app
-                    "mode": p.mode,
-                    "verified drafts": shown(r.drafted),
-                    "accepted": r.accepted,
-                    "emitted": shown(r.emitted),
-                    "dropped / drafted ahead": shown(p.dropped or p.drafted_ahead),
-                    "in parallel": any(phase.parallel for phase in p.phases),
-                }
-                for r in result.records
-                if (p := r.pearl())
-            ]
+            steps = step_rows(pair, result.records)
     return {
         "rows": rows,
         "records": records,
@@ -160,13 +131,78 @@ def compare(
     }
 
 
+def table_row(label: str, method: str, result: Any, ms: float, alone_ms: float | None, repeats: int) -> dict[str, Any]:
+    """One method's line of the table (ROW_COLUMNS): `ms` its ms per token, `alone_ms` the target alone's."""
+    from specviz.methods import BASELINE
+    from specviz.plots.timeline import idle_fractions
+
+    s, idle = result.summary, idle_fractions(result.records)
+    ideal = sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in result.records)
+    return {
+        "method": label,
+        "× target alone": f"{alone_ms / ms:.2f}×" if alone_ms else "–",
+        "ms/token": round(ms, 1),
+        "ms/token, parallel-ideal": round(1e3 * ideal / max(1, s.new_tokens), 1),
+        "draft idle": f"{idle['draft']:.0%}" if method != BASELINE else "–",
+        "target idle": f"{idle['target']:.0%}",
+        "steps": s.iterations,
+        "tokens": s.new_tokens,
+        "runs": repeats,
+    }
+
+
+def step_rows(pair: Any, records: Sequence[Any]) -> list[dict[str, Any]]:
+    """PEARL's steps (STEP_COLUMNS): each step's mode, its drafts and what it emitted, as text."""
+
+    def shown(ids: Any) -> str:
+        return visible(pair.tokenizer.decode(list(ids or ())))  # whitespace as ·, ⏎, ⇥; nothing as ∅
+
+    return [
+        {
+            "step": r.iteration + 1,  # counted from 1, as everywhere in the app
+            "mode": p.mode,
+            "verified drafts": shown(r.drafted),
+            "accepted": r.accepted,
+            "emitted": shown(r.emitted),
+            "dropped / drafted ahead": shown(p.dropped or p.drafted_ahead),
+            "in parallel": any(phase.parallel for phase in p.phases),
+        }
+        for r in records
+        if (p := r.pearl())
+    ]
+
+
 def build_tab(ctx: Any) -> None:
-    import pandas as pd
-
-    from specviz.plots.timeline import timeline
-
+    """The tab: the prompt and PEARL's settings, Run and Stop, the table, the timeline and PEARL's steps."""
     limits = getattr(ctx, "limits", DEFAULT_LIMITS)
     gr.Markdown(INTRO)
+    prompt, window, concurrent, max_new, repeats = _settings(limits)
+    with gr.Row():
+        run_btn = gr.Button("Run the target alone, vanilla and PEARL", variant="primary")
+        stop_btn = gr.Button("Stop", variant="stop")
+    stop_state = gr.State(KeyedStop())
+    status, table, phone_table, plot, steps = _results()
+    run = _run_handler(ctx, limits)
+    run_btn.click(
+        run,
+        [ctx.pair, prompt, window, concurrent, max_new, repeats, stop_state],
+        [status, table, plot, steps],
+        api_name="pearl",
+        **ctx.models_queue(),
+    )
+    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_pearl")
+    table.change(
+        lambda df: pivot_html(df.to_dict("records"), ROW_COLUMNS, elem_id="sv-pearl-pivot"),
+        table,
+        phone_table,
+        queue=False,
+        show_progress="hidden",
+        api_visibility="private",
+    )
+
+
+def _settings(limits: AppLimits) -> tuple[Any, Any, Any, Any, Any]:
+    """The prompt and PEARL's widgets: (prompt, window γ, threads, max new tokens, timed runs)."""
     with gr.Row():
         prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, scale=3)
         with gr.Column(scale=2):
@@ -179,10 +215,11 @@ def build_tab(ctx: Any) -> None:
             repeats = gr.Slider(
                 1, 5, value=3, step=1, label="Timed runs of each (after a warm-up; the median is shown)"
             )
-    with gr.Row():
-        run_btn = gr.Button("Run the target alone, vanilla and PEARL", variant="primary")
-        stop_btn = gr.Button("Stop", variant="stop")
-    stop_state = gr.State(KeyedStop())
+    return prompt, window, concurrent, max_new, repeats
+
+
+def _results() -> tuple[Any, Any, Any, Any, Any]:
+    """What a comparison shows: (status, table, the table pivoted for a phone, timeline, PEARL's steps)."""
     status = gr.Markdown(elem_id="sv-pearl-status")
     table = gr.Dataframe(
         headers=ROW_COLUMNS,
@@ -204,6 +241,14 @@ def build_tab(ctx: Any) -> None:
         column_widths=["9%", "12%", "17%", "16%", "14%", "15%", "17%"],
         elem_id="sv-pearl-steps",
     )
+    return status, table, phone_table, plot, steps
+
+
+def _run_handler(ctx: Any, limits: AppLimits) -> Callable[..., tuple[Any, ...]]:
+    """Run's handler: times the three methods in a model call and draws the table, the timeline and the steps."""
+    import pandas as pd
+
+    from specviz.plots.timeline import timeline
 
     # the model call (plain data in and out): the target alone, vanilla and PEARL, each a warm-up and k timed runs of
     # n tokens; once the stop `key` is requested it ends after the method being timed
@@ -240,19 +285,4 @@ def build_tab(ctx: Any) -> None:
         shown = pd.DataFrame(flagged_rows(out["rows"], out["flags"]), columns=ROW_COLUMNS)
         return note, shown, figure, pd.DataFrame(out["steps"])
 
-    run_btn.click(
-        run,
-        [ctx.pair, prompt, window, concurrent, max_new, repeats, stop_state],
-        [status, table, plot, steps],
-        api_name="pearl",
-        **ctx.models_queue(),
-    )
-    stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop_pearl")
-    table.change(
-        lambda df: pivot_html(df.to_dict("records"), ROW_COLUMNS, elem_id="sv-pearl-pivot"),
-        table,
-        phone_table,
-        queue=False,
-        show_progress="hidden",
-        api_visibility="private",
-    )
+    return run
