@@ -7,6 +7,7 @@ import json
 import random
 import tempfile
 import threading
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -74,7 +75,6 @@ PHONE_NAMES = {
     "eagle": "EAGLE-2",
     "oracle": "Oracle",
 }
-
 
 TIMING_NOTE = (
     "**How it is timed.** The methods run **one after another, each alone** on this machine (after a short "
@@ -369,23 +369,45 @@ def _plots(ui: SimpleNamespace) -> None:
 
 
 def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
-    """Run race streams panel updates while the methods run, then the table, plots and downloads."""
+    """Run race streams panel updates while the methods run, then the table, plots and downloads; Stop
+    ends it; the summary's phone form follows the summary."""
     stop_state = gr.State(StopSignal())
     # stateful methods' learners (OSD's draft copies), per visitor and pair; filled only where the models
     # run (on ZeroGPU a worker, so here it stays empty: see run_race)
     sessions_state = ctx.state({})
-    panels = ui.panels
-    runner = ctx.gpu(method_runner(ctx.load_pair), duration=method_seconds)  # one method's run, where the GPU is
+    inputs = [
+        ctx.pair,
+        ui.prompt,
+        ui.methods,
+        ui.method_options,
+        ui.max_new,
+        ui.temperature,
+        ui.top_p,
+        ui.seed,
+        stop_state,
+        sessions_state,
+    ]
+    ui.run_btn.click(
+        _race_handler(ctx, ui, sessions_state),
+        inputs,
+        [*board_outputs(ctx, ui), sessions_state],
+        api_name="race",
+        **ctx.models_queue(),  # the race takes turns per method
+        show_progress_on=[ui.status],
+    )
+    ui.stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
+    ui.table.change(
+        summary_pivot, ui.table, ui.phone_table, queue=False, show_progress="hidden", api_visibility="private"
+    )
 
-    def panel_updates(race: Race, drawn: dict[str, tuple]) -> dict:
-        """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
-        baseline, out = race.baseline_tokens_per_s(), {}
-        for run in race.runs:
-            key = (run.status, len(run.records), run.message, baseline is not None, tuple(run.flags))
-            if drawn.get(run.name) != key:
-                drawn[run.name] = key
-                out[panels[run.name]] = panel_html(run, baseline, race.max_new_tokens, race.pair)
-        return out
+
+def stop_race(stop: StopSignal) -> None:
+    stop.event.set()
+
+
+def _race_handler(ctx: Any, ui: SimpleNamespace, sessions_state: Any) -> Any:
+    """The Run race event: the widgets checked into settings, then the race streamed onto the board."""
+    runner = ctx.gpu(method_runner(ctx.load_pair), duration=method_seconds)  # one method's run, where the GPU is
 
     def race(
         pair_name,
@@ -416,62 +438,58 @@ def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
         visitor = getattr(request, "session_hash", None)
         try:
             with stopped_on_leave(visitor, stop.event):  # a closed tab stops the race
-                yield from stream_race(pair, settings, sessions, stop, head)
+                races = run_race(pair, settings, sessions, stop.event, ctx.limits, runner=runner, forks=ctx.forks)
+                race = yield from stream_board(ui, ctx.race, races, head)
+                # returned: the state's time-to-live restarts
+                yield from finished_board(ctx, ui, race, finished_status(race, stop, head), {sessions_state: sessions})
         except gr.Error:  # already said on the page
             raise
         except Exception as e:
             raise user_error(e) from e
 
-    def stream_race(pair, settings, sessions, stop, head):
-        race, drawn, first = None, {}, True
-        for race in run_race(pair, settings, sessions, stop.event, ctx.limits, runner=runner, forks=ctx.forks):
-            update = {ui.status: f"{head}{race_status_line(race)}", ctx.race: race, **panel_updates(race, drawn)}
-            if first:  # show this race's panels, hide the others
-                first = False
-                chosen = {r.name for r in race.runs}
-                update.update({ui.placeholder: gr.update(visible=False), ui.track: ""})
-                for name, panel in panels.items():
-                    update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
-            yield update
-        stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
-        failures = [r.label for r in race.runs if r.status == "error"]
-        failed = f" {FAILED_NOTE}: {', '.join(failures)}." if failures else ""
-        status = (
-            f"{head}Race finished{winner_words(race)}.{stopped}{failed} "
-            "Press **Replay race** to watch the runs on one clock."
-        )
-        yield from finished_board(
-            ctx, ui, race, status, {sessions_state: sessions}
-        )  # returned: the state's time-to-live restarts
+    return race
 
-    inputs = [
-        ctx.pair,
-        ui.prompt,
-        ui.methods,
-        ui.method_options,
-        ui.max_new,
-        ui.temperature,
-        ui.top_p,
-        ui.seed,
-        stop_state,
-        sessions_state,
-    ]
-    outputs = [*board_outputs(ctx, ui), sessions_state]
-    ui.run_btn.click(
-        race,
-        inputs,
-        outputs,
-        api_name="race",
-        **ctx.models_queue(),  # the race takes turns per method
-        show_progress_on=[ui.status],
-    )
 
-    def stop_race(stop: StopSignal) -> None:
-        stop.event.set()
+def stream_board(
+    ui: SimpleNamespace, race_state: Any, races: Iterable[Race], head: str
+) -> Generator[dict[Any, Any], None, Race]:
+    """The board's updates while `races` (run_race's snapshots) runs: the status line and the panels that
+    changed; the first shows this race's panels and hides the others. Returns the last snapshot."""
+    race: Race | None = None
+    drawn: dict[str, tuple] = {}
+    first = True
+    for race in races:
+        update = {ui.status: f"{head}{race_status_line(race)}", race_state: race, **panel_updates(ui, race, drawn)}
+        if first:  # show this race's panels, hide the others
+            first = False
+            chosen = {r.name for r in race.runs}
+            update.update({ui.placeholder: gr.update(visible=False), ui.track: ""})
+            for name, panel in ui.panels.items():
+                update[panel] = gr.update(value=update.get(panel), visible=name in chosen)
+        yield update
+    assert race is not None, "run_race yields the race once before its first method runs"
+    return race
 
-    ui.stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
-    ui.table.change(
-        summary_pivot, ui.table, ui.phone_table, queue=False, show_progress="hidden", api_visibility="private"
+
+def panel_updates(ui: SimpleNamespace, race: Race, drawn: dict[str, tuple]) -> dict:
+    """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
+    baseline, out = race.baseline_tokens_per_s(), {}
+    for run in race.runs:
+        key = (run.status, len(run.records), run.message, baseline is not None, tuple(run.flags))
+        if drawn.get(run.name) != key:
+            drawn[run.name] = key
+            out[ui.panels[run.name]] = panel_html(run, baseline, race.max_new_tokens, race.pair)
+    return out
+
+
+def finished_status(race: Race, stop: StopSignal, head: str) -> str:
+    """The status line of a finished race: who won, whether Stop ended it, which methods failed."""
+    stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
+    failures = [r.label for r in race.runs if r.status == "error"]
+    failed = f" {FAILED_NOTE}: {', '.join(failures)}." if failures else ""
+    return (
+        f"{head}Race finished{winner_words(race)}.{stopped}{failed} "
+        "Press **Replay race** to watch the runs on one clock."
     )
 
 
