@@ -30,6 +30,18 @@ def test_eagle_is_registered_as_a_tree_method_off_by_default():
     assert "eagle" not in default_race()
 
 
+def test_the_app_bounds_the_depth_as_a_speculation_length():
+    """Each level is a pass of the head: a visitor may set at most the app's γ limit, the library more."""
+    from specviz.serving.limits import AppLimits
+    from specviz.ui.racing import app_options
+
+    most = AppLimits().speculation_length
+    assert app_options("eagle", {"depth": most}) == {"depth": most}
+    with pytest.raises(SpecvizError, match="depth"):
+        app_options("eagle", {"depth": most + 1})
+    assert eagle_method.EagleOptions(depth=most + 1).depth == most + 1
+
+
 def output(pair, prompt, **kw):
     return specviz.generate("eagle", pair, prompt, **kw)
 

@@ -50,7 +50,8 @@ HEADS = ASSETS / "eagle"  # shipped heads, each tagged with its target's fingerp
 class EagleOptions:
     tree_nodes: int = count(16, limit="tree_nodes")  # N: nodes the target verifies per pass (the rerank's budget)
     tree_width: int = count(4)  # k (EAGLE-2's top-k): children per expanded node, and nodes expanded per level
-    depth: int = count(5)  # most levels drafted (head passes per iteration, after the first)
+    depth: int = count(5, limit="speculation_length")  # most levels drafted: tokens drafted ahead (head passes per
+    # iteration, after the first)
     head: str = "auto"  # "auto": the shipped head trained for this target, else "untrained" (the target's top
     # layer, not trained); or a .safetensors path
 
@@ -61,8 +62,8 @@ class EagleOptions:
 SPEC: dict[str, Any] = {  # the registry entry: register("eagle", **SPEC)
     "label": "EAGLE-2 (feature head)",
     "description": (
-        "A one-layer head drafts a tree from the target's own last hidden states, which predict the next token"
-        " far better than tokens alone; the tree grows where the head is confident and is verified in one pass."
+        "A one-layer head drafts from the target's own last hidden states, not from tokens: they already hold much of"
+        " what the target will say next; the tree grows where the head is confident and is verified in one pass."
     ),
     "paper": "Li et al. 2024 (EAGLE; EAGLE-2: dynamic draft trees)",
     "options": EagleOptions,
