@@ -499,6 +499,23 @@ def enclosing_tab() -> Any:
 
 
 def build_tab(ctx: Any) -> None:
+    """The Theory tab: the what-if, the roofline, the published figures and the last race through its formulas."""
+    follow_the_race(ctx, [whatif_section(ctx), roofline_section(ctx)])
+    published_section()
+    last_race_section(ctx)
+
+
+@dataclass
+class RaceView:
+    """A part of the tab drawn from the last race: `draw(*inputs)` -> the value of `outputs` (a tuple for several)."""
+
+    inputs: list[Any]  # ctx.race last
+    outputs: list[Any]
+    draw: Callable[..., Any]
+
+
+def whatif_section(ctx: Any) -> RaceView:
+    """α, γ and S sliders; the speedup curves with the pair's c and verify cost (the last race's, once one ran)."""
     import gradio as gr
 
     gr.Markdown(
@@ -519,16 +536,12 @@ def build_tab(ctx: Any) -> None:
     whatif = [alpha, gamma, size, ctx.race]
     for w in (alpha, gamma, size):
         w.change(explorer, whatif, [curves, tree, numbers], show_progress="hidden")
+    return RaceView(whatif, [curves, tree, numbers], explorer)
 
-    def after_race(a, g, s, race):
-        return explorer(a, g, s, race) if race_finished(race) else (gr.skip(), gr.skip(), gr.skip())
 
-    # a race updates ctx.race in place (gradio sees no change), so the what-if is redrawn when the tab is opened;
-    # a new race object (a saved race loaded) redraws it at once
-    ctx.race.change(after_race, whatif, [curves, tree, numbers], show_progress="hidden", api_visibility="private")
-    tab = enclosing_tab()
-    if tab is not None:
-        tab.select(after_race, whatif, [curves, tree, numbers], show_progress="hidden", api_visibility="private")
+def roofline_section(ctx: Any) -> RaceView:
+    """The roofline: hardware, model, engine, batch sizes and context; its note explains the last race."""
+    import gradio as gr
 
     gr.Markdown("### Roofline: what one forward pass costs, and how many drafted tokens ride along for free")
     # the default pair's target is a preset shape: start there (no model load), on this machine;
@@ -567,14 +580,16 @@ def build_tab(ctx: Any) -> None:
     for widget in (hardware, model, batch, context, engine):
         widget.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
 
-    def roofline_after_race(*inputs):
-        """The roofline's text again once a race has finished: its note explains the last race."""
-        return on_roofline(*inputs)[1] if race_finished(inputs[-1]) else gr.skip()
+    def note(*inputs):
+        """The roofline's text again: its note explains the last race (the plot does not change with it)."""
+        return on_roofline(*inputs)[1]
 
-    # as for the what-if: a race changes ctx.race in place, so the note follows when the tab is opened
-    ctx.race.change(roofline_after_race, roof_inputs, roof_table, show_progress="hidden", api_visibility="private")
-    if tab is not None:
-        tab.select(roofline_after_race, roof_inputs, roof_table, show_progress="hidden", api_visibility="private")
+    return RaceView(roof_inputs, [roof_table], note)
+
+
+def published_section() -> None:
+    """Spec-Bench's published GPU speedups beside the cost model's, on a button."""
+    import gradio as gr
 
     gr.Markdown("### Published GPU speedups vs the cost model (Spec-Bench, Vicuna, fp16, batch 1)")
     show = gr.Button("Compare with the published figures")
@@ -582,11 +597,37 @@ def build_tab(ctx: Any) -> None:
     published_text = gr.Markdown()
     show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
+
+def last_race_section(ctx: Any) -> None:
+    """The last race's methods through their formulas: predicted vs measured speedup."""
+    import gradio as gr
+
     gr.Markdown(
         "### The last race through its methods' formulas: measured α, speculation length, c and verify cost → "
         "predicted speedup"
     )
     explain = gr.Button("Explain the last race")
-    race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False)
+    race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False, elem_id="sv-theory-race-plot")
     race_table = gr.Markdown(elem_id="sv-theory-race")
     explain.click(race_view, [ctx.race], [race_plot, race_table])
+
+
+def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
+    """Redraw the views of the last race once it has finished: when the tab is opened, and when a new race object
+    arrives (a saved race loaded). A race updates ctx.race in place (gradio sees no change when it finishes), so
+    a race that finishes while this tab is open is drawn when the tab is next opened."""
+    import gradio as gr
+
+    for view in views:
+
+        def redraw(*values, view=view):
+            if race_finished(values[-1]):
+                return view.draw(*values)
+            return gr.skip() if len(view.outputs) == 1 else tuple(gr.skip() for _ in view.outputs)
+
+        events = [ctx.race.change]
+        tab = enclosing_tab()
+        if tab is not None:
+            events.append(tab.select)
+        for event in events:
+            event(redraw, view.inputs, view.outputs, show_progress="hidden", api_visibility="private")
