@@ -215,47 +215,17 @@ def run_race(
     models: here, or in a ZeroGPU worker (`forks`), where it ends with the run and the panel says so.
     Raises SpecvizError before anything runs when the input is bad.
     """
-    import specviz
     from specviz.methods import all_methods, get_method
-    from specviz.runner import check_run
 
     settings.check(limits)
     chosen = {get_method(m).name for m in settings.methods}  # an unknown name fails here
     specs = [s for s in all_methods() if s.name in chosen]  # in registry order
-    prompt_ids = specviz.encode_prompt(pair, settings.prompt)
-    if len(prompt_ids) > limits.prompt_tokens:
-        raise SpecvizError(
-            f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it"
-        )
-    if len(prompt_ids) + settings.max_new_tokens > pair.max_context:
-        raise SpecvizError(
-            f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "
-            f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
-        )
+    prompt_ids = _prompt_ids(pair, settings, limits)
     runner = runner or method_runner(lambda name: pair)
     race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, settings.sampling(), [])
-    runnable, lossy = set(), set()  # methods that run; those lossless against another model than the target
+    # methods that run; those lossless against another model than the target
+    runnable, lossy = _enter_runs(race, specs, pair, settings, prompt_ids, sessions, limits, forks)
     greedy = settings.sampling()["temperature"] == 0
-    for spec in specs:
-        run = MethodRun(spec.name, spec.label, spec.paper)
-        race.runs.append(run)
-        reason = skip_reason(spec, pair, settings)
-        if reason:
-            run.status, run.message = "skipped", reason
-            continue
-        run.options = settings.method_options(spec.name, limits)
-        check_run(
-            spec.name, pair, prompt_ids, **settings.sampling(), **run.options
-        )  # a bad option fails now, not in its turn
-        against = spec.lossless_note(pair, run.options)
-        lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
-        if against:
-            lossy.add(spec.name)
-        restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
-        run.note = " ".join(
-            filter(None, [lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts])
-        )
-        runnable.add(spec.name)
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
     reference = None  # greedy: the target alone's tokens, which every lossless method must repeat
@@ -296,6 +266,63 @@ def run_race(
         finally:
             turns.leave(ticket)
         yield race
+
+
+def _prompt_ids(pair: Any, settings: RaceSettings, limits: AppLimits) -> list[int]:
+    """The prompt's tokens; a prompt over the app's limit, or too long for the model's context with the tokens
+    asked for, is refused."""
+    import specviz
+
+    prompt_ids = specviz.encode_prompt(pair, settings.prompt)
+    if len(prompt_ids) > limits.prompt_tokens:
+        raise SpecvizError(
+            f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it"
+        )
+    if len(prompt_ids) + settings.max_new_tokens > pair.max_context:
+        raise SpecvizError(
+            f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "
+            f"model's context of {pair.max_context} tokens: shorten the prompt or ask for fewer tokens"
+        )
+    return prompt_ids
+
+
+def _enter_runs(
+    race: Race,
+    specs: list[Any],
+    pair: Any,
+    settings: RaceSettings,
+    prompt_ids: list[int],
+    sessions: dict,
+    limits: AppLimits,
+    forks: bool,
+) -> tuple[set[str], set[str]]:
+    """A panel in `race` for each method: skipped with the reason, or its options checked now (a bad option
+    fails before anything runs, not in its turn) and its notes written. Returns (runnable, lossy): the
+    methods that run, and those lossless against another model than the target."""
+    from specviz.runner import check_run
+
+    runnable, lossy = set(), set()
+    for spec in specs:
+        run = MethodRun(spec.name, spec.label, spec.paper)
+        race.runs.append(run)
+        reason = skip_reason(spec, pair, settings)
+        if reason:
+            run.status, run.message = "skipped", reason
+            continue
+        run.options = settings.method_options(spec.name, limits)
+        check_run(
+            spec.name, pair, prompt_ids, **settings.sampling(), **run.options
+        )  # a bad option fails now, not in its turn
+        against = spec.lossless_note(pair, run.options)
+        lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
+        if against:
+            lossy.add(spec.name)
+        restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
+        run.note = " ".join(
+            filter(None, [lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts])
+        )
+        runnable.add(spec.name)
+    return runnable, lossy
 
 
 def _run_method(
