@@ -42,6 +42,19 @@ def test_a_cell_of_a_column_with_a_shipped_race_says_where_to_watch_it(races):
     assert WATCH_HINT in heat.hovertext[vanilla][humaneval] and WATCH_HINT not in heat.hovertext[vanilla][gsm8k]
 
 
+def test_only_a_method_the_shipped_race_holds_is_offered_its_race(races):
+    """The tiny race holds the target alone, vanilla and prompt lookup: DISCO's HumanEval cell leads to no
+    DISCO panel, so it offers nothing."""
+    from specviz.plots.leaderboard import WATCH_HINT
+    from specviz.ui.leaderboard import leaderboard_view, machines
+
+    heat = leaderboard_view(SUITES_BENCHMARK, "speedup", machines()[0])[0].data[0]
+    humaneval = list(heat.x).index("HumanEval")
+    disco = list(heat.y).index("DISCO")
+    assert "not measured" not in heat.hovertext[disco][humaneval]
+    assert WATCH_HINT not in heat.hovertext[disco][humaneval]
+
+
 def test_the_watch_row_names_the_methods_a_race_holds_and_those_it_lacks(races):
     """A column's race holds the methods it was recorded with, not every row of the leaderboard: the offer
     says which (Speculative Streaming's cells lead to a race with no Streaming panel)."""

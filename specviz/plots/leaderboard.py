@@ -25,12 +25,12 @@ def leaderboard_figure(
     title: str,
     headers: Mapping[str, str] | None = None,
     rank_by: str = "all",
-    watchable: Collection[str] = (),
+    watchable: Mapping[str, Collection[str]] | None = None,
 ) -> go.Figure:
     """Rows: methods, best first on the `rank_by` column (one every method has); columns in `columns`
     order, headed by `headers` (the column itself where absent). Colour: the metric, white at its
-    no-gain value (vermillion loses to the target alone, blue wins). A cell of a `watchable` column
-    says where to watch the race shipped for it."""
+    no-gain value (vermillion loses to the target alone, blue wins). A cell whose method is in the race
+    shipped for its column (`watchable`: column -> the methods that race holds) says where to watch it."""
     axis, fmt, neutral = METRICS[metric]
     if table.empty:
         return empty(title, "No shipped run measured this benchmark.")
@@ -61,7 +61,7 @@ def leaderboard_figure(
                 f"speedup {cell['speedup']:.2f}× (per prompt, 25th–75th percentile "
                 f"{cell['p25']:.2f}–{cell['p75']:.2f})<br>tokens per target pass {cell['tokens_per_pass']:.2f}<br>"
                 f"{int(cell['prompts'])} prompts · run: {cell['name']}"
-                + (f"<br>{WATCH_HINT}" if column in watchable else "")
+                + (f"<br>{WATCH_HINT}" if method in (watchable or {}).get(column, ()) else "")
             )
     values = [v for row in z for v in row if v is not None]
     low, high = min(*values, neutral - 0.1), max(*values, neutral + 0.1)

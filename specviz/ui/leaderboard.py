@@ -88,7 +88,7 @@ def leaderboard_view(benchmark: str, metric: str, machine: str) -> tuple[Any, pd
     labels, (columns, rank_by, headers) = _labels(), _columns(table)
     title = f"{benchmark}, measured on {machine}"
     return (
-        leaderboard_figure(table, metric, columns, labels, title, headers, rank_by, watchable(benchmark)),
+        leaderboard_figure(table, metric, columns, labels, title, headers, rank_by, watch_methods(benchmark)),
         _table(table, labels, rank_by, headers[rank_by]),
         _sources(table, machine, labels),
     )
@@ -163,6 +163,11 @@ def watchable(benchmark: str) -> list[str]:
     rows = leaderboard_rows()
     columns = dict.fromkeys(rows[rows["benchmark"] == benchmark]["column"])
     return [c for c in columns if shipped_race(benchmark, c) is not None]
+
+
+def watch_methods(benchmark: str) -> dict[str, tuple[str, ...]]:
+    """Each watchable column of the benchmark -> the methods its shipped race holds."""
+    return {c: race_methods(path) for c in watchable(benchmark) if (path := shipped_race(benchmark, c)) is not None}
 
 
 def watch_info(benchmark: str) -> str:
