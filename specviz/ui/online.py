@@ -311,24 +311,9 @@ def _serve_handler(ctx: Any, limits: AppLimits) -> Callable[..., Iterator[tuple[
     """Serve's handler: checks the widgets' values, serves the stream in a model call and redraws the
     summary and the figures after every request."""
 
-    def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict, key: str):
-        """The model call (plain data in and out): each request's new rows and the learner's stats. The
-        live pair and learner go into `kept`: the caller's own dict, or on ZeroGPU the worker's copy.
-        Ends early once the stop `key` is requested."""
-        from specviz.ui.gpu import StopKey
-
-        sent = 0
-        stop = StopKey(key)
-        for st in serve_stream(
-            pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, ctx.load_pair, stop=stop
-        ):
-            kept.update(pair=st["pair"], learner=st["learner"])
-            yield {"new_rows": st["rows"][sent:], "requests": st["requests"], "stats": st["stats"]}
-            sent = len(st["rows"])
-
     # OSD and the target serve each request, and an update every i requests trains the draft (~50 tokens' time)
     served = ctx.run_models(
-        plain_stream,
+        _stream_call(ctx),
         seconds=lambda pair_name, suites_, n, shift, mix, dist, mnt, g, i, *rest: gpu_seconds(
             2 * int(n) * int(mnt) + 50 * (int(n) // max(1, int(i)))
         ),
@@ -385,6 +370,27 @@ def _serve_handler(ctx: Any, limits: AppLimits) -> Callable[..., Iterator[tuple[
             forget_stop(key)
 
     return on_serve
+
+
+def _stream_call(ctx: Any) -> Callable[..., Iterator[dict[str, Any]]]:
+    """The stream's model call, on the tab's pair loader."""
+
+    def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict, key: str):
+        """The model call (plain data in and out): each request's new rows and the learner's stats. The
+        live pair and learner go into `kept`: the caller's own dict, or on ZeroGPU the worker's copy.
+        Ends early once the stop `key` is requested."""
+        from specviz.ui.gpu import StopKey
+
+        sent = 0
+        stop = StopKey(key)
+        for st in serve_stream(
+            pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, ctx.load_pair, stop=stop
+        ):
+            kept.update(pair=st["pair"], learner=st["learner"])
+            yield {"new_rows": st["rows"][sent:], "requests": st["requests"], "stats": st["stats"]}
+            sent = len(st["rows"])
+
+    return plain_stream
 
 
 def _analyse_handler(ctx: Any) -> Callable[[Any, Any], tuple[Any, str]]:
