@@ -245,3 +245,33 @@ def test_a_race_of_every_method_keeps_its_summary_on_a_phones_screen(phone):
     status = phone.locator("#sv-race-status").inner_text()
     failed = status.split(FAILED_NOTE + ": ")[1].split(".")[0].split(", ") if FAILED_NOTE in status else []
     summary_fits(phone, [label for label in ticked if label not in failed])
+
+
+def test_the_step_throughs_distributions_read_on_a_phone(phone):
+    """Issue 38 item 9: on a phone the distributions' title ran off the plot and its five panels a row were
+    ~45 px each, their token labels on each other. The title fits the screen; the panels keep a desktop's
+    width and the plot scrolls sideways, as the animated iteration does."""
+    phone.wait_for_selector("#sv-race-status:has-text('Race finished')")  # the race of the test above
+    step = phone.locator("#sv-step")
+    step.locator("button:has-text('Step through one iteration')").click()
+    phone.locator("#sv-step-method input").click()
+    phone.get_by_role("option", name="Vanilla SD").click()
+    phone.wait_for_function(
+        "() => { const e = document.querySelector('#sv-step-plot .js-plotly-plot'); return e && e.data.length > 1; }"
+    )
+    plot = phone.locator("#sv-step-plot .js-plotly-plot")
+    plot.scroll_into_view_if_needed()
+    title = phone.locator("#sv-step-plot .gtitle").bounding_box()
+    assert title and title["x"] >= 0 and title["x"] + title["width"] <= PHONE["width"], title
+    panels = """e => Object.keys(e._fullLayout).filter(k => /^xaxis\\d*$/.test(k)).map(k => e._fullLayout[k]._length)"""
+    for _ in range(12):  # an iteration with three panels or more (drafts tested, and the target's own token)
+        if len(plot.evaluate(panels)) >= 3:
+            break
+        shown = phone.locator("#sv-step-view").inner_text()
+        phone.click("#sv-step-next")
+        phone.wait_for_function("s => document.querySelector('#sv-step-view').innerText !== s", arg=shown)
+        phone.wait_for_timeout(500)  # the plot follows the explanation
+    widths = plot.evaluate(panels)
+    assert len(widths) >= 3 and min(widths) >= 100, widths  # each panel's plot area, in pixels
+    assert phone.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]  # the page stays put
+    phone.locator("#sv-step-plot").screenshot(path=str(ARTIFACTS / "step_distributions_390.png"))

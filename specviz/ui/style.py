@@ -160,6 +160,12 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     #sv-disco-table .cell-menu-button { display: none !important; }
     /* The animated iteration's lanes, cells and captions need a desktop's width: the phone scrolls it sideways. */
     #sv-step-anim { overflow-x: auto; } #sv-step-anim .js-plotly-plot { min-width: 900px; }
+    /* So do the distributions' rows of three to five panels (at 340 px five were ~45 px each, their token
+       labels on each other): ~180 px a panel. Their title is in lines that fit 340 px (specviz.plots.step). */
+    #sv-step-plot { overflow-x: auto; }
+    #sv-step-plot:has(.subplot.x3y3) .js-plotly-plot { min-width: 580px; }
+    #sv-step-plot:has(.subplot.x4y4) .js-plotly-plot { min-width: 740px; }
+    #sv-step-plot:has(.subplot.x5y5) .js-plotly-plot { min-width: 900px; }
 }
 """
 
