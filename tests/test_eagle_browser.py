@@ -35,9 +35,9 @@ def test_eagle_is_offered_unticked_and_races_to_the_targets_text(page):
     assert box.count() == 1 and not box.locator("input").is_checked()  # the default race stays as it was
     set_race(page, "def fibonacci(n):", RACE, 20)
     page.click("#sv-method-options")  # the accordion: eagle's sliders and what its head is
-    note = page.locator("#sv-method-options .prose.sv-option-fixed", has_text='head = "auto"')
+    note = page.locator("#sv-method-options .prose.sv-option-fixed", has_text='head: "auto"')
     note.wait_for(state="visible")
-    assert '= "auto" in the app' in note.inner_text() and "--option eagle.head=VALUE" in note.inner_text()
+    assert 'head: "auto" in the app' in note.inner_text() and "--option eagle.head=VALUE" in note.inner_text()
     page.click("#sv-run")
     page.wait_for_selector("#sv-race-status:has-text('Race finished')")
     panel = page.locator("#sv-board .sv-panel[data-method=eagle]")

@@ -71,6 +71,6 @@ def test_a_text_option_is_said_in_the_app_with_its_value_and_flag():
     from specviz.ui.options import fixed_options_note
 
     note = fixed_options_note(get_method("eagle"))
-    assert note.startswith('- `head` = "auto" in the app: "auto": the shipped head trained for this target')
+    assert note.startswith('- `head`: "auto" in the app ("auto": the shipped head trained for this target')
     assert "`python -m specviz.bench --option eagle.head=VALUE`" in note
     assert fixed_options_note(get_method("vanilla")) == ""

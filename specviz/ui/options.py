@@ -44,8 +44,8 @@ def fixed_options_note(spec: Any) -> str:
     with and its help, and the bench flag that sets another; "" for a method without any."""
     fixed = [f for f in option_fields(spec.options, text=True) if f.kind == "text"]
     return "\n".join(
-        f"- `{f.name}` = {json.dumps(f.default)} in the app: {f.help}. Other values from the command line only: "
-        f"`python -m specviz.bench --option {spec.name}.{f.name}=VALUE`."
+        f"- `{f.name}`: {json.dumps(f.default)} in the app ({f.help}); other values from the command line only: "
+        f"`python -m specviz.bench --option {spec.name}.{f.name}=VALUE`"
         for f in fixed
     )
 
