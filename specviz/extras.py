@@ -111,6 +111,26 @@ class TreeExtra(Extra):
 
 
 @dataclass(frozen=True)
+class StreamingPassExtra(Extra):
+    """The shape of Speculative Streaming's one target pass (`methods.streaming`, fused layout; the
+    two-pass build leaves it unset): what the pass figure draws, so a saved run needs no model to draw it.
+    The pass's rows: m committed-token rows and the tree's nodes through all N layers, then in the top
+    N_s layers γ stream rows for each candidate node (the last committed token and each tree node)."""
+
+    layers: int  # N: the target's decoder layers (every main row runs through all of them)
+    stream_layers: int  # N_s: the top layers where the stream rows run (multi-stream attention)
+    gamma: int  # γ: stream rows each candidate node carried in this pass (the streams in use; 0: none ran)
+    committed_rows: int  # m: main rows of committed tokens not yet cached (the prompt in the first pass)
+
+    def check(self, record: Any) -> str | None:
+        if not 1 <= self.stream_layers <= self.layers:
+            return "extra 'stream_layers' must be from 1 to 'layers'"
+        if self.committed_rows < 1:
+            return "extra 'committed_rows' must be at least 1"
+        return None
+
+
+@dataclass(frozen=True)
 class Phase:
     """One round of a PEARL record: what ran, when, and whether the two models ran at once."""
 
@@ -195,6 +215,7 @@ class ConfidenceExtra(Extra):
 FAMILIES: tuple[type[Extra], ...] = (
     CommitExtra,
     TreeExtra,
+    StreamingPassExtra,
     PearlExtra,
     OnlineExtra,
     NgramExtra,

@@ -157,3 +157,28 @@ def test_from_dict_checks_that_accepted_path_walks_down_the_tree_from_its_root(p
     else:
         with pytest.raises(SpecvizError, match="'accepted_path' must be a path of the tree"):
             IterationRecord.from_dict(record, BOUNDS)
+
+
+PASS = {"layers": 4, "stream_layers": 2, "gamma": 3, "committed_rows": 1}  # a fused streaming pass's shape
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ({}, None),
+        ({"stream_layers": 5}, "'stream_layers' must be from 1 to 'layers'"),
+        ({"committed_rows": 0}, "'committed_rows' must be at least 1"),
+        ({"gamma": -1}, "extra 'gamma' must be a whole number"),
+        ({"layers": None}, "extra 'layers' is missing"),
+    ],
+)
+def test_a_streaming_pass_shape_round_trips_and_is_checked(shape, message):
+    pass_ = {k: v for k, v in {**PASS, **shape}.items() if v is not None}
+    record = {**GOOD, "extra": {**GOOD["extra"], **pass_}}
+    if message is None:
+        r = IterationRecord.from_dict(record, BOUNDS)
+        assert r.extras(extras.StreamingPassExtra) == extras.StreamingPassExtra(4, 2, 3, 1)
+        assert IterationRecord.from_dict(json.loads(json.dumps(asdict(r))), BOUNDS) == r
+    else:
+        with pytest.raises(SpecvizError, match=message):
+            IterationRecord.from_dict(record, BOUNDS)

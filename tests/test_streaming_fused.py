@@ -31,15 +31,18 @@ def two_pass_streams(lm: StreamingLM, path: list[int]) -> tuple[torch.Tensor, to
     return logits, lm.stream_logits(node, len(cache) - 1, cache.layer_kv)
 
 
-def fused(lm: StreamingLM, tree: list[int] = TREE) -> tuple[CachedLM, torch.Tensor, torch.Tensor]:
-    """The fused pass over PREFIX and `tree` (shaped as PARENTS): the cache, tree logits and every row's streams."""
+def fused(
+    lm: StreamingLM, tree: list[int] = TREE, gamma: int | None = None
+) -> tuple[CachedLM, torch.Tensor, torch.Tensor]:
+    """The fused pass over PREFIX and `tree` (shaped as PARENTS) with `gamma` streams (None: the adapter's):
+    the cache, tree logits and every row's streams."""
     cache = CachedLM(lm.tuned)
     cache.forward(PREFIX[:-1])
     logits, streams = cache.forward_tree_by(
         PREFIX[-1:],
         tree,
         PARENTS,
-        lambda ids, positions, mask, append: lm.fused_tree_pass(ids, positions, mask, append, 1 + len(tree)),
+        lambda ids, positions, mask, append: lm.fused_tree_pass(ids, positions, mask, append, 1 + len(tree), gamma),
     )
     return cache, logits, streams
 
@@ -195,3 +198,50 @@ def test_a_target_spread_over_devices_is_a_clear_error(random_pair, monkeypatch)
     monkeypatch.setattr(lm.tuned, "hf_device_map", {"model.layers.0": 0, "model.layers.1": 1}, raising=False)
     with pytest.raises(specviz.SpecvizError, match="spread over several"):
         specviz.generate("streaming", random_pair, PREFIX, max_new_tokens=4, adapter="untrained")
+
+
+def test_fewer_streams_are_the_first_streams_of_all():
+    """A pass of gamma streams computes the adapter's first gamma streams, unchanged (stream j sees
+    streams 1..j only), and the same main stream."""
+    lm = tuned_lm()
+    _, logits, streams = fused(lm)
+    for gamma in (0, 1, lm.cfg.gamma - 1):
+        _, got_logits, got = fused(lm, gamma=gamma)
+        assert got.shape == (1 + len(TREE), gamma, lm.tuned.config.hidden_size)
+        torch.testing.assert_close(got_logits, logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got, streams[:, :gamma], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="0 to 3 streams"):
+        lm.fused_tree_pass(
+            torch.tensor([[1]]), torch.tensor([0]), torch.zeros(1, 1, 1, 1), lambda i, k, v: (k, v), 1, 4
+        )
+
+
+def test_a_pass_runs_the_streams_in_use_and_none_the_next_tree_cannot_use(tmp_path, random_pair, monkeypatch):
+    """With an adapter of gamma 3 and speculation_length 2, each pass runs 2 stream rows per candidate
+    node (the last committed token and each tree node), not 3; near the end of the budget only those
+    the next tree can still use (none in the last pass); the output is still the tuned model's."""
+    path = tmp_path / "tiny.safetensors"
+    lm = tuned_lm()
+    assert lm.cfg.gamma == 3
+    lm.save_adapter(path)
+    seen: list[tuple[int, int]] = []  # (candidate nodes, stream rows) of each pass
+    fused_pass = StreamingLM.fused_tree_pass
+
+    def counted(self, ids, positions, mask, append, rows, gamma=None):
+        logits, streams = fused_pass(self, ids, positions, mask, append, rows, gamma)
+        seen.append((rows, streams.shape[0] * streams.shape[1]))  # [rows, gamma, H]
+        return logits, streams
+
+    monkeypatch.setattr(StreamingLM, "fused_tree_pass", counted)
+    kw = {"max_new_tokens": 30, "adapter": str(path), "tree_width": 2, "tree_nodes": 6}
+    run = specviz.generate("streaming", random_pair, PREFIX, speculation_length=2, **kw)
+    prompt = run.records[0].position
+    assert len(seen) == len(run.records)
+    for r, (nodes, stream_rows) in zip(run.records, seen, strict=True):
+        assert nodes == 1 + r.speculation_length
+        remaining = 30 - (r.position - prompt)  # output budget left before this pass
+        assert stream_rows == nodes * min(2, max(0, remaining - 2))
+    assert seen[0][1] == 2 and seen[-1][1] == 0  # γ in use per node in the first pass, none in the last
+    assert sum(r.speculation_length for r in run.records) > 0
+    ar = specviz.generate("streaming", random_pair, PREFIX, speculation_length=0, **kw)
+    assert run.summary.output_ids == ar.summary.output_ids  # greedy parity with γ in use < the adapter's

@@ -130,3 +130,29 @@ def test_bad_adapter_is_a_clear_error(random_pair, tmp_path):
         output(random_pair, "x", max_new_tokens=2, adapter=str(tmp_path / "missing.safetensors"))
     with pytest.raises(SpecvizError, match="must be from 0 to 64"):
         output(random_pair, "x", max_new_tokens=2, speculation_length=-1)
+
+
+def test_fused_records_carry_the_shape_of_their_pass_and_two_pass_records_do_not(random_pair, adapter):
+    """N, N_s, γ in use and m are on each fused record (what the pass figure draws, with no model);
+    the two-pass build's records leave them unset."""
+    from specviz.extras import StreamingPassExtra
+
+    run = specviz.generate(
+        "streaming", random_pair, PROMPTS[1], max_new_tokens=20, adapter=adapter, speculation_length=2
+    )
+    prompt = len(PROMPTS[1])
+    for i, r in enumerate(run.records):
+        shape = r.extras(StreamingPassExtra)
+        assert shape is not None
+        assert (shape.layers, shape.stream_layers) == (random_pair.target.config.num_hidden_layers, 2)
+        assert shape.gamma == min(2, max(0, 20 - (r.position - prompt) - 2))  # γ in use, fewer at the end
+        before = run.records[i - 1] if i else None
+        # m: the whole prompt first (the cache starts empty), then the target's own token of the last iteration
+        assert shape.committed_rows == (prompt if before is None else len(before.emitted) - before.accepted)
+    assert (
+        run.records[0].extras(StreamingPassExtra).gamma == 2 and run.records[-1].extras(StreamingPassExtra).gamma == 0
+    )
+    alone = specviz.generate("streaming", random_pair, PROMPTS[1], max_new_tokens=4, speculation_length=0)
+    assert all(r.extras(StreamingPassExtra).gamma == 0 for r in alone.records)  # the tuned model alone: no streams
+    two = specviz.generate("streaming", random_pair, PROMPTS[1], max_new_tokens=8, adapter=adapter, passes="two-pass")
+    assert all(r.extras(StreamingPassExtra) is None and "gamma" not in r.extra for r in two.records)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from transformers import PreTrainedModel
 from specviz.cost.families import SELF_DRAFTING_TREE
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
-from specviz.extras import TreeExtra
+from specviz.extras import StreamingPassExtra, TreeExtra
 from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.options import check_fields, count
@@ -124,7 +124,7 @@ def _load(target: PreTrainedModel, adapter: str) -> msa.StreamingLM:
     family=SELF_DRAFTING_TREE,
     needs_draft=False,
     rank=40,
-    extras=(TreeExtra,),
+    extras=(TreeExtra, StreamingPassExtra),
     lossless_against=lambda pair, options: tuned_target(pair, options.get("adapter", "auto")),
 )
 def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord]:
@@ -144,13 +144,16 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
     vocab = frequent_vocab(len(output_embeddings(lm.tuned))) if opts.stream_vocab == "frequent" else None
     drafter = StreamDrafter(lm, gamma, opts.tree_width, vocab)
     while not dec.done:
-        yield tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify)
+        record = tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify)
+        assert drafter.shape is not None  # `verify` ran: every iteration is one pass
+        yield replace(record, extra={**record.extra, **drafter.shape.to_extra()})
 
 
 class StreamDrafter:
     """A TreeDrafter whose tree comes out of the verification pass itself: `verify` is the fused pass
     (every candidate node's streams ride along), `kept` keeps the accepted node's streams, `propose`
-    scores them with the streams' head."""
+    scores them with the streams' head. A pass runs the streams the next tree can use: the γ in use
+    (`gamma`, not the adapter's), fewer near the end of the output budget, none in the run's last pass."""
 
     hidden_layer = None  # `verify` hands `kept` the streams, not a layer's hidden states
 
@@ -162,6 +165,8 @@ class StreamDrafter:
             self.rows = lm.head_rows(vocab_ids)
             self.vocab_ids = vocab_ids.to(self.rows.device)
         self.streams: torch.Tensor | None = None  # [gamma, H]: the last accepted node's streams, once run
+        self.pass_gamma = gamma  # streams the next pass runs per node (`propose` bounds it by the budget)
+        self.shape: StreamingPassExtra | None = None  # the last pass's shape, for its record
 
     def verify(
         self, target: CachedLM, new_tokens: list[int], tree: TokenTree
@@ -169,14 +174,15 @@ class StreamDrafter:
         """The one target forward of an iteration: tree logits [1 + n, V] and every candidate node's
         streams [1 + n, gamma, H] (row 0: the last committed token's); no streams when none are used
         (speculation_length 0: the tuned model alone, as autoregressive decoding runs it)."""
+        gamma, rows = (self.pass_gamma if self.gamma else 0), 1 + len(tree)
+        self.shape = StreamingPassExtra(len(self.lm.layers), self.lm.cfg.stream_layers, gamma, len(new_tokens))
         if self.gamma == 0:
             return target.forward_tree(new_tokens, tree.tokens, tree.parents), None
-        rows = 1 + len(tree)
         return target.forward_tree_by(
             new_tokens,
             tree.tokens,
             tree.parents,
-            lambda ids, positions, mask, append: self.lm.fused_tree_pass(ids, positions, mask, append, rows),
+            lambda ids, positions, mask, append: self.lm.fused_tree_pass(ids, positions, mask, append, rows, gamma),
         )
 
     def stream_logits(self, context: TreeContext) -> torch.Tensor | None:
@@ -186,9 +192,13 @@ class StreamDrafter:
 
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
         depth = min(self.gamma, context.depth)
+        # this pass commits at least one token, so the next tree has at most depth - 1 levels: the
+        # streams past that are never read (all of them in the run's last pass)
+        self.pass_gamma = max(0, min(self.gamma, context.depth - 1))
         logits = self.stream_logits(context) if depth > 0 else None
         if logits is None:
             return TokenTree()
+        assert depth <= logits.shape[0]  # the last pass ran the streams this tree can use
         return stream_tree(logits[:depth].softmax(-1), self.width, budget, self.vocab_ids)
 
     def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:

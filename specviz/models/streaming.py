@@ -227,10 +227,11 @@ class StreamingLM(nn.Module):
         gate, up = _proj(mlp.gate_proj, y, streams_from), _proj(mlp.up_proj, y, streams_from)
         return x + _proj(mlp.down_proj, mlp.act_fn(gate) * up, streams_from)
 
-    def init_streams(self, h: torch.Tensor) -> torch.Tensor:
-        """s_j = f_eta(h) + P_j:  h [..., H] -> [..., gamma, H]."""
+    def init_streams(self, h: torch.Tensor, gamma: int | None = None) -> torch.Tensor:
+        """s_j = f_eta(h) + P_j:  h [..., H] -> [..., gamma, H], streams 1..gamma (default: all the adapter's).
+        Stream j sees streams 1..j only, so the first gamma streams are the same whatever follows them."""
         f = h + self.eta_up(self.eta_down(h))
-        return f.unsqueeze(-2) + self.stream_embed
+        return f.unsqueeze(-2) + self.stream_embed[: self.cfg.gamma if gamma is None else gamma]
 
     def _stream_layer(
         self,
@@ -304,28 +305,39 @@ class StreamingLM(nn.Module):
     # ----- decoding in one pass per iteration (section 3.2.2): verify a tree and run its nodes' streams -----
     @torch.inference_mode()
     def fused_tree_pass(
-        self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, append: KVAppend, rows: int
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        append: KVAppend,
+        rows: int,
+        gamma: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward pass that verifies one tree and speculates the next (Figure 1(b)).
 
-        ids [1, L], positions [L], mask [1, 1, L, past + L] (additive): a tree pass's inputs
-        (`CachedLM.forward_tree_by`); `append(layer, k, v)` caches the main stream's keys and values.
+                ids [1, L], positions [L], mask [1, 1, L, past + L] (additive): a tree pass's inputs
+                (`CachedLM.forward_tree_by`); `append(layer, k, v)` caches the main stream's keys and values.
         The main stream of every row is the tuned model's own computation: no stream reaches it. In
-        the top N_s layers each of the last `rows` rows (the last committed token, then the tree's
-        nodes) carries its gamma streams, batched with the main rows: stream j of the node at position
-        p sits at p + j and sees what the node's main row sees (the cached prefix, the node's path
-        from the root) and the node's own streams 1..j (eq. 2), never another node's rows; nothing of
-        the streams is cached. Returns the main stream's logits of those rows [rows, V] and their
-        streams' last hidden states [rows, gamma, H] (before the final norm; `stream_head` scores them).
+                the top N_s layers each of the last `rows` rows (the last committed token, then the tree's
+                nodes) carries its streams 1..gamma (the streams in use, at most the adapter's; 0: none, the
+                main rows alone), batched with the main rows: stream j of the node at position
+                p sits at p + j and sees what the node's main row sees (the cached prefix, the node's path
+                from the root) and the node's own streams 1..j (eq. 2), never another node's rows; nothing of
+                the streams is cached. Returns the main stream's logits of those rows [rows, V] and their
+                streams' last hidden states [rows, gamma, H] (before the final norm; `stream_head` scores them).
         """
-        gamma, L = self.cfg.gamma, ids.shape[1]
+        gamma = self.cfg.gamma if gamma is None else gamma
+        if not 0 <= gamma <= self.cfg.gamma:
+            raise ValueError(f"a fused pass runs 0 to {self.cfg.gamma} streams (the adapter's gamma), got {gamma}")
+        L = ids.shape[1]
         x = self._lm.model.embed_tokens(ids)  # [1, L, H]
+        H = x.shape[-1]
         rope = self._rotary(x, positions)
         for i, layer in enumerate(self.layers[: self.first_stream_layer]):
             q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
             k, v = append(i, k, v)  # the cached prefix and this pass: [1, kv_heads, past + L, d]
             x = self._finish(layer, x, q, k, v, mask)
-        s = self.init_streams(x[:, L - rows :]).reshape(1, rows * gamma, -1)  # s_j = f_eta(M) + P_j, node-major
+        s = self.init_streams(x[:, L - rows :], gamma).reshape(1, rows * gamma, H)  # s_j = f_eta(M) + P_j, node-major
         stream_pos = (positions[L - rows :, None] + torch.arange(1, gamma + 1, device=ids.device)).reshape(-1)
         rope = self._rotary(x, torch.cat([positions, stream_pos]))
         both = fused_mask(mask[0, 0], rows, gamma)[None, None]  # [1, 1, L + rows*gamma, past + L + rows*gamma]
@@ -335,7 +347,7 @@ class StreamingLM(nn.Module):
             main_k, main_v = append(i, k[:, :, :L], v[:, :, :L])  # only the main stream is cached
             k, v = torch.cat([main_k, k[:, :, L:]], dim=2), torch.cat([main_v, v[:, :, L:]], dim=2)
             xs = self._finish(layer, xs, q, k, v, both, streams_from=L)
-        return self.logits(xs[0, L - rows : L]), xs[0, L:].view(rows, gamma, -1)  # [rows, V], [rows, gamma, H]
+        return self.logits(xs[0, L - rows : L]), xs[0, L:].view(rows, gamma, H)  # [rows, V], [rows, gamma, H]
 
     def stream_head(self, s: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The streams' logits: s [.., H] (last layer, before the final norm) -> [.., V]; with `rows`
