@@ -105,3 +105,34 @@ def test_the_roofline_note_follows_the_race_and_its_dropdowns_are_whole(page):
     assert "Measured in the last race" in text and "Vanilla SD" not in text, text  # not the earlier race's
     note.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "theory_roofline_after_race_1440.png"))
+
+
+def test_the_last_race_views_follow_a_race_that_finishes_while_the_tab_is_open(page):
+    """Fix 3 (issue 38 follow-up): the Theory tab redrew its views of the last race when it was opened, not when
+    a race running at that moment finished while it stayed open (a race changes ctx.race in place: no change
+    event). A new visitor starts a long race, opens Theory while it runs and stays there: the what-if and the
+    explanation of the last race follow the race once it finishes (the roofline's note, too, on this machine)."""
+    fresh = page.context.browser.new_page(viewport={"width": 1440, "height": 900})
+    try:
+        fresh.set_default_timeout(TIMEOUT_MS)
+        fresh.goto(page.url)
+        fresh.wait_for_selector("#sv-pair-status:has-text('tiny')")
+        set_race(fresh, "def fibonacci(n):", {"Autoregressive", "Vanilla SD", "Prompt lookup"}, 512)
+        fresh.locator("#sv-run").click()
+        fresh.wait_for_selector("#sv-board .sv-panel[data-method='autoregressive']")  # the race has begun
+        fresh.get_by_role("tab", name="Theory").click()
+        chain = fresh.locator("#sv-whatif-chain")
+        chain.wait_for()
+        assert "measured in the last race" not in chain.inner_text()  # opened while the race runs
+        assert not fresh.locator("#sv-race-status:has-text('Race finished')").count()
+        fresh.wait_for_selector("#sv-whatif-chain:has-text('measured in the last race')")
+        fresh.wait_for_selector("#sv-theory-race:has-text('Vanilla SD')")
+        assert fresh.get_by_role("tab", name="Theory").get_attribute("aria-selected") == "true"  # never left it
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        chain.scroll_into_view_if_needed()
+        fresh.screenshot(path=str(SHOTS / "theory_follows_the_race_1440.png"))
+        fresh.set_viewport_size({"width": 390, "height": 844})
+        fresh.locator("#sv-theory-race").scroll_into_view_if_needed()
+        fresh.screenshot(path=str(SHOTS / "theory_follows_the_race_390.png"))
+    finally:
+        fresh.close()

@@ -498,11 +498,15 @@ def enclosing_tab() -> Any:
     return block if isinstance(block, gr.Tab) else None
 
 
+FOLLOW_S = 1.0  # how often the tab looks whether a race running when it was opened has finished
+
+
 def build_tab(ctx: Any) -> None:
-    """The Theory tab: the what-if, the roofline, the published figures and the last race through its formulas."""
-    follow_the_race(ctx, [whatif_section(ctx), roofline_section(ctx)])
+    """The Theory tab: the what-if, the roofline, the published figures and the last race through its formulas;
+    each view of the last race follows it as it finishes."""
+    views = [whatif_section(ctx), roofline_section(ctx)]
     published_section()
-    last_race_section(ctx)
+    follow_the_race(ctx, [*views, last_race_section(ctx)])
 
 
 @dataclass
@@ -598,7 +602,7 @@ def published_section() -> None:
     show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
 
-def last_race_section(ctx: Any) -> None:
+def last_race_section(ctx: Any) -> RaceView:
     """The last race's methods through their formulas: predicted vs measured speedup."""
     import gradio as gr
 
@@ -610,24 +614,36 @@ def last_race_section(ctx: Any) -> None:
     race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False, elem_id="sv-theory-race-plot")
     race_table = gr.Markdown(elem_id="sv-theory-race")
     explain.click(race_view, [ctx.race], [race_plot, race_table])
+    return RaceView([ctx.race], [race_plot, race_table], race_view)
 
 
 def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
-    """Redraw the views of the last race once it has finished: when the tab is opened, and when a new race object
-    arrives (a saved race loaded). A race updates ctx.race in place (gradio sees no change when it finishes), so
-    a race that finishes while this tab is open is drawn when the tab is next opened."""
+    """Redraw every view of the last race once it has finished: when the tab is opened, when a new race object
+    arrives (a saved race loaded), and when a race that was running as the tab was opened finishes while it is
+    open. A race updates ctx.race in place, so gradio sees no change when it finishes (specviz.ui.race): a timer,
+    started only when the tab finds a race running, looks every FOLLOW_S seconds and stops itself."""
     import gradio as gr
 
-    for view in views:
+    inputs = [x for v in views for x in v.inputs[:-1]] + [ctx.race]
+    outputs = [x for v in views for x in v.outputs]
+    timer = gr.Timer(FOLLOW_S, active=False)
 
-        def redraw(*values, view=view):
-            if race_finished(values[-1]):
-                return view.draw(*values)
-            return gr.skip() if len(view.outputs) == 1 else tuple(gr.skip() for _ in view.outputs)
+    def redraw(*values):
+        race = values[-1]
+        if not race_finished(race):  # nothing to explain yet; look again while one runs
+            return *(gr.skip() for _ in outputs), gr.Timer(active=race is not None)
+        drawn, at = [], 0
+        for v in views:
+            own = values[at : at + len(v.inputs) - 1]
+            at += len(v.inputs) - 1
+            value = v.draw(*own, race)
+            drawn += list(value) if len(v.outputs) > 1 else [value]
+        return *drawn, gr.Timer(active=False)
 
-        events = [ctx.race.change]
-        tab = enclosing_tab()
-        if tab is not None:
-            events.append(tab.select)
-        for event in events:
-            event(redraw, view.inputs, view.outputs, show_progress="hidden", api_visibility="private")
+    events = [ctx.race.change]
+    tab = enclosing_tab()
+    if tab is not None:
+        events.append(tab.select)
+    for event in events:
+        event(redraw, inputs, [*outputs, timer], show_progress="hidden", api_visibility="private")
+    timer.tick(redraw, inputs, [*outputs, timer], show_progress="hidden", api_visibility="private")
