@@ -41,53 +41,71 @@ def cost_curves_figure(
     for i, (b, rows) in enumerate(_by_batch(predicted).items()):
         colour = PALETTE[i % len(PALETTE)]
         base = rows[0]["seconds"] if normalize else 1e-3
-        xs = [r["n_tokens"] for r in rows]
-        ys = [r["seconds"] / base for r in rows]
-        bounds = [r.get("bound", "memory") for r in rows]
-        # memory-bound part solid, compute-bound part dashed (they share the point where it switches)
-        cut = next((k for k, bd in enumerate(bounds) if bd == "compute"), len(rows))
-        fig.add_scatter(
-            x=xs[: cut + 1],
-            y=ys[: cut + 1],
-            mode="lines",
-            line={"color": colour, "width": 2.5},
-            name=f"B={b} model",
-            legendgroup=str(b),
-        )
-        if cut < len(rows):
-            fig.add_scatter(
-                x=xs[max(cut - 1, 0) :],
-                y=ys[max(cut - 1, 0) :],
-                mode="lines",
-                line={"color": colour, "dash": "dash"},
-                name=f"B={b} compute-bound",
-                legendgroup=str(b),
-                showlegend=False,
-            )
-        if knees and knees.get(b) is not None and knees[b] <= xs[-1]:
-            k = knees[b]
-            nearest = min(rows, key=lambda r: abs(r["n_tokens"] - k))
-            fig.add_scatter(
-                x=[k],
-                y=[nearest["seconds"] / base],
-                mode="markers",
-                legendgroup=str(b),
-                marker={"symbol": "circle-open", "size": 14, "color": colour, "line": {"width": 2}},
-                name=f"B={b} knee (S={k})",
-            )
+        _model_lines(fig, b, rows, base, colour)
+        if knees and knees.get(b) is not None and knees[b] <= rows[-1]["n_tokens"]:
+            _knee(fig, b, rows, base, colour, knees[b])
         if b in measured_by_b:
-            m = measured_by_b[b]
-            mbase = m[0]["seconds"] if normalize else 1e-3
-            fig.add_scatter(
-                x=[r["n_tokens"] for r in m],
-                y=[r["seconds"] / mbase for r in m],
-                mode="markers",
-                marker={"color": colour, "size": 9, "symbol": "x"},
-                name=f"B={b} measured",
-                legendgroup=str(b),
-            )
+            _measured_points(fig, b, measured_by_b[b], normalize, colour)
+    return _cost_layout(fig, [*predicted, *(measured or [])], title, normalize)
+
+
+def _model_lines(fig: go.Figure, b: int, rows: Sequence[dict[str, Any]], base: float, colour: str) -> None:
+    """Batch `b`'s predicted T(S) / `base`: solid where memory-bound, dashed where compute-bound (the two share
+    the point where it switches)."""
+    xs = [r["n_tokens"] for r in rows]
+    ys = [r["seconds"] / base for r in rows]
+    bounds = [r.get("bound", "memory") for r in rows]
+    cut = next((k for k, bd in enumerate(bounds) if bd == "compute"), len(rows))
+    fig.add_scatter(
+        x=xs[: cut + 1],
+        y=ys[: cut + 1],
+        mode="lines",
+        line={"color": colour, "width": 2.5},
+        name=f"B={b} model",
+        legendgroup=str(b),
+    )
+    if cut < len(rows):
+        fig.add_scatter(
+            x=xs[max(cut - 1, 0) :],
+            y=ys[max(cut - 1, 0) :],
+            mode="lines",
+            line={"color": colour, "dash": "dash"},
+            name=f"B={b} compute-bound",
+            legendgroup=str(b),
+            showlegend=False,
+        )
+
+
+def _knee(fig: go.Figure, b: int, rows: Sequence[dict[str, Any]], base: float, colour: str, k: int) -> None:
+    """Batch `b`'s knee at S = `k`: an open circle on its curve (at the nearest predicted S)."""
+    nearest = min(rows, key=lambda r: abs(r["n_tokens"] - k))
+    fig.add_scatter(
+        x=[k],
+        y=[nearest["seconds"] / base],
+        mode="markers",
+        legendgroup=str(b),
+        marker={"symbol": "circle-open", "size": 14, "color": colour, "line": {"width": 2}},
+        name=f"B={b} knee (S={k})",
+    )
+
+
+def _measured_points(fig: go.Figure, b: int, m: Sequence[dict[str, Any]], normalize: bool, colour: str) -> None:
+    """Batch `b`'s measured forward times as crosses (normalised by its own T(1) when `normalize`)."""
+    base = m[0]["seconds"] if normalize else 1e-3
+    fig.add_scatter(
+        x=[r["n_tokens"] for r in m],
+        y=[r["seconds"] / base for r in m],
+        mode="markers",
+        marker={"color": colour, "size": 9, "symbol": "x"},
+        name=f"B={b} measured",
+        legendgroup=str(b),
+    )
+
+
+def _cost_layout(fig: go.Figure, rows: Sequence[dict[str, Any]], title: str, normalize: bool) -> go.Figure:
+    """Log-log axes from S = 1 to the widest S of `rows`, ticks at powers of 2, the title and the legend below."""
     # a pass carries at least one token: the axis starts at S = 1 (log10 1 = 0), markers there drawn whole
-    widest = max([r["n_tokens"] for r in [*predicted, *(measured or [])]], default=1)
+    widest = max([r["n_tokens"] for r in rows], default=1)
     fig.update_traces(cliponaxis=False)
     ticks = [2**k for k in range(int(math.log2(widest)) + 1)]  # 1, 2, 4, ...: the S a chain of γ = 2^k - 1 verifies
     fig.update_xaxes(
