@@ -42,8 +42,9 @@ def cost_curves_figure(
         colour = PALETTE[i % len(PALETTE)]
         base = rows[0]["seconds"] if normalize else 1e-3
         _model_lines(fig, b, rows, base, colour)
-        if knees and knees.get(b) is not None and knees[b] <= rows[-1]["n_tokens"]:
-            _knee(fig, b, rows, base, colour, knees[b])
+        knee = (knees or {}).get(b)
+        if knee is not None and knee <= rows[-1]["n_tokens"]:
+            _knee(fig, b, rows, base, colour, knee)
         if b in measured_by_b:
             _measured_points(fig, b, measured_by_b[b], normalize, colour)
     return _cost_layout(fig, [*predicted, *(measured or [])], title, normalize)
