@@ -62,8 +62,8 @@ def test_an_oracle_head_is_accepted_deep_and_keeps_the_output(random_pair, monke
     full = list(prompt) + list(ar) + [0] * 10
     right = eagle_method.EagleDrafter._children
 
-    def oracle(self, parent, depth, base, feat):
-        kids = right(self, parent, depth, base, feat)
+    def oracle(self, parent, depth, base, top):
+        kids = right(self, parent, depth, base, top)
         want = self.head.vocab_ids.tolist().index(full[self.root_position + depth])
         first = eagle_method.Candidate(want, parent, depth, base)  # probability 1: ranked first
         return [first, *[c for c in kids if c.token != want][: len(kids) - 1]]

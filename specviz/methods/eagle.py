@@ -37,7 +37,7 @@ from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.options import check_fields, count
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
-from specviz.models.devices import input_embeddings
+from specviz.models.devices import HOST, input_embeddings
 from specviz.models.eagle import EagleHead, from_target, load_head
 from specviz.models.kv import CachedLM, additive
 from specviz.paths import ASSETS
@@ -93,6 +93,11 @@ def shipped_head(target: PreTrainedModel) -> Path | None:
 
 
 def _load(target: PreTrainedModel, choice: str) -> EagleHead:
+    with torch.device(HOST):  # built on the host, then moved to the target's device (not wherever tensors default)
+        return _build(target, choice)
+
+
+def _build(target: PreTrainedModel, choice: str) -> EagleHead:
     if choice == "auto":
         path = shipped_head(target)
         return load_head(target, path) if path else from_target(target)
@@ -129,6 +134,7 @@ class EagleDrafter:
 
     def __init__(self, head: EagleHead, target: PreTrainedModel, opts: EagleOptions):
         self.head, self.opts = head, opts
+        self.vocab: list[int] = head.vocab_ids.tolist()  # the head's token index -> the target's token id
         self.embed = input_embeddings(target)  # [V, H] e(x)
         self.hidden_layer = target.config.num_hidden_layers  # hidden_states[L]: post-norm, what the LM head reads
         self.cache = DynamicCache(config=head.config)
@@ -180,39 +186,46 @@ class EagleDrafter:
         positions = [t for t, _ in self.pending]
         feats = torch.stack([f for _, f in self.pending])  # [m, H]
         m = len(positions)
-        visible = torch.ones(m, self.committed + m, dtype=torch.bool).tril(self.committed)
+        visible = torch.ones(m, self.committed + m, dtype=torch.bool, device=HOST).tril(self.committed)
         out = self._forward([ids[t + 1] for t in positions], feats, positions, visible)
         self.committed += m
         self.pending = []
         return out[-1]
 
-    def _children(self, parent: int, depth: int, base: float, feat: torch.Tensor) -> list[Candidate]:
-        """The head's top-k tokens after a node (f̂ `feat` [H]), scored by cumulative log-probability."""
-        logp = torch.log_softmax(self.head.logits(feat).float(), dim=-1)  # [K]
-        top_logp, top_i = logp.topk(min(self.opts.tree_width, logp.shape[-1]))
-        return [Candidate(int(i), parent, depth, base + float(lp)) for lp, i in zip(top_logp, top_i, strict=True)]
+    def _top(self, feats: torch.Tensor) -> list[tuple[list[float], list[int]]]:
+        """The head's top-k (log-probabilities, token indices) after each row of f̂ `feats` [n, H]: one
+        read of the device for a whole level (a read per candidate made a GPU wait k² times a level)."""
+        logp = torch.log_softmax(self.head.logits(feats).float(), dim=-1)  # [n, K]
+        top_logp, top_i = logp.topk(min(self.opts.tree_width, logp.shape[-1]), dim=-1)  # [n, k]
+        values, indices = torch.stack([top_logp, top_i.float()]).tolist()  # [2, n, k]; indices < 2^24: exact
+        return [(v, [int(i) for i in ix]) for v, ix in zip(values, indices, strict=True)]
+
+    def _children(self, parent: int, depth: int, base: float, top: tuple[list[float], list[int]]) -> list[Candidate]:
+        """The candidates after a node from the head's top-k there, scored by cumulative log-probability."""
+        logp, tokens = top
+        return [Candidate(t, parent, depth, base + lp) for lp, t in zip(logp, tokens, strict=True)]
 
     def _grow(self, root: torch.Tensor, depth: int, budget: int) -> TokenTree:
         """EAGLE-2: expand the top-k of each level by cumulative probability, then rerank to `budget`."""
-        cands = self._children(-1, 1, 0.0, root)
+        cands = self._children(-1, 1, 0.0, self._top(root[None])[0])
         frontier = list(range(len(cands)))
         feats = {-1: root}  # f̂ after each expanded candidate (-1: the last committed token)
         for d in range(2, depth + 1):
             outs = self._expand(cands, frontier, feats)  # [k, H] f̂ of each frontier node
             level: list[Candidate] = []
-            for row, c in enumerate(frontier):
-                level += self._children(c, d, cands[c].score, outs[row])
+            for c, top in zip(frontier, self._top(outs), strict=True):
+                level += self._children(c, d, cands[c].score, top)
             start = len(cands)
             cands += level
             best = sorted(range(len(level)), key=lambda i: -level[i].score)[: self.opts.tree_width]
             frontier = [start + i for i in sorted(best)]
-        return rerank(cands, budget, self.head.vocab_ids.tolist())
+        return rerank(cands, budget, self.vocab)
 
     def _expand(self, cands: list[Candidate], frontier: list[int], feats: dict[int, torch.Tensor]) -> torch.Tensor:
         """One head pass over the frontier nodes: entry (f̂ of the parent, the node's token), each
         seeing the committed entries, its expanded ancestors and itself."""
         past = self.cache.get_seq_length()
-        visible = torch.zeros(len(frontier), past + len(frontier), dtype=torch.bool)
+        visible = torch.zeros(len(frontier), past + len(frontier), dtype=torch.bool, device=HOST)
         visible[:, : self.committed] = True
         for row, c in enumerate(frontier):
             a = cands[c].parent
@@ -225,8 +238,7 @@ class EagleDrafter:
             cands[c].slot = past + row
         inputs = torch.stack([feats[cands[c].parent] for c in frontier])  # [k, H]
         positions = [self.root_position + cands[c].depth - 1 for c in frontier]  # t: the entry reads x_{t+1}, the node
-        vocab = self.head.vocab_ids
-        out = self._forward([int(vocab[cands[c].token]) for c in frontier], inputs, positions, visible)
+        out = self._forward([self.vocab[cands[c].token] for c in frontier], inputs, positions, visible)
         for row, c in enumerate(frontier):
             feats[c] = out[row]
         return out
