@@ -1,8 +1,11 @@
 """The Streaming tab's figure of one iteration's target pass (issue 39 item 5): its rows are the fused
 pass's own rows, counted on real runs of the tiny pair, coloured by what each row did; the tab's
-sentence counts them."""
+sentence counts them. Both read the pass's shape off the record alone (no model), and say "not
+recorded" for a record without it."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -10,7 +13,7 @@ import specviz
 from specviz.methods import streaming as streaming_method
 from specviz.methods.ngram_tree import TokenTree
 from specviz.models.streaming import StreamingLM
-from specviz.plots.streaming_pass import ROLES, PassLayout, run_pass_figure, streaming_pass_figure
+from specviz.plots.streaming_pass import ROLES, pass_shape, run_pass_figure, streaming_pass_figure
 from specviz.ui import streaming as tab
 
 PROMPT = "def f(x):"
@@ -32,8 +35,8 @@ def passes(monkeypatch):
     seen: list[tuple[int, int]] = []
     fused = StreamingLM.fused_tree_pass
 
-    def counted(self, ids, positions, mask, append, rows):
-        logits, streams = fused(self, ids, positions, mask, append, rows)
+    def counted(self, ids, positions, mask, append, rows, gamma=None):
+        logits, streams = fused(self, ids, positions, mask, append, rows, gamma)
         seen.append((ids.shape[1], streams.shape[0] * streams.shape[1]))  # [rows, gamma, H]
         return logits, streams
 
@@ -47,26 +50,27 @@ def run(pair):
 
 def test_the_figures_rows_are_the_rows_the_fused_pass_ran(random_pair, passes):
     state = run(random_pair)
-    records, layout = state["records"], PassLayout(**state["layout"])
+    records = state["records"]
     assert len(passes) == len(records)  # one target pass per iteration
     for i, (main, streams) in enumerate(passes):
-        fig = run_pass_figure(records, i, layout)
-        nodes = len(records[i]["extra"]["tree_tokens"])
-        assert stream_rows(fig) == streams == (1 + nodes) * layout.streams  # every candidate node's γ streams
+        fig = run_pass_figure(records, i)
+        nodes, shape = len(records[i]["extra"]["tree_tokens"]), pass_shape(records[i])
+        assert stream_rows(fig) == streams == (1 + nodes) * shape.gamma  # every candidate node's γ streams
         assert sum(len(t.x or ()) for t in fig.data) - stream_rows(fig) == main
         assert fig.layout.title.text == f"Iteration {i + 1}: one pass, {main} + {streams} rows"
-    assert layout.streams == 4 and layout.stream_layers == 2 and layout.layers == 4  # the untrained adapter's
+        assert (shape.layers, shape.stream_layers) == (4, 2)  # the untrained adapter's N and N_s
+    # γ in use (3 streams, of the untrained adapter's 4), then fewer as the budget runs out, none in the last pass
+    assert pass_shape(records[0]).gamma == 3 and pass_shape(records[-1]).gamma == 0
 
 
 def test_main_rows_run_through_every_layer_and_stream_rows_through_the_top_ones(random_pair):
     state = run(random_pair)
-    layout = PassLayout(**state["layout"])
-    fig = run_pass_figure(state["records"], 1, layout)
+    fig, shape = run_pass_figure(state["records"], 1), pass_shape(state["records"][1])
     for t in fig.data:
         if t.x:
             streams = t.name in (ROLES["next"][0], ROLES["discarded"][0])
-            first = layout.layers - layout.stream_layers if streams else 0
-            assert set(t.base) == {first} and {b + h for b, h in zip(t.base, t.y, strict=True)} == {layout.layers}
+            first = shape.layers - shape.stream_layers if streams else 0
+            assert set(t.base) == {first} and {b + h for b, h in zip(t.base, t.y, strict=True)} == {shape.layers}
     assert fig.layout.yaxis.title.text == "decoder layers" and fig.layout.xaxis.title.text == "row of the pass"
     assert fig.layout.legend.orientation == "h"  # below the plot: a side legend takes half a phone's width
 
@@ -94,14 +98,14 @@ def oracle_trees(random_pair, monkeypatch):
 
 def test_the_accepted_paths_rows_and_the_accepted_nodes_streams_are_coloured_as_such(random_pair, passes, oracle_trees):
     state = run(random_pair)
-    records, layout = state["records"], PassLayout(**state["layout"])
+    records = state["records"]
     assert [t for r in records for t in r["emitted"]] == oracle_trees[:MAX_NEW]  # still the target's output
     checked = 0
     for i, r in enumerate(records):
         tree = r["extra"]
         if not tree["tree_tokens"]:
             continue
-        fig = run_pass_figure(records, i, layout)
+        fig, gamma = run_pass_figure(records, i), pass_shape(r).gamma
         rows = bars(fig)
         committed = passes[i][0] - len(tree["tree_tokens"])
         path = tree["accepted_path"]
@@ -113,7 +117,7 @@ def test_the_accepted_paths_rows_and_the_accepted_nodes_streams_are_coloured_as_
         kept = len(set(records[i + 1]["extra"]["tree_sources"])) if i + 1 < len(records) else 0
         node = path[-1] if path else -1  # the accepted node: stream rows are node-major from the last committed token
         main = committed + len(tree["tree_tokens"])
-        first = main + (1 + node) * layout.streams + 1
+        first = main + (1 + node) * gamma + 1
         assert rows[ROLES["next"][0]] == list(range(first, first + kept))
         assert stream_rows(fig) == passes[i][1]
         checked += bool(path)
@@ -135,7 +139,7 @@ def test_the_tabs_sentence_counts_the_rows_of_the_pass(random_pair, passes, orac
     first = tab.show_pass(state, 1)[1]
     assert first.startswith(f"one target pass: no tree yet ({passes[0][0]} rows of committed tokens), ")
     last = tab.show_pass(state, len(records))[1]
-    assert last.endswith("none kept: the run ended.")
+    assert last.endswith(": the run ended.")
     assert tab.show_pass(None, 1) == (None, "")
 
 
@@ -152,8 +156,33 @@ def test_a_pass_without_streams_draws_main_rows_only():
             "tree_sources": [],
             "accepted_path": [],
             "sources": [],
+            "layers": 30,
+            "stream_layers": 4,
+            "gamma": 0,
+            "committed_rows": 5,
         },
     }
-    fig = streaming_pass_figure(record, PassLayout(layers=30, stream_layers=4, streams=0), committed=5)
+    fig = streaming_pass_figure(record)
     assert stream_rows(fig) == 0 and bars(fig)[ROLES["committed"][0]] == [1, 2, 3, 4, 5]
     assert "no streams run" in fig.layout.title.subtitle.text
+
+
+def test_saved_records_alone_draw_the_pass_and_older_ones_say_not_recorded(random_pair, passes):
+    """The tab's state rebuilt from the records' JSON (no model, no adapter) draws the same passes; a
+    record saved before records carried the pass's shape draws a note, not a guess."""
+    state = run(random_pair)
+    saved = {"records": json.loads(json.dumps(state["records"])), "text": {}}
+    for i in range(len(saved["records"])):
+        fig, line = tab.show_pass(saved, i + 1)
+        assert stream_rows(fig) == passes[i][1] and line.startswith("one target pass: ")
+    shape_keys = ("layers", "stream_layers", "gamma", "committed_rows")
+    old = {
+        **saved,
+        "records": [
+            {**r, "extra": {k: v for k, v in r["extra"].items() if k not in shape_keys}} for r in saved["records"]
+        ],
+    }
+    fig, line = tab.show_pass(old, 2)
+    assert fig.layout.title.text == "Iteration 2: pass not recorded" and not fig.data
+    assert "Not recorded" in fig.layout.annotations[0].text
+    assert line == "one target pass: not recorded (this record does not carry the pass's shape)."

@@ -7,8 +7,9 @@ become the accepted node (the last committed token and each node), node-major. O
 have decided the accepted path, only the accepted node's streams draft the next tree; every other
 stream row was computed and is discarded. Nothing is pruned (the tree-pruning layer is not built).
 
-Pure: a record as a dict (`IterationRecord.to_dict()`) and the adapter's layout -> rows -> plotly
-Figure. No torch.
+Pure: a record as a dict (`IterationRecord.to_dict()`), whose `StreamingPassExtra` says the pass's
+shape (N, N_s, γ, m) -> rows -> plotly Figure. No torch, no model: a saved run draws as it ran; a
+record without the shape (saved before records carried it, or the two-pass build) says so.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from specviz.plots.theme import OKABE_ITO, count_ticks, finish, wrap
+from specviz.extras import StreamingPassExtra, of
+from specviz.plots.theme import OKABE_ITO, count_ticks, empty, finish, wrap
 from specviz.plots.tree import record_tree, visible
 
 # a row's role in the pass -> (legend name, colour); legend order is this order
@@ -31,14 +33,10 @@ ROLES = {
     "discarded": ("streams discarded", "#BBBBBB"),
 }
 
-
-@dataclass(frozen=True)
-class PassLayout:
-    """What the target and its streaming adapter fix about every pass (`StreamingLM`)."""
-
-    layers: int  # N: the target's decoder layers (every main row runs through all of them)
-    stream_layers: int  # N_s: the top layers where the stream rows run (multi-stream attention)
-    streams: int  # gamma: stream rows each candidate node carries (the adapter's; 0: no streams run)
+NOT_RECORDED = (
+    "Not recorded: this record does not carry the pass's shape (layers, stream layers, streams per node,"
+    " committed rows). Runs saved before records carried it, and the two-pass build, cannot draw the pass."
+)
 
 
 @dataclass(frozen=True)
@@ -52,14 +50,9 @@ class PassRow:
     token: int | None  # the token of the row's node (None for a committed token: not in the record)
 
 
-def committed_rows(records: Sequence[dict[str, Any]], i: int) -> int:
-    """Main rows of committed tokens in record i's pass (the tokens not yet in the cache): the whole
-    prompt in the first pass (the cache starts empty), then the target's own token of the previous
-    iteration (the cache keeps the accepted path only)."""
-    if i == 0:
-        return int(records[0]["position"])
-    before = records[i - 1]
-    return len(before["emitted"]) - int(before["accepted"])
+def pass_shape(record: dict[str, Any]) -> StreamingPassExtra | None:
+    """The recorded shape of a record's pass (N, N_s, γ, m); None when the record does not carry it."""
+    return of(record.get("extra", {}), StreamingPassExtra)
 
 
 def kept_streams(next_record: dict[str, Any] | None) -> int:
@@ -70,16 +63,16 @@ def kept_streams(next_record: dict[str, Any] | None) -> int:
     return len(set(record_tree(next_record).tree_sources))
 
 
-def pass_rows(record: dict[str, Any], layout: PassLayout, committed: int = 1, kept: int = 0) -> list[PassRow]:
-    """The rows of `record`'s pass in their order: `committed` committed-token rows, the tree's nodes,
-    then each candidate node's `layout.streams` stream rows; `kept`: the accepted node's streams that
+def pass_rows(record: dict[str, Any], shape: StreamingPassExtra, kept: int = 0) -> list[PassRow]:
+    """The rows of `record`'s pass in their order: m committed-token rows, the tree's nodes, then each
+    candidate node's γ stream rows (`shape`, as recorded); `kept`: the accepted node's streams that
     drafted the next tree (`kept_streams`)."""
-    tree = record_tree(record)
+    tree, committed = record_tree(record), shape.committed_rows
     accepted = set(tree.accepted_path)  # as the tree figure beside it marks them
     accepted_node = tree.accepted_path[-1] if tree.accepted_path else -1  # -1: the last committed token
     rows = [PassRow("committed", -1 if k == committed - 1 else -2, 0, 0, None) for k in range(committed)]
     rows += [PassRow("accepted" if i in accepted else "rejected", i, 0, 0, t) for i, t in enumerate(tree.tree_tokens)]
-    top = layout.layers - layout.stream_layers
+    top = shape.layers - shape.stream_layers
     for node in range(-1, len(tree.tree_tokens)):
         rows += [
             PassRow(
@@ -89,20 +82,23 @@ def pass_rows(record: dict[str, Any], layout: PassLayout, committed: int = 1, ke
                 top,
                 tree.tree_tokens[node] if node >= 0 else None,
             )
-            for j in range(1, layout.streams + 1)
+            for j in range(1, shape.gamma + 1)
         ]
     return rows
 
 
 def streaming_pass_figure(
-    record: dict[str, Any],
-    layout: PassLayout,
-    committed: int = 1,
-    kept: int = 0,
-    decode: Callable[[int], str] | None = None,
+    record: dict[str, Any], kept: int = 0, decode: Callable[[int], str] | None = None
 ) -> go.Figure:
-    """One bar per row of the pass, from the first layer it runs through to the top, coloured by its role."""
-    rows = pass_rows(record, layout, committed, kept)
+    """One bar per row of the pass, from the first layer it runs through to the top, coloured by its
+    role; a note instead when the record does not carry the pass's shape (nothing is guessed)."""
+    iteration = (
+        f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?"
+    )  # from 1, as the tabs
+    shape = pass_shape(record)
+    if shape is None:
+        return empty(f"{iteration}: pass not recorded", NOT_RECORDED)
+    rows = pass_rows(record, shape, kept)
     main = sum(r.stream == 0 for r in rows)
     fig = go.Figure()
     for role, (name, colour) in ROLES.items():
@@ -112,25 +108,22 @@ def streaming_pass_figure(
         fig.add_trace(
             go.Bar(
                 x=[i + 1 for i in idx],  # rows counted from 1
-                y=[layout.layers - rows[i].first_layer for i in idx],
+                y=[shape.layers - rows[i].first_layer for i in idx],
                 base=[rows[i].first_layer for i in idx],
                 name=name,
                 marker={"color": colour, "line": {"width": 0}},
-                hovertext=[_hover(i + 1, rows[i], layout, decode) for i in idx],
+                hovertext=[_hover(i + 1, rows[i], shape, decode) for i in idx],
                 hoverinfo="text",
             )
         )
-    if layout.streams:
-        top = layout.layers - layout.stream_layers
+    if shape.gamma:
+        top = shape.layers - shape.stream_layers
         fig.add_vline(x=main + 0.5, line={"color": "#888888", "dash": "dot"})  # main rows | stream rows
         fig.add_hline(y=top, line={"color": "#888888", "dash": "dot"})  # where the streams start
     fig.update_layout(bargap=0.15, barmode="overlay")
-    fig.update_yaxes(range=[0, layout.layers], tick0=0, dtick=_layer_step(layout.layers), rangemode="tozero")
+    fig.update_yaxes(range=[0, shape.layers], tick0=0, dtick=_layer_step(shape.layers), rangemode="tozero")
     count_ticks(fig, len(rows), most=6)
     fig.update_xaxes(range=[0.4, len(rows) + 0.6])
-    iteration = (
-        f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?"
-    )  # from 1, as the tabs
     return finish(
         fig,
         f"{iteration}: one pass, {main} + {len(rows) - main} rows",
@@ -138,21 +131,19 @@ def streaming_pass_figure(
         "decoder layers",
         legend="rows of the pass",
         subtitle=wrap(
-            f"main rows (left of the dotted line) through all {layout.layers} layers, stream rows through the top"
-            f" {layout.stream_layers}"
-            if layout.streams
-            else f"main rows through all {layout.layers} layers; no streams run"
+            f"main rows (left of the dotted line) through all {shape.layers} layers, stream rows through the top"
+            f" {shape.stream_layers}"
+            if shape.gamma
+            else f"main rows through all {shape.layers} layers; no streams run"
         ),
         height=420,
     )
 
 
-def run_pass_figure(
-    records: Sequence[dict[str, Any]], i: int, layout: PassLayout, decode: Callable[[int], str] | None = None
-) -> go.Figure:
-    """The pass of a run's record i (0-based), its committed rows and kept streams read off its neighbours."""
+def run_pass_figure(records: Sequence[dict[str, Any]], i: int, decode: Callable[[int], str] | None = None) -> go.Figure:
+    """The pass of a run's record i (0-based), its kept streams read off the next record's tree."""
     after = records[i + 1] if i + 1 < len(records) else None
-    return streaming_pass_figure(records[i], layout, committed_rows(records, i), kept_streams(after), decode)
+    return streaming_pass_figure(records[i], kept_streams(after), decode)
 
 
 def _layer_step(layers: int) -> int:
@@ -163,8 +154,8 @@ def _layer_step(layers: int) -> int:
     return 100
 
 
-def _hover(n: int, row: PassRow, layout: PassLayout, decode: Callable[[int], str] | None) -> str:
-    layers = f"layers {row.first_layer + 1}-{layout.layers}"
+def _hover(n: int, row: PassRow, shape: StreamingPassExtra, decode: Callable[[int], str] | None) -> str:
+    layers = f"layers {row.first_layer + 1}-{shape.layers}"
     node = (
         "the last committed token"
         if row.node == -1

@@ -12,7 +12,7 @@ import html
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.plots.streaming_pass import PassLayout, committed_rows, kept_streams, run_pass_figure
+from specviz.plots.streaming_pass import kept_streams, pass_shape, run_pass_figure
 from specviz.plots.tree import record_tree, record_tree_figure
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
@@ -29,10 +29,9 @@ def run_streaming(
 ) -> dict[str, Any]:
     """One greedy `streaming` run -> plain state: records as dicts and each token's text."""
     import specviz
-    from specviz.methods.streaming import streaming_model, tuned_target
+    from specviz.methods.streaming import tuned_target
 
     pair = (load_pair or specviz.load_pair)(pair_name)
-    lm = streaming_model(pair.target)  # the adapter the run uses ("auto"): its layout is every pass's
     records = [
         r.to_dict()
         for r in specviz.run(
@@ -49,11 +48,6 @@ def run_streaming(
         "records": records,
         "text": {str(t): pair.tokenizer.decode([t]) for t in vocab},
         "against": tuned_target(pair),
-        "layout": {  # the pass's shape (`PassLayout`): the fused pass runs all the adapter's streams
-            "layers": len(lm.layers),
-            "stream_layers": lm.cfg.stream_layers,
-            "streams": lm.cfg.gamma if int(streams) > 0 else 0,
-        },
     }
 
 
@@ -101,24 +95,30 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
 
 
 def show_pass(state: dict[str, Any] | None, iteration: int):
-    """The rows of one iteration's target pass (counted from 1), and a sentence counting them."""
+    """The rows of one iteration's target pass (counted from 1), as its record says, and a sentence counting them."""
     if not state or not state["records"]:
         return None, ""
     records = state["records"]
     i = min(max(1, int(iteration)), len(records)) - 1
-    layout = PassLayout(**state["layout"])
-    fig = run_pass_figure(records, i, layout, decode=lambda t: state["text"].get(str(t), str(t)))
+    fig = run_pass_figure(records, i, decode=lambda t: state["text"].get(str(t), str(t)))
+    shape = pass_shape(records[i])
+    if shape is None:
+        return fig, "one target pass: not recorded (this record does not carry the pass's shape)."
     nodes = len(record_tree(records[i]).tree_tokens)
-    committed, kept = committed_rows(records, i), kept_streams(records[i + 1] if i + 1 < len(records) else None)
-    streams = (1 + nodes) * layout.streams
+    committed, kept = shape.committed_rows, kept_streams(records[i + 1] if i + 1 < len(records) else None)
+    streams = (1 + nodes) * shape.gamma
     plural = "s" if committed != 1 else ""
     verify = (
         f"{1 + nodes} rows verify the tree" if nodes else f"no tree yet ({committed} row{plural} of committed tokens)"
     )
     if kept:
         draft = f"{streams} stream rows draft the next one ({kept} of them kept)"
-    else:
+    elif streams:
         draft = f"{streams} stream rows ran, none kept" + (": the run ended" if i + 1 == len(records) else "")
+    else:  # the pass ran only the streams a next tree could use
+        draft = "no stream rows ran" + (
+            ": the run ended" if i + 1 == len(records) else ": the output budget leaves no room for another tree"
+        )
     return fig, f"one target pass: {verify}, {draft}."
 
 
