@@ -209,17 +209,32 @@ def _overlaps(shown, fig, name: str, width: int) -> list:
             ".filter(t => t.textContent.trim()).map(t => { const r = t.getBoundingClientRect();"
             " return [t.textContent, r.left, r.top, r.right, r.bottom]; })"
         )
-        for a, (ta, *ra) in enumerate(boxes):
-            for tb, *rb in boxes[a + 1 :]:
-                if min(ra[2], rb[2]) - max(ra[0], rb[0]) > 1 and min(ra[3], rb[3]) - max(ra[1], rb[1]) > 1:
-                    found.append((name, width, frame.name, ta, tb))
-    return found
+        found += [(name, width, frame.name, ta, tb) for ta, tb in _crossing(boxes)]
+    furniture = shown.evaluate(  # the legend, the axis titles, Play / Pause and the slider's "step n"
+        "() => [...document.querySelectorAll('.legend .bg, text.xtitle, text.x2title, text.x3title,"
+        " .updatemenu-button, text.slider-label')].filter(e => !e.matches('text.slider-label')"
+        " || e.textContent.startsWith('step')).map(e => { const r = e.getBoundingClientRect();"
+        " return [e.getAttribute('class') + ' ' + e.textContent.slice(0, 20), r.left, r.top, r.right, r.bottom]; })"
+    )
+    return found + [(name, width, "layout", ta, tb) for ta, tb in _crossing(furniture)]
+
+
+def _crossing(boxes: list) -> list[tuple[str, str]]:
+    """Pairs of [text, left, top, right, bottom] boxes that overlap by more than a pixel each way."""
+    out = []
+    for a, (ta, *ra) in enumerate(boxes):
+        for tb, *rb in boxes[a + 1 :]:
+            if min(ra[2], rb[2]) - max(ra[0], rb[0]) > 1 and min(ra[3], rb[3]) - max(ra[1], rb[1]) > 1:
+                out.append((ta, tb))
+    return out
 
 
 def test_no_label_of_the_tokens_panel_overlaps_another_at_16_drafts_or_64_nodes(page, perturbed_pair):
     """Fix 1 (issue 38 follow-up): at γ = 16 the test's numbers of neighbouring drafts ran into each other, and a
     64-node tree's node labels lay on each other. Every frame is drawn in Chromium at 1440 px and as a phone
-    shows it (390 px: the plot keeps 900 px and scrolls, style.py); no two labels of the tokens' panel overlap."""
+    shows it (390 px: the plot keeps 900 px and scrolls, style.py); no two labels of the tokens' panel overlap,
+    nor the legend, the axis titles and the play controls (a tree's legend lay on its mask's axis title, the
+    slider's "step n" under Pause at 900 px)."""
     from specviz.plots.animation import iteration_animation
 
     step = _odd_step(perturbed_pair)

@@ -393,6 +393,8 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
         fig.update_xaxes(title_text="attends to (the context, or a node)", row=2, col=2)
         fig.update_yaxes(title_text="node", row=2, col=2)
     fig.update_layout(margin={"t": 175, "l": 150})
+    if tree:  # the legend under the mask's tilted labels and axis title, as the controls (it lay on the title)
+        fig.update_layout(legend_y=fig.layout.legend.y - MASK_TICKS_PX / _plot_px(fig))
     return _taller(fig, _extra_px(step, fig), tree)
 
 
@@ -447,7 +449,7 @@ def _draw_chain(step: Any, m: Moment, total: float) -> list[Any]:
     traces.append(_text(*_xy(at), [m.tests[j] for j in tested], "the test's numbers", (2, 1), position="bottom center"))
     keys = _test_keys(step)  # the numbers' names, one column left of each band, line for line
     bands = range(_bands(k))
-    at = [(-1.0, TEST_TOP - b * BAND) for b in bands] if keys else []
+    at = [(-1.0, TEST_TOP - b * BAND) for b in bands] if keys and m.tests else []  # with the first test
     traces.append(_text(*_xy(at), ["<br>".join(keys)] * len(at), "the test's rows", (2, 1), position="bottom center"))
     slots = range(k + 2)
     at = [_slot(s, "names") for s in slots]  # each cell's name under it (a band's column holds several)
@@ -724,8 +726,8 @@ def _controls(fig: go.Figure, moments: list[Moment], below_px: float = 0) -> go.
         sliders=[
             {
                 "active": 0,
-                "x": 0.2,
-                "len": 0.8,
+                "x": 0.3,  # clear of the buttons (~170 px) on a phone's 900 px plot: at 0.2 "step" sat under Pause
+                "len": 0.7,
                 "y": y,
                 "yanchor": "top",
                 "pad": {"t": 30},
