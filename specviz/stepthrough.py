@@ -357,8 +357,12 @@ def _cache_story(r: IterationRecord, k: int) -> tuple[str, ...]:
         rollback = (
             f"rollback: the target's cache keeps the context and the {r.accepted} accepted node"
             f"{'s' if r.accepted != 1 else ''} of the path, moved up behind it ({kept} entries); the tree's other "
-            f"{dropped} entr{'y' if dropped == 1 else 'ies'} dropped; no draft model ran, so there is no draft cache "
-            "to roll back"
+            f"{dropped} entr{'y' if dropped == 1 else 'ies'} dropped; "
+            + (
+                "the draft head's cache drops this tree's entries when it drafts next"
+                if r.draft_forwards
+                else "no draft model ran, so there is no draft cache to roll back"
+            )
         )
     else:
         rollback = (

@@ -279,3 +279,17 @@ def test_feature_chunks_resume_and_hold_the_prefill_features(random_pair, tmp_pa
     for b, i in enumerate(indices):
         n = len(examples[i].ids)
         torch.testing.assert_close(disk[b, :n], fly[b, :n], rtol=2e-3, atol=2e-3)
+
+
+def test_the_step_through_rolls_back_the_heads_cache_not_a_draft_models(perturbed_pair):
+    """EAGLE drafts with a head that keeps its own cache: the step-through must not say no draft ran
+    (it said "no draft model ran, so there is no draft cache to roll back", true of SSSD only)."""
+    from specviz.stepthrough import explain_iteration, recompute_for
+
+    ids = specviz.encode_prompt(perturbed_pair, "def fibonacci(n):")
+    records = list(specviz.run("eagle", perturbed_pair, ids, max_new_tokens=24, tree_width=2, depth=3, tree_nodes=6))
+    i = next(i for i, r in enumerate(records) if r.drafted)
+    mode = recompute_for(get_method("eagle"), perturbed_pair, {})
+    step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute=mode)
+    rollback = next(line for line in step.cache if line.startswith("rollback"))
+    assert "draft head's cache" in rollback and "no draft model ran" not in rollback

@@ -37,7 +37,7 @@ def test_a_loaded_race_draws_the_same_board_table_and_why(saved, tmp_path):
     race, data = saved
     path = tmp_path / "race_records.json"
     path.write_text(json.dumps(data))
-    loaded = load_race(path, METHODS, most_runs=13)
+    loaded = load_race(path, METHODS, most_runs=len(METHODS))
     assert loaded == race
     assert race_html(loaded) == race_html(race)
     assert why_markdown(loaded) == why_markdown(race) and "Vanilla SD" in why_markdown(loaded)
@@ -53,11 +53,11 @@ def test_each_run_is_saved_with_every_option_it_ran_with(saved, tmp_path):
     race, data = saved
     runs = {r["name"]: r for r in data["runs"]}
     assert runs["vanilla"]["options"] == {"speculation_length": 4} and runs["autoregressive"]["options"] == {}
-    assert race_from_dict(data, METHODS, most_runs=13) == race
+    assert race_from_dict(data, METHODS, most_runs=len(METHODS)) == race
     older = broken(data, lambda d: [r.update(options={}) for r in d["runs"]])  # saved before defaults were
-    assert race_from_dict(older, METHODS, most_runs=13) == race
+    assert race_from_dict(older, METHODS, most_runs=len(METHODS)) == race
     changed = broken(data, lambda d: d["runs"][1]["options"].update(speculation_length=2))
-    vanilla = race_from_dict(changed, METHODS, most_runs=13).runs[1]
+    vanilla = race_from_dict(changed, METHODS, most_runs=len(METHODS)).runs[1]
     assert vanilla.options == {"speculation_length": 2}
     assert "speculation_length = 4 (default)" in race_html(race)
 
@@ -102,7 +102,7 @@ def test_a_file_that_is_not_json_is_refused(tmp_path):
     path = tmp_path / "x.json"
     path.write_bytes(b"\xff\xfe not json")
     with pytest.raises(SpecvizError, match="not JSON"):
-        load_race(path, METHODS, most_runs=13)
+        load_race(path, METHODS, most_runs=len(METHODS))
 
 
 JSON = st.recursive(
@@ -141,7 +141,7 @@ def test_any_one_field_replaced_either_loads_and_draws_or_is_refused_clearly(sav
         node = node[k]
     node[key] = value
     try:
-        race = race_from_dict(data, METHODS, most_runs=13)
+        race = race_from_dict(data, METHODS, most_runs=len(METHODS))
     except SpecvizError as e:
         assert str(e)
         return
@@ -171,7 +171,7 @@ def test_every_methods_race_round_trips_with_its_typed_extras(saved_all, tmp_pat
     assert {r.name for r in race.runs if r.records} >= set(METHODS) - {"oracle"}
     path = tmp_path / "race_records.json"
     path.write_text(json.dumps(data))
-    loaded = load_race(path, METHODS, most_runs=13)
+    loaded = load_race(path, METHODS, most_runs=len(METHODS))
     assert loaded == race and race_html(loaded) == race_html(race)
     for run, mine in zip(loaded.runs, race.runs, strict=True):
         for r, o in zip(run.records, mine.records, strict=True):
@@ -189,14 +189,14 @@ def test_a_number_past_int64_is_one_clear_error_not_an_overflow(saved, field):
     data = copy.deepcopy(saved[1])
     data["runs"][1]["records"][0][field] = 2**64
     with pytest.raises(SpecvizError, match=f"'{field}'"):
-        race_from_dict(data, METHODS, most_runs=13)
+        race_from_dict(data, METHODS, most_runs=len(METHODS))
 
 
 def test_json_nested_past_the_parsers_depth_is_one_clear_error(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(SpecvizError, match="nested too deep"):
-        load_race(path, METHODS, most_runs=13)
+        load_race(path, METHODS, most_runs=len(METHODS))
 
 
 @pytest.mark.parametrize("digits", [25, 5000])
@@ -205,7 +205,7 @@ def test_a_number_with_absurdly_many_digits_is_one_clear_error(saved, tmp_path, 
     path = tmp_path / "digits.json"
     path.write_text(text)
     with pytest.raises(SpecvizError, match=r"position|thousands of digits"):
-        load_race(path, METHODS, most_runs=13)
+        load_race(path, METHODS, most_runs=len(METHODS))
 
 
 CRAFTED = {
@@ -230,7 +230,7 @@ CRAFTED = {
 def test_a_crafted_field_is_one_clear_error(saved, message):
     data = broken(saved[1], CRAFTED[message])
     with pytest.raises(SpecvizError, match=message):
-        race_from_dict(data, METHODS, most_runs=13)
+        race_from_dict(data, METHODS, most_runs=len(METHODS))
 
 
 NOT_FINITE = {
@@ -247,7 +247,7 @@ def test_an_infinite_or_nan_extra_is_one_clear_error(saved_all, method):
     data = copy.deepcopy(saved_all[1])
     record_of(data, method)["extra"][key] = value
     with pytest.raises(SpecvizError, match=f"record 0 of '{method}': extra '{key}'"):
-        race_from_dict(data, METHODS, most_runs=13)
+        race_from_dict(data, METHODS, most_runs=len(METHODS))
 
 
 @pytest.fixture(scope="module")
@@ -286,15 +286,15 @@ def test_a_file_past_the_size_bound_is_refused_before_it_is_read(tmp_path):
     path.write_bytes(b" " * (MAX_FILE_BYTES + 1))
     assert MAX_FILE_BYTES <= 16 * 2**20
     with pytest.raises(SpecvizError, match="a saved race here is at most 16 MB"):
-        load_race(path, METHODS, most_runs=13)
+        load_race(path, METHODS, most_runs=len(METHODS))
     path.write_bytes(b" " * (20 * 2**20))  # under the old 50 MB bound: read and parsed
     with pytest.raises(SpecvizError, match="at most 16 MB"):
-        load_race(path, METHODS, most_runs=13)
+        load_race(path, METHODS, most_runs=len(METHODS))
 
 
 def test_checking_a_saved_race_stops_at_its_time_budget(saved, tmp_path):
     path = tmp_path / "race_records.json"
     path.write_text(json.dumps(saved[1]))
-    assert [r.name for r in load_race(path, METHODS, most_runs=13).runs] == [r.name for r in saved[0].runs]
+    assert [r.name for r in load_race(path, METHODS, most_runs=len(METHODS)).runs] == [r.name for r in saved[0].runs]
     with pytest.raises(SpecvizError, match="took too long to check"):
-        load_race(path, METHODS, most_runs=13, budget_s=-1.0)
+        load_race(path, METHODS, most_runs=len(METHODS), budget_s=-1.0)

@@ -28,7 +28,7 @@ class AppLimits:
     max_new_tokens: int = 512  # tokens one method generates for one prompt
     speculation_length: int = 16  # draft tokens per iteration
     tree_nodes: int = 64  # nodes of one verification tree (SSSD's S)
-    methods_per_race: int = 13  # methods in one race, each listed once
+    methods_per_race: int = 14  # methods in one race, each listed once (every registered method)
     osd_requests: int = 100  # requests in one Online-learning stream
     # online learners holding their own draft weights at once, all visitors (size: benchmarks/reliability/README.md)
     adapted_drafts: int = 4
