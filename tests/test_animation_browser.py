@@ -257,3 +257,56 @@ def test_no_label_of_the_tokens_panel_overlaps_another_at_16_drafts_or_64_nodes(
             finally:
                 shown.close()
     assert not found, found[:10]
+
+
+def test_sixteen_drafts_in_the_app_at_1440_and_on_a_phone(page):
+    """Fix 1 in the app itself: a race of vanilla at γ = 16 (the Race's limit), its first iteration played to the
+    end in the step-through at 1440×900 and at 390×844 (the plot keeps 900 px and scrolls): no label of the
+    tokens' panel overlaps another, nor the legend and the controls. On the way: the page handed plotly a part
+    of the frames (18 of 25) once a figure of more than 10 frames replaced another (Plotly.deleteFrames sorts
+    its indices as strings)."""
+    app_browser.set_race(page, "def fibonacci(n):", {"Vanilla SD": "vanilla"}, 32)
+    page.click("#sv-method-options")
+    box = page.locator("#sv-method-options").get_by_label("number input for speculation_length").first
+    box.wait_for(state="visible")
+    box.fill("16")
+    box.press("Enter")
+    page.click("#sv-run")
+    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    page.wait_for_selector("#sv-board .sv-panel[data-method=vanilla] .sv-paper:has-text('speculation_length = 16')")
+    if not page.locator("#sv-step-method input").is_visible():
+        page.click("#sv-step button:has-text('Step through one iteration')")
+    frames = show(page, "Vanilla SD", 1)
+    assert "of 16 drafts" in page.locator("#sv-step-view").inner_text()
+    found = []
+    try:
+        for width, height in ((1440, 900), (390, 844)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(500)  # plotly redraws at the new width
+            page.evaluate(
+                f"n => Plotly.animate(document.querySelector('{PLOT}'), [n], {{frame: {{duration: 0, redraw: true}},"
+                " transition: {duration: 0}, mode: 'immediate'})",
+                str(frames - 1),
+            )
+            page.wait_for_function(f"() => ({CAPTION})().startsWith('Step {frames} of {frames}.')")
+            boxes = page.evaluate(
+                f"() => [...document.querySelectorAll('{PLOT} .subplot.x2y2 .textpoint text')]"
+                ".filter(t => t.textContent.trim()).map(t => { const r = t.getBoundingClientRect();"
+                " return [t.textContent, r.left, r.top, r.right, r.bottom]; })"
+            )
+            assert len(boxes) > 16 * 2  # the drafts' texts, their tests and the cells' names
+            found += [(width, a, b) for a, b in _crossing(boxes)]
+            furniture = page.evaluate(
+                f"() => [...document.querySelectorAll('{PLOT} .legend .bg, {PLOT} .updatemenu-button,"
+                f" {PLOT} text.slider-label, {PLOT} text.x2title')].filter(e => !e.matches('text.slider-label')"
+                " || e.textContent.startsWith('step')).map(e => { const r = e.getBoundingClientRect();"
+                " return [e.getAttribute('class') + ' ' + e.textContent.slice(0, 20), r.left, r.top, r.right,"
+                " r.bottom]; })"
+            )
+            found += [(width, a, b) for a, b in _crossing(furniture)]
+            page.locator(f"{PLOT} .subplot.x2y2").scroll_into_view_if_needed()
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(SHOTS / f"animation_app_vanilla16_{width}.png"))
+    finally:
+        page.set_viewport_size({"width": 1500, "height": 1100})
+    assert not found, found[:10]

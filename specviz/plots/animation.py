@@ -30,7 +30,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.plots.theme import OKABE_ITO, empty, finish
+from specviz.plots.theme import OKABE_ITO, empty, finish, legend_rows
 from specviz.plots.tree import layout as tree_layout
 from specviz.plots.tree import visible as label_text
 from specviz.text import visible
@@ -64,6 +64,8 @@ BAND = CHAIN_Y["own"] + 0.6 - (NAMES_Y - 0.3)  # y units from one band to the ne
 # this much lower (plotly widens the bottom margin for them), the figure this much taller
 MASK_TICKS_PX = 80
 OWN_ABOVE = 1.0  # a tree's own token: this many rows above the top node
+PHONE_PLOT_PX = 900 - 150 - 20  # the plot area on a phone: the 900 px style.py keeps, less the side margins
+LEGEND_ROW_PX = 26  # a legend row's height (theme.legend_below)
 TREE_PX = 250  # the tree's panel's width on a phone (the plot keeps 900 px there: style.py)
 MASK_TICKS = 16  # most columns of a tree's mask labelled under it: beyond, every other (or third...) node, by number
 
@@ -704,7 +706,9 @@ def _controls(fig: go.Figure, moments: list[Moment], below_px: float = 0) -> go.
     """Play / Pause and a slider of the frames (plotly's animation API: `animate` with frame names),
     `below_px` lower than their usual place (a tree's mask has its labels there)."""
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
-    y = -0.1 - below_px / plot_px
+    # under the legend's rows as the phone's 900 px plot lays them out (its second row lay on Play at 1440 px)
+    legend_bottom = fig.layout.legend.y - legend_rows(fig, PHONE_PLOT_PX) * LEGEND_ROW_PX / plot_px
+    y = min(-0.1 - below_px / plot_px, legend_bottom)
     still = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
     play = {"frame": {"duration": FRAME_MS, "redraw": True}, "fromcurrent": True, "transition": {"duration": 0}}
     return fig.update_layout(

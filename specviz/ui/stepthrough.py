@@ -42,8 +42,11 @@ ADD_FRAMES_JS = """
     const gd = document.querySelector("#sv-step-anim .js-plotly-plot");
     const drawn = gd && gd._fullLayout && gd.layout && gd.layout.title && gd.layout.title.text === title;
     if (!drawn || !window.Plotly) { if (tries++ < 100) setTimeout(attach, 100); return; }
-    const had = (gd._transitionData && gd._transitionData._frames) || [];
-    const ready = had.length ? window.Plotly.deleteFrames(gd, had.map((_, i) => i)) : Promise.resolve();
+    // the last figure's frames go one at a time, last first: Plotly.deleteFrames sorts its indices as strings
+    // (10 before 2) and fails past 10 frames, leaving a part of them (18 of 25 at γ = 16)
+    const had = ((gd._transitionData && gd._transitionData._frames) || []).length;
+    let ready = Promise.resolve();
+    for (let i = had - 1; i >= 0; i--) ready = ready.then(() => window.Plotly.deleteFrames(gd, [i]));
     ready.then(() => frames.length && window.Plotly.addFrames(gd, frames))
       .then(() => { gd.dataset.frames = String(frames.length); });
   };
