@@ -621,17 +621,19 @@ def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
     """Redraw every view of the last race once it has finished: when the tab is opened, when a new race object
     arrives (a saved race loaded), and when a race that was running as the tab was opened finishes while it is
     open. A race updates ctx.race in place, so gradio sees no change when it finishes (specviz.ui.race): a timer,
-    started only when the tab finds a race running, looks every FOLLOW_S seconds and stops itself."""
+    started only when the opened tab finds a race running, looks every FOLLOW_S seconds and stops itself."""
     import gradio as gr
 
     inputs = [x for v in views for x in v.inputs[:-1]] + [ctx.race]
     outputs = [x for v in views for x in v.outputs]
     timer = gr.Timer(FOLLOW_S, active=False)
 
-    def redraw(*values):
+    def redraw(*values, follow: bool = True):
+        """The views of a finished race; for a race still running, nothing yet, and (`follow`: the tab was opened
+        or its timer ticked) the timer on until it finishes."""
         race = values[-1]
-        if not race_finished(race):  # nothing to explain yet; look again while one runs
-            return *(gr.skip() for _ in outputs), gr.Timer(active=race is not None)
+        if not race_finished(race):
+            return *(gr.skip() for _ in outputs), gr.Timer(active=race is not None) if follow else gr.skip()
         drawn, at = [], 0
         for v in views:
             own = values[at : at + len(v.inputs) - 1]
@@ -640,10 +642,14 @@ def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
             drawn += list(value) if len(v.outputs) > 1 else [value]
         return *drawn, gr.Timer(active=False)
 
-    events = [ctx.race.change]
+    def on_new_race(*values):
+        """A new race object: drawn at once if finished (a saved race); a race just started is not followed
+        from here (the tab is not open as it starts: Run race is on the Race tab), so no timer for it."""
+        return redraw(*values, follow=False)
+
+    both = [*outputs, timer]
+    ctx.race.change(on_new_race, inputs, both, show_progress="hidden", api_visibility="private")
     tab = enclosing_tab()
     if tab is not None:
-        events.append(tab.select)
-    for event in events:
-        event(redraw, inputs, [*outputs, timer], show_progress="hidden", api_visibility="private")
-    timer.tick(redraw, inputs, [*outputs, timer], show_progress="hidden", api_visibility="private")
+        tab.select(redraw, inputs, both, show_progress="hidden", api_visibility="private")
+    timer.tick(redraw, inputs, both, show_progress="hidden", api_visibility="private")
