@@ -26,7 +26,7 @@ from typing import Any
 
 from specviz.metrics import tested
 from specviz.records import IterationRecord
-from specviz.text import visible
+from specviz.text import marked, visible
 
 REPLACEMENT = "\ufffd"  # what a decoder writes for an incomplete UTF-8 sequence
 
@@ -200,7 +200,9 @@ def _rejected_groups(spans: Sequence[TokenSpan]) -> list[list[TokenSpan]]:
 def span_html(span: TokenSpan, t: float | None = None) -> str:
     """One token; `t` (seconds: when its iteration ended) lets the page's replay reveal it on time."""
     tip = html.escape(span.title(), quote=True)  # shown by the page's tooltip (page.js): hover, focus or tap
-    text = html.escape(span.text) if span.text else "&#8203;"  # zero-width: keeps an empty token hoverable
+    # written as it reads (spaces, line breaks), but a character that prints as nothing marked as the tooltip marks
+    # it ('␍', '⟨U+200B⟩'); an empty token gets a zero-width space: it stays hoverable
+    text = html.escape(marked(span.text)) if span.text else "&#8203;"
     when = "" if t is None else f' data-t="{t:.4f}"'
     kind = f"sv-{span.kind}" + ("" if span.tested else " sv-untested")
     return f'<span class="sv-tok {kind}"{when} tabindex="0" data-tip="{tip}">{text}</span>'
