@@ -13,7 +13,7 @@ import specviz
 from specviz.methods import streaming as streaming_method
 from specviz.methods.ngram_tree import TokenTree
 from specviz.models.streaming import StreamingLM
-from specviz.plots.streaming_pass import ROLES, pass_shape, run_pass_figure, streaming_pass_figure
+from specviz.plots.streaming_pass import ROLES, pass_shape, run_pass, streaming_pass_figure
 from specviz.ui import streaming as tab
 
 PROMPT = "def f(x):"
@@ -53,7 +53,7 @@ def test_the_figures_rows_are_the_rows_the_fused_pass_ran(random_pair, passes):
     records = state["records"]
     assert len(passes) == len(records)  # one target pass per iteration
     for i, (main, streams) in enumerate(passes):
-        fig = run_pass_figure(records, i)
+        fig = run_pass(records, i)[0]
         nodes, shape = len(records[i]["extra"]["tree_tokens"]), pass_shape(records[i])
         assert stream_rows(fig) == streams == (1 + nodes) * shape.gamma  # every candidate node's γ streams
         assert sum(len(t.x or ()) for t in fig.data) - stream_rows(fig) == main
@@ -65,7 +65,7 @@ def test_the_figures_rows_are_the_rows_the_fused_pass_ran(random_pair, passes):
 
 def test_main_rows_run_through_every_layer_and_stream_rows_through_the_top_ones(random_pair):
     state = run(random_pair)
-    fig, shape = run_pass_figure(state["records"], 1), pass_shape(state["records"][1])
+    fig, shape = run_pass(state["records"], 1)[0], pass_shape(state["records"][1])
     for t in fig.data:
         if t.x:
             streams = t.name in (ROLES["next"][0], ROLES["discarded"][0])
@@ -105,7 +105,7 @@ def test_the_accepted_paths_rows_and_the_accepted_nodes_streams_are_coloured_as_
         tree = r["extra"]
         if not tree["tree_tokens"]:
             continue
-        fig, gamma = run_pass_figure(records, i), pass_shape(r).gamma
+        fig, gamma = run_pass(records, i)[0], pass_shape(r).gamma
         rows = bars(fig)
         committed = passes[i][0] - len(tree["tree_tokens"])
         path = tree["accepted_path"]
@@ -132,15 +132,35 @@ def test_the_tabs_sentence_counts_the_rows_of_the_pass(random_pair, passes, orac
     nodes = len(records[i]["extra"]["tree_tokens"])
     kept = len(set(records[i + 1]["extra"]["tree_sources"]))
     assert line == (
-        f"one target pass: {1 + nodes} rows verify the tree, {passes[i][1]} stream rows draft the next one "
-        f"({kept} of them kept)."
+        f"one target pass: {1 + nodes} rows verify the tree, {passes[i][1]} stream rows ran; {kept} of them "
+        "(the accepted node's) draft the next tree."
     )
+    assert 0 < kept < passes[i][1]  # only the accepted node's streams draft: the sentence must not say all do
     assert fig.layout.title.text.startswith(f"Iteration {i + 1}: one pass")
     first = tab.show_pass(state, 1)[1]
     assert first.startswith(f"one target pass: no tree yet ({passes[0][0]} rows of committed tokens), ")
     last = tab.show_pass(state, len(records))[1]
     assert last.endswith(": the run ended.")
     assert tab.show_pass(None, 1) == (None, "")
+
+
+def test_a_run_without_streams_says_so_in_every_pass(random_pair, passes):
+    """speculation_length 0: no pass runs a stream, so none builds a tree; the sentence says the streams
+    are not in use, not that the output budget leaves no room."""
+    state = tab.run_streaming("tiny-random", PROMPT, 6, 0, 2, load_pair=lambda name: random_pair)
+    records = state["records"]
+    assert len(records) == 6 and all(pass_shape(r).gamma == 0 for r in records)
+    lines = [tab.show_pass(state, i + 1)[1] for i in range(len(records))]
+    committed = pass_shape(records[1]).committed_rows
+    assert lines[1] == f"one target pass: no tree ({committed} row of committed tokens), no streams in use."
+    assert lines[-1].endswith("no streams in use: the run ended.")
+    assert not any("budget" in line or "yet" in line for line in lines)
+
+
+def test_nodes_off_the_accepted_path_are_not_called_rejected():
+    """Most nodes off the accepted path were never tested (verification stops at the first mismatch)."""
+    assert ROLES["rejected"][0] == "node not accepted"
+    assert not any("rejected" in name for name, _ in ROLES.values())
 
 
 def test_a_pass_without_streams_draws_main_rows_only():

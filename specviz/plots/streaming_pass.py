@@ -28,7 +28,7 @@ from specviz.plots.tree import record_tree, visible
 ROLES = {
     "committed": ("committed token", "#444444"),
     "accepted": ("node accepted", OKABE_ITO["bluish_green"]),
-    "rejected": ("node rejected", OKABE_ITO["vermillion"]),
+    "rejected": ("node not accepted", OKABE_ITO["vermillion"]),  # most were never tested
     "next": ("streams → next tree", OKABE_ITO["blue"]),
     "discarded": ("streams discarded", "#BBBBBB"),
 }
@@ -48,6 +48,29 @@ class PassRow:
     stream: int  # 0: the main stream; j = 1..gamma: stream j
     first_layer: int  # 0-based: the first decoder layer the row runs through
     token: int | None  # the token of the row's node (None for a committed token: not in the record)
+
+
+@dataclass(frozen=True)
+class PassCounts:
+    """What one pass's rows count, for a sentence beside its figure."""
+
+    committed: int  # m: rows of committed tokens not yet cached
+    nodes: int  # the tree's nodes, verified in this pass (0: no tree)
+    gamma: int  # γ: stream rows per candidate node (0: no streams ran)
+    stream_rows: int  # (1 + nodes) * γ: every candidate node's streams
+    kept: int  # the accepted node's streams that drafted the next tree
+    last: bool  # the run's last pass
+
+    @staticmethod
+    def of(rows: Sequence[PassRow], gamma: int, last: bool) -> PassCounts:
+        return PassCounts(
+            committed=sum(r.role == "committed" for r in rows),
+            nodes=sum(r.stream == 0 and r.node >= 0 for r in rows),
+            gamma=gamma,
+            stream_rows=sum(r.stream > 0 for r in rows),
+            kept=sum(r.role == "next" for r in rows),
+            last=last,
+        )
 
 
 def pass_shape(record: dict[str, Any]) -> StreamingPassExtra | None:
@@ -92,13 +115,15 @@ def streaming_pass_figure(
 ) -> go.Figure:
     """One bar per row of the pass, from the first layer it runs through to the top, coloured by its
     role; a note instead when the record does not carry the pass's shape (nothing is guessed)."""
-    iteration = (
-        f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?"
-    )  # from 1, as the tabs
     shape = pass_shape(record)
     if shape is None:
-        return empty(f"{iteration}: pass not recorded", NOT_RECORDED)
-    rows = pass_rows(record, shape, kept)
+        return empty(f"{_iteration(record)}: pass not recorded", NOT_RECORDED)
+    return _draw(_iteration(record), shape, pass_rows(record, shape, kept), decode)
+
+
+def _draw(
+    iteration: str, shape: StreamingPassExtra, rows: list[PassRow], decode: Callable[[int], str] | None
+) -> go.Figure:
     main = sum(r.stream == 0 for r in rows)
     fig = go.Figure()
     for role, (name, colour) in ROLES.items():
@@ -140,10 +165,23 @@ def streaming_pass_figure(
     )
 
 
-def run_pass_figure(records: Sequence[dict[str, Any]], i: int, decode: Callable[[int], str] | None = None) -> go.Figure:
-    """The pass of a run's record i (0-based), its kept streams read off the next record's tree."""
-    after = records[i + 1] if i + 1 < len(records) else None
-    return streaming_pass_figure(records[i], kept_streams(after), decode)
+def run_pass(
+    records: Sequence[dict[str, Any]], i: int, decode: Callable[[int], str] | None = None
+) -> tuple[go.Figure, PassCounts | None]:
+    """The pass of a run's record i (0-based), its kept streams read off the next record's tree, and
+    what its rows count (None when the record does not carry the pass's shape)."""
+    last = i + 1 == len(records)
+    record, kept = records[i], kept_streams(None if last else records[i + 1])
+    shape = pass_shape(record)
+    if shape is None:
+        return streaming_pass_figure(record, kept, decode), None
+    rows = pass_rows(record, shape, kept)
+    return _draw(_iteration(record), shape, rows, decode), PassCounts.of(rows, shape.gamma, last)
+
+
+def _iteration(record: dict[str, Any]) -> str:
+    """'Iteration 3': counted from 1, as the tabs."""
+    return f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?"
 
 
 def _layer_step(layers: int) -> int:

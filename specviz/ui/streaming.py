@@ -12,7 +12,7 @@ import html
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.plots.streaming_pass import kept_streams, pass_shape, run_pass_figure
+from specviz.plots.streaming_pass import PassCounts, run_pass
 from specviz.plots.tree import record_tree, record_tree_figure
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
@@ -100,26 +100,28 @@ def show_pass(state: dict[str, Any] | None, iteration: int):
         return None, ""
     records = state["records"]
     i = min(max(1, int(iteration)), len(records)) - 1
-    fig = run_pass_figure(records, i, decode=lambda t: state["text"].get(str(t), str(t)))
-    shape = pass_shape(records[i])
-    if shape is None:
+    fig, counts = run_pass(records, i, decode=lambda t: state["text"].get(str(t), str(t)))
+    if counts is None:
         return fig, "one target pass: not recorded (this record does not carry the pass's shape)."
-    nodes = len(record_tree(records[i]).tree_tokens)
-    committed, kept = shape.committed_rows, kept_streams(records[i + 1] if i + 1 < len(records) else None)
-    streams = (1 + nodes) * shape.gamma
-    plural = "s" if committed != 1 else ""
-    verify = (
-        f"{1 + nodes} rows verify the tree" if nodes else f"no tree yet ({committed} row{plural} of committed tokens)"
-    )
-    if kept:
-        draft = f"{streams} stream rows draft the next one ({kept} of them kept)"
-    elif streams:
-        draft = f"{streams} stream rows ran, none kept" + (": the run ended" if i + 1 == len(records) else "")
-    else:  # the pass ran only the streams a next tree could use
-        draft = "no stream rows ran" + (
-            ": the run ended" if i + 1 == len(records) else ": the output budget leaves no room for another tree"
-        )
-    return fig, f"one target pass: {verify}, {draft}."
+    return fig, pass_sentence(counts)
+
+
+def pass_sentence(c: PassCounts) -> str:
+    """'one target pass: 7 rows verify the tree, 21 stream rows ran; 3 of them (the accepted node's) draft
+    the next tree.'"""
+    plural = "s" if c.committed != 1 else ""
+    if c.nodes:
+        verify = f"{1 + c.nodes} rows verify the tree"
+    else:  # γ = 0 for the whole run never builds a tree; otherwise one comes once streams have run
+        verify = f"no tree{' yet' if c.gamma else ''} ({c.committed} row{plural} of committed tokens)"
+    ended = ": the run ended" if c.last else ""
+    if c.gamma == 0:  # speculation_length 0, or the run's last pass (no next tree to draft)
+        draft = f"no streams in use{ended}"
+    elif c.kept:
+        draft = f"{c.stream_rows} stream rows ran; {c.kept} of them (the accepted node's) draft the next tree"
+    else:
+        draft = f"{c.stream_rows} stream rows ran, none kept{ended}"
+    return f"one target pass: {verify}, {draft}."
 
 
 def summary_line(state: dict[str, Any]) -> str:
