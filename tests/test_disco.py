@@ -126,7 +126,7 @@ def test_the_panel_names_the_tuned_values_from_the_records_without_the_classifie
 
     monkeypatch.setattr("specviz.models.disco.load_disco", no_model_files)
     monkeypatch.setattr("specviz.models.disco.classifier_for", no_model_files)
-    html = panel_html(_disco_run(records), None, 60, perturbed_pair.name)
+    html = panel_html(_disco_run(records), None, 60)
     assert f"threshold = {tuned.threshold} (tuned for this pair, the default)" in html
     assert f"max_speculation_length = {tuned.max_speculation_length} (tuned for this pair, the default)" in html
     set_ = panel_html(_disco_run(records, {"threshold": 0.5}), None, 60)  # an option set is shown as set, not tuned
@@ -149,7 +149,7 @@ def test_a_race_saved_before_the_records_carried_them_still_renders(monkeypatch)
     race = load_race(ASSETS / "races" / "suites-humaneval.json.gz", tuple(method_names()), most_runs=13)
     disco = next(r for r in race.runs if r.name == "disco")
     assert disco.records and all("disco_threshold" not in r.extra for r in disco.records)  # an old file
-    html = panel_html(disco, race.baseline_tokens_per_s(), race.max_new_tokens, race.pair)
+    html = panel_html(disco, race.baseline_tokens_per_s(), race.max_new_tokens)
     assert 'data-method="disco"' in html and "tuned for this pair" not in html
     assert "threshold = tuned (the default; its value is not in this saved race)," in html
 

@@ -527,7 +527,7 @@ def test_panels_name_what_a_method_chose_and_a_run_that_drafted_nothing(perturbe
     assert f"threshold = {tuned.threshold} (tuned for this pair, the default)" in panels["disco"]
     assert f"max_speculation_length = {tuned.max_speculation_length} (tuned for" in panels["disco"]
     assert "tuned (default)" not in html and "window = 0" not in html
-    lookup = panel_html(runs["prompt_lookup"], race.baseline_tokens_per_s(), 4, race.pair)
+    lookup = panel_html(runs["prompt_lookup"], race.baseline_tokens_per_s(), 4)
     assert sum(len(r.drafted) for r in runs["prompt_lookup"].records) == 0  # "hello": nothing to copy
     assert "Drafted nothing in this race: no n-gram" in lookup and "<b>none drafted</b>" in lookup
     assert "Drafted nothing" not in html.replace(lookup, "")  # the methods that drafted show their acceptance

@@ -181,10 +181,10 @@ def nothing_drafted(run: MethodRun) -> str:
     )
 
 
-def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, pair: str | None = None) -> str:
+def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) -> str:
     """One method's panel. Its spans carry their iteration's end time and the panel its finish time,
-    so the page can replay every finished run on one clock without asking the server again. `pair`: the
-    race's pair, no longer read (what a method chose, e.g. DISCO's tuned τ, comes from its records)."""
+    so the page can replay every finished run on one clock without asking the server again. What a
+    method chose (e.g. DISCO's tuned τ) comes from its records."""
     records, status = run.records, run.status
     paper = "the baseline: the target model alone, one token per pass" if run.name == BASELINE else run.paper
     m = live_metrics(records, None if run.name == BASELINE else baseline_tps)
@@ -228,4 +228,4 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int, 
 def race_html(race: Race) -> str:
     """All panels of a race in one block (for the API and tests; the page updates panels one by one)."""
     baseline = race.baseline_tokens_per_s()
-    return "".join(panel_html(r, baseline, race.max_new_tokens, race.pair) for r in race.runs)
+    return "".join(panel_html(r, baseline, race.max_new_tokens) for r in race.runs)

@@ -478,7 +478,7 @@ def panel_updates(ui: SimpleNamespace, race: Race, drawn: dict[str, tuple]) -> d
         key = (run.status, len(run.records), run.message, baseline is not None, tuple(run.flags))
         if drawn.get(run.name) != key:
             drawn[run.name] = key
-            out[ui.panels[run.name]] = panel_html(run, baseline, race.max_new_tokens, race.pair)
+            out[ui.panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)
     return out
 
 
@@ -526,7 +526,7 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
         run.flags = flags.get(run.name, [])
     out = race_outputs(race)
     baseline = race.baseline_tokens_per_s()
-    html_of = {r.name: panel_html(r, baseline, race.max_new_tokens, race.pair) for r in race.runs}
+    html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
     board: dict[Any, Any] = {ui.panels[name]: value for name, value in html_of.items()}  # component -> value or update
     if reveal:
         board = {
