@@ -224,11 +224,25 @@ def shipped_race(benchmark: str, column: str, folder: Path | None = None) -> Pat
     return path if path.is_file() else None
 
 
-@cache
 def race_methods(path: Path) -> tuple[str, ...]:
     """The methods a shipped race holds (registry names, in its order): a column's race has the Race tab's
-    default race, not every method of the leaderboard."""
-    runs = read_run(path).get("runs")
+    default race, not every method of the leaderboard. Read once per version of the file; SpecvizError
+    where it is not a readable saved race."""
+    try:
+        modified = path.stat().st_mtime_ns
+    except OSError as e:
+        raise SpecvizError(f"{path.name}: cannot read this saved race ({e})") from e
+    return _race_methods(path, modified)
+
+
+@cache
+def _race_methods(path: Path, modified: int) -> tuple[str, ...]:
+    """`race_methods` of one version of the file (`modified`: its mtime in ns, so a re-recorded race is read again)."""
+    try:
+        race = read_run(path)
+    except (OSError, EOFError, ValueError) as e:  # not gzip, cut short, not JSON
+        raise SpecvizError(f"{path.name}: not a readable saved race ({e})") from e
+    runs = race.get("runs") if isinstance(race, dict) else None
     if not isinstance(runs, list):
         raise SpecvizError(f"{path.name}: not a saved race (it has no 'runs')")
     return tuple(str(run.get("name")) for run in runs if isinstance(run, dict))

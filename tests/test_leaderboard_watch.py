@@ -3,11 +3,14 @@ prompts, loaded onto the Race tab by its own loader; no offer where none is ship
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from specviz.leaderboard import BENCHMARK_OF, SUITES_BENCHMARK
+from specviz.leaderboard import BENCHMARK_OF, SUITES_BENCHMARK, race_file, read_run
 from specviz.tools.shipped_races import ShippedPrompt, record_shipped
 
 SHOTS = Path("/tmp/shots-Q2")
@@ -67,19 +70,56 @@ def test_the_watch_row_names_the_methods_a_race_holds_and_those_it_lacks(races):
     assert watch_update(SUITES_BENCHMARK)[1]["info"] == info
 
 
-def test_the_shipped_races_of_streamings_columns_resolve_without_streaming():
-    """Streaming's columns (the fused run: HumanEval, GSM8K, MT-Bench) each have a shipped race, recorded
-    with the Race tab's methods of the day, none of them Streaming: the watch row says so."""
-    from specviz.leaderboard import leaderboard_rows, race_methods, shipped_race
-    from specviz.ui.leaderboard import watch_info
+def copy_race(races: Path, column: str, drop: tuple[str, ...] = ()) -> Path:
+    """The tiny HumanEval race saved again as `column`'s, without the runs of the methods in `drop`."""
+    race = read_run(races / race_file(SUITES_BENCHMARK, "HumanEval"))
+    race["runs"] = [run for run in race["runs"] if run["name"] not in drop]
+    path = races / race_file(SUITES_BENCHMARK, column)
+    path.write_bytes(gzip.compress(json.dumps(race).encode()))
+    return path
+
+
+def test_streamings_columns_resolve_to_races_without_streaming_and_the_row_says_so(races):
+    """Streaming's columns (the fused run: HumanEval, GSM8K, MT-Bench) each lead to a race recorded
+    without Streaming: the watch row says it is not in every race, and names only the methods every
+    race holds."""
+    from specviz.leaderboard import leaderboard_rows
+    from specviz.ui.leaderboard import watch_info, watch_methods
 
     rows = leaderboard_rows()
     columns = list(dict.fromkeys(rows[rows["method"] == "streaming"]["column"]))
     assert columns == ["HumanEval", "GSM8K", "MT-Bench"]
-    for column in columns:
-        path = shipped_race(SUITES_BENCHMARK, column)
-        assert path is not None and "disco" in race_methods(path) and "streaming" not in race_methods(path)
-    assert "Speculative Streaming" in watch_info(SUITES_BENCHMARK).split(" Not in it: ")[1]
+    copy_race(races, "GSM8K", drop=("prompt_lookup",))
+    copy_race(races, "MT-Bench")
+    assert all("streaming" not in watch_methods(SUITES_BENCHMARK)[c] for c in columns)
+    raced, lacking = watch_info(SUITES_BENCHMARK).split(" Not in every race: ")
+    assert raced.endswith("by Autoregressive, Vanilla SD.")  # prompt lookup is missing from GSM8K's race
+    assert "Speculative Streaming" in lacking and "Prompt lookup" in lacking and "Vanilla SD" not in lacking
+
+
+def test_a_race_that_cannot_be_read_offers_no_race_and_stops_nothing(races):
+    """A broken shipped race (cut short, not a race) leaves its column without an offer; the others stay."""
+    from specviz.ui.leaderboard import WATCH_INFO, watch_info, watch_update, watchable
+
+    (races / race_file(SUITES_BENCHMARK, "GSM8K")).write_bytes(b"\x1f\x8b not a whole gzip file")
+    (races / race_file(SUITES_BENCHMARK, "MT-Bench")).write_bytes(gzip.compress(b'{"name": "no runs"}'))
+    assert watchable(SUITES_BENCHMARK) == ["HumanEval"]
+    assert " Not in it: " in watch_info(SUITES_BENCHMARK)  # one readable race
+    (races / race_file(SUITES_BENCHMARK, "HumanEval")).write_bytes(gzip.compress(b"[1, 2]"))
+    assert watchable(SUITES_BENCHMARK) == [] and watch_info(SUITES_BENCHMARK) == WATCH_INFO
+    assert watch_update(SUITES_BENCHMARK)[0]["visible"] is False
+
+
+def test_a_re_recorded_race_is_read_again(races):
+    """race_methods is cached per version of the file, not per path."""
+    from specviz.leaderboard import race_methods
+
+    path = races / race_file(SUITES_BENCHMARK, "HumanEval")
+    assert race_methods(path) == METHODS
+    stamp = path.stat().st_mtime_ns
+    copy_race(races, "HumanEval", drop=("vanilla",))
+    os.utime(path, ns=(stamp + 10**9, stamp + 10**9))  # a later version, even on a coarse clock
+    assert race_methods(path) == ("autoregressive", "prompt_lookup")
 
 
 @pytest.mark.browser

@@ -159,30 +159,41 @@ STATUS_IN_VIEW_JS = "() => { document.getElementById('sv-race-status')?.scrollIn
 
 
 def watchable(benchmark: str) -> list[str]:
-    """The benchmark's columns that have a shipped race (specviz.leaderboard.shipped_race), in the runs' order."""
-    rows = leaderboard_rows()
-    columns = dict.fromkeys(rows[rows["benchmark"] == benchmark]["column"])
-    return [c for c in columns if shipped_race(benchmark, c) is not None]
+    """The benchmark's columns with a readable shipped race (specviz.leaderboard.shipped_race), in the runs' order."""
+    return list(watch_methods(benchmark))
 
 
 def watch_methods(benchmark: str) -> dict[str, tuple[str, ...]]:
-    """Each watchable column of the benchmark -> the methods its shipped race holds."""
-    return {c: race_methods(path) for c in watchable(benchmark) if (path := shipped_race(benchmark, c)) is not None}
+    """Each column of the benchmark with a shipped race -> the methods that race holds. A race that cannot
+    be read is left out (its column offers no race): one bad file must not stop the app."""
+    rows = leaderboard_rows()
+    held = {}
+    for column in dict.fromkeys(rows[rows["benchmark"] == benchmark]["column"]):
+        path = shipped_race(benchmark, column)
+        if path is None:
+            continue
+        try:
+            held[column] = race_methods(path)
+        except SpecvizError:
+            continue
+    return held
 
 
 def watch_info(benchmark: str) -> str:
     """What the benchmark's shipped races hold: the methods raced in every one of them and the benchmark's
-    methods in none (Speculative Streaming's cells lead to a race without a Streaming panel: say so)."""
-    races = [path for c in watchable(benchmark) if (path := shipped_race(benchmark, c)) is not None]
+    methods missing from at least one (Speculative Streaming's cells lead to a race without a Streaming
+    panel: say so)."""
+    races = list(watch_methods(benchmark).values())
     if not races:
         return WATCH_INFO
     labels, rows = _labels(), leaderboard_rows()
-    raced = [m for m in race_methods(races[0]) if all(m in race_methods(r) for r in races[1:])]
+    raced = [m for m in races[0] if all(m in r for r in races[1:])]
     absent = [m for m in dict.fromkeys(rows[rows["benchmark"] == benchmark]["method"]) if m not in raced]
     names = ", ".join(labels.get(m, m) for m in raced)
     missing = ", ".join(labels.get(m, m) for m in absent)
+    lacking = "Not in it" if len(races) == 1 else "Not in every race"
     return f"{WATCH_INFO} by {names}." + (
-        f" Not in it: {missing} (tick them on the Race tab to race them)." if absent else ""
+        f" {lacking}: {missing} (tick them on the Race tab to race them)." if absent else ""
     )
 
 
