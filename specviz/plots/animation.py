@@ -349,9 +349,8 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
         fig.update_xaxes(range=[-0.6, max(d for d, _ in where) + 1.6], dtick=1, row=2, col=1)
         fig.update_yaxes(range=[max(rows) + 0.6, min(rows) - OWN_ABOVE - 0.6], visible=False, row=2, col=1)
         ticks = [f"{i + 1} '{_label(t)}'" for i, t in enumerate(step.tree.texts)]
-        every = math.ceil(
-            n / MASK_TICKS
-        )  # a tilted label needs ~20 px: 64 columns on half a phone's 900 px lay on each other
+        # a tilted label needs ~20 px: 64 columns on half a phone's 900 px lay on each other
+        every = math.ceil(n / MASK_TICKS)
         shown = [i for i in range(n) if i % every == 0]
         fig.update_xaxes(
             range=[-1.5, n - 0.5],
@@ -621,7 +620,7 @@ def _cells(
         "name": name,
         "legendgroup": group,
         "showlegend": show,
-        "hovertext": [f"{name}: {label_text(_quote(t))}" for t in texts] if texts is not None else name,
+        "hovertext": [f"{name}: '{label_text(t)}'" for t in texts] if texts is not None else name,
         "hoverinfo": "text",
         "cliponaxis": False,
         "_cell": cell,
