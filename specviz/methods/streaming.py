@@ -145,7 +145,7 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
     drafter = StreamDrafter(lm, gamma, opts.tree_width, vocab)
     while not dec.done:
         record = tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify)
-        assert drafter.shape is not None  # `verify` ran: every iteration is one pass
+        assert drafter.shape is not None  # an invariant: `verify` ran, every iteration is one pass
         yield replace(record, extra={**record.extra, **drafter.shape.to_extra()})
 
 
@@ -198,6 +198,7 @@ class StreamDrafter:
         logits = self.stream_logits(context) if depth > 0 else None
         if logits is None:
             return TokenTree()
+        # an invariant, not an input: each pass commits a token, so depth is at most the last pass's pass_gamma
         assert depth <= logits.shape[0]  # the last pass ran the streams this tree can use
         return stream_tree(logits[:depth].softmax(-1), self.width, budget, self.vocab_ids)
 

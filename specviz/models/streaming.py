@@ -315,16 +315,16 @@ class StreamingLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward pass that verifies one tree and speculates the next (Figure 1(b)).
 
-                ids [1, L], positions [L], mask [1, 1, L, past + L] (additive): a tree pass's inputs
-                (`CachedLM.forward_tree_by`); `append(layer, k, v)` caches the main stream's keys and values.
+        ids [1, L], positions [L], mask [1, 1, L, past + L] (additive): a tree pass's inputs
+        (`CachedLM.forward_tree_by`); `append(layer, k, v)` caches the main stream's keys and values.
         The main stream of every row is the tuned model's own computation: no stream reaches it. In
-                the top N_s layers each of the last `rows` rows (the last committed token, then the tree's
-                nodes) carries its streams 1..gamma (the streams in use, at most the adapter's; 0: none, the
-                main rows alone), batched with the main rows: stream j of the node at position
-                p sits at p + j and sees what the node's main row sees (the cached prefix, the node's path
-                from the root) and the node's own streams 1..j (eq. 2), never another node's rows; nothing of
-                the streams is cached. Returns the main stream's logits of those rows [rows, V] and their
-                streams' last hidden states [rows, gamma, H] (before the final norm; `stream_head` scores them).
+        the top N_s layers each of the last `rows` rows (the last committed token, then the tree's
+        nodes) carries its streams 1..gamma (the streams in use, at most the adapter's; 0: none, the
+        main rows alone), batched with the main rows: stream j of the node at position p sits at p + j
+        and sees what the node's main row sees (the cached prefix, the node's path from the root) and
+        the node's own streams 1..j (eq. 2), never another node's rows; nothing of the streams is
+        cached. Returns the main stream's logits of those rows [rows, V] and their streams' last hidden
+        states [rows, gamma, H] (before the final norm; `stream_head` scores them).
         """
         gamma = self.cfg.gamma if gamma is None else gamma
         if not 0 <= gamma <= self.cfg.gamma:
