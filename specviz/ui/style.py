@@ -25,8 +25,13 @@ CSS = """
 .prose table { display: block; overflow-x: auto; max-width: 100%; }
 .prose th, .prose td { white-space: nowrap; word-break: keep-all; }
 .prose td:last-child { white-space: normal; min-width: 16rem; }
-/* The why table fits the page: its cells wrap, its last column (the reading) is the widest. */
-#sv-why table { display: table; width: 100%; } #sv-why td:last-child { white-space: nowrap; min-width: 0; }
+/* The why table (the Race tab's, and the Theory tab's under "Explain the last race") fits the page with every
+   method raced: its headers, methods and families wrap between words (never inside one), its numbers stay whole
+   on one line. Unwrapped, fourteen methods pushed "measured speedup" off a 1440 px page. */
+:is(#sv-why, #sv-theory-race) table { display: table; width: 100%; }
+:is(#sv-why, #sv-theory-race) :is(th, td:nth-child(-n+2)) { white-space: normal; word-break: keep-all;
+    overflow-wrap: normal; hyphens: none; }
+:is(#sv-why, #sv-theory-race) td:last-child { white-space: nowrap; min-width: 0; }
 .sv-step-table { border-collapse: collapse; font-size: .95rem; margin: .4rem 0; }
 .sv-step-table td, .sv-step-table th { padding: 3px 8px; border-bottom: 1px solid var(--border-color-primary);
     text-align: left; }
@@ -126,13 +131,13 @@ body.sv-hide-rejected .sv-rejgroup { display: none; }
     .sv-legend { font-size: .85rem; gap: .15rem .9rem; line-height: 1.35; }
     .sv-legend .sv-tok { font-size: .85rem; }
     /* The why table wraps its cells between words, in a smaller type, rather than run off the right edge. */
-    #sv-why table { font-size: .62rem; line-height: 1.25; }
-    #sv-why th, #sv-why td, #sv-why td:last-child { white-space: normal; word-break: normal; overflow-wrap: normal;
-        padding: 2px 1px; }
+    :is(#sv-why, #sv-theory-race) table { font-size: .62rem; line-height: 1.25; }
+    :is(#sv-why, #sv-theory-race) :is(th, td, td:last-child) { white-space: normal; word-break: normal;
+        overflow-wrap: normal; padding: 2px 1px; }
     /* a number never breaks inside ("0 / . / 8 / 4" down a column): words and numbers stay whole */
-    #sv-why td, #sv-why th { overflow-wrap: normal; word-break: keep-all; hyphens: none; }
+    :is(#sv-why, #sv-theory-race) :is(td, th) { overflow-wrap: normal; word-break: keep-all; hyphens: none; }
     /* the family (chain, tree) is named under the table too, with its formula: the phone's width goes to the rest */
-    #sv-why th:nth-child(2), #sv-why td:nth-child(2) { display: none; }
+    :is(#sv-why, #sv-theory-race) :is(th, td):nth-child(2) { display: none; }
     .prose td:last-child { min-width: 10rem; }
     /* The Theory tab's roofline table: five short columns fit the width when its headers wrap between words
        ("budget γ (≤2% extra)") and its cells pad less; it scrolled sideways with the budget and knee off-screen. */

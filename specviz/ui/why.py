@@ -149,17 +149,19 @@ def why_markdown(race: Race | None) -> str:
         (
             "**Why each method was fast or slow** — its [family](#sv-term-family)'s formula from this race's "
             "own counts and timings ([α](#sv-term-alpha), [c](#sv-term-c), [verify cost](#sv-term-verify)). "
-            "The counts (α, γ) say what the draft did; the timings (c, verify cost) come from one run each and "
+            "The counts (α; γ, the drafts of an iteration, or S, the nodes of a tree) say what the draft did; "
+            "the timings (c, verify cost) come from one run each and "
             "move from run to run on a shared CPU, so two methods with the same counts can show different c "
             "and speedups:"
         ),
         "",
-        "| method | family | α | speculation length | c | verify cost | predicted speedup | measured speedup |",
+        # short headers, and a ratio that breaks at its slash: 330 px hold every column but the family on a phone
+        "| method | family | α | γ or tree size | c | verify cost | predicted speedup | measured speedup |",
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['method']} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | {r['c']:.3f} | "
-        f"{r['verify_label']} = {r['verify_ratio']:.2f} | {r['predicted_speedup']:.2f}× | "
+        f"{r['verify_label'].replace('/', ' / ')} = {r['verify_ratio']:.2f} | {r['predicted_speedup']:.2f}× | "
         f"{r['measured_speedup']:.2f}× |"
         for r in rows
     ]
