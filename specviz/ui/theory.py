@@ -461,7 +461,7 @@ def race_view(race: Any):
     from specviz.ui.why import explain_race, why_markdown
 
     if race is None:
-        return None, "Run a race first (Race tab); then press the button again."
+        return None, "Run a race first (Race tab): it is explained here once it finishes."
     rows = explain_race(race)
     if not rows:
         return None, why_markdown(race)
@@ -511,9 +511,10 @@ def build_tab(ctx: Any) -> None:
 
 @dataclass
 class RaceView:
-    """A part of the tab drawn from the last race: `draw(*inputs)` -> the value of `outputs` (a tuple for several)."""
+    """A part of the tab drawn from the last race: `draw(*inputs, race)` -> the value of `outputs` (a tuple for
+    several)."""
 
-    inputs: list[Any]  # ctx.race last
+    inputs: list[Any]  # the view's own widgets; the race (ctx.race's value) is passed after them
     outputs: list[Any]
     draw: Callable[..., Any]
 
@@ -537,10 +538,10 @@ def whatif_section(ctx: Any) -> RaceView:
         curves = gr.Plot(first[0], label="speedup vs γ", show_label=False, elem_id="sv-whatif-chain")
         tree = gr.Plot(first[1], label="speedup vs tree size", show_label=False, elem_id="sv-whatif-tree")
     numbers = gr.Markdown(first[2], elem_id="sv-whatif-text")
-    whatif = [alpha, gamma, size, ctx.race]
-    for w in (alpha, gamma, size):
-        w.change(explorer, whatif, [curves, tree, numbers], show_progress="hidden")
-    return RaceView(whatif, [curves, tree, numbers], explorer)
+    own = [alpha, gamma, size]
+    for w in own:
+        w.change(explorer, [*own, ctx.race], [curves, tree, numbers], show_progress="hidden")
+    return RaceView(own, [curves, tree, numbers], explorer)
 
 
 def roofline_section(ctx: Any) -> RaceView:
@@ -580,15 +581,15 @@ def roofline_section(ctx: Any) -> RaceView:
     roof_table = gr.Markdown(first[1], elem_id="sv-roofline-text")
 
     on_roofline = roofline_handler(ctx)
-    roof_inputs = [hardware, model, batch, context, engine, ctx.pair, ctx.race]
+    own = [hardware, model, batch, context, engine, ctx.pair]
     for widget in (hardware, model, batch, context, engine):
-        widget.change(on_roofline, roof_inputs, [roof_plot, roof_table], show_progress="hidden")
+        widget.change(on_roofline, [*own, ctx.race], [roof_plot, roof_table], show_progress="hidden")
 
     def note(*inputs):
         """The roofline's text again: its note explains the last race (the plot does not change with it)."""
         return on_roofline(*inputs)[1]
 
-    return RaceView(roof_inputs, [roof_table], note)
+    return RaceView(own, [roof_table], note)
 
 
 def published_section() -> None:
@@ -613,8 +614,8 @@ def last_race_section(ctx: Any) -> RaceView:
     explain = gr.Button("Explain the last race")
     race_plot = gr.Plot(label="predicted vs measured speedup", show_label=False, elem_id="sv-theory-race-plot")
     race_table = gr.Markdown(elem_id="sv-theory-race")
-    explain.click(race_view, [ctx.race], [race_plot, race_table])
-    return RaceView([ctx.race], [race_plot, race_table], race_view)
+    explain.click(race_view, [ctx.race], [race_plot, race_table])  # drawn again on demand
+    return RaceView([], [race_plot, race_table], race_view)
 
 
 def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
@@ -624,7 +625,7 @@ def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
     started only when the opened tab finds a race running, looks every FOLLOW_S seconds and stops itself."""
     import gradio as gr
 
-    inputs = [x for v in views for x in v.inputs[:-1]] + [ctx.race]
+    inputs = [x for v in views for x in v.inputs] + [ctx.race]
     outputs = [x for v in views for x in v.outputs]
     timer = gr.Timer(FOLLOW_S, active=False)
 
@@ -636,8 +637,8 @@ def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
             return *(gr.skip() for _ in outputs), gr.Timer(active=race is not None) if follow else gr.skip()
         drawn, at = [], 0
         for v in views:
-            own = values[at : at + len(v.inputs) - 1]
-            at += len(v.inputs) - 1
+            own = values[at : at + len(v.inputs)]
+            at += len(v.inputs)
             value = v.draw(*own, race)
             drawn += list(value) if len(v.outputs) > 1 else [value]
         return *drawn, gr.Timer(active=False)
