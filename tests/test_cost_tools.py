@@ -169,7 +169,7 @@ def test_theory_handlers_and_tab():
     fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs))
     assert (
         fig.data
-        and "| Vanilla SD | chain | 0.70 | γ = 4.0 | 0.100 | T(γ+1)/T(1) = 1.20 |" in table
+        and "| Vanilla SD | chain | 0.70 | γ = 4.0 | 0.100 | T(γ+1) / T(1) = 1.20 |" in table
         and "for the price of 1.60 steps (4×0.100 drafting + 1.20 verifying): 1.72× by these counts" in table
     )
     fig, table = theory.race_view(Race("tiny", "p", [], 8, {}, runs[1:]))  # no baseline: says what is missing
