@@ -23,6 +23,7 @@ from specviz.cost.from_records import explain_run, step_ms
 from specviz.methods import all_methods, default_race, get_method, method_names
 from specviz.methods.drafting import ModelDrafter, StaticLength
 from specviz.methods.speculative import speculative_decoding
+from specviz.plots.summary import summary_table
 from specviz.stepthrough import explain_iteration, recompute_for
 from specviz.ui.racing import RaceSettings, run_race
 from specviz.ui.why import explain_race, why_markdown
@@ -186,6 +187,17 @@ def test_a_fourteenth_method_is_listed_raced_and_explained_with_no_other_edit(fo
         mine, 1, race.prompt_ids, {"temperature": 0.0}, pair=perturbed_pair, recompute="target+draft"
     )
     assert all(c.q_top for c in step.checks)
+    assert get_method(fourteenth).short_label == "Fixed γ = 3 (toy)"  # no short_label given: its label
+    table = summary_table({r.name: r.records for r in race.runs}, {r.name: r.label for r in race.runs})
+    phone = race_tab.summary_pivot(race_tab.speedup_first(table))
+    assert 'title="Fixed γ = 3 (toy)">Fixed γ = 3 (toy)</th>' in phone  # the phone's summary heads it so
+
+
+def test_each_entry_names_itself_short_enough_for_a_phones_summary_column():
+    """The phone's summary heads each method's column with its registry entry's short_label (~65 px)."""
+    short = {s.name: s.short_label for s in all_methods()}
+    assert short["autoregressive"] == "AR" and short["eagle"] == "EAGLE-2" and short["streaming"] == "Stream."
+    assert all(len(label) <= 7 or " " in label for label in short.values())
 
 
 def test_trees_and_pearl_are_explained_by_their_own_formulas(perturbed_pair):

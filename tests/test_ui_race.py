@@ -540,9 +540,9 @@ def test_the_summary_pivots_for_a_phone_every_figure_a_few_methods_a_table(pertu
     import html
     import re
 
-    from specviz.methods import all_methods
+    from specviz.methods import all_methods, get_method
     from specviz.plots.summary import summary_table
-    from specviz.ui.race import PHONE_METHODS, PHONE_NAMES, speedup_first, summary_pivot
+    from specviz.ui.race import PHONE_METHODS, speedup_first, summary_pivot
 
     settings = RaceSettings("def f(x):", ("autoregressive", "vanilla", "prompt_lookup"), max_new_tokens=8)
     *_, race = run_race(perturbed_pair, settings, {}, threading.Event())
@@ -552,7 +552,7 @@ def test_the_summary_pivots_for_a_phone_every_figure_a_few_methods_a_table(pertu
     assert 'id="sv-summary-pivot"' in shown and shown.count("<table>") == 1
     heads = re.findall(r'<th scope="col" title="([^"]+)">([^<]+)</th>', shown)
     assert heads == [
-        (label, PHONE_NAMES[name])
+        (label, get_method(name).short_label)
         for name, label in zip(table["method"].map({v: k for k, v in labels.items()}), table["method"], strict=True)
     ]
     rows = [html.unescape(r) for r in re.findall(r'<th scope="row">([^<]+)</th>', shown)]
@@ -562,4 +562,4 @@ def test_the_summary_pivots_for_a_phone_every_figure_a_few_methods_a_table(pertu
     every = table.loc[[0] * len(names)].assign(method=names)  # a race of every method
     tables = summary_pivot(every).split("<table>")[1:]
     assert len(tables) == -(-len(names) // PHONE_METHODS) and all(t.count(' title="') <= PHONE_METHODS for t in tables)
-    assert all(len(PHONE_NAMES[s.name]) <= 7 or " " in PHONE_NAMES[s.name] for s in all_methods())  # ~65 px a column
+    assert all(len(s.short_label) <= 7 or " " in s.short_label for s in all_methods())  # ~65 px a column

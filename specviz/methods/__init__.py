@@ -37,6 +37,8 @@ class MethodSpec:
     generate: Callable[..., Iterator[Any]]  # (Decoding, options) -> Iterator[IterationRecord]
     family: Family  # how it drafts and verifies, and the formula that explains its speed:
     #                 specviz.cost.families.CHAIN, TREE, ...
+    # a name short enough for a phone's summary column (~65 px, at most ~7 characters a word); "": the label
+    short_label: str = ""
     needs_draft: bool = True  # the pair must have a draft model (it drafts with it, or with a copy that learns)
     dynamic_length: bool = (
         False  # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
@@ -55,6 +57,10 @@ class MethodSpec:
     session: Callable[[Any], Any] | None = None
     # the families of extra fields its records carry besides Decoding.commit's (specviz.extras), e.g. (TreeExtra,)
     extras: tuple[type, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.short_label:
+            object.__setattr__(self, "short_label", self.label)
 
     @property
     def drafts_with_pair_draft(self) -> bool:

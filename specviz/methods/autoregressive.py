@@ -21,6 +21,7 @@ class NoOptions:
 @register(
     BASELINE,
     label="Autoregressive",
+    short_label="AR",
     description="The target model alone, one token per forward pass: the baseline every speedup is measured against.",
     paper="the baseline: the target model alone, one token per pass",
     options=NoOptions,

@@ -107,6 +107,7 @@ class DiscoOptions:
 @register(
     "disco",
     label="DISCO",
+    short_label="DISCO",
     description=(
         "A tiny classifier on the draft's distribution decides after each draft token whether to keep drafting."
     ),
@@ -142,6 +143,7 @@ class ConfidenceOptions:
 @register(
     "confidence",
     label="Confidence",
+    short_label="Conf.",
     description="Keep drafting while the draft's top-1 probability stays above a threshold (0.4).",
     paper="Hugging Face assisted generation (assistant_confidence_threshold); DISCO's unsupervised variant",
     options=ConfidenceOptions,

@@ -61,6 +61,7 @@ class EagleOptions:
 
 SPEC: dict[str, Any] = {  # the registry entry: register("eagle", **SPEC)
     "label": "EAGLE-2 (feature head)",
+    "short_label": "EAGLE-2",
     "description": (
         "A one-layer head drafts from the target's own last hidden states, not from tokens: they already hold much of"
         " what the target will say next; the tree grows where the head is confident and is verified in one pass."

@@ -57,6 +57,7 @@ class OracleLength(StaticLength):
 @register(
     "oracle",
     label="Oracle SL (upper bound)",
+    short_label="Oracle",
     description=(
         "ORACLE, not a real method: peeks at the target's greedy output and drafts exactly as many tokens as will be"
         " accepted."

@@ -43,6 +43,7 @@ def osd_session(pair: Any) -> Any:
 @register(
     "osd",
     label="Online SD",
+    short_label="OSD",
     description=(
         "Vanilla SD whose draft is distilled online, every few requests, on the target's distributions where it was"
         " wrong."

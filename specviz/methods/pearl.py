@@ -211,6 +211,7 @@ PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Leng
 @register(
     "pearl",
     label="PEARL",
+    short_label="PEARL",
     description=(
         "Draft and target run at the same time: pre-verify the first draft while drafting, keep drafting while"
         " verifying."
@@ -230,6 +231,7 @@ def pearl(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
 @register(
     "pearl-no-pre",
     label="PEARL w/o pre-verify",
+    short_label="PEARL no pre",
     description="PEARL without pre-verify: the target waits while the first drafts of a phase are drafted.",
     paper=PAPER + ", Table 3 ablation",
     options=PearlOptions,
@@ -245,6 +247,7 @@ def pearl_no_pre(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]
 @register(
     "pearl-no-post",
     label="PEARL w/o post-verify",
+    short_label="PEARL no post",
     description="PEARL without post-verify: the draft waits while the target verifies.",
     paper=PAPER + ", Table 3 ablation",
     options=PearlOptions,

@@ -59,6 +59,7 @@ class PromptLookupDrafter:
 @register(
     "prompt_lookup",
     label="Prompt lookup",
+    short_label="Lookup",
     description=(
         "Drafts by copying what followed the last matching n-gram of the prompt (as the model reads it: with the chat"
         " template and its system prompt) and output; no draft model."

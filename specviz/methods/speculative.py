@@ -67,6 +67,7 @@ def speculative_decoding(
 @register(
     "vanilla",
     label="Vanilla SD",
+    short_label="Vanilla",
     description="A draft model proposes a fixed number of tokens, the target verifies them in one pass.",
     paper="Leviathan et al. 2023; Chen et al. 2023",
     options=SpeculativeOptions,
@@ -82,6 +83,7 @@ def vanilla(dec: Decoding, opts: SpeculativeOptions) -> Iterator[IterationRecord
 @register(
     "heuristic",
     label="Dynamic (heuristic)",
+    short_label="Dynamic",
     description="Hugging Face's schedule: draft 2 more tokens after a full acceptance, 1 fewer otherwise.",
     paper="Hugging Face assisted generation; DISCO's dynHeur baseline",
     options=HeuristicOptions,

@@ -103,6 +103,7 @@ class NgramTreeDrafter:
 @register(
     "sssd",
     label="SSSD (n-gram tree)",
+    short_label="SSSD",
     description=(
         "Training-free: a token tree from n-gram matches in the prompt, its own output and a datastore, verified in"
         " one pass."

@@ -118,6 +118,7 @@ def _load(target: PreTrainedModel, adapter: str) -> msa.StreamingLM:
 @register(
     "streaming",
     label="Speculative Streaming",
+    short_label="Stream.",
     description="The target drafts its own next tokens with extra attention streams in its top layers; no draft model.",
     paper="Bhendawade et al. 2024 (Speculative Streaming)",
     options=StreamingOptions,

@@ -58,24 +58,6 @@ REPLAY_JS = (Path(__file__).with_name("replay.js")).read_text()  # runs in the p
 # the summary as a phone shows it (specviz.ui.phone): at most this many methods a table, each column ~65 px
 # (at 4, 49 px: "Confidence" and "disturbed" ran past the screen)
 PHONE_METHODS = 3
-# each method's column head there, short enough for that column (the full name is the head's tooltip)
-PHONE_NAMES = {
-    BASELINE: "AR",  # as in "speedup vs AR", the row above it
-    "vanilla": "Vanilla",
-    "osd": "OSD",
-    "heuristic": "Dynamic",
-    "pearl": "PEARL",
-    "prompt_lookup": "Lookup",
-    "pearl-no-pre": "PEARL no pre",
-    "pearl-no-post": "PEARL no post",
-    "confidence": "Conf.",
-    "disco": "DISCO",
-    "sssd": "SSSD",
-    "streaming": "Stream.",
-    "eagle": "EAGLE-2",
-    "oracle": "Oracle",
-}
-
 TIMING_NOTE = (
     "**How it is timed.** The methods run **one after another, each alone** on this machine (after a short "
     "untimed warm-up), so no method's tokens/s suffers from sharing the processor with the others; the page "
@@ -193,7 +175,7 @@ def speedup_first(table: Any) -> Any:
 def summary_pivot(table: Any) -> str:
     """The summary as a phone shows it (specviz.ui.phone): a row a figure in the table's order, a column a
     method under its short name, at most PHONE_METHODS methods a table; its twelve columns were cut at 390 px."""
-    short = {s.label: PHONE_NAMES.get(s.name, s.label) for s in all_methods()}
+    short = {s.label: s.short_label for s in all_methods()}
     return pivot_html(
         table.to_dict("records"), list(table.columns), short=short, elem_id="sv-summary-pivot", per_table=PHONE_METHODS
     )
