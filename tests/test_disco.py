@@ -114,18 +114,23 @@ def _disco_run(records, options=None):
     return MethodRun("disco", "DISCO", "", status="done", options=options or {}, records=records)
 
 
+def no_classifier(monkeypatch) -> None:
+    """Every DISCO classifier file is read through `specviz.models.disco._load_disco` (load_disco and
+    classifier_for both call it, wherever they were imported): make reading one fail the test."""
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the panel loaded DISCO's classifier")
+
+    monkeypatch.setattr("specviz.models.disco._load_disco", refused)
+
+
 def test_the_panel_names_the_tuned_values_from_the_records_without_the_classifier(perturbed_pair, monkeypatch):
     """The Race's DISCO panel reads τ and SL_max from the records: it loads no model file (the UI must not)."""
     from specviz.ui.panels import panel_html
 
     tuned = classifier_for(perturbed_pair.name)
     _, records = lengths("disco", perturbed_pair)
-
-    def no_model_files(*args, **kwargs):
-        raise AssertionError("the panel loaded DISCO's classifier")
-
-    monkeypatch.setattr("specviz.models.disco.load_disco", no_model_files)
-    monkeypatch.setattr("specviz.models.disco.classifier_for", no_model_files)
+    no_classifier(monkeypatch)
     html = panel_html(_disco_run(records), None, 60)
     assert f"threshold = {tuned.threshold} (tuned for this pair, the default)" in html
     assert f"max_speculation_length = {tuned.max_speculation_length} (tuned for this pair, the default)" in html
@@ -133,22 +138,37 @@ def test_the_panel_names_the_tuned_values_from_the_records_without_the_classifie
     assert "threshold = 0.5," in set_ and f"max_speculation_length = {tuned.max_speculation_length} (tuned" in set_
 
 
-def test_a_race_saved_before_the_records_carried_them_still_renders(monkeypatch):
-    """The shipped races were recorded before τ and SL_max were in DISCO's records: their DISCO panel
-    loads and draws, names no tuned value, and loads no classifier for it."""
+def test_the_guard_catches_a_classifier_read_through_the_methods_own_import(perturbed_pair, monkeypatch):
+    """The guard above is not vacuous: running DISCO (specviz.methods.disco imported load_disco and
+    classifier_for by name) reads a classifier, and the guard stops it."""
+    no_classifier(monkeypatch)
+    with pytest.raises(AssertionError, match="loaded DISCO's classifier"):
+        lengths("disco", perturbed_pair)
+
+
+def test_a_race_saved_before_the_records_carried_them_still_renders(perturbed_pair, monkeypatch):
+    """A race saved before τ and SL_max were in DISCO's records (a race recorded here, those fields then
+    dropped, as older files lack them): its DISCO panel loads and draws, names no tuned value, and loads
+    no classifier for it."""
+    import threading
+
     from specviz.methods import method_names
-    from specviz.paths import ASSETS
     from specviz.ui.panels import panel_html
-    from specviz.ui.saved import load_race
+    from specviz.ui.racing import RaceSettings, run_race
+    from specviz.ui.saved import race_from_dict, race_to_dict
 
-    def no_model_files(*args, **kwargs):
-        raise AssertionError("the panel loaded DISCO's classifier")
-
-    monkeypatch.setattr("specviz.models.disco.load_disco", no_model_files)
-    monkeypatch.setattr("specviz.models.disco.classifier_for", no_model_files)
-    race = load_race(ASSETS / "races" / "suites-humaneval.json.gz", tuple(method_names()), most_runs=13)
+    settings = RaceSettings(PROMPT, ("autoregressive", "disco"), max_new_tokens=12)
+    *_, recorded = run_race(perturbed_pair, settings, {}, threading.Event())
+    data = json.loads(json.dumps(race_to_dict(recorded)))
+    new_fields = ("disco_threshold", "disco_max_speculation_length")
+    for run in data["runs"]:
+        for record in run["records"]:
+            assert run["name"] != "disco" or all(k in record["extra"] for k in new_fields)  # a fresh race has them
+            record["extra"] = {k: v for k, v in record["extra"].items() if k not in new_fields}
+    no_classifier(monkeypatch)
+    race = race_from_dict(data, tuple(method_names()), most_runs=len(method_names()))
     disco = next(r for r in race.runs if r.name == "disco")
-    assert disco.records and all("disco_threshold" not in r.extra for r in disco.records)  # an old file
+    assert disco.records and all("disco_threshold" not in r.extra for r in disco.records)  # the old format
     html = panel_html(disco, race.baseline_tokens_per_s(), race.max_new_tokens)
     assert 'data-method="disco"' in html and "tuned for this pair" not in html
     assert "threshold = tuned (the default; its value is not in this saved race)," in html
