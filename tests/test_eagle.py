@@ -26,7 +26,7 @@ def test_eagle_is_registered_as_a_tree_method_off_by_default():
     """In the registry, so every registry-driven test, the race and the bench run it; the race does
     not tick it at first (the default race stays one method per seed paper)."""
     spec = get_method("eagle")
-    assert spec.generate is eagle_method.eagle and spec.family.name == "tree" and not spec.needs_draft
+    assert spec.generate is eagle_method.eagle and spec.family.name == "head-drafted tree" and not spec.needs_draft
     assert "eagle" not in default_race()
 
 

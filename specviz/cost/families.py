@@ -14,6 +14,9 @@ plain decoding step of the baseline in ms, and returns the formula's inputs and 
   c = 0).
 - self-drafting tree: the same formula, the tree drafted by the target's own extra streams
   (Speculative Streaming).
+- head-drafted tree: a tree grown level by level by a head over the target's features (EAGLE-2): its
+  drafting costs P passes of the head per tree, whatever the nodes: E[tokens](α, D) / (Pc + T(S+1)/T(1)),
+  c the time of one head pass.
 - parallel: draft and target side by side (PEARL, Liu et al. 2025): tokens per step
   E_PEARL(α, γ) / max(γc, T(pass)/T(1)), T(pass) a target pass of the run.
 """
@@ -87,6 +90,26 @@ def _tree(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
     }
 
 
+def _head_tree(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
+    """The tree's quantities, the drafting priced per head pass (P a tree, c = ms per pass / T(1)) rather
+    than per node: a pass of the head expands a whole level, so its cost does not grow with S."""
+    row = _tree(records, t1)
+    trees = [r for r in records if (t := r.tree()) is not None and t.tree_tokens]
+    passes = sum(r.draft_forwards for r in trees)
+    if row is None or not passes:
+        return row
+    per_tree, c = passes / len(trees), sum(r.draft_ms for r in trees) / passes / t1
+    cost = per_tree * c + row["verify_ratio"]
+    return {
+        **row,
+        "c": c,
+        "draft_passes": per_tree,
+        "iteration_cost": cost,
+        "cost_terms": f"{per_tree:.1f} head passes×{c:.3f} drafting + {row['verify_ratio']:.2f} verifying",
+        "predicted_speedup": row["expected_tokens"] / cost,
+    }
+
+
 def tree_speedup(alpha: float, depth: float, size: float, c: float, verify_ratio: float) -> float:
     """The tree family's formula: E[tokens](α, D) / (Sc + T(S+1)/T(1)); D the depth, S the nodes verified."""
     return expected_tokens(alpha, max(1, round(depth))) / (size * c + verify_ratio)
@@ -142,5 +165,12 @@ SELF_DRAFTING_TREE = Family(
     "T(S+1)/T(1)",
     _tree,
 )
+HEAD_TREE = Family(
+    "head-drafted tree",
+    "E[tokens](α, D) / (Pc + T(S+1)/T(1)), P passes of a head over the target's features per tree (EAGLE-2)",
+    "tree pass",
+    "T(S+1)/T(1)",
+    _head_tree,
+)
 PARALLEL = Family("parallel", "E_PEARL(α, γ) / max(γc, T(pass)/T(1)) (PEARL)", "step", "T(pass)/T(1)", _parallel)
-FAMILIES = (TARGET_ALONE, CHAIN, TREE, SELF_DRAFTING_TREE, PARALLEL)
+FAMILIES = (TARGET_ALONE, CHAIN, TREE, SELF_DRAFTING_TREE, HEAD_TREE, PARALLEL)

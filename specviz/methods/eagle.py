@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specviz.cost.families import TREE
+from specviz.cost.families import HEAD_TREE
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.extras import TreeExtra
@@ -68,7 +68,7 @@ SPEC: dict[str, Any] = {  # the registry entry: register("eagle", **SPEC)
     ),
     "paper": "Li et al. 2024 (EAGLE; EAGLE-2: dynamic draft trees)",
     "options": EagleOptions,
-    "family": TREE,
+    "family": HEAD_TREE,
     "needs_draft": False,
     "rank": 45,
     "extras": (TreeExtra,),

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from specviz.cost.families import FAMILIES, TARGET_ALONE
-from specviz.cost.from_records import explain_run, step_ms
+from specviz.cost.from_records import explain_run
 from specviz.methods import get_method
 from specviz.ui.panels import BASELINE, DISTURBED, Race
 
@@ -92,22 +92,8 @@ def explain_race(race: Race) -> list[dict[str, Any]]:
     for name, run in runs.items():
         row = explain_run(run.records, base.records, get_method(name).family)  # the baseline's family explains nothing
         if row:
-            rows.append({**row, **draft_passes(run.records, base.records, row), "method": run.label, "name": name})
+            rows.append({**row, "method": run.label, "name": name})
     return rows
-
-
-def draft_passes(records: list[Any], baseline_records: list[Any], row: dict[str, Any]) -> dict[str, float]:
-    """A tree grown by a draft model (EAGLE's head) costs passes of it, not nodes: the passes per tree
-    and one pass's time in decoding steps, from the records ({} for trees drafted without a model)."""
-    passes = sum(r.draft_forwards for r in records)
-    trees = [r for r in records if (t := r.tree()) is not None and t.tree_tokens]
-    t1 = step_ms(baseline_records)
-    if "depth" not in row or not passes or not trees or not t1:
-        return {}
-    return {
-        "draft_passes": sum(r.draft_forwards for r in trees) / len(trees),
-        "pass_cost": sum(r.draft_ms for r in records) / passes / t1,
-    }
 
 
 def reading(row: dict[str, Any], disturbed: list[str] | None = None) -> str:
@@ -118,14 +104,9 @@ def reading(row: dict[str, Any], disturbed: list[str] | None = None) -> str:
         return f"⚠️ {DISTURBED}: these timings are not the method's"
     predicted, measured, cost = row["expected_tokens"], row["measured_tokens_per_iteration"], row["iteration_cost"]
     apart = (measured >= cost) != (row["measured_speedup"] >= 1)  # the counts and the clock on two sides of 1
-    passes = (
-        f"; its drafting is {row['draft_passes']:.1f} passes of its draft per tree, {row['pass_cost']:.3f} steps each"
-        if "draft_passes" in row
-        else ""
-    )
     return (
         f"{predicted:.2f} tokens per {row['unit']} predicted by the formula, {measured:.2f} measured, for the price "
-        f"of {cost:.2f} steps ({row['cost_terms']}{passes}): {measured / cost:.2f}× by these counts"
+        f"of {cost:.2f} steps ({row['cost_terms']}): {measured / cost:.2f}× by these counts"
         + (
             ", the clock says otherwise: the counts leave out time outside the models' passes, and noise"
             if apart
