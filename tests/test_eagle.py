@@ -293,3 +293,33 @@ def test_the_step_through_rolls_back_the_heads_cache_not_a_draft_models(perturbe
     step = explain_iteration(records, i, ids, {"temperature": 0.0}, pair=perturbed_pair, recompute=mode)
     rollback = next(line for line in step.cache if line.startswith("rollback"))
     assert "draft head's cache" in rollback and "no draft model ran" not in rollback
+
+
+def test_evaluate_scores_an_exported_head_on_held_out_answers(random_pair, tmp_path, monkeypatch, capsys):
+    """`--evaluate HEAD` (the card's held-out figures) loads the exported head and scores the held-out
+    answers only: a head that is the trained one scores what validation scored in training."""
+    import json
+    from types import SimpleNamespace
+
+    from specviz.eagle import train as eagle_train
+    from specviz.train.draft.data import Example
+
+    target = random_pair.target
+    val = [
+        Example([5, 17, 300, 42, 42, 42, 7, 9, 11, 13], 4, True, None),
+        Example([3, 8, 9, 21, 40, 2, 6], 3, True, None),
+    ]
+    monkeypatch.setattr("specviz.models.default.load_target", lambda device, dtype: (target, random_pair.tokenizer))
+    monkeypatch.setattr(eagle_train, "corpus_data", lambda data, tokenizer: SimpleNamespace(train=[], val=val))
+    head = from_target(target)
+    path = tmp_path / "head.safetensors"
+    save_head(head, target, path)
+    assert (
+        eagle_train.main(["--data", str(tmp_path), "--evaluate", str(path), "--val-sequences", "5", "--depths", "2"])
+        == 0
+    )
+    got = json.loads(capsys.readouterr().out.splitlines()[0])
+    cfg = eagle_train.TrainConfig(data=tmp_path, work=tmp_path, out=path, val_sequences=5, depths=2)
+    want = eagle_train.validate(load_head(target, path).float(), target, val, cfg, 0)
+    assert got["sequences"] == 2 and got["top1_d1"] == pytest.approx(want["top1_d1"])
+    assert got["val_loss"] == pytest.approx(want["val_loss"]) and set(got) >= {"top1_d1", "top1_d2"}

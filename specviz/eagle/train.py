@@ -2,6 +2,7 @@
 
     python -m specviz.eagle.train --data ../shared/data --work runs/eagle --steps 20000 --save-every 200 [--resume]
     python -m specviz.eagle.train ... --features runs/eagle/features   # read f_t from chunks on disk
+    python -m specviz.eagle.train --data ../shared/data --evaluate HEAD --val-sequences 40 --depths 5  # score a head
 
 Loss (EAGLE-1, section 3.2): at every entry t whose next token is an answer token, smooth-L1
 between f̂_{t+1} and the target's f_{t+1}, plus `token_weight` x the cross-entropy of the head's
@@ -249,6 +250,21 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     return last
 
 
+def evaluate(cfg: TrainConfig, head_path: Path) -> dict:
+    """An exported head's held-out loss and top-1 agreement by depth on `cfg.val_sequences` held-out answers."""
+    from specviz.models.default import load_target
+
+    target, tokenizer = load_target(torch.device("cpu"), torch.float32)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    data = corpus_data(cfg.data, tokenizer)
+    head = load_head(target, head_path).float()
+    return {
+        "head": str(head_path),
+        "sequences": min(cfg.val_sequences, len(data.val)),
+        **validate(head, target, data.val, cfg, pad),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     d = TrainConfig(data=Path(), work=Path(), out=Path())
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -269,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--init", type=Path, default=None, help="start from an exported head (a committed one: runs/ is gone)"
     )
+    p.add_argument(
+        "--evaluate",
+        type=Path,
+        default=None,
+        help="only evaluate this exported head on --val-sequences held-out answers",
+    )
     a = p.parse_args(argv)
     cfg = TrainConfig(
         data=a.data,
@@ -287,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         init=a.init,
     )
     started = time.monotonic()
-    print(json.dumps(train(cfg, resume=a.resume)))
+    print(json.dumps(evaluate(cfg, a.evaluate) if a.evaluate else train(cfg, resume=a.resume)))
     print(f"{time.monotonic() - started:.0f} s")
     return 0
 
