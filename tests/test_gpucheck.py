@@ -48,7 +48,8 @@ def test_too_few_calls_for_the_room_beside_the_tree_is_refused(tmp_path, monkeyp
 
 
 def test_the_tracked_tree_leaves_room_for_a_part_in_a_call():
-    """The tree travels with every call: at most 40 MB, so a call still carries ~24 MiB of weights."""
+    """The tree travels with every call: at most 50 MB, so a call still carries ~14 MiB of weights (the
+    default target's GGUF in six calls: benchmarks/gpu/README.md)."""
     from pathlib import Path
 
-    assert gpucheck.tracked_bytes(Path(__file__).parents[1]) <= 40_000_000
+    assert gpucheck.tracked_bytes(Path(__file__).parents[1]) <= 50_000_000

@@ -48,9 +48,11 @@ HEADS = ASSETS / "eagle"  # shipped heads, each tagged with its target's fingerp
 
 @dataclass(frozen=True)
 class EagleOptions:
-    tree_nodes: int = count(16, limit="tree_nodes")  # N: nodes the target verifies per pass (the rerank's budget)
-    tree_width: int = count(4)  # k (EAGLE-2's top-k): children per expanded node, and nodes expanded per level
-    depth: int = count(5, limit="speculation_length")  # most levels drafted: tokens drafted ahead (head passes per
+    # Defaults sized for this 2-core CPU, where a tree pass costs ~0.05 target steps more per node (benchmarks/eagle/
+    # README.md, "Tree size"): a small tree; on a GPU, where the pass costs about the same up to 64 nodes, grow them.
+    tree_nodes: int = count(6, limit="tree_nodes")  # N: nodes the target verifies per pass (the rerank's budget)
+    tree_width: int = count(2)  # k (EAGLE-2's top-k): children per expanded node, and nodes expanded per level
+    depth: int = count(3, limit="speculation_length")  # most levels drafted: tokens drafted ahead (head passes per
     # iteration, after the first)
     head: str = "auto"  # "auto": the shipped head trained for this target, else "untrained" (the target's top
     # layer, not trained); or a .safetensors path
