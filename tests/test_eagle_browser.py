@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.methods import get_method
+from specviz.methods.eagle import EagleOptions
 from tests import test_theory_browser
 from tests.test_app_browser import ARTIFACTS, set_race
 
@@ -52,7 +53,8 @@ def test_eagle_is_offered_unticked_and_races_to_the_targets_text(page):
     page.wait_for_selector(f"#sv-step-view:has-text('{LABEL}, iteration 1 of')")
     page.click("#sv-step-next")  # the first pass only gives the head its features: the first tree comes second
     page.wait_for_selector(f"#sv-step-view:has-text('{LABEL}, iteration 2 of')")
-    assert "a tree of 16 candidate tokens was verified in one pass" in page.locator("#sv-step-view").inner_text()
+    nodes = EagleOptions().tree_nodes  # the default tree, full at every iteration of the untrained head
+    assert f"a tree of {nodes} candidate tokens was verified in one pass" in page.locator("#sv-step-view").inner_text()
     page.wait_for_function(f"() => ({TREE_TRACES})()?.includes('tree edge')")
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#sv-step").screenshot(path=str(ARTIFACTS / "eagle_step_through.png"))
