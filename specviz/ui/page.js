@@ -64,4 +64,19 @@
     if (running && name !== last) running.scrollIntoView({ block: 'nearest' });
     last = name;
   }).observe(document.body, { subtree: true, childList: true });
+  // 5. A plot follows its box's width, not only the window's: plotly redraws on a window resize, but a
+  //    box widened by the style sheet (the step-through's panels keep ~180 px each on a phone) or shown
+  //    by a tab leaves it drawn at the old width, its panels slivers, until the window changes.
+  const sized = new ResizeObserver((entries) => {
+    for (const { target } of entries) {
+      const drawn = target._fullLayout && target._fullLayout.width;
+      if (drawn && window.Plotly && Math.abs(drawn - target.clientWidth) > 1) window.Plotly.Plots.resize(target);
+    }
+  });
+  const watched = new WeakSet();
+  new MutationObserver(() => {
+    for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+      if (!watched.has(plot)) { watched.add(plot); sized.observe(plot); }
+    }
+  }).observe(document.body, { subtree: true, childList: true });
 }
