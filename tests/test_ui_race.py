@@ -296,6 +296,32 @@ def test_osd_learns_across_a_visitors_races_and_a_failing_method_is_logged(rando
     assert any(r.name == "specviz.ui.racing" and r.exc_info for r in caplog.records)
 
 
+def test_a_races_tensor_work_is_all_on_the_models_thread(perturbed_pair, monkeypatch):
+    """A method's run (its caches) and an online learner (a copy of the draft) are made where the run is stepped:
+    one torch.zeros for a KV cache in the page's thread gave it an OpenMP team of its own, and every later
+    decoding step of the default target was ~1.6x slower on a 2-core machine (specviz.serving.threads)."""
+    import specviz
+    import specviz.methods
+    from specviz.serving.threads import MODELS
+
+    where: list[tuple[str, str]] = []
+
+    def spy(module, name):
+        fn = getattr(module, name)
+
+        def called(*args, **kwargs):
+            where.append((name, threading.current_thread().name))
+            return fn(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, called)
+
+    spy(specviz, "run")
+    spy(specviz.methods, "new_session")
+    race_to_end(perturbed_pair, RaceSettings("def add(a, b):", ("autoregressive", "vanilla", "osd"), max_new_tokens=6))
+    assert {name for name, _ in where} == {"run", "new_session"}
+    assert {thread for _, thread in where} == {MODELS}, where
+
+
 def test_a_bfloat16_race_calls_each_parting_from_the_target_a_tie():
     """Greedy methods repeat the target alone's tokens; in bfloat16 some part at a tie of that dtype,
     and their panels say so (specviz.parity), never 'a fault'."""

@@ -9,6 +9,14 @@ dropped. So the app makes every model call on one thread that lives as long as t
 race's runs, and the other tabs' handlers through `running_on`), and lends PEARL another for its
 target lane (`run(..., executor=on(PEARL_TARGET))`: a `Worker` submits as an executor does).
 
+Every tensor operation, not only the forwards: a run's caches, an online learner's copy, a
+method's streams are made on the models' thread too. PyTorch's OpenMP (libgomp) gives each thread
+that runs a parallel operation a team of its own; once the process holds more team threads than
+cores, libgomp stops spinning between operations and every small forward pays for waking its team.
+On this project's 2-core machine one `torch.zeros` for a KV cache in the page's thread made every
+later decoding step of the default target ~1.6x slower, the race's own included, until the process
+ended (benchmarks/reliability/README.md, "The first race after the app starts").
+
 Work submitted to a thread runs in order, one item at a time. Threads are daemons (a run still going
 at exit does not hold the process) and are started again in a forked child (ZeroGPU's workers).
 Nothing here imports torch.

@@ -105,7 +105,9 @@ class TabContext:
         """`resolve` for a caller that holds a turn on the models (a model call): loads where needed."""
         if isinstance(name, str) and name in self.served:
             return self.served[name]
-        return resolve_pair(name, self.allowed_pairs, self.placement)
+        pair, notice = resolve_pair(name, self.allowed_pairs, self.placement)
+        read_notes(pair)  # made here, on the models' thread, where a race reads them in its handler's
+        return pair, notice
 
     def load_pair(self, name: str) -> Any:
         """The ModelPair called `name`, for a model call (it holds its turn: see `held`)."""
@@ -148,16 +150,23 @@ def serve_loaded(
     needs): `pair` and the tiny teaching pairs, by the names a visitor or a race asks for. What the
     app's process reads of a pair is made here too: each method's lossless note (Speculative
     Streaming's builds its streams over the target)."""
-    from specviz.methods import all_methods
-
     served: dict[str, tuple[Any, str | None]] = {}
     for name in dict.fromkeys([pair, *TINY_VARIANTS]):
         loaded, notice = resolve_pair(name, allowed, placement)
         served[name] = (loaded, notice)
         served.setdefault(loaded.name, (loaded, None))  # what a race asks its worker for
-        for spec in all_methods():
-            spec.lossless_note(loaded, {})
+        read_notes(loaded)
     return served
+
+
+def read_notes(pair: Any) -> None:
+    """Each method's lossless note on `pair` with its default options, made once (then cached): Speculative
+    Streaming's builds its streams over the target, tensor work that belongs where the pair was loaded
+    (specviz.serving.threads), not in the handler that shows the note."""
+    from specviz.methods import all_methods
+
+    for spec in all_methods():
+        spec.lossless_note(pair, {})
 
 
 def build_app(

@@ -412,19 +412,19 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tu
         from specviz.methods import get_method
         from specviz.parity import compare
 
+        def start() -> tuple[Any, Iterator[Any]]:
+            pair, spec = load_pair(pair_name), get_method(method)
+            session = method_session(sessions, spec, pair)
+            return pair, specviz.run(
+                spec.name, pair, prompt_ids, **sampling, **options, session=session, executor=threads.on(PEARL_TARGET)
+            )
+
         records: list[Any] = []
         stream = None
         try:
-            pair, spec = load_pair(pair_name), get_method(method)
-            gen = specviz.run(
-                spec.name,
-                pair,
-                prompt_ids,
-                **sampling,
-                **options,
-                session=method_session(sessions, spec, pair),
-                executor=threads.on(PEARL_TARGET),
-            )
+            # made on the models' thread as the run is stepped there: a method's caches and an online learner's
+            # copy are tensor work, and tensor work on a second thread slows every later step (serving.threads)
+            pair, gen = threads.on(MODELS).call(start)
             if warm_up or pair.name not in _WARMED:
                 threads.on(MODELS).call(_warm_up, pair, prompt_ids)
             if probe:
