@@ -44,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -446,7 +447,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, its bounds checked (loopback only, bounded)."""
     p = argparse.ArgumentParser(prog="python -m specviz.bench load", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="tiny-random")
     p.add_argument("--methods", default="", help="comma-separated registry names (default: the Race tab's defaults)")
@@ -478,34 +480,68 @@ def main(argv: list[str] | None = None) -> int:
             "--sessions must be from 1 to 64, --races from 1 to 1000 and --hostile from 0 to 100 "
             "(loopback only, bounded)"
         )
-    methods = [m.strip() for m in cfg.methods.split(",") if m.strip()] or default_race()
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    log = cfg.out / "server.log"
-    ttl = {"SPECVIZ_LIMIT_SESSION_TTL_S": str(cfg.session_ttl)} if cfg.session_ttl else {}
-    temp = cfg.out / "tmp"  # the app's temporary folder and gradio's cache: the disk a visitor can fill
-    temp.mkdir(exist_ok=True)
-    folders = {"TMPDIR": str(temp.resolve()), "GRADIO_TEMP_DIR": str((temp / "gradio").resolve())}
-    proc, url = start_app(cfg.pair, log, {**ttl, **folders})
-    try:
-        from gradio_client import Client
+    return cfg
 
-        warm = one_race(Client(url, verbose=False), race_args(cfg.pair, methods, cfg.max_new_tokens, 0))
-        if not warm[0]:
-            raise SpecvizError(f"the warm-up race failed: {warm[2]}")
-        rss_before, temp_before = rss_mb(proc.pid), folder_mb(temp)
-        honest_done = threading.Event()
-        temp_seen = sample_folder(temp, honest_done)
-        hostile: list[dict[str, Any]] = []
-        hostile_thread = threading.Thread(target=lambda: hostile.extend(run_hostile(url, cfg, honest_done)))
-        if cfg.hostile:
-            hostile_thread.start()
-        started = time.perf_counter()
-        rows = run_sessions(url, cfg, methods, proc.pid)
-        wall = time.perf_counter() - started
-        honest_done.set()
-        if cfg.hostile:
-            hostile_thread.join()
-        rss_after, temp_after = rss_mb(proc.pid), folder_mb(temp)
+
+def app_env(cfg: argparse.Namespace, temp: Path) -> dict[str, str]:
+    """The child app's environment: its session TTL (when set) and its temporary folders under `temp`."""
+    ttl = {"SPECVIZ_LIMIT_SESSION_TTL_S": str(cfg.session_ttl)} if cfg.session_ttl else {}
+    folders = {"TMPDIR": str(temp.resolve()), "GRADIO_TEMP_DIR": str((temp / "gradio").resolve())}
+    return {**ttl, **folders}
+
+
+def warm_up(url: str, cfg: argparse.Namespace, methods: list[str]) -> None:
+    """One untimed race (models load, caches fill); its failure ends the run."""
+    from gradio_client import Client
+
+    warm = one_race(Client(url, verbose=False), race_args(cfg.pair, methods, cfg.max_new_tokens, 0))
+    if not warm[0]:
+        raise SpecvizError(f"the warm-up race failed: {warm[2]}")
+
+
+@dataclass
+class RaceFigures:
+    """What the races left: the honest sessions' rows, the hostile client's, and the server's RSS and
+    temporary folder around them."""
+
+    rows: list[dict[str, Any]]
+    hostile: list[dict[str, Any]]
+    wall_s: float
+    rss_before_mb: float
+    rss_after_mb: float
+    temp_before_mb: float
+    temp_after_mb: float
+    temp_seen: dict[str, float]  # sample_folder's dict: the largest size of the temporary folder seen
+
+
+def run_races(url: str, cfg: argparse.Namespace, methods: list[str], pid: int, temp: Path) -> RaceFigures:
+    """The honest sessions' races, with the hostile client's rounds beside them when asked."""
+    rss_before, temp_before = rss_mb(pid), folder_mb(temp)
+    honest_done = threading.Event()
+    temp_seen = sample_folder(temp, honest_done)
+    hostile: list[dict[str, Any]] = []
+    hostile_thread = threading.Thread(target=lambda: hostile.extend(run_hostile(url, cfg, honest_done)))
+    if cfg.hostile:
+        hostile_thread.start()
+    started = time.perf_counter()
+    rows = run_sessions(url, cfg, methods, pid)
+    wall = time.perf_counter() - started
+    honest_done.set()
+    if cfg.hostile:
+        hostile_thread.join()
+    rss_after, temp_after = rss_mb(pid), folder_mb(temp)
+    return RaceFigures(rows, hostile, wall, rss_before, rss_after, temp_before, temp_after, temp_seen)
+
+
+def measure(
+    cfg: argparse.Namespace, methods: list[str], log: Path, temp: Path
+) -> tuple[RaceFigures, dict[str, Any], dict[str, Any]]:
+    """The app in a child process through every phase: warm-up, races, Stop, visitors left. Returns
+    (the races' figures, the Stop timings, the RSS once the visitors have left)."""
+    proc, url = start_app(cfg.pair, log, app_env(cfg, temp))
+    try:
+        warm_up(url, cfg, methods)
+        races = run_races(url, cfg, methods, proc.pid, temp)
         stop = {
             **stop_latency(url, cfg, methods),
             **fair_share(url, cfg, methods),
@@ -515,25 +551,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    seconds = [r["seconds"] for r in rows if r["ok"]]
-    from specviz.ui.blocks import LEFT_LOG
+    return races, stop, left
 
-    text = log.read_text(errors="replace")
-    result = {
-        "command": "python -m specviz.bench load " + " ".join(sys.argv[2:] if argv is None else argv),
-        "pair": cfg.pair,
-        "methods": methods,
-        "sessions": cfg.sessions,
-        "races_per_session": cfg.races,
-        "fresh": cfg.fresh,
-        "max_new_tokens": cfg.max_new_tokens,
-        "minutes": cfg.minutes,
-        "races": len(rows),
-        "done": sum(r["ok"] for r in rows),
-        "failed": sum(not r["ok"] for r in rows),
-        "wall_s": round(wall, 1),
-        "latency_p50_s": round(percentile(seconds, 0.5), 2),
-        "latency_p95_s": round(percentile(seconds, 0.95), 2),
+
+def rss_figures(races: RaceFigures, left: dict[str, Any]) -> dict[str, Any]:
+    """The server's RSS: after the warm-up, after the first race, at the end of the races and once
+    the visitors have left, and its growth between them."""
+    rows, rss_before, rss_after = races.rows, races.rss_before_mb, races.rss_after_mb
+    return {
         "rss_before_mb": round(rss_before, 1),
         "rss_after_mb": round(rss_after, 1),
         "rss_growth_mb": round(rss_after - rss_before, 1),
@@ -552,11 +577,45 @@ def main(argv: list[str] | None = None) -> int:
             if left
             else {}
         ),
+    }
+
+
+def build_result(
+    cfg: argparse.Namespace,
+    argv: list[str] | None,
+    methods: list[str],
+    log: Path,
+    races: RaceFigures,
+    stop: dict[str, Any],
+    left: dict[str, Any],
+) -> dict[str, Any]:
+    """results.json: the run's settings, its figures, the server log's findings and every row."""
+    rows, hostile = races.rows, races.hostile
+    seconds = [r["seconds"] for r in rows if r["ok"]]
+    from specviz.ui.blocks import LEFT_LOG
+
+    text = log.read_text(errors="replace")
+    return {
+        "command": "python -m specviz.bench load " + " ".join(sys.argv[2:] if argv is None else argv),
+        "pair": cfg.pair,
+        "methods": methods,
+        "sessions": cfg.sessions,
+        "races_per_session": cfg.races,
+        "fresh": cfg.fresh,
+        "max_new_tokens": cfg.max_new_tokens,
+        "minutes": cfg.minutes,
+        "races": len(rows),
+        "done": sum(r["ok"] for r in rows),
+        "failed": sum(not r["ok"] for r in rows),
+        "wall_s": round(races.wall_s, 1),
+        "latency_p50_s": round(percentile(seconds, 0.5), 2),
+        "latency_p95_s": round(percentile(seconds, 0.95), 2),
+        **rss_figures(races, left),
         **stop,
-        "temp_before_mb": round(temp_before, 1),
-        "temp_largest_mb": round(max(temp_seen["largest_mb"], temp_after), 1),
-        "temp_after_mb": round(temp_after, 1),
-        "temp_growth_mb": round(temp_after - temp_before, 1),
+        "temp_before_mb": round(races.temp_before_mb, 1),
+        "temp_largest_mb": round(max(races.temp_seen["largest_mb"], races.temp_after_mb), 1),
+        "temp_after_mb": round(races.temp_after_mb, 1),
+        "temp_growth_mb": round(races.temp_after_mb - races.temp_before_mb, 1),
         "hostile_rounds": len({h["round"] for h in hostile}),
         "hostile_probes": len(hostile),
         "hostile_unexpected": sorted({h["probe"] for h in hostile if not h["ok"]}),
@@ -567,12 +626,28 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "hostile": hostile,
     }
-    (cfg.out / "results.json").write_text(json.dumps(result, indent=1))
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    """results.json, summary.md (the figures without the rows), and the summary printed."""
+    (out / "results.json").write_text(json.dumps(result, indent=1))
     summary = {k: v for k, v in result.items() if k not in ("rows", "methods", "problems", "hostile")}
-    (cfg.out / "summary.md").write_text(
+    (out / "summary.md").write_text(
         "| figure | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in summary.items())
     )
     print(json.dumps(summary, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    methods = [m.strip() for m in cfg.methods.split(",") if m.strip()] or default_race()
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    log = cfg.out / "server.log"
+    temp = cfg.out / "tmp"  # the app's temporary folder and gradio's cache: the disk a visitor can fill
+    temp.mkdir(exist_ok=True)
+    races, stop, left = measure(cfg, methods, log, temp)
+    result = build_result(cfg, argv, methods, log, races, stop, left)
+    write_result(cfg.out, result)
     return 0 if result["failed"] == 0 else 1
 
 
