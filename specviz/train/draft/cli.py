@@ -7,6 +7,7 @@ import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ from specviz.train.draft.start import DraftShape, choose_vocab, coverage, new_dr
 from specviz.train.loop import Checkpoint
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m specviz.train.draft", description="Distil a reduced-vocabulary draft from the teacher corpus."
     )
@@ -65,44 +66,33 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="continue from the checkpoint for this many steps with a new schedule (--lr, cosine, no warm-up)",
     )
-    args = parser.parse_args(argv)
-    if args.corpus is not None and str(args.corpus) in ("", "."):
-        args.corpus = None
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    shape = DraftShape(**{f: getattr(args, f) for f in asdict(DraftShape())})
-    cfg = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
-    torch.manual_seed(cfg.seed)
-    args.work.mkdir(parents=True, exist_ok=True)
+    return parser
 
-    checkpoint = args.work / f"checkpoint-{args.out.name}.pt"
-    if args.export_only or args.more_steps:
-        saved = Checkpoint(checkpoint).load(weights_only=False)
-        if saved is None:
-            raise SpecvizError(f"no checkpoint {checkpoint} to export or continue")
-        done = saved["state"]["step"]
-        cfg = (
-            replace(cfg, steps=done)
-            if args.export_only
-            else replace(cfg, phase_start=done, steps=done + args.more_steps, warmup=0)
-        )
 
-    from specviz.models.pair import load_target
-
-    target, tokenizer, eos = load_target(args.target, args.device)
-    vocab = target.config.vocab_size
-    data = CorpusData(args, tokenizer, cfg.max_len)
-    print(
-        f"[specviz] distilling on {len(data.train)} answers ({data.answer_tokens} answer tokens, "
-        f"{data.with_topk} with top-k), {len(data.val)} held out",
-        file=sys.stderr,
+def _resumed_config(args: argparse.Namespace, cfg: TrainConfig, checkpoint: Path) -> TrainConfig:
+    """--export-only: the checkpoint's steps as they are; --more-steps: a new schedule after them."""
+    saved = Checkpoint(checkpoint).load(weights_only=False)
+    if saved is None:
+        raise SpecvizError(f"no checkpoint {checkpoint} to export or continue")
+    done = saved["state"]["step"]
+    return (
+        replace(cfg, steps=done)
+        if args.export_only
+        else replace(cfg, phase_start=done, steps=done + args.more_steps, warmup=0)
     )
+
+
+def _start_draft(
+    args: argparse.Namespace, target, data: CorpusData, shape: DraftShape, cfg: TrainConfig, eos: tuple[int, ...]
+) -> tuple[Any, DraftShape]:
+    """The draft before training (from --init, cut from the target's layers, or new) and its shape."""
+    vocab = target.config.vocab_size
     if args.init is not None:
         from specviz.models.default import load_draft
 
         draft = load_draft(args.init, torch.device(args.device), torch.float32).train()
-        shape = replace(shape, head_vocab=draft.config.head_vocab)
-    elif args.init_layers:
+        return draft, replace(shape, head_vocab=draft.config.head_vocab)
+    if args.init_layers:
         layers = [int(x) for x in args.init_layers.split(",")]
         draft = subclone_draft(target, layers, choose_vocab(data, vocab, shape.head_vocab, eos), shape.embed_rank).to(
             args.device
@@ -116,13 +106,22 @@ def main(argv: list[str] | None = None) -> int:
             kv_heads=t.num_key_value_heads,
             intermediate=t.intermediate_size,
         )
-    else:
-        draft = new_draft(target, shape, choose_vocab(data, vocab, shape.head_vocab, eos), cfg.seed).to(args.device)
-    cover = coverage(data, draft.lm_head.vocab_ids.cpu(), vocab)
-    result = train(
-        draft, data, cfg, checkpoint, args.work / f"train-{args.out.name}.csv", eos[0], progress=not args.no_progress
-    )
-    draft.eval()
+        return draft, shape
+    return new_draft(target, shape, choose_vocab(data, vocab, shape.head_vocab, eos), cfg.seed).to(args.device), shape
+
+
+def _write_draft(
+    args: argparse.Namespace,
+    target,
+    draft,
+    tokenizer,
+    shape: DraftShape,
+    cfg: TrainConfig,
+    data: CorpusData,
+    result: dict,
+    cover: float,
+) -> None:
+    """The draft folder (weights, model card, training.json) and the closing line."""
     cost = measure_c(target, draft)
     params = sum(p.numel() for p in draft.parameters())
     export_draft(
@@ -142,6 +141,39 @@ def main(argv: list[str] | None = None) -> int:
         f"c {cost['c']:.3f}",
         file=sys.stderr,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.corpus is not None and str(args.corpus) in ("", "."):
+        args.corpus = None
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    shape = DraftShape(**{f: getattr(args, f) for f in asdict(DraftShape())})
+    cfg = TrainConfig(**{f: getattr(args, f) for f in asdict(TrainConfig())})
+    torch.manual_seed(cfg.seed)
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    checkpoint = args.work / f"checkpoint-{args.out.name}.pt"
+    if args.export_only or args.more_steps:
+        cfg = _resumed_config(args, cfg, checkpoint)
+
+    from specviz.models.pair import load_target
+
+    target, tokenizer, eos = load_target(args.target, args.device)
+    data = CorpusData(args, tokenizer, cfg.max_len)
+    print(
+        f"[specviz] distilling on {len(data.train)} answers ({data.answer_tokens} answer tokens, "
+        f"{data.with_topk} with top-k), {len(data.val)} held out",
+        file=sys.stderr,
+    )
+    draft, shape = _start_draft(args, target, data, shape, cfg, eos)
+    cover = coverage(data, draft.lm_head.vocab_ids.cpu(), target.config.vocab_size)
+    result = train(
+        draft, data, cfg, checkpoint, args.work / f"train-{args.out.name}.csv", eos[0], progress=not args.no_progress
+    )
+    draft.eval()
+    _write_draft(args, target, draft, tokenizer, shape, cfg, data, result, cover)
     return 0
 
 
