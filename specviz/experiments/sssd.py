@@ -339,7 +339,7 @@ def _md(rows: list[dict]) -> str:
     return pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m specviz.bench sssd", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", default="default", help="pair name, or a model folder (the target alone is enough)")
     add_prompt_args(ap, "mtbench,gsm8k,humaneval")
@@ -371,7 +371,65 @@ def main(argv: list[str] | None = None) -> int:
         "--references", type=Path, help="reuse the greedy references of an earlier results.json or .json.gz (same pair)"
     )
     ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _greedy_references(args: argparse.Namespace, pair, prompts: list, needs_refs: bool, progress: bool) -> list[dict]:
+    """The greedy references: reused from --references, decoded, or none when no stage needs them."""
+    if needs_refs and args.references:
+        from specviz.models.pair import encode_prompt
+        from specviz.reports import read_json
+
+        saved = {r["prompt_id"]: r["output_ids"] for r in read_json(args.references)["references"]}
+        return [
+            {"suite": p.suite, "prompt_id": p.id, "prompt_ids": encode_prompt(pair, p.text), "output_ids": saved[p.id]}
+            for p in prompts
+            if p.id in saved
+        ]
+    return references(pair, prompts, args.max_new_tokens, progress, tree_size=args.reference_tree) if needs_refs else []
+
+
+def _speed_stage(args: argparse.Namespace, pair, prompts: list, refs: list[dict], options: dict) -> list[dict]:
+    """B = 1 timed runs on the first --speed-limit references of each suite."""
+    per_suite: dict[str, int] = {}  # references seen per suite
+    speed_refs = []  # the first --speed-limit of each suite
+    for r in refs:
+        per_suite[r["suite"]] = per_suite.get(r["suite"], 0) + 1
+        if per_suite[r["suite"]] <= args.speed_limit:
+            speed_refs.append(r)
+    speed_ids = {r["prompt_id"] for r in speed_refs}
+    return speed_b1(pair, [p for p in prompts if p.id in speed_ids], speed_refs, options, args.speed_new_tokens)
+
+
+def _fig6_stage(args: argparse.Namespace, pair, prompts: list, refs: list[dict], options: dict) -> list[dict]:
+    """Static batches on references of --batch-new-tokens, suites mixed."""
+    if args.batch_new_tokens <= args.max_new_tokens:  # a greedy output's prefix is the shorter run's output
+        batch_refs = [{**r, "output_ids": r["output_ids"][: args.batch_new_tokens]} for r in refs]
+    else:
+        batch_refs = references(pair, prompts, args.batch_new_tokens, False, tree_size=args.reference_tree)
+    by_suite = [[r for r in batch_refs if r["suite"] == s] for s in dict.fromkeys(r["suite"] for r in batch_refs)]
+    batch_refs = [r for group in itertools.zip_longest(*by_suite) for r in group if r is not None]  # suites mixed
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    return fig6(pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options)
+
+
+def _grid_stage(args: argparse.Namespace, pair, datastore, progress: bool) -> list[dict]:
+    """Fusion weights by grid search on references of the held-out validation prompts."""
+    if args.validation is None:
+        raise SpecvizError("the grid stage needs --validation PROMPTS.jsonl (prompts never used for the datastore)")
+    lo, hi = (int(x) for x in args.validation_lines.split(":"))
+    val = references(
+        pair,
+        validation_prompts(args.validation, (lo, hi), args.limit),
+        args.max_new_tokens,
+        progress,
+        tree_size=args.reference_tree,
+    )
+    return grid_search(val, datastore, args.speculation_length)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     from specviz.methods.sssd import resolve_datastore
     from specviz.models.pair import load_target_pair
@@ -387,23 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     progress = not args.quiet
     prompts = [p for s in prompt_sources(args) for p in take(s, args.limit)]
-    needs_refs = stages & {"fig4", "speed", "fig6"}
-    if needs_refs and args.references:
-        from specviz.models.pair import encode_prompt
-        from specviz.reports import read_json
-
-        saved = {r["prompt_id"]: r["output_ids"] for r in read_json(args.references)["references"]}
-        refs = [
-            {"suite": p.suite, "prompt_id": p.id, "prompt_ids": encode_prompt(pair, p.text), "output_ids": saved[p.id]}
-            for p in prompts
-            if p.id in saved
-        ]
-    else:
-        refs = (
-            references(pair, prompts, args.max_new_tokens, progress, tree_size=args.reference_tree)
-            if needs_refs
-            else []
-        )
+    refs = _greedy_references(args, pair, prompts, bool(stages & {"fig4", "speed", "fig6"}), progress)
     results["references"] = [{k: v for k, v in r.items() if k != "prompt_ids"} for r in refs]
     options = {
         "speculation_length": args.speculation_length,
@@ -415,41 +457,13 @@ def main(argv: list[str] | None = None) -> int:
         results["fig4"] = fig4(refs, datastore, [int(s) for s in args.sizes.split(",")])
         write_outputs(args.out, results)
     if "speed" in stages:
-        per_suite: dict[str, int] = {}  # references seen per suite
-        speed_refs = []  # the first --speed-limit of each suite
-        for r in refs:
-            per_suite[r["suite"]] = per_suite.get(r["suite"], 0) + 1
-            if per_suite[r["suite"]] <= args.speed_limit:
-                speed_refs.append(r)
-        speed_ids = {r["prompt_id"] for r in speed_refs}
-        results["speed_runs"] = speed_b1(
-            pair, [p for p in prompts if p.id in speed_ids], speed_refs, options, args.speed_new_tokens
-        )
+        results["speed_runs"] = _speed_stage(args, pair, prompts, refs, options)
         results["speed_b1"] = speed_table(results["speed_runs"])
         write_outputs(args.out, results)
     if "fig6" in stages:
-        if args.batch_new_tokens <= args.max_new_tokens:  # a greedy output's prefix is the shorter run's output
-            batch_refs = [{**r, "output_ids": r["output_ids"][: args.batch_new_tokens]} for r in refs]
-        else:
-            batch_refs = references(pair, prompts, args.batch_new_tokens, False, tree_size=args.reference_tree)
-        by_suite = [[r for r in batch_refs if r["suite"] == s] for s in dict.fromkeys(r["suite"] for r in batch_refs)]
-        batch_refs = [r for group in itertools.zip_longest(*by_suite) for r in group if r is not None]  # suites mixed
-        sizes = [int(b) for b in args.batch_sizes.split(",")]
-        results["fig6"] = fig6(
-            pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options
-        )
+        results["fig6"] = _fig6_stage(args, pair, prompts, refs, options)
     if "grid" in stages:
-        if args.validation is None:
-            raise SpecvizError("the grid stage needs --validation PROMPTS.jsonl (prompts never used for the datastore)")
-        lo, hi = (int(x) for x in args.validation_lines.split(":"))
-        val = references(
-            pair,
-            validation_prompts(args.validation, (lo, hi), args.limit),
-            args.max_new_tokens,
-            progress,
-            tree_size=args.reference_tree,
-        )
-        results["grid"] = grid_search(val, datastore, args.speculation_length)
+        results["grid"] = _grid_stage(args, pair, datastore, progress)
     for path in write_outputs(args.out, results):
         print(f"wrote {path}")
     return 0
