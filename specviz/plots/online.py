@@ -40,12 +40,8 @@ def version_points(rows: list[dict], max_marks: int = 12) -> list[tuple[int, int
     return points if len(points) <= max_marks else []
 
 
-def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 50) -> go.Figure:
-    """alpha over the last `window` requests vs requests served, online vs static, shifts and new draft
-    versions marked; the loss below. Until the first update the online draft is the static draft: the
-    static line is drawn dashed over the online one, so that two equal lines still read as two."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06)
-    x = [r["request"] + 1 for r in rows]
+def _draft_traces(fig: go.Figure, rows: list[dict], x: list[int], window: int) -> None:
+    """Per-request alpha and its moving average, online then static (the static line drawn over the online)."""
     drafts = (
         ("osd", "online draft (OSD)", ONLINE_COLOUR, "solid", 4),
         ("static", "static draft", STATIC_COLOUR, "dash", 2),
@@ -73,6 +69,10 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
             row=1,
             col=1,
         )
+
+
+def _stream_marks(fig: go.Figure, rows: list[dict]) -> None:
+    """Vertical lines where a new draft version serves its first request, then where the suite shifts."""
     for request, version in version_points(rows):
         fig.add_vline(
             x=request + 0.5,
@@ -93,6 +93,10 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
             row=1,
             col=1,
         )
+
+
+def _loss_traces(fig: go.Figure, updates: list[dict], x: list[int]) -> None:
+    """Each update's first- and last-step loss in the lower plot, or a note that there is none yet."""
     if updates:
         ux = [u["request"] for u in updates]
         fig.add_scatter(
@@ -125,11 +129,27 @@ def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 
             showarrow=False,
             font={"color": LOSS_COLOUR},
         )
+
+
+def _stream_axes(fig: go.Figure, x: list[int]) -> None:
+    """alpha in [0, 1] above, the loss below, requests served along the shared axis."""
     fig.update_yaxes(range=[0, 1], row=1, col=1)
     fig.update_yaxes(title_text="loss (nats)", row=2, col=1)
     fig.update_xaxes(title_text="requests served", row=2, col=1)
     if x:  # whole requests on the axis (a short stream got ticks at 0.5, 1.5, ...)
         fig.update_xaxes(range=[0.5, max(x) + 0.5], **({"dtick": 1} if max(x) <= 12 else {}), row=2, col=1)
+
+
+def acceptance_over_stream(rows: list[dict], updates: list[dict], window: int = 50) -> go.Figure:
+    """alpha over the last `window` requests vs requests served, online vs static, shifts and new draft
+    versions marked; the loss below. Until the first update the online draft is the static draft: the
+    static line is drawn dashed over the online one, so that two equal lines still read as two."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06)
+    x = [r["request"] + 1 for r in rows]
+    _draft_traces(fig, rows, x, window)
+    _stream_marks(fig, rows)
+    _loss_traces(fig, updates, x)
+    _stream_axes(fig, x)
     return finish(
         fig,
         "α over the stream",
