@@ -23,7 +23,7 @@ from typing import Any
 from specviz.errors import SpecvizError
 from specviz.extras import OnlineExtra
 from specviz.prompts import Prompt, load_source, load_suite
-from specviz.records import IterationRecord
+from specviz.records import IterationRecord, RunSummary
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,117 @@ def replay_static(
     return records
 
 
+def _serve_osd(
+    pair: Any,
+    prompt_ids: Sequence[int],
+    learner: Any,
+    *,
+    max_new_tokens: int,
+    speculation_length: int,
+    stop: Any,
+) -> list[IterationRecord] | None:
+    """OSD's iterations on one request with `learner` as its session; None once `stop` is set."""
+    from specviz.runner import run
+
+    records = []
+    for record in run(
+        "osd",
+        pair,
+        prompt_ids,
+        max_new_tokens=max_new_tokens,
+        speculation_length=speculation_length,
+        session=learner,
+    ):
+        if stop is not None and stop.is_set():
+            return None
+        records.append(record)
+    return records
+
+
+def _osd_row(
+    i: int, prompt: Prompt, prompt_ids: Sequence[int], records: list[IterationRecord], s: RunSummary
+) -> dict[str, Any]:
+    """The request's row as OSD served it."""
+    from specviz.metrics import tested
+
+    return {
+        "request": i,
+        "suite": prompt.suite,
+        "prompt_id": prompt.id,
+        "prompt_tokens": len(prompt_ids),
+        "new_tokens": s.new_tokens,
+        "osd_drafted": s.drafted,
+        "osd_accepted": s.accepted,
+        "osd_tested": sum(tested(r) for r in records),
+        "osd_wall_s": s.wall_s,
+        "draft_ms": sum(r.draft_ms for r in records),
+        "verify_ms": sum(r.verify_ms for r in records),
+        "draft_forwards": s.draft_forwards,
+        "target_forwards": s.target_forwards,
+        "draft_version": online.draft_version if (online := records[0].extras(OnlineExtra)) else 0,
+    }
+
+
+def _add_static_replay(
+    row: dict[str, Any],
+    pair: Any,
+    initial: Any,
+    prompt_ids: Sequence[int],
+    s: RunSummary,
+    *,
+    max_new_tokens: int,
+    speculation_length: int,
+) -> None:
+    """The static draft's drafted, accepted and tested on the request, replayed against OSD's output, into `row`."""
+    from specviz.metrics import summarize, tested
+
+    static_records = replay_static(
+        pair,
+        initial,
+        prompt_ids,
+        s.output_ids,
+        speculation_length=speculation_length,
+        max_new_tokens=max_new_tokens,
+    )
+    replayed = summarize(static_records)
+    row["static_drafted"], row["static_accepted"] = replayed.drafted, replayed.accepted
+    row["static_tested"] = sum(tested(r) for r in static_records)
+
+
+def _measure_side_by_side(
+    row: dict[str, Any],
+    pair: Any,
+    prompt_ids: Sequence[int],
+    s: RunSummary,
+    *,
+    max_new_tokens: int,
+    speculation_length: int,
+) -> None:
+    """Serve the request for real with the static draft (vanilla SD), then the target alone (AR), into `row`."""
+    from specviz.metrics import summarize
+    from specviz.runner import run
+
+    static = summarize(
+        list(
+            run(
+                "vanilla",
+                pair,
+                prompt_ids,
+                max_new_tokens=max_new_tokens,
+                speculation_length=speculation_length,
+            )
+        )
+    )
+    row["static_wall_s"] = static.wall_s
+    row["static_matches"] = static.output_ids == s.output_ids and (static.drafted, static.accepted) == (
+        row["static_drafted"],
+        row["static_accepted"],
+    )
+    ar = summarize(list(run("autoregressive", pair, prompt_ids, max_new_tokens=max_new_tokens)))
+    row["ar_wall_s"] = ar.wall_s
+    row["ar_matches"] = ar.output_ids == s.output_ids
+
+
 def simulate(
     pair: Any,
     prompts: Sequence[Prompt],
@@ -135,9 +246,8 @@ def simulate(
     `stop` (anything with `is_set()`): once set, the request being served ends after its current
     iteration, without a row, and the stream ends (the app's Stop; one request at γ 12 and 256
     tokens took 35 s on the default pair, issue 41)."""
-    from specviz.metrics import summarize, tested
+    from specviz.metrics import summarize
     from specviz.models.pair import encode_prompt
-    from specviz.runner import run
 
     initial = pair.draft  # the static baseline: never updated
     for i, prompt in enumerate(prompts):
@@ -145,66 +255,25 @@ def simulate(
             return
         prompt_ids = encode_prompt(pair, prompt.text, None)
         updates_before = len(learner.updates)
-        records = []
-        for record in run(
-            "osd",
+        records = _serve_osd(
             pair,
             prompt_ids,
+            learner,
             max_new_tokens=max_new_tokens,
             speculation_length=speculation_length,
-            session=learner,
-        ):
-            if stop is not None and stop.is_set():
-                return
-            records.append(record)
-        s = summarize(records)
-        row = {
-            "request": i,
-            "suite": prompt.suite,
-            "prompt_id": prompt.id,
-            "prompt_tokens": len(prompt_ids),
-            "new_tokens": s.new_tokens,
-            "osd_drafted": s.drafted,
-            "osd_accepted": s.accepted,
-            "osd_tested": sum(tested(r) for r in records),
-            "osd_wall_s": s.wall_s,
-            "draft_ms": sum(r.draft_ms for r in records),
-            "verify_ms": sum(r.verify_ms for r in records),
-            "draft_forwards": s.draft_forwards,
-            "target_forwards": s.target_forwards,
-            "draft_version": online.draft_version if (online := records[0].extras(OnlineExtra)) else 0,
-        }
-        static_records = replay_static(
-            pair,
-            initial,
-            prompt_ids,
-            s.output_ids,
-            speculation_length=speculation_length,
-            max_new_tokens=max_new_tokens,
+            stop=stop,
         )
-        replayed = summarize(static_records)
-        row["static_drafted"], row["static_accepted"] = replayed.drafted, replayed.accepted
-        row["static_tested"] = sum(tested(r) for r in static_records)
+        if records is None:
+            return
+        s = summarize(records)
+        row = _osd_row(i, prompt, prompt_ids, records, s)
+        _add_static_replay(
+            row, pair, initial, prompt_ids, s, max_new_tokens=max_new_tokens, speculation_length=speculation_length
+        )
         if measure_static_from is not None and i >= measure_static_from:
-            static = summarize(
-                list(
-                    run(
-                        "vanilla",
-                        pair,
-                        prompt_ids,
-                        max_new_tokens=max_new_tokens,
-                        speculation_length=speculation_length,
-                    )
-                )
+            _measure_side_by_side(
+                row, pair, prompt_ids, s, max_new_tokens=max_new_tokens, speculation_length=speculation_length
             )
-            row["static_wall_s"] = static.wall_s
-            row["static_matches"] = static.output_ids == s.output_ids and (static.drafted, static.accepted) == (
-                row["static_drafted"],
-                row["static_accepted"],
-            )
-            ar = summarize(list(run("autoregressive", pair, prompt_ids, max_new_tokens=max_new_tokens)))
-            row["ar_wall_s"] = ar.wall_s
-            row["ar_matches"] = ar.output_ids == s.output_ids
         new_updates = learner.updates[updates_before:]
         row["update"] = new_updates[-1] if new_updates else None
         row["output_ids"] = list(s.output_ids)
