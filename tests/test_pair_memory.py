@@ -84,6 +84,7 @@ def test_a_pair_not_loaded_yet_is_loaded_in_a_turn_on_the_models(monkeypatch):
 
     loads: list[str] = []
     monkeypatch.setattr(blocks, "resolve_pair", lambda name, *where: (loads.append(name), None))
+    monkeypatch.setattr(blocks, "read_notes", lambda pair: None)  # no pair was loaded to read them from
     monkeypatch.setattr(pairs, "is_loaded", lambda name, device="auto", dtype="auto": name in loads)
     with gr.Blocks():
         ctx = tab_context()
@@ -116,6 +117,7 @@ def test_a_model_call_holding_its_turn_loads_without_joining_the_line(monkeypatc
 
     loads: list[str] = []
     monkeypatch.setattr(blocks, "resolve_pair", lambda name, *where: (loads.append(name), None))
+    monkeypatch.setattr(blocks, "read_notes", lambda pair: None)  # no pair was loaded to read them from
     monkeypatch.setattr(pairs, "is_loaded", lambda name, device="auto", dtype="auto": False)
     with gr.Blocks():
         ctx = tab_context()
