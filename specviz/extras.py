@@ -121,12 +121,18 @@ class StreamingPassExtra(Extra):
     stream_layers: int  # N_s: the top layers where the stream rows run (multi-stream attention)
     gamma: int  # γ: stream rows each candidate node carried in this pass (the streams in use; 0: none ran)
     committed_rows: int  # m: main rows of committed tokens not yet cached (the prompt in the first pass)
+    prune_layer: int | None = None  # where the tree-pruning layer dropped nodes (after this many layers)
+    pruned: tuple[int, ...] | None = None  # the tree's nodes it dropped (they ran no layer above it, no stream)
 
     def check(self, record: Any) -> str | None:
         if not 1 <= self.stream_layers <= self.layers:
             return "extra 'stream_layers' must be from 1 to 'layers'"
         if self.committed_rows < 1:
             return "extra 'committed_rows' must be at least 1"
+        if (self.pruned is None) != (self.prune_layer is None):
+            return "extra 'pruned' and 'prune_layer' go together"
+        if self.prune_layer is not None and not 1 <= self.prune_layer <= self.layers - self.stream_layers:
+            return "extra 'prune_layer' must be below the stream layers"
         return None
 
 

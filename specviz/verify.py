@@ -131,18 +131,34 @@ class TreeVerdict:
     def accepted(self) -> int:
         return len(self.path)
 
-    def main_path(self, parents: list[int]) -> list[int]:
+    def main_path(self, parents: list[int], verified: list[int] | None = None) -> list[int]:
         """The accepted path, then the first child of each node below it: the tree's line that a
-        record shows as `drafted` (accepted prefix, then the rejected continuation)."""
+        record shows as `drafted` (accepted prefix, then the rejected continuation). `verified`: the
+        nodes verification saw (None: all); a pruned node is no one's first child."""
+        seen = set(range(len(parents)) if verified is None else verified)
         nodes, node = list(self.path), self.path[-1] if self.path else -1
-        while (child := next((i for i, p in enumerate(parents) if p == node), None)) is not None:
+        while (child := next((i for i, p in enumerate(parents) if p == node and i in seen), None)) is not None:
             nodes.append(child)
             node = child
         return nodes
 
-    def linear(self, tokens: list[int], parents: list[int]) -> tuple[list[int], Verdict]:
+    def renumbered(self, verified: list[int], n: int) -> TreeVerdict:
+        """This verdict of a subtree (the nodes `verified` of an n-node tree, in order) in the whole
+        tree's numbering; a node verification never saw scores p = 0 (and q = 0)."""
+        p, q = [0.0] * n, None if self.q_nodes is None else [0.0] * n
+        for i, node in enumerate(verified):
+            p[node] = self.p_nodes[i]
+            if q is not None and self.q_nodes is not None:
+                q[node] = self.q_nodes[i]
+        return TreeVerdict(
+            tuple(verified[i] for i in self.path), self.next_token, tuple(p), None if q is None else tuple(q)
+        )
+
+    def linear(
+        self, tokens: list[int], parents: list[int], verified: list[int] | None = None
+    ) -> tuple[list[int], Verdict]:
         """The tree verdict as a linear draft and `Verdict` (for `Decoding.commit`)."""
-        nodes = self.main_path(parents)
+        nodes = self.main_path(parents, verified)
         q = tuple(self.q_nodes[i] for i in nodes) if self.q_nodes is not None else None
         return [tokens[i] for i in nodes], Verdict(
             self.accepted, self.next_token, tuple(self.p_nodes[i] for i in nodes), q

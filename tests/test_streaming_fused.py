@@ -38,12 +38,13 @@ def fused(
     the cache, tree logits and every row's streams."""
     cache = CachedLM(lm.tuned)
     cache.forward(PREFIX[:-1])
-    logits, streams = cache.forward_tree_by(
+    logits, streams, kept = cache.forward_tree_by(
         PREFIX[-1:],
         tree,
         PARENTS,
         lambda ids, positions, mask, append: lm.fused_tree_pass(ids, positions, mask, append, 1 + len(tree), gamma),
     )
+    assert kept == list(range(1 + len(tree)))  # no pruning asked: every row kept
     return cache, logits, streams
 
 
@@ -227,10 +228,10 @@ def test_a_pass_runs_the_streams_in_use_and_none_the_next_tree_cannot_use(tmp_pa
     seen: list[tuple[int, int]] = []  # (candidate nodes, stream rows) of each pass
     fused_pass = StreamingLM.fused_tree_pass
 
-    def counted(self, ids, positions, mask, append, rows, gamma=None):
-        logits, streams = fused_pass(self, ids, positions, mask, append, rows, gamma)
+    def counted(self, ids, positions, mask, append, rows, gamma=None, prune=None):
+        logits, streams, kept = fused_pass(self, ids, positions, mask, append, rows, gamma, prune)
         seen.append((rows, streams.shape[0] * streams.shape[1]))  # [rows, gamma, H]
-        return logits, streams
+        return logits, streams, kept
 
     monkeypatch.setattr(StreamingLM, "fused_tree_pass", counted)
     kw = {"max_new_tokens": 30, "adapter": str(path), "tree_width": 2, "tree_nodes": 6}

@@ -35,10 +35,10 @@ def passes(monkeypatch):
     seen: list[tuple[int, int]] = []
     fused = StreamingLM.fused_tree_pass
 
-    def counted(self, ids, positions, mask, append, rows, gamma=None):
-        logits, streams = fused(self, ids, positions, mask, append, rows, gamma)
+    def counted(self, ids, positions, mask, append, rows, gamma=None, prune=None):
+        logits, streams, kept = fused(self, ids, positions, mask, append, rows, gamma, prune)
         seen.append((ids.shape[1], streams.shape[0] * streams.shape[1]))  # [rows, gamma, H]
-        return logits, streams
+        return logits, streams, kept
 
     monkeypatch.setattr(StreamingLM, "fused_tree_pass", counted)
     return seen
@@ -206,3 +206,85 @@ def test_saved_records_alone_draw_the_pass_and_older_ones_say_not_recorded(rando
     assert fig.layout.title.text == "Iteration 2: pass not recorded" and not fig.data
     assert "Not recorded" in fig.layout.annotations[0].text
     assert line == "one target pass: not recorded (this record does not carry the pass's shape)."
+
+
+def pass_record(pruned: bool, iteration: int = 0) -> dict:
+    """A record by hand: 1 committed row, a 6-node tree (root 0 -> 2 accepted; node 1 and its child 4
+    pruned after layer 26 when `pruned`), N = 30, N_s = 4, γ = 3; as a saved run's JSON holds it."""
+    extra = {
+        "tree_tokens": [10, 11, 12, 13, 14, 15],
+        "tree_parents": [-1, -1, 0, 0, 1, 2],
+        "tree_scores": [0.9, 0.1, 0.8, 0.1, 0.1, 0.5],
+        "tree_sources": ["stream 1", "stream 1", "stream 2", "stream 2", "stream 2", "stream 3"],
+        "accepted_path": [0, 2],
+        "sources": ["stream 1", "stream 2"],
+        "layers": 30,
+        "stream_layers": 4,
+        "gamma": 3,
+        "committed_rows": 1,
+    }
+    if pruned:
+        extra |= {"prune_layer": 26, "pruned": [1, 4]}
+    return {"iteration": iteration, "position": 5, "accepted": 2, "emitted": [10, 12, 7], "extra": extra}
+
+
+def next_record() -> dict:
+    """The pass after: its tree came from the accepted node's streams 1 and 2 (2 kept streams)."""
+    r = pass_record(False, iteration=1)
+    return {**r, "extra": {**r["extra"], "tree_sources": ["stream 1", "stream 2"] * 3}}
+
+
+def tops(fig, role: str) -> set[int]:
+    """Where a role's bars end (base + height)."""
+    return {b + h for t in fig.data if t.name == ROLES[role][0] for b, h in zip(t.base, t.y, strict=True)}
+
+
+def test_pruned_nodes_stop_at_the_pruning_layer_and_carry_no_streams():
+    """The pruning layer's nodes are main rows that ran layers 1-26 only, drawn as pruned (never accepted
+    nor "not accepted"), and only the kept candidates (the last committed token, nodes 1, 3, 4, 6) ran
+    streams: (1 + 6 - 2) * 3 stream rows, node-major, the accepted node's first two drafting the next tree."""
+    fig, counts = run_pass([pass_record(True), next_record()], 0)
+    rows = bars(fig)
+    assert rows[ROLES["pruned"][0]] == [3, 6]  # nodes 1 and 4 (0-based), after the committed row
+    assert rows[ROLES["accepted"][0]] == [2, 4] and rows[ROLES["rejected"][0]] == [5, 7]
+    assert tops(fig, "pruned") == {26} and tops(fig, "accepted") == tops(fig, "rejected") == {30}
+    assert stream_rows(fig) == (1 + 6 - 2) * 3 == 15
+    streams = [h for t in fig.data if t.name in (ROLES["next"][0], ROLES["discarded"][0]) for h in t.hovertext]
+    assert not any(f"of node {n}" in h for h in streams for n in (2, 5))  # 1-based: the pruned nodes
+    assert sum(f"of node {n}<" in h for h in streams for n in (1, 3, 4, 6)) == 12  # the kept nodes' γ each
+    # the accepted node (0-based 2) is the third kept candidate: its streams are rows 8 + 2 * 3 on
+    assert rows[ROLES["next"][0]] == [14, 15]
+    pruned_hover = next(t.hovertext for t in fig.data if t.name == ROLES["pruned"][0])
+    assert all("layers 1-26: pruned after layer 26" in h for h in pruned_hover)
+    assert fig.layout.title.text == "Iteration 1: one pass, 7 + 15 rows"
+    assert "the 2 pruned nodes' through the first 26" in fig.layout.title.subtitle.text.replace(" <br>", " ")
+    lines = [s for s in fig.layout.shapes if s.y0 == s.y1]  # horizontal: where the streams start, where pruning was
+    assert sorted(s.y0 for s in lines) == [26, 26] and {s.line.color for s in lines} == {"#888888", ROLES["pruned"][1]}
+    assert any(a.text == "pruned after layer 26" for a in fig.layout.annotations)
+    assert (counts.nodes, counts.pruned, counts.prune_layer, counts.stream_rows, counts.kept) == (6, 2, 26, 15, 2)
+    assert list(ROLES).index("pruned") == list(ROLES).index("rejected") + 1  # the legend: after "not accepted"
+    assert ROLES["pruned"][1] not in {c for k, (_, c) in ROLES.items() if k != "pruned"}
+
+
+def test_a_pass_without_pruning_draws_every_row_to_the_top_and_every_candidates_streams():
+    fig, counts = run_pass([pass_record(False), next_record()], 0)
+    assert not bars(fig)[ROLES["pruned"][0]] and counts.pruned == 0 and counts.prune_layer is None
+    assert tops(fig, "accepted") == tops(fig, "rejected") == tops(fig, "committed") == {30}
+    assert stream_rows(fig) == (1 + 6) * 3 and bars(fig)[ROLES["next"][0]] == [17, 18]  # node 3's streams
+    assert [s.y0 for s in fig.layout.shapes if s.y0 == s.y1] == [26]  # where the streams start, no pruning line
+    assert not fig.layout.annotations
+    assert "prun" not in fig.layout.title.subtitle.text
+
+
+def test_the_sentence_counts_pruned_nodes_only_when_some_were():
+    pruned = tab.pass_sentence(run_pass([pass_record(True), next_record()], 0)[1])
+    assert pruned == (
+        "one target pass: 5 rows verify the tree, 15 stream rows ran; 2 of them (the accepted node's) draft the"
+        " next tree. The pruning layer dropped 2 of the tree's 6 nodes after layer 26: they ran no layer above"
+        " it and no streams."
+    )
+    whole = tab.pass_sentence(run_pass([pass_record(False), next_record()], 0)[1])
+    assert whole == (
+        "one target pass: 7 rows verify the tree, 21 stream rows ran; 2 of them (the accepted node's) draft the"
+        " next tree."
+    )

@@ -42,7 +42,7 @@ def back() -> None:
 
 
 with torch.inference_mode():
-    _, streams = fused_pass()
+    _, streams, _ = fused_pass()
     node = streams[0]  # [gamma, H]
     back()
     _, hidden = cache.forward_tree_hidden(last, [], [], lm.first_stream_layer)  # the cache now holds `last`

@@ -44,6 +44,17 @@ class TokenTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def subtree(self, nodes: list[int]) -> TokenTree:
+        """The tree of these nodes only (increasing, each one's parent among them), renumbered."""
+        index = {node: i for i, node in enumerate(nodes)}
+        return TokenTree(
+            [self.tokens[n] for n in nodes],
+            [index[self.parents[n]] if self.parents[n] >= 0 else -1 for n in nodes],
+            [self.scores[n] for n in nodes],
+            [self.sources[n] for n in nodes],
+            self.forwards,
+        )
+
 
 Path = tuple[int, ...]
 

@@ -9,9 +9,13 @@ tree node), each with the mask of eq. 2 for that node. Once the main stream's lo
 the accepted path, only that node's streams go through the head; their top-`tree_width` tokens form
 the next tree (stream j's are the children of stream j-1's, pruned to the `tree_nodes` best by the
 product of stream probabilities; `StreamDrafter`, a `trees.TreeDrafter`). The cache keeps the
-accepted path's main-stream entries only. A deterministic draft is a one-hot q, so sampling stays
-exact. `passes="two-pass"` is the earlier build, kept for the benchmark's comparison: verify, then a
-second pass of the top N_s layers at the accepted node (the same streams, computed again).
+accepted path's main-stream entries only. With `prune_threshold` > 0 and an adapter that carries a
+tree-pruning layer (section 3.2.3, `models.tree_pruning`), the pass drops the nodes whose early-exit
+probability at their parent is below the threshold, with their subtrees, partway up: they run no
+layer above it and carry no streams, and verification sees the kept subtree only (a pruned node is a
+node never drafted). A deterministic draft is a one-hot q, so sampling stays exact.
+`passes="two-pass"` is the earlier build, kept for the benchmark's comparison: verify, then a second
+pass of the top N_s layers at the accepted node (the same streams, computed again).
 
 Lossless with respect to the *tuned* model (base + the adapter's LoRA): its output equals
 autoregressive decoding of that model, which is `speculation_length=0` here. When the adapter's
@@ -36,11 +40,12 @@ from specviz.errors import SpecvizError
 from specviz.extras import StreamingPassExtra, TreeExtra
 from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
-from specviz.methods.options import check_fields, count
+from specviz.methods.options import check_fields, count, number
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
 from specviz.models.devices import host_values, output_embeddings
 from specviz.models.kv import CachedLM
+from specviz.models.tree_pruning import pruned, transition_probs
 from specviz.paths import ASSETS
 from specviz.records import IterationRecord
 
@@ -65,11 +70,19 @@ class StreamingOptions:
     stream_vocab: str = "frequent"  # "frequent": the streams' head scores only the tokens the target
     # uses most (the v2 draft's 8k set, where it fits the target), so trees hold only those; "full":
     # every token
+    prune_threshold: float = number(0.0, 0.0, 0.5)  # the tree-pruning layer (the paper's section 3.2.3):
+    # partway up the pass a node whose early-exit probability given its parent is below this is dropped
+    # with its subtree, so fewer rows run the layers above; needs an adapter with a pruning layer (the
+    # shipped one has one); 0: no pruning
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.passes not in PASSES:
             raise SpecvizError(f"passes must be one of {', '.join(PASSES)}, got {self.passes!r}")
+        if self.prune_threshold > 0 and self.passes != "fused":
+            raise SpecvizError(
+                "the tree-pruning layer works inside the fused pass: prune_threshold needs passes='fused'"
+            )
         if self.stream_vocab not in STREAM_VOCABS:
             raise SpecvizError(f"stream_vocab must be one of {', '.join(STREAM_VOCABS)}, got {self.stream_vocab!r}")
 
@@ -143,7 +156,7 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
             " (device_map): use passes='two-pass', or load the target on one device"
         )
     vocab = frequent_vocab(len(output_embeddings(lm.tuned))) if opts.stream_vocab == "frequent" else None
-    drafter = StreamDrafter(lm, gamma, opts.tree_width, vocab)
+    drafter = StreamDrafter(lm, gamma, opts.tree_width, vocab, opts.prune_threshold)
     while not dec.done:
         record = tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify)
         assert drafter.shape is not None  # an invariant: `verify` ran, every iteration is one pass
@@ -158,33 +171,85 @@ class StreamDrafter:
 
     hidden_layer = None  # `verify` hands `kept` the streams, not a layer's hidden states
 
-    def __init__(self, lm: msa.StreamingLM, gamma: int, width: int, vocab_ids: torch.Tensor | None = None):
+    def __init__(
+        self,
+        lm: msa.StreamingLM,
+        gamma: int,
+        width: int,
+        vocab_ids: torch.Tensor | None = None,
+        prune_threshold: float = 0.0,
+    ):
         self.lm, self.gamma, self.width = lm, gamma, width
         self.vocab_ids: torch.Tensor | None = None  # [K] the tokens the streams' head scores (None: every token)
         self.rows: torch.Tensor | None = None  # [K, H] their LM head rows
         if vocab_ids is not None:
             self.rows = lm.head_rows(vocab_ids)
             self.vocab_ids = vocab_ids.to(self.rows.device)
+        self.prune_threshold = prune_threshold if lm.pruner is not None else 0.0  # 0: no pruning
         self.streams: torch.Tensor | None = None  # [gamma, H]: the last accepted node's streams, once run
         self.pass_gamma = gamma  # streams the next pass runs per node (`propose` bounds it by the budget)
         self.shape: StreamingPassExtra | None = None  # the last pass's shape, for its record
 
     def verify(
         self, target: CachedLM, new_tokens: list[int], tree: TokenTree
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The one target forward of an iteration: tree logits [1 + n, V] and every candidate node's
-        streams [1 + n, gamma, H] (row 0: the last committed token's); no streams when none are used
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None]:
+        """The one target forward of an iteration: tree logits [1 + n, V], every candidate node's
+        streams [1 + n, gamma, H] (row 0: the last committed token's) and the nodes the pruning layer
+        kept (None: all; a pruned node's rows are zeros); no streams when none are used
         (speculation_length 0: the tuned model alone, as autoregressive decoding runs it)."""
         gamma, rows = (self.pass_gamma if self.gamma else 0), 1 + len(tree)
-        self.shape = StreamingPassExtra(len(self.lm.layers), self.lm.cfg.stream_layers, gamma, len(new_tokens))
+        layers, stream_layers = len(self.lm.layers), self.lm.cfg.stream_layers
+        self.shape = StreamingPassExtra(layers, stream_layers, gamma, len(new_tokens))
         if self.gamma == 0:
-            return target.forward_tree(new_tokens, tree.tokens, tree.parents), None
-        return target.forward_tree_by(
+            return target.forward_tree(new_tokens, tree.tokens, tree.parents), None, None
+        prune = (lambda h: self.kept_rows(h, tree)) if self.prune_threshold > 0 and len(tree) else None
+        logits, streams, kept = target.forward_tree_by(
             new_tokens,
             tree.tokens,
             tree.parents,
-            lambda ids, positions, mask, append: self.lm.fused_tree_pass(ids, positions, mask, append, rows, gamma),
+            lambda ids, positions, mask, append: self.lm.fused_tree_pass(
+                ids, positions, mask, append, rows, gamma, prune
+            ),
         )
+        if len(kept) == rows:
+            return logits, streams, None
+        assert self.lm.pruner is not None  # an invariant: only a pruner drops rows
+        nodes = [r - 1 for r in kept[1:]]
+        verified = set(nodes)
+        self.shape = StreamingPassExtra(
+            layers,
+            stream_layers,
+            gamma,
+            len(new_tokens),
+            prune_layer=self.lm.pruner.layer,
+            pruned=tuple(i for i in range(len(tree)) if i not in verified),
+        )
+        index = torch.tensor(kept, device=logits.device)
+        return (
+            logits.new_zeros(rows, logits.shape[1]).index_copy_(0, index, logits),
+            streams.new_zeros(rows, *streams.shape[1:]).index_copy_(0, index, streams),
+            nodes,
+        )
+
+    def kept_rows(self, hidden: torch.Tensor, tree: TokenTree) -> list[int]:
+        """The pruning layer's choice (section 3.2.3): hidden [1 + n, H], the candidate rows after the
+        pruner's layer -> the rows kept (row 0, the last committed token, always): a node goes when
+        its early-exit probability at its parent is below the threshold, with its subtree."""
+        assert self.lm.pruner is not None
+        parent_rows = sorted({1 + p for p in tree.parents})  # only rows with children are read
+        where = {r: i for i, r in enumerate(parent_rows)}
+        head = self.rows if self.rows is not None else output_embeddings(self.lm.tuned)
+        early = self.lm.pruner.early_logits(hidden[parent_rows], self.lm.tuned.get_decoder().norm, head)
+        probs = transition_probs(early, [where[1 + p] for p in tree.parents], self.columns(tree.tokens))
+        gone = pruned(tree.parents, host_values(probs)[0], self.prune_threshold)
+        return [0] + [1 + i for i, g in enumerate(gone) if not g]
+
+    def columns(self, tokens: list[int]) -> torch.Tensor:
+        """The early-exit head's columns of these tokens (their index in `vocab_ids`, or the id itself)."""
+        ids = torch.tensor(tokens, device=self.lm.stream_embed.device)
+        if self.vocab_ids is None:
+            return ids
+        return (self.vocab_ids.unsqueeze(0) == ids.unsqueeze(1)).float().argmax(1)
 
     def stream_logits(self, context: TreeContext) -> torch.Tensor | None:
         """What the accepted node's streams say follows the target's next token: [gamma, V], or

@@ -70,13 +70,23 @@ def commit_tree(
     t_start: float,
     t_drafted: float,
     batch_size: int | None = None,
+    kept: list[int] | None = None,
 ) -> tuple[IterationRecord, TreeVerdict]:
     """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
     commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep).
     The record's draft passes are the tree's `forwards`. `batch_size`: the sequences verified in the
-    same forward (SSSD's static batch), for the record."""
-    tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
-    drafted, verdict = tv.linear(tree.tokens, tree.parents)
+    same forward (SSSD's static batch), for the record. `kept`: the nodes verified (None: all); the
+    others were pruned before verification, so only the subtree of these competes (their rows of
+    `logits` are not read), and the verdict's nodes are the whole tree's."""
+    if kept is not None:
+        sub = tree.subtree(kept)
+        tv = verify_tree(
+            sub.tokens, sub.parents, logits[[0, *(1 + i for i in kept)]], None, dec.sampling, dec.generator
+        )
+        tv = tv.renumbered(kept, len(tree))
+    else:
+        tv = verify_tree(tree.tokens, tree.parents, logits, None, dec.sampling, dec.generator)
+    drafted, verdict = tv.linear(tree.tokens, tree.parents, kept)
     record = dec.commit(
         drafted=drafted,
         verdict=verdict,
@@ -84,7 +94,7 @@ def commit_tree(
         t_start=t_start,
         t_drafted=t_drafted,
         draft_forwards=tree.forwards,
-        extra=tree_extra(tree, tv.path, tv.main_path(tree.parents), batch_size).to_extra(),
+        extra=tree_extra(tree, tv.path, tv.main_path(tree.parents, kept), batch_size).to_extra(),
     )
     return record, tv
 
@@ -92,9 +102,10 @@ def commit_tree(
 class TreeVerify(Protocol):
     def __call__(
         self, target: CachedLM, new_tokens: list[int], tree: TokenTree
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[int] | None]:
         """The target's forward over the new committed tokens and the tree: logits [1 + n, V] as
-        `CachedLM.forward_tree` returns them, and what the drafter's `kept` reads (or None)."""
+        `CachedLM.forward_tree` returns them, what the drafter's `kept` reads (or None), and the
+        nodes the pass verified (None: all; the others were pruned, their rows are not read)."""
 
 
 def tree_step(
@@ -112,13 +123,14 @@ def tree_step(
     tree = drafter.propose(TreeContext.of(dec), budget)
     t_drafted = dec.now()
     position, new = len(dec.ids), dec.ids[len(target) :]
+    kept = None
     if verify is not None:
-        logits, hidden = verify(target, new, tree)
+        logits, hidden, kept = verify(target, new, tree)
     elif drafter.hidden_layer is None:
         logits, hidden = target.forward_tree(new, tree.tokens, tree.parents), None
     else:
         logits, hidden = target.forward_tree_hidden(new, tree.tokens, tree.parents, drafter.hidden_layer, all_rows)
-    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted)
+    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted, kept=kept)
     path = list(tv.path[: record.accepted])
     target.keep_path(position, path)
     drafter.kept(path, hidden)

@@ -38,6 +38,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repea
 
 from specviz.models.devices import input_embeddings, output_embeddings
 from specviz.models.kv import KVAppend
+from specviz.models.tree_pruning import TreePruner
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -172,6 +173,7 @@ class StreamingLM(nn.Module):
         self.eta_up = nn.Linear(cfg.eta_rank, hidden, bias=False, dtype=dtype, device=device)
         nn.init.zeros_(self.eta_up.weight)
         self.stream_embed = nn.Parameter(torch.randn(cfg.gamma, hidden, dtype=dtype, device=device) * 0.02)  # P_j
+        self.pruner: TreePruner | None = None  # the tree-pruning layer (section 3.2.3), when the adapter has one
 
     # ----- pieces of one layer, written with the layer's own modules -----
     @property
@@ -312,7 +314,8 @@ class StreamingLM(nn.Module):
         append: KVAppend,
         rows: int,
         gamma: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        prune: Callable[[torch.Tensor], list[int]] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """The forward pass that verifies one tree and speculates the next (Figure 1(b)).
 
         ids [1, L], positions [L], mask [1, 1, L, past + L] (additive): a tree pass's inputs
@@ -323,31 +326,71 @@ class StreamingLM(nn.Module):
         main rows alone), batched with the main rows: stream j of the node at position p sits at p + j
         and sees what the node's main row sees (the cached prefix, the node's path from the root) and
         the node's own streams 1..j (eq. 2), never another node's rows; nothing of the streams is
-        cached. Returns the main stream's logits of those rows [rows, V] and their streams' last hidden
-        states [rows, gamma, H] (before the final norm; `stream_head` scores them).
+        cached.
+
+        `prune` (section 3.2.3): given the `rows` candidate rows' hidden states after
+        `self.pruner.layer` layers [rows, H], the candidate rows to keep (increasing, row 0 among
+        them, a kept node's parent kept); the others stop there: the layers above run without them
+        (their cache entries there are zeros, which no kept row sees) and they carry no streams.
+
+        Returns the main stream's logits of the kept candidate rows [kept, V], their streams' last
+        hidden states [kept, gamma, H] (before the final norm; `stream_head` scores them) and the kept
+        rows (all `rows` when nothing was pruned).
         """
         gamma = self.cfg.gamma if gamma is None else gamma
         if not 0 <= gamma <= self.cfg.gamma:
             raise ValueError(f"a fused pass runs 0 to {self.cfg.gamma} streams (the adapter's gamma), got {gamma}")
-        L = ids.shape[1]
         x = self._lm.model.embed_tokens(ids)  # [1, L, H]
         H = x.shape[-1]
         rope = self._rotary(x, positions)
+        kept, write = list(range(rows)), append
+        prune_at = self.pruner.layer if prune is not None and self.pruner is not None else -1
         for i, layer in enumerate(self.layers[: self.first_stream_layer]):
+            if i == prune_at:
+                kept, x, positions, mask, write = self._prune(prune, x, positions, mask, append, rows)
+                rope = self._rotary(x, positions)
             q, k, v = self._qkv(layer, layer.input_layernorm(x), rope)
-            k, v = append(i, k, v)  # the cached prefix and this pass: [1, kv_heads, past + L, d]
+            k, v = write(i, k, v)  # the cached prefix and this pass: [1, kv_heads, past + L, d]
             x = self._finish(layer, x, q, k, v, mask)
-        s = self.init_streams(x[:, L - rows :], gamma).reshape(1, rows * gamma, H)  # s_j = f_eta(M) + P_j, node-major
-        stream_pos = (positions[L - rows :, None] + torch.arange(1, gamma + 1, device=ids.device)).reshape(-1)
+        if prune_at == self.first_stream_layer:  # the paper's place: just before the streams
+            kept, x, positions, mask, write = self._prune(prune, x, positions, mask, append, rows)
+        Lk, rk = x.shape[1], len(kept)  # main rows and candidate rows left
+        s = self.init_streams(x[:, Lk - rk :], gamma).reshape(1, rk * gamma, H)  # s_j = f_eta(M) + P_j, node-major
+        stream_pos = (positions[Lk - rk :, None] + torch.arange(1, gamma + 1, device=ids.device)).reshape(-1)
         rope = self._rotary(x, torch.cat([positions, stream_pos]))
-        both = fused_mask(mask[0, 0], rows, gamma)[None, None]  # [1, 1, L + rows*gamma, past + L + rows*gamma]
-        xs = torch.cat([x, s], dim=1)  # main rows, then stream rows: [1, L + rows*gamma, H]
+        both = fused_mask(mask[0, 0], rk, gamma)[None, None]  # [1, 1, Lk + rk*gamma, past + L + rk*gamma]
+        xs = torch.cat([x, s], dim=1)  # main rows, then stream rows: [1, Lk + rk*gamma, H]
         for i, layer in enumerate(self.layers[self.first_stream_layer :], start=self.first_stream_layer):
-            q, k, v = self._qkv(layer, layer.input_layernorm(xs), rope, streams_from=L)
-            main_k, main_v = append(i, k[:, :, :L], v[:, :, :L])  # only the main stream is cached
-            k, v = torch.cat([main_k, k[:, :, L:]], dim=2), torch.cat([main_v, v[:, :, L:]], dim=2)
-            xs = self._finish(layer, xs, q, k, v, both, streams_from=L)
-        return self.logits(xs[0, L - rows : L]), xs[0, L:].view(rows, gamma, H)  # [rows, V], [rows, gamma, H]
+            q, k, v = self._qkv(layer, layer.input_layernorm(xs), rope, streams_from=Lk)
+            main_k, main_v = write(i, k[:, :, :Lk], v[:, :, :Lk])  # only the main stream is cached
+            k, v = torch.cat([main_k, k[:, :, Lk:]], dim=2), torch.cat([main_v, v[:, :, Lk:]], dim=2)
+            xs = self._finish(layer, xs, q, k, v, both, streams_from=Lk)
+        return self.logits(xs[0, Lk - rk : Lk]), xs[0, Lk:].view(rk, gamma, H), kept
+
+    def _prune(
+        self,
+        prune: Callable[[torch.Tensor], list[int]] | None,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        append: KVAppend,
+        rows: int,
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor, KVAppend]:
+        """The pruning layer: the candidate rows `prune` keeps, and the pass's rows, positions, mask
+        rows and cache writer for the layers above (pruned rows' keys and values written as zeros)."""
+        assert prune is not None
+        L = x.shape[1]
+        kept = prune(x[0, L - rows :])
+        if len(kept) == rows:
+            return kept, x, positions, mask, append
+        main = torch.tensor([*range(L - rows), *(L - rows + r for r in kept)], device=x.device)
+
+        def write(layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            full_k, full_v = k.new_zeros(*k.shape[:2], L, k.shape[3]), v.new_zeros(*v.shape[:2], L, v.shape[3])
+            full_k[:, :, main], full_v[:, :, main] = k, v
+            return append(layer, full_k, full_v)
+
+        return kept, x[:, main], positions[main], mask[:, :, main], write
 
     def stream_head(self, s: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The streams' logits: s [.., H] (last layer, before the final norm) -> [.., V]; with `rows`
@@ -383,6 +426,9 @@ class StreamingLM(nn.Module):
 
         tensors = {n: p.detach().contiguous().cpu() for n, p in self.adapter_state().items()}
         meta = {"config": json.dumps(asdict(self.cfg)), "target": json.dumps(fingerprint(self.tuned)), **card}
+        if self.pruner is not None:  # frozen, so not in adapter_state, but part of the adapter
+            tensors |= {f"pruner.{n}": t.detach().contiguous().cpu() for n, t in self.pruner.state_dict().items()}
+            meta["pruner_layer"] = str(self.pruner.layer)
         save_file(tensors, str(path), metadata=meta)
 
 
@@ -469,7 +515,23 @@ def load_adapter(base: PreTrainedModel, path: str | Path) -> StreamingLM:
     with torch.no_grad():
         for name, p in lm.adapter_state().items():
             p.copy_(state[name].to(p.dtype))
+    if "pruner_layer" in meta:
+        lm.pruner = _pruner(
+            lm, int(meta["pruner_layer"]), {k[7:]: t for k, t in state.items() if k.startswith("pruner.")}
+        )
     return lm
+
+
+def _pruner(lm: StreamingLM, layer: int, state: dict[str, torch.Tensor]) -> TreePruner:
+    """The adapter's tree-pruning layer (frozen: not part of `adapter_state`)."""
+    if not 1 <= layer <= lm.first_stream_layer:
+        raise ValueError(f"a pruning layer sits below the stream layers (1 to {lm.first_stream_layer}), got {layer}")
+    weight = lm.stream_embed
+    pruner = TreePruner(
+        weight.shape[1], layer, rank=state["down.weight"].shape[0], dtype=weight.dtype, device=weight.device
+    )
+    pruner.load_state_dict({k: t.to(weight.dtype) for k, t in state.items()})
+    return pruner.requires_grad_(False)
 
 
 def untrained(base: PreTrainedModel, cfg: StreamingConfig | None = None, seed: int = 0) -> StreamingLM:

@@ -5,7 +5,9 @@ The pass holds, in order, the main rows (the committed tokens not yet cached, th
 through every decoder layer, and in the top N_s layers the gamma stream rows of every row that can
 become the accepted node (the last committed token and each node), node-major. Once the main logits
 have decided the accepted path, only the accepted node's streams draft the next tree; every other
-stream row was computed and is discarded. Nothing is pruned (the tree-pruning layer is not built).
+stream row was computed and is discarded. When the tree-pruning layer (the paper's section 3.2.3)
+dropped nodes partway up, their rows stop there: they run no layer above it, verify nothing (they are
+never on the accepted path) and carry no stream rows, so the stream rows are the kept nodes' alone.
 
 Pure: a record as a dict (`IterationRecord.to_dict()`), whose `StreamingPassExtra` says the pass's
 shape (N, N_s, γ, m) -> rows -> plotly Figure. No torch, no model: a saved run draws as it ran; a
@@ -29,6 +31,7 @@ ROLES = {
     "committed": ("committed token", "#444444"),
     "accepted": ("node accepted", OKABE_ITO["bluish_green"]),
     "rejected": ("node not accepted", OKABE_ITO["vermillion"]),  # most were never tested
+    "pruned": ("node pruned", OKABE_ITO["reddish_purple"]),  # stopped partway up: its bar is short
     "next": ("streams → next tree", OKABE_ITO["blue"]),
     "discarded": ("streams discarded", "#BBBBBB"),
 }
@@ -48,6 +51,8 @@ class PassRow:
     stream: int  # 0: the main stream; j = 1..gamma: stream j
     first_layer: int  # 0-based: the first decoder layer the row runs through
     token: int | None  # the token of the row's node (None for a committed token: not in the record)
+    stops_after: int | None = None  # the layers it ran, from the bottom (a pruned node: the pruning
+    # layer's); None: it runs up to the top
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,11 @@ class PassCounts:
     """What one pass's rows count, for a sentence beside its figure."""
 
     committed: int  # m: rows of committed tokens not yet cached
-    nodes: int  # the tree's nodes, verified in this pass (0: no tree)
+    nodes: int  # the tree's nodes, verified in this pass unless pruned (0: no tree)
+    pruned: int  # the nodes the pruning layer dropped: they ran no layer above it and no streams
+    prune_layer: int | None  # the layers the pruned nodes ran (None: nothing pruned)
     gamma: int  # γ: stream rows per candidate node (0: no streams ran)
-    stream_rows: int  # (1 + nodes) * γ: every candidate node's streams
+    stream_rows: int  # (1 + nodes - pruned) * γ: every kept candidate node's streams
     kept: int  # the accepted node's streams that drafted the next tree
     last: bool  # the run's last pass
 
@@ -66,6 +73,8 @@ class PassCounts:
         return PassCounts(
             committed=sum(r.role == "committed" for r in rows),
             nodes=sum(r.stream == 0 and r.node >= 0 for r in rows),
+            pruned=sum(r.role == "pruned" for r in rows),
+            prune_layer=next((r.stops_after for r in rows if r.role == "pruned"), None),
             gamma=gamma,
             stream_rows=sum(r.stream > 0 for r in rows),
             kept=sum(r.role == "next" for r in rows),
@@ -87,16 +96,17 @@ def kept_streams(next_record: dict[str, Any] | None) -> int:
 
 
 def pass_rows(record: dict[str, Any], shape: StreamingPassExtra, kept: int = 0) -> list[PassRow]:
-    """The rows of `record`'s pass in their order: m committed-token rows, the tree's nodes, then each
-    candidate node's γ stream rows (`shape`, as recorded); `kept`: the accepted node's streams that
-    drafted the next tree (`kept_streams`)."""
+    """The rows of `record`'s pass in their order: m committed-token rows, the tree's nodes (a pruned
+    one stopping at the pruning layer), then each kept candidate node's γ stream rows (`shape`, as
+    recorded); `kept`: the accepted node's streams that drafted the next tree (`kept_streams`)."""
     tree, committed = record_tree(record), shape.committed_rows
     accepted = set(tree.accepted_path)  # as the tree figure beside it marks them
     accepted_node = tree.accepted_path[-1] if tree.accepted_path else -1  # -1: the last committed token
+    pruned = set(shape.pruned or ())  # the whole drafted tree is recorded, its pruned nodes too
     rows = [PassRow("committed", -1 if k == committed - 1 else -2, 0, 0, None) for k in range(committed)]
-    rows += [PassRow("accepted" if i in accepted else "rejected", i, 0, 0, t) for i, t in enumerate(tree.tree_tokens)]
+    rows += [_node_row(i, t, accepted, pruned, shape.prune_layer) for i, t in enumerate(tree.tree_tokens)]
     top = shape.layers - shape.stream_layers
-    for node in range(-1, len(tree.tree_tokens)):
+    for node in (n for n in range(-1, len(tree.tree_tokens)) if n not in pruned):  # no streams for a pruned node
         rows += [
             PassRow(
                 "next" if node == accepted_node and j <= kept else "discarded",
@@ -110,11 +120,21 @@ def pass_rows(record: dict[str, Any], shape: StreamingPassExtra, kept: int = 0) 
     return rows
 
 
+def _node_row(i: int, token: int, accepted: set[int], pruned: set[int], prune_layer: int | None) -> PassRow:
+    """Node i's main row: accepted, not accepted, or pruned (stopped after `prune_layer` layers; a
+    pruned node is never on the accepted path, but pruning is checked first so a bar never claims more
+    layers than the row ran)."""
+    if i in pruned:
+        return PassRow("pruned", i, 0, 0, token, prune_layer)
+    return PassRow("accepted" if i in accepted else "rejected", i, 0, 0, token)
+
+
 def streaming_pass_figure(
     record: dict[str, Any], kept: int = 0, decode: Callable[[int], str] | None = None
 ) -> go.Figure:
-    """One bar per row of the pass, from the first layer it runs through to the top, coloured by its
-    role; a note instead when the record does not carry the pass's shape (nothing is guessed)."""
+    """One bar per row of the pass, from the first layer it runs through to the top (a pruned node's
+    to the pruning layer), coloured by its role; a note instead when the record does not carry the
+    pass's shape (nothing is guessed)."""
     shape = pass_shape(record)
     if shape is None:
         return empty(f"{_iteration(record)}: pass not recorded", NOT_RECORDED)
@@ -133,7 +153,7 @@ def _draw(
         fig.add_trace(
             go.Bar(
                 x=[i + 1 for i in idx],  # rows counted from 1
-                y=[shape.layers - rows[i].first_layer for i in idx],
+                y=[_end(rows[i], shape) - rows[i].first_layer for i in idx],
                 base=[rows[i].first_layer for i in idx],
                 name=name,
                 marker={"color": colour, "line": {"width": 0}},
@@ -145,6 +165,8 @@ def _draw(
         top = shape.layers - shape.stream_layers
         fig.add_vline(x=main + 0.5, line={"color": "#888888", "dash": "dot"})  # main rows | stream rows
         fig.add_hline(y=top, line={"color": "#888888", "dash": "dot"})  # where the streams start
+    if shape.prune_layer is not None and shape.pruned:
+        _prune_line(fig, shape.prune_layer)
     fig.update_layout(bargap=0.15, barmode="overlay")
     fig.update_yaxes(range=[0, shape.layers], tick0=0, dtick=_layer_step(shape.layers), rangemode="tozero")
     count_ticks(fig, len(rows), most=6)
@@ -155,13 +177,38 @@ def _draw(
         "row of the pass",
         "decoder layers",
         legend="rows of the pass",
-        subtitle=wrap(
-            f"main rows (left of the dotted line) through all {shape.layers} layers, stream rows through the top"
-            f" {shape.stream_layers}"
-            if shape.gamma
-            else f"main rows through all {shape.layers} layers; no streams run"
-        ),
+        subtitle=wrap(_subtitle(shape)),
         height=420,
+    )
+
+
+def _subtitle(shape: StreamingPassExtra) -> str:
+    """Which rows run which layers; the pruned nodes' rows are main rows that stop at the pruning layer."""
+    pruned = (
+        f" (the {len(shape.pruned)} pruned node{'s' if len(shape.pruned) != 1 else ''}' through the first"
+        f" {shape.prune_layer})"
+        if shape.prune_layer is not None and shape.pruned
+        else ""
+    )
+    if not shape.gamma:
+        return f"main rows through all {shape.layers} layers{pruned}; no streams run"
+    return (
+        f"main rows (left of the dotted line) through all {shape.layers} layers{pruned}, stream rows through"
+        f" the top {shape.stream_layers}"
+    )
+
+
+def _prune_line(fig: go.Figure, layer: int) -> None:
+    """A dotted line where the pruning layer dropped nodes, in their colour and named, like the line
+    where the streams start (the two meet when the pruning layer sits just below the streams); the
+    label sits under the line's right end, below the stream rows (they start at or above it)."""
+    fig.add_hline(
+        y=layer,
+        line={"color": ROLES["pruned"][1], "dash": "dot"},
+        annotation_text=f"pruned after layer {layer}",
+        annotation_position="bottom right",
+        annotation_font={"size": 12, "color": ROLES["pruned"][1]},
+        annotation_bgcolor="rgba(255,255,255,0.8)",
     )
 
 
@@ -192,8 +239,15 @@ def _layer_step(layers: int) -> int:
     return 100
 
 
+def _end(row: PassRow, shape: StreamingPassExtra) -> int:
+    """Where the row's bar ends: the top, or the pruning layer for a pruned node (it ran no layer above)."""
+    return shape.layers if row.stops_after is None else row.stops_after
+
+
 def _hover(n: int, row: PassRow, shape: StreamingPassExtra, decode: Callable[[int], str] | None) -> str:
-    layers = f"layers {row.first_layer + 1}-{shape.layers}"
+    layers = f"layers {row.first_layer + 1}-{_end(row, shape)}"  # 1-based, as the y axis counts them
+    if row.stops_after is not None:
+        layers += f": pruned after layer {row.stops_after}, no streams"
     node = (
         "the last committed token"
         if row.node == -1

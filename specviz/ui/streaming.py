@@ -108,10 +108,12 @@ def show_pass(state: dict[str, Any] | None, iteration: int):
 
 def pass_sentence(c: PassCounts) -> str:
     """'one target pass: 7 rows verify the tree, 21 stream rows ran; 3 of them (the accepted node's) draft
-    the next tree.'"""
+    the next tree.', and when the pruning layer dropped nodes, how many and where (their rows verify
+    nothing and run no streams, so they are not counted among the rows that verify)."""
     plural = "s" if c.committed != 1 else ""
     if c.nodes:
-        verify = f"{1 + c.nodes} rows verify the tree"
+        rows = 1 + c.nodes - c.pruned  # the last committed token and the kept nodes reach the top
+        verify = f"{rows} rows verify the tree" if rows != 1 else "1 row verifies the tree"
     else:  # γ = 0 for the whole run never builds a tree; otherwise one comes once streams have run
         verify = f"no tree{' yet' if c.gamma else ''} ({c.committed} row{plural} of committed tokens)"
     ended = ": the run ended" if c.last else ""
@@ -121,7 +123,17 @@ def pass_sentence(c: PassCounts) -> str:
         draft = f"{c.stream_rows} stream rows ran; {c.kept} of them (the accepted node's) draft the next tree"
     else:
         draft = f"{c.stream_rows} stream rows ran, none kept{ended}"
-    return f"one target pass: {verify}, {draft}."
+    return f"one target pass: {verify}, {draft}.{_pruned(c)}"
+
+
+def _pruned(c: PassCounts) -> str:
+    """' The pruning layer dropped 3 of the tree's 6 nodes after layer 26: they ran no layer above it
+    and no streams.' ('' when it dropped none)."""
+    if not c.pruned:
+        return ""
+    of = f"{c.pruned} of the tree's {c.nodes} nodes" if c.nodes != 1 else "the tree's one node"
+    they = "it" if c.pruned == 1 else "they"
+    return f" The pruning layer dropped {of} after layer {c.prune_layer}: {they} ran no layer above it and no streams."
 
 
 def summary_line(state: dict[str, Any]) -> str:
