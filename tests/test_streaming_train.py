@@ -86,6 +86,28 @@ def test_train_resume_and_decode(tmp_path):
     assert sd.summary.output_ids == ar.summary.output_ids
 
 
+def test_training_continues_from_a_shipped_adapter(tmp_path):
+    """--init starts a new run from an adapter's weights and counts on from its steps; the warm-up
+    starts there too, and a resumed continued run keeps that origin; another shape is refused."""
+    data = write_teacher_text(tmp_path)
+    argv = ["--target", "tiny-random", "--data", str(data), "--stream-layers", "2", "--gamma", "3"]
+    argv += ["--lora-rank", "4", "--eta-rank", "4", "--positions", "5", "--save-every", "1", "--quiet"]
+    first = tmp_path / "first.safetensors"
+    assert train.main([*argv, "--out", str(tmp_path / "a"), "--steps", "3", "--ship", str(first)]) == 0
+    out = tmp_path / "b"
+    assert train.main([*argv, "--out", str(out), "--steps", "4", "--init", str(first), "--lr", "0"]) == 0
+    continued = load_file(out / "adapter.safetensors")
+    assert all(torch.equal(t, continued[k]) for k, t in load_file(first).items())  # lr 0: the same weights
+    assert [int(r["step"]) for r in csv.DictReader((out / "log.csv").open())] == [4]
+    assert read_adapter_meta(out / "adapter.safetensors")["steps"] == "4"
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["origin"] == 3
+    assert train.main([*argv, "--out", str(out), "--steps", "5", "--init", str(first)]) == 0  # resumes at 4
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["origin"] == 3
+    other = [a if a != "3" else "2" for a in argv]  # gamma 2: another shape
+    with pytest.raises(SystemExit, match="train with the same shape"):
+        train.main([*other, "--out", str(tmp_path / "c"), "--steps", "4", "--init", str(first)])
+
+
 def test_streams_learn(tmp_path):
     """Forty steps on two records of the tiny target's own text: the first stream's top-1 agreement
     with its target rises (soft and hard targets) and the hard-target loss falls."""

@@ -12,7 +12,9 @@ the tuned main stream is distilled towards the original, the streams learn the t
 future); `--hard` uses the tokens.
 
 Resumable: `--out` holds checkpoint.pt (adapter, optimizer, step) and log.csv; run the same command
-again to continue. Held-out records (prompt_index % 20 == 0, `specviz.train.splits.STREAMING`) are never trained on.
+again to continue; `--init ADAPTER` starts a new `--out` from an adapter (the shipped one) and counts
+steps on from its own. Held-out records (prompt_index % 20 == 0, `specviz.train.splits.STREAMING`) are never
+trained on.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class TrainConfig:
     hard: bool = False  # train on the sampled tokens even when teacher logits are available
     positions: int = 0  # run the streams at (and score) this many random answer positions (0: all); cuts the cost
     save_every: int = 50  # checkpoint every this many steps
+    init: Path | None = None  # start from this adapter's weights (and count steps on from its own) when
+    #                           `out` holds no checkpoint yet: training continued from a shipped adapter
     seed: int = 0
     device: str = "cpu"
 
@@ -196,7 +200,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     params = list(lm.adapter_state().values())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     checkpoint = Checkpoint(cfg.out / "checkpoint.pt")
-    state = {"step": 0}  # no "seconds": the log's seconds count from this run's start
+    state = {"step": 0, "origin": 0}  # no "seconds": the log's seconds count from this run's start;
+    # origin: the step training started from (an --init adapter's), where the warm-up starts
     saved = checkpoint.load(map_location=cfg.device)
     if saved:  # resume
         if saved["streaming"] != asdict(cfg.streaming):
@@ -207,7 +212,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             for name, p in lm.adapter_state().items():
                 p.copy_(saved["adapter"][name])
         opt.load_state_dict(saved["optimizer"])
-        state["step"] = saved["step"]
+        state.update(step=saved["step"], origin=saved.get("origin", 0))
+    elif cfg.init is not None:
+        state["step"] = state["origin"] = start_from(lm, base, cfg.init)
     teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), base.config.vocab_size)
     rng = random.Random(cfg.seed + state["step"])
     epoch: dict[str, Any] = {
@@ -237,6 +244,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 "adapter": {n: p.detach().cpu() for n, p in lm.adapter_state().items()},
                 "optimizer": opt.state_dict(),
                 "step": step,
+                "origin": state["origin"],
                 "streaming": asdict(cfg.streaming),
                 "examples": epoch["examples"],
             }
@@ -256,7 +264,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         params,
         loss_at,
         state,
-        lr_at=lambda step: cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup)),
+        lr_at=lambda step: cfg.lr * min(1.0, (step + 1 - state["origin"]) / max(1, cfg.warmup)),
         after_step=after_step,
         log=log,
         save=save,
@@ -265,6 +273,23 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     )
     log.close()
     return cfg.out / "adapter.safetensors"
+
+
+def start_from(lm: StreamingLM, base: PreTrainedModel, path: Path) -> int:
+    """Copy the adapter at `path` (trained for `base`, with `lm`'s shape) into `lm`; returns the
+    steps it was trained for (its `steps` metadata), where the step count goes on from."""
+    from specviz.models.streaming import read_adapter_meta
+
+    meta = read_adapter_meta(path)
+    trained = load_adapter(base, path)
+    if trained.cfg != lm.cfg:
+        raise SystemExit(f"{path} has the shape {asdict(trained.cfg)}; train with the same shape to continue it")
+    with torch.no_grad():
+        weights = trained.adapter_state()
+        for name, p in lm.adapter_state().items():
+            p.copy_(weights[name])
+    lm.pruner = trained.pruner  # it reads the main stream, which the streams-only adapter leaves alone
+    return int(meta.get("steps", 0))
 
 
 def export(cfg: TrainConfig, path: Path) -> Path:
@@ -354,6 +379,9 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
     )
     p.add_argument("--hard", action="store_true", help="sampled tokens as targets even when teacher logits exist")
     p.add_argument("--save-every", type=int, default=d.save_every)
+    p.add_argument(
+        "--init", type=Path, help="start from this adapter (e.g. the shipped one) when --out has no checkpoint yet"
+    )
     p.add_argument("--device", default=d.device)
     p.add_argument(
         "--ship", type=Path, help="also copy the final adapter here (e.g. assets/streaming/NAME.safetensors)"
@@ -394,6 +422,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
         positions=a.positions,
         save_every=a.save_every,
         device=a.device,
+        init=a.init,
     )
     return cfg, a
 
