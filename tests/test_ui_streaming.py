@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gradio as gr
+import pytest
 
 from specviz.plots.tree import record_tree_figure
 from specviz.ui import streaming as tab
@@ -77,3 +78,104 @@ def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
     assert (
         fig.layout.title.text == "Iteration 4: 6 nodes, 3 accepted" and "position 40" in fig.layout.title.subtitle.text
     )
+
+
+# -- the tree-pruning layer (section 3.2.3) --------------------------------------------------------
+
+PRUNE_LAYER = 1  # below the tiny adapter's stream layers
+THRESHOLD = 0.002  # with the random pruner of test_streaming_pruning: some trees lose nodes, some none
+
+
+@pytest.fixture
+def pruning_pair(random_pair, tmp_path, monkeypatch):
+    """The tiny pair whose "auto" adapter carries a (random) pruning layer at PRUNE_LAYER."""
+    from specviz.methods import streaming as streaming_method
+    from tests.test_streaming_pruning import pruning_adapter
+
+    path = pruning_adapter(tmp_path, PRUNE_LAYER)
+    monkeypatch.setattr(streaming_method, "shipped_adapter", lambda target: path)
+    monkeypatch.setitem(streaming_method._LOADED, random_pair.target, {})  # "auto" loads it afresh
+    return random_pair
+
+
+def run_pruned(pair, threshold: float) -> dict:
+    return tab.run_streaming("tiny-random", "def f(x):", 30, 3, 2, threshold, load_pair=lambda name: pair)
+
+
+def test_the_threshold_reaches_the_method_and_the_lines_count_pruned_nodes(pruning_pair, monkeypatch):
+    import specviz
+
+    asked: list[dict] = []
+    real_run = specviz.run
+
+    def spied(method, pair, prompt, **options):
+        asked.append({"method": method, **options})
+        return real_run(method, pair, prompt, **options)
+
+    monkeypatch.setattr(specviz, "run", spied)
+    state = run_pruned(pruning_pair, THRESHOLD)
+    assert asked[-1]["method"] == "streaming" and asked[-1]["prune_threshold"] == THRESHOLD
+    assert state["prune_threshold"] == THRESHOLD and state["has_pruner"] is True
+    records = state["records"]
+    pruned = [len(r["extra"].get("pruned") or ()) for r in records]
+    assert any(pruned), "nothing was pruned: raise THRESHOLD"
+    assert not all(pruned[1:]), "every tree was pruned"
+    for i, (r, n) in enumerate(zip(records, pruned, strict=True), start=1):
+        line = tab.show_iteration(state, i)[1]
+        nodes = len(r["extra"]["tree_tokens"])
+        if n:
+            assert f"{nodes} tree nodes from the streams, {n} pruned after layer {PRUNE_LAYER}, " in line
+        else:
+            assert "pruned" not in line
+    total = sum(len(r["extra"]["tree_tokens"]) for r in records)
+    summary = tab.summary_line(state)
+    assert (
+        f"The pruning layer (threshold {THRESHOLD:g}) dropped {sum(pruned)} of the {total} tree nodes "
+        f"after layer {PRUNE_LAYER}." in summary
+    )
+    assert "no pruning layer" not in summary
+
+
+def test_at_threshold_zero_nothing_is_pruned_or_said(pruning_pair):
+    state = run_pruned(pruning_pair, 0.0)
+    assert state["has_pruner"] is True and state["prune_threshold"] == 0.0
+    assert not any(r["extra"].get("pruned") for r in state["records"])
+    lines = [tab.show_iteration(state, i)[1] for i in range(1, len(state["records"]) + 1)]
+    assert not any("prun" in line for line in lines)
+    assert "prun" not in tab.summary_line(state)
+
+
+def test_a_threshold_without_a_pruning_layer_says_so(random_pair):
+    """The tiny pair's "auto" adapter is untrained: no pruning layer, so a threshold prunes nothing."""
+    state = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, 0.05, load_pair=lambda name: random_pair)
+    assert state["has_pruner"] is False and not any(r["extra"].get("pruned") for r in state["records"])
+    summary = tab.summary_line(state)
+    assert "Pruning threshold 0.05: no pruning layer in this adapter, so no tree nodes were pruned." in summary
+    assert "dropped" not in summary
+    off = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, 0.0, load_pair=lambda name: random_pair)
+    assert "prun" not in tab.summary_line(off)  # no threshold: nothing to say
+    assert "no pruning layer" not in tab.summary_line({**state, "has_pruner": True})
+
+
+def test_the_slider_sits_with_the_run_controls_and_reaches_run_streaming(monkeypatch):
+    from specviz.methods.streaming import StreamingOptions
+
+    with gr.Blocks() as demo:
+        tab.build_tab(tab_context())
+    sliders = {b.label: b for b in demo.blocks.values() if isinstance(b, gr.Slider)}
+    prune = sliders["pruning threshold (0: off)"]
+    assert (prune.minimum, prune.maximum, prune.step) == (0, 0.1, 0.001)
+    assert prune.value == StreamingOptions().prune_threshold == 0
+    assert prune.parent is sliders["tree width (top tokens per stream)"].parent
+    (run,) = [f for f in demo.fns.values() if getattr(f.fn, "__name__", None) == "on_run"]
+    assert prune in run.inputs
+    given: list[tuple] = []
+
+    def fake(*args, load_pair=None):
+        given.append(args)
+        return {"records": [], "text": {}, "against": "", "prune_threshold": args[5], "has_pruner": False}
+
+    monkeypatch.setattr(tab, "run_streaming", fake)
+    values = {prune: 0.004, sliders["tree width (top tokens per stream)"]: 3}
+    run.fn(*[values.get(c, getattr(c, "value", None)) for c in run.inputs])
+    assert given == [("tiny-random", run.inputs[1].value, 64, 3, 3, 0.004)]

@@ -25,13 +25,22 @@ TARGET_COLOUR = "#555555"
 
 
 def run_streaming(
-    pair_name: str, prompt: str, max_new_tokens: int, streams: int, tree_width: int, load_pair=None
+    pair_name: str,
+    prompt: str,
+    max_new_tokens: int,
+    streams: int,
+    tree_width: int,
+    prune_threshold: float | None = None,
+    load_pair=None,
 ) -> dict[str, Any]:
-    """One greedy `streaming` run -> plain state: records as dicts and each token's text."""
+    """One greedy `streaming` run -> plain state: records as dicts, each token's text, what the run is
+    lossless against, the pruning threshold (None: the method's default) and whether the adapter has a
+    pruning layer (without one a threshold prunes nothing)."""
     import specviz
-    from specviz.methods.streaming import tuned_target
+    from specviz.methods.streaming import StreamingOptions, streaming_model, tuned_target
 
     pair = (load_pair or specviz.load_pair)(pair_name)
+    threshold = StreamingOptions().prune_threshold if prune_threshold is None else float(prune_threshold)
     records = [
         r.to_dict()
         for r in specviz.run(
@@ -41,6 +50,7 @@ def run_streaming(
             max_new_tokens=int(max_new_tokens),
             speculation_length=int(streams),
             tree_width=int(tree_width),
+            prune_threshold=threshold,
         )
     ]
     vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r["emitted"])}
@@ -48,6 +58,8 @@ def run_streaming(
         "records": records,
         "text": {str(t): pair.tokenizer.decode([t]) for t in vocab},
         "against": tuned_target(pair),
+        "prune_threshold": threshold,
+        "has_pruner": streaming_model(pair.target, "auto").pruner is not None,
     }
 
 
@@ -86,9 +98,11 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     r = state["records"][min(max(1, int(iteration)), len(state["records"])) - 1]
     fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)), colour_of=stream_colour)
     tree = record_tree(r).tree_tokens
+    pruned = len(r["extra"].get("pruned") or ())
+    dropped = f"{pruned} pruned after layer {r['extra']['prune_layer']}, " if pruned else ""
     return fig, (
         f"iteration {r['iteration'] + 1} of {len(state['records'])}: {len(tree)} tree nodes from the streams, "
-        f"{r['accepted']} accepted, "
+        f"{dropped}{r['accepted']} accepted, "
         f"{len(r['emitted'])} emitted in one target forward; the streams' head and the next tree "
         f"{r['draft_ms']:.2f} ms, the one pass (verification and the streams' layers) {r['verify_ms']:.1f} ms"
     )
@@ -142,12 +156,30 @@ def summary_line(state: dict[str, Any]) -> str:
     against = state.get("against") or "the target itself (this adapter leaves the main stream untouched)"
     return (
         f"{tokens} tokens in {len(records)} target forwards: {tokens / max(1, len(records)):.2f} tokens per forward. "
-        f"Lossless against {against}."
+        f"{_pruning(state)}Lossless against {against}."
+    )
+
+
+def _pruning(state: dict[str, Any]) -> str:
+    """'The pruning layer (threshold 0.002) dropped 7 of the 40 tree nodes after layer 26. ' when it
+    dropped some; a note when a threshold was set but the adapter has no pruning layer; else ''."""
+    records, threshold = state["records"], state.get("prune_threshold") or 0.0
+    if threshold > 0 and not state.get("has_pruner", True):
+        return f"Pruning threshold {threshold:g}: no pruning layer in this adapter, so no tree nodes were pruned. "
+    pruned = sum(len(r["extra"].get("pruned") or ()) for r in records)
+    if not pruned:
+        return ""
+    nodes = sum(len(record_tree(r).tree_tokens) for r in records)
+    layer = next(r["extra"]["prune_layer"] for r in records if r["extra"].get("pruned"))
+    return (
+        f"The pruning layer (threshold {threshold:g}) dropped {pruned} of the {nodes} tree nodes after layer {layer}. "
     )
 
 
 def build_tab(ctx: Any) -> None:
     import gradio as gr
+
+    from specviz.methods.streaming import StreamingOptions
 
     gr.Markdown(
         "### Speculative Streaming: the target drafts its own future tokens with extra streams in its top layers"
@@ -165,6 +197,16 @@ def build_tab(ctx: Any) -> None:
             max_new = gr.Slider(8, 256, value=64, step=8, label="max new tokens")
             streams = gr.Slider(1, 8, value=3, step=1, label="streams used (at most the adapter's)")
             width = gr.Slider(1, 4, value=2, step=1, label="tree width (top tokens per stream)")
+            prune = gr.Slider(
+                0,
+                0.1,
+                value=StreamingOptions().prune_threshold,
+                step=0.001,
+                label="pruning threshold (0: off)",
+                info="a tree node whose early-exit probability at its parent is below this is dropped, with "
+                "its subtree, after the adapter's pruning layer",
+                elem_id="sv-streaming-prune",
+            )
     go = gr.Button("Run streaming", variant="primary")
     output = gr.HTML()
     overall = gr.Markdown()
@@ -179,13 +221,13 @@ def build_tab(ctx: Any) -> None:
     state = ctx.state()
     # the model call (plain data in and out)
     streamed = ctx.run_models(
-        lambda pair_name, text, n, k, w: run_streaming(pair_name, text, n, k, w, ctx.load_pair),
-        seconds=lambda pair_name, text, n, k, w: gpu_seconds(n),
+        lambda pair_name, text, n, k, w, p: run_streaming(pair_name, text, n, k, w, p, load_pair=ctx.load_pair),
+        seconds=lambda pair_name, text, n, k, w, p: gpu_seconds(n),
     )
 
-    def on_run(pair_name, text, n, k, w):
+    def on_run(pair_name, text, n, k, w, p):
         try:
-            st = streamed(pair_name, text, int(n), int(k), int(w))
+            st = streamed(pair_name, text, int(n), int(k), int(w), float(p))
         except (
             SpecvizError,
             OSError,
@@ -207,7 +249,7 @@ def build_tab(ctx: Any) -> None:
 
     go.click(
         on_run,
-        [ctx.pair, prompt, max_new, streams, width],
+        [ctx.pair, prompt, max_new, streams, width, prune],
         [state, output, overall, iteration, plot, summary, pass_plot, pass_line],
         **ctx.models_queue(),
     )
