@@ -9,7 +9,8 @@ import specviz
 from specviz.experiments.sssd import fig4, proposers, replay
 from specviz.models.pair import encode_prompt
 from specviz.plots.sssd_figures import accepted_length_figure, batch_figure
-from specviz.plots.tree import layout, record_tree_figure, tree_figure, visible
+from specviz.plots.theme import OKABE_ITO, legend_names
+from specviz.plots.tree import PRUNED_NAME, layout, record_tree_figure, tree_figure, visible
 
 
 def test_layout_puts_children_right_of_parents_and_leaves_on_their_own_rows():
@@ -30,6 +31,79 @@ def test_tree_figure_from_a_real_record_marks_the_accepted_path(perturbed_pair):
     assert bold == record.accepted
     assert "accepted" in fig.layout.title.text
     assert tree_figure([], []).layout.title.text == "Candidate tree"
+
+
+def streaming_record(pruned: list[int] | None) -> dict:
+    """A Streaming record as saved (plain JSON data): three streams' six nodes, the path 0-2-4, and a fused
+    pass of 32 layers whose pruning layer, after layer 26, dropped `pruned` (None: nothing pruned)."""
+    extra = {
+        "tree_tokens": [1, 2, 3, 4, 5, 6],
+        "tree_parents": [-1, -1, 0, 1, 2, 3],
+        "accepted_path": [0, 2, 4],
+        "tree_sources": ["stream 1", "stream 1", "stream 2", "stream 2", "stream 3", "stream 3"],
+        "tree_scores": [0.9, 0.1, 0.8, 0.1, 0.7, 0.1],
+        "sources": ["stream 1", "stream 2", "stream 3"],
+        "layers": 32,
+        "stream_layers": 4,
+        "gamma": 3,
+        "committed_rows": 1,
+    }
+    if pruned is not None:
+        extra |= {"pruned": pruned, "prune_layer": 26}
+    return json.loads(json.dumps({"iteration": 3, "position": 40, "extra": extra}))
+
+
+def test_pruned_nodes_are_their_own_trace_on_dotted_edges():
+    """Node 1 went with its subtree (3, 5): the three are crossed out in one trace of their own, named once
+    in the legend, out of their streams' traces, their edges dotted, their hover naming the layer."""
+    fig = record_tree_figure(streaming_record([1, 3, 5]), decode=str)
+    where = layout([-1, -1, 0, 1, 2, 3])
+    [cut] = [t for t in fig.data if t.name == PRUNED_NAME]
+    assert [(x, y) for x, y in zip(cut.x, cut.y, strict=True)] == [where[i] for i in (1, 3, 5)]
+    assert list(cut.text) == ["2", "4", "6"] and cut.marker.color == OKABE_ITO["reddish_purple"]
+    assert all("pruned after layer 26" in h for h in cut.hovertext)
+    assert "from stream 2" in cut.hovertext[1]  # the source its colour no longer shows
+    nodes = [t for t in fig.data if (t.name or "").startswith("from ")]
+    assert sorted(t.name for t in nodes) == ["from stream 1", "from stream 2", "from stream 3"]
+    kept = {(x, y) for t in nodes for x, y in zip(t.x, t.y, strict=True)}
+    assert kept == {where[i] for i in (0, 2, 4)}  # no pruned node among the streams' nodes
+    assert cut.marker.symbol not in {t.marker.symbol for t in nodes}  # a shape, not only a colour (stream 4's)
+    assert not any("pruned" in h for t in nodes for h in t.hovertext)
+    dotted = [t for t in fig.data if t.mode == "lines" and t.line.dash == "dot"]
+    assert sorted((t.x[1], t.y[1]) for t in dotted) == sorted(where[i] for i in (1, 3, 5))
+    assert all(t.line.width == 1.5 for t in dotted)
+    assert [t.line.width for t in fig.data if t.mode == "lines"].count(4) == 3  # the accepted path as before
+    assert legend_names(fig).count(PRUNED_NAME) == 1
+
+
+def test_a_stream_all_of_whose_nodes_were_pruned_has_no_legend_entry():
+    fig = record_tree_figure(streaming_record([4, 5]))
+    assert [t.name for t in fig.data if t.name] == [
+        "committed context",
+        "from stream 1",
+        "from stream 2",
+        PRUNED_NAME,
+    ]
+
+
+def test_a_tree_without_pruning_draws_as_before():
+    """No pruned nodes: the six edges, the context and one trace per stream, nothing dotted; a pass that
+    pruned nothing (an empty `pruned`) and a record with no pass shape at all draw the same figure."""
+    fig = record_tree_figure(streaming_record(None), decode=str)
+    assert [t.name for t in fig.data] == [None] * 6 + [
+        "committed context",
+        "from stream 1",
+        "from stream 2",
+        "from stream 3",
+    ]
+    assert not any(t.mode == "lines" and t.line.dash for t in fig.data)
+    assert sum(len(t.x) for t in fig.data if (t.name or "").startswith("from ")) == 6
+    bare = streaming_record(None)
+    bare["extra"] = {
+        k: v for k, v in bare["extra"].items() if k.startswith("tree_") or k in ("accepted_path", "sources")
+    }
+    assert record_tree_figure(bare, decode=str) == fig
+    assert record_tree_figure(streaming_record([]), decode=str) == fig
 
 
 def test_replay_matches_real_greedy_runs_and_figures_build(perturbed_pair):

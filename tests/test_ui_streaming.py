@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-from specviz.plots.tree import record_tree_figure
+from specviz.plots.tree import PRUNED_NAME, record_tree_figure
 from specviz.ui import streaming as tab
 from tests.conftest import tab_context
 
@@ -121,12 +121,14 @@ def test_the_threshold_reaches_the_method_and_the_lines_count_pruned_nodes(pruni
     assert any(pruned), "nothing was pruned: raise THRESHOLD"
     assert not all(pruned[1:]), "every tree was pruned"
     for i, (r, n) in enumerate(zip(records, pruned, strict=True), start=1):
-        line = tab.show_iteration(state, i)[1]
+        fig, line = tab.show_iteration(state, i)
         nodes = len(r["extra"]["tree_tokens"])
+        cut = [len(t.x) for t in fig.data if t.name == PRUNED_NAME]  # the tree figure crosses them out
         if n:
             assert f"{nodes} tree nodes from the streams, {n} pruned after layer {PRUNE_LAYER}, " in line
+            assert cut == [n]
         else:
-            assert "pruned" not in line
+            assert "pruned" not in line and not cut
     total = sum(len(r["extra"]["tree_tokens"]) for r in records)
     summary = tab.summary_line(state)
     assert (
