@@ -70,30 +70,26 @@ def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz.bench draft_quality", description=__doc__.split("\n\n")[0])
     add_comparison_args(p, suites="humaneval,gsm8k,mtbench", limit=20, max_new_tokens=128)
     p.add_argument(
         "--gammas", default="4", help="vanilla's speculation lengths γ, comma-separated (each one runs on every prompt)"
     )
     add_output_args(p, "draft_quality", warmup=False)
-    args = p.parse_args(argv)
+    return p
 
-    from specviz.errors import SpecvizError
-    from specviz.models.pair import load_pair
 
-    try:
-        pair = load_pair(args.pair)
-        prompts = comparison_prompts(args)
-        suites = list(dict.fromkeys(q.suite for q in prompts))  # a prompt file's rows carry its name
-    except SpecvizError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    gammas = [int(g) for g in args.gammas.split(",")]
+def _variants(gammas: list[int]) -> list[Variant]:
+    """Autoregressive (the measured speedup's baseline and T(1)), then vanilla at each γ."""
     variants = [Variant("autoregressive", "autoregressive")]
     variants += [Variant(f"vanilla γ={g}", "vanilla", {"speculation_length": g}) for g in gammas]
-    key = dict(zip((v.label for v in variants), ["autoregressive", *gammas], strict=True))  # label -> this module's key
-    done = mark_parity(
+    return variants
+
+
+def _run_variants(args: argparse.Namespace, pair, prompts: list, variants: list[Variant]) -> list:
+    """Every variant on every prompt, interleaved per prompt (so drift hits all alike), parity marked."""
+    return mark_parity(
         run_interleaved(
             pair,
             variants,
@@ -107,10 +103,21 @@ def main(argv: list[str] | None = None) -> int:
         prompts,
         judge=False,
     )
-    mismatches = sum(not r.matches_autoregressive for r in done)
+
+
+def _records_by_suite(
+    done: list, variants: list[Variant], suites: list[str], gammas: list[int]
+) -> dict[str, dict[object, list]]:
+    """runs[suite][key]: the per-prompt record tuples, key "autoregressive" or γ."""
+    key = dict(zip((v.label for v in variants), ["autoregressive", *gammas], strict=True))  # label -> this module's key
     runs: dict[str, dict[object, list]] = {s: {m: [] for m in ["autoregressive", *gammas]} for s in suites}
     for r in done:
         runs[r.suite][key[r.variant]].append(r.records)
+    return runs
+
+
+def _rows(runs: dict[str, dict[object, list]], suites: list[str], gammas: list[int]) -> list[dict[str, Any]]:
+    """One row per (γ, suite), then one per γ over every suite ("all")."""
     rows = [suite_row(s, runs[s][g], runs[s]["autoregressive"], g) for g in gammas for s in suites]
     every = [
         suite_row(
@@ -118,15 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         for g in gammas
     ]
-    result: dict[str, Any] = {
-        "pair": {"name": pair.name, **pair.info},
-        "machine": describe_machine(pair.info.get("device", "cpu")),
-        "config": vars(args) | {"out": str(args.out)},
-        "greedy_mismatches": mismatches,
-        "rows": rows + every,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "draft_quality.json").write_text(json.dumps(result, indent=1))
+    return rows + every
+
+
+def _report_text(args: argparse.Namespace, pair_name: str, mismatches: int, rows: list[dict[str, Any]]) -> str:
+    """draft_quality.md: the run's settings in one line, then the rows as a markdown table."""
     cols = [
         "suite",
         "gamma",
@@ -145,15 +148,49 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines.extend(
         "| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |"
-        for row in result["rows"]
+        for row in rows
     )
-    text = (
-        f"draft quality: pair {pair.name}, γ = {args.gammas}, greedy, max {args.max_new_tokens} new tokens, "
+    return (
+        f"draft quality: pair {pair_name}, γ = {args.gammas}, greedy, max {args.max_new_tokens} new tokens, "
         f"{args.limit} prompts per suite; greedy outputs differing from autoregressive: {mismatches}\n\n"
         + "\n".join(lines)
         + "\n"
     )
+
+
+def _write_outputs(args: argparse.Namespace, pair_name: str, result: dict[str, Any]) -> None:
+    """draft_quality.json and .md under --out, the report printed, then the closing line."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "draft_quality.json").write_text(json.dumps(result, indent=1))
+    text = _report_text(args, pair_name, result["greedy_mismatches"], result["rows"])
     (args.out / "draft_quality.md").write_text(text)
     print(text)
     print(f"wrote {args.out}/draft_quality.json and .md")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    from specviz.errors import SpecvizError
+    from specviz.models.pair import load_pair
+
+    try:
+        pair = load_pair(args.pair)
+        prompts = comparison_prompts(args)
+        suites = list(dict.fromkeys(q.suite for q in prompts))  # a prompt file's rows carry its name
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    gammas = [int(g) for g in args.gammas.split(",")]
+    variants = _variants(gammas)
+    done = _run_variants(args, pair, prompts, variants)
+    runs = _records_by_suite(done, variants, suites, gammas)
+    result: dict[str, Any] = {
+        "pair": {"name": pair.name, **pair.info},
+        "machine": describe_machine(pair.info.get("device", "cpu")),
+        "config": vars(args) | {"out": str(args.out)},
+        "greedy_mismatches": sum(not r.matches_autoregressive for r in done),
+        "rows": _rows(runs, suites, gammas),
+    }
+    _write_outputs(args, pair.name, result)
     return 0

@@ -429,7 +429,7 @@ def weights_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz.train.disco", description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="default", help="default | tiny-random | tiny-perturbed | tiny-self | a preset")
     src = p.add_mutually_exclusive_group(required=True)
@@ -478,10 +478,12 @@ def main(argv: list[str] | None = None) -> int:
         "extra verified token, to tune with instead of measuring them here (e.g. on a busy machine)",
     )
     p.add_argument("--out", type=Path, help="classifier file (default assets/disco/<pair>.safetensors)")
-    args = p.parse_args(argv)
+    return p
 
-    torch.set_grad_enabled(True)
-    pair = load_named_pair(args.pair)
+
+def _teacher_sequences(args: argparse.Namespace, pair) -> tuple[list[Sequence], str]:
+    """The target's text to train on (read from --teacher or answered here from --prompts), cut by
+    --exclude-mod, --records and --limit, and the card's account of where it came from."""
     if args.teacher:
         sequences = read_teacher(args.teacher)
         source = str(args.teacher)
@@ -497,30 +499,52 @@ def main(argv: list[str] | None = None) -> int:
         source += f" (records {args.records})"
     if args.limit:
         sequences = sequences[: args.limit]
-    given, rule = None, splits.DISCO.describe()
-    if args.heldout:
-        if args.heldout_prompts:
-            a, b = (int(x) for x in args.heldout_lines.split(":"))
-            heldout_text(pair, args.heldout_prompts, range(a, b), args.heldout, args.max_new_tokens)
-        held = read_teacher(args.heldout)
-        part = {s.prompt_index: splits.split_of(splits.DISCO_HELDOUT, s.prompt_index) for s in held}
-        given = {
-            "train": sequences,
-            "val": [s for s in held if part[s.prompt_index] == "val"],
-            "test": [s for s in held if part[s.prompt_index] == "test"],
-        }
-        rule = f"train: {source}; validation / test: greedy target answers in {args.heldout} (even / odd prompt_index)"
-        sequences = sequences + held
+    return sequences, source
+
+
+def _heldout_splits(
+    args: argparse.Namespace, pair, sequences: list[Sequence], source: str
+) -> tuple[list[Sequence], dict[str, list[Sequence]] | None, str]:
+    """With --heldout, tau / SL_max are tuned and scored on text the draft never trained on: every
+    teacher record trains, the held-out answers validate (even prompt_index) and test (odd).
+    Returns all sequences, the given splits (None: `splits.DISCO` splits them) and the card's rule."""
+    if not args.heldout:
+        return sequences, None, splits.DISCO.describe()
+    if args.heldout_prompts:
+        a, b = (int(x) for x in args.heldout_lines.split(":"))
+        heldout_text(pair, args.heldout_prompts, range(a, b), args.heldout, args.max_new_tokens)
+    held = read_teacher(args.heldout)
+    part = {s.prompt_index: splits.split_of(splits.DISCO_HELDOUT, s.prompt_index) for s in held}
+    given = {
+        "train": sequences,
+        "val": [s for s in held if part[s.prompt_index] == "val"],
+        "test": [s for s in held if part[s.prompt_index] == "test"],
+    }
+    rule = f"train: {source}; validation / test: greedy target answers in {args.heldout} (even / odd prompt_index)"
+    return sequences + held, given, rule
+
+
+def _write_classifier(args: argparse.Namespace, trained: DiscoModel) -> None:
+    """The classifier file (--out or the pair's asset), then the card's summary and the closing line."""
+    out = args.out or ASSET_DIR / f"{asset_name(args.pair)}.safetensors"
+    trained.save(out)
+    print(summary_text(trained.card))
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    torch.set_grad_enabled(True)
+    pair = load_named_pair(args.pair)
+    sequences, source = _teacher_sequences(args, pair)
+    sequences, given, rule = _heldout_splits(args, pair, sequences, source)
     logits = stored_logits(args.teacher.parent / "teacher_logits.f16", pair.vocab_size) if args.teacher else None
     costs = Costs(*(float(x) for x in args.costs.split(","))) if args.costs else None
     trained = fit(pair, args.pair, sequences, source, args.hidden, args.epochs, args.seed, logits, costs, given, rule)
     if trained is None:
         print("error: every split needs at least one sequence (give more prompts)", file=sys.stderr)
         return 2
-    out = args.out or ASSET_DIR / f"{asset_name(args.pair)}.safetensors"
-    trained.save(out)
-    print(summary_text(trained.card))
-    print(f"wrote {out} ({out.stat().st_size} bytes)")
+    _write_classifier(args, trained)
     return 0
 
 
