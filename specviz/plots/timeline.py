@@ -91,60 +91,70 @@ def _title_line(title: str) -> tuple[str, str]:
     return head.strip(), rest.replace("<br>", "")
 
 
-def timeline(runs: Mapping[str, Records], title: str | None = None, subtitle: str | None = None) -> go.Figure:
-    """Gantt chart: for each method (label -> its records) a draft lane and a target lane, busy
-    spans coloured by model (and PEARL's mode), idle time grey; each lane's idle share in its label.
-    Each lane's label is written above its bar, across the plot (as tick labels on the left they took
-    most of a phone's width, cut), the legend below; the title's words that a phone's line cannot
-    hold go in the subtitle, above `subtitle`."""
-    fig = go.Figure()
-    categories, shown = [], set()
-    for label, records in runs.items():
-        rows = _rows(records)
-        spans = busy_intervals(rows)
-        idle = idle_fractions(rows)
-        t0 = rows[0].t_start if rows else 0.0
-        t1 = rows[-1].t_end if rows else 0.0
-        for lane in LANES:
-            y = f"{label} · {lane} (idle {100 * idle[lane]:.0f}%)"
-            categories.append(y)
-            fig.add_bar(
-                y=[y],
-                x=[1e3 * (t1 - t0)],
-                base=[1e3 * t0],
-                orientation="h",
-                width=BAR,
-                marker_color=IDLE,
-                name="idle (waiting)",
-                legendgroup="idle",
-                showlegend="idle" not in shown,
-                hoverinfo="skip",
-            )
-            shown.add("idle")
-            for mode, part in spans[spans["lane"] == lane].groupby("mode", sort=False):
-                name = f"{lane}" + (f" · {mode}" if mode else "")
-                hover = [
-                    f"{name}<br>step {it + 1}<br>{1e3 * s:.1f}–{1e3 * e:.1f} ms"
-                    for s, e, it in zip(part["start"], part["end"], part["iteration"], strict=True)
-                ]
-                fig.add_bar(
-                    y=[y] * len(part),
-                    x=1e3 * (part["end"] - part["start"]),
-                    base=1e3 * part["start"],
-                    orientation="h",
-                    width=BAR,
-                    marker_color=COLOURS.get((lane, mode), COLOURS[(lane, "")]),
-                    marker_line_width=0.5,
-                    marker_line_color="white",
-                    name=name,
-                    legendgroup=name,
-                    showlegend=name not in shown,
-                    hovertext=hover,
-                    hoverinfo="text",
-                )
-                shown.add(name)
-    order = categories[::-1]  # the first method's lanes at the top
-    for y in categories:  # the label above its bar, from the plot's left edge (category serial numbers)
+def _idle_bar(fig: go.Figure, y: str, t0: float, t1: float, shown: set[str]) -> None:
+    """The lane's whole run in grey under its busy spans, so that what they leave uncovered reads as waiting."""
+    fig.add_bar(
+        y=[y],
+        x=[1e3 * (t1 - t0)],
+        base=[1e3 * t0],
+        orientation="h",
+        width=BAR,
+        marker_color=IDLE,
+        name="idle (waiting)",
+        legendgroup="idle",
+        showlegend="idle" not in shown,
+        hoverinfo="skip",
+    )
+    shown.add("idle")
+
+
+def _busy_bars(fig: go.Figure, y: str, lane: str, spans: pd.DataFrame, shown: set[str]) -> None:
+    """The lane's busy spans, one trace per mode (PEARL's), so that each model and mode is one legend entry."""
+    for mode, part in spans[spans["lane"] == lane].groupby("mode", sort=False):
+        name = f"{lane}" + (f" · {mode}" if mode else "")
+        hover = [
+            f"{name}<br>step {it + 1}<br>{1e3 * s:.1f}–{1e3 * e:.1f} ms"
+            for s, e, it in zip(part["start"], part["end"], part["iteration"], strict=True)
+        ]
+        fig.add_bar(
+            y=[y] * len(part),
+            x=1e3 * (part["end"] - part["start"]),
+            base=1e3 * part["start"],
+            orientation="h",
+            width=BAR,
+            marker_color=COLOURS.get((lane, mode), COLOURS[(lane, "")]),
+            marker_line_width=0.5,
+            marker_line_color="white",
+            name=name,
+            legendgroup=name,
+            showlegend=name not in shown,
+            hovertext=hover,
+            hoverinfo="text",
+        )
+        shown.add(name)
+
+
+def _method_lanes(fig: go.Figure, label: str, records: Records, shown: set[str]) -> list[str]:
+    """A method's draft and target lanes, each over its run's whole span; their labels carry the idle
+    shares, so that the waiting reads without hovering."""
+    rows = _rows(records)
+    spans = busy_intervals(rows)
+    idle = idle_fractions(rows)
+    t0 = rows[0].t_start if rows else 0.0
+    t1 = rows[-1].t_end if rows else 0.0
+    lanes = []
+    for lane in LANES:
+        y = f"{label} · {lane} (idle {100 * idle[lane]:.0f}%)"
+        lanes.append(y)
+        _idle_bar(fig, y, t0, t1, shown)
+        _busy_bars(fig, y, lane, spans, shown)
+    return lanes
+
+
+def _lane_labels(fig: go.Figure, categories: list[str], order: list[str]) -> None:
+    """Each lane's label above its bar, from the plot's left edge (y in category serial numbers): as tick
+    labels on the left they took most of a phone's width."""
+    for y in categories:
         fig.add_annotation(
             text=y,
             x=0,
@@ -155,6 +165,11 @@ def timeline(runs: Mapping[str, Records], title: str | None = None, subtitle: st
             showarrow=False,
             font={"size": 13},
         )
+
+
+def _timeline_layout(fig: go.Figure, order: list[str], title: str | None, subtitle: str | None) -> go.Figure:
+    """The title's overflow in the subtitle, a height that gives each lane `LANE_PX`, the lanes in `order`
+    with no tick labels, and the busy bars drawn over the idle ones."""
     head, rest = _title_line(title or TITLE)
     below = wrap(" ".join([rest, subtitle or ("" if title else SUBTITLE)]).strip())
     finish(
@@ -164,7 +179,7 @@ def timeline(runs: Mapping[str, Records], title: str | None = None, subtitle: st
         "",
         legend="model · mode",
         subtitle=below or None,
-        height=60 + 20 * (below.count("<br>") + 1 if below else 0) + 80 + LANE_PX * len(categories),
+        height=60 + 20 * (below.count("<br>") + 1 if below else 0) + 80 + LANE_PX * len(order),
     )
     fig.update_yaxes(
         categoryorder="array",
@@ -174,3 +189,19 @@ def timeline(runs: Mapping[str, Records], title: str | None = None, subtitle: st
         range=[-0.5, len(order) - 0.5],
     )
     return fig.update_layout(barmode="overlay", margin_l=12)
+
+
+def timeline(runs: Mapping[str, Records], title: str | None = None, subtitle: str | None = None) -> go.Figure:
+    """Gantt chart: for each method (label -> its records) a draft lane and a target lane, busy
+    spans coloured by model (and PEARL's mode), idle time grey; each lane's idle share in its label.
+    Each lane's label is written above its bar, across the plot (as tick labels on the left they took
+    most of a phone's width, cut), the legend below; the title's words that a phone's line cannot
+    hold go in the subtitle, above `subtitle`."""
+    fig = go.Figure()
+    categories: list[str] = []
+    shown: set[str] = set()
+    for label, records in runs.items():
+        categories += _method_lanes(fig, label, records, shown)
+    order = categories[::-1]  # the first method's lanes at the top
+    _lane_labels(fig, categories, order)
+    return _timeline_layout(fig, order, title, subtitle)

@@ -22,9 +22,14 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from specviz.models.modelpair import ModelPair
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."  # the Race tab's default prompt
 
@@ -54,63 +59,101 @@ class _CountCalls(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def _race_steps(pair: ModelPair, max_new_tokens: int, repeats: int) -> tuple[list[float], list[float], list[int]]:
+    """The race's own step, by its clock (each record's verify_ms) and by this process's CPU time from one
+    record to the next, `repeats` times over; with the tokens it emitted, for the bare pass to replay."""
+    from specviz.methods import BASELINE
+    from specviz.runner import run
+
+    list(run(BASELINE, pair, PROMPT, max_new_tokens=8))  # warm-up, untimed
+    steps_wall: list[float] = []  # the race's own clock: each record's verify_ms
+    steps_cpu: list[float] = []  # this process's CPU time from one record to the next
+    emitted: list[int] = []
+    for _ in range(repeats):
+        records, ticks = [], []
+        for record in run(BASELINE, pair, PROMPT, max_new_tokens=max_new_tokens):
+            records.append(record)
+            ticks.append(time.process_time())
+        steps_wall += [r.verify_ms / 1e3 for r in records[1:]]  # the first step also reads the prompt
+        steps_cpu += [b - a for a, b in itertools.pairwise(ticks)]
+        emitted = [t for r in records for t in r.emitted]
+    return steps_wall, steps_cpu, emitted
+
+
+def _forward_passes(
+    target: PreTrainedModel, prompt_ids: list[int], emitted: list[int], repeats: int
+) -> tuple[list[float], list[float], int]:
+    """The bare forward pass on the race's tokens, one at a time over the prompt's cache (what the race's
+    step costs without the method around it), and the torch calls one pass makes from Python."""
+    from specviz.models.kv import CachedLM
+
+    fwd_wall: list[float] = []
+    fwd_cpu: list[float] = []
+    for _ in range(repeats):
+        lm = CachedLM(target)
+        lm.forward(prompt_ids)
+        for token in emitted[:-1]:
+            w, c = _clocks(functools.partial(lm.forward, [token]))
+            fwd_wall.append(w)
+            fwd_cpu.append(c)
+    counter = _CountCalls()
+    with counter:
+        lm.forward([emitted[-1]])
+    return fwd_wall, fwd_cpu, counter.calls
+
+
+def _weight_matmuls(target: PreTrainedModel, repeats: int) -> dict[str, Any]:
+    """Every weight matrix of the pass times one token's activations: the weight reads the roofline prices,
+    without the rest of the pass."""
+    weights = list({id(m.weight): m.weight for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
+    n_bytes = sum(w.numel() * w.element_size() for w in weights)
+    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
+
+    def matmuls() -> None:
+        for w in weights:
+            torch.nn.functional.linear(inputs[w.shape[1]], w)
+
+    matmuls()  # warm-up
+    mm = [_clocks(matmuls) for _ in range(5 * repeats)]
+    mm_wall, mm_cpu = [w for w, _ in mm], [c for _, c in mm]
+    return {
+        **_ms(mm_wall),
+        "best_ms": min(mm_wall) * 1e3,
+        "cpu_ms": statistics.median(mm_cpu) * 1e3,
+        "n_matrices": len(weights),
+        "bytes": n_bytes,
+        "gb_per_s": n_bytes / min(mm_wall) / 1e9,  # best wall time
+        "cpu_gb_per_s": n_bytes / statistics.median(mm_cpu) / 1e9,  # median CPU time
+    }
+
+
+def _copy_rates() -> dict[str, float]:
+    """The roofline's bandwidth: best of five copies of 256 MB (as measure_this_machine), in wall and CPU time."""
+    src = torch.empty(256 * 2**20 // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    copies = [_clocks(lambda: dst.copy_(src)) for _ in range(5)]
+    return {
+        "copy_gb_per_s": 2 * src.numel() * 4 / min(w for w, _ in copies) / 1e9,  # best wall time
+        "copy_cpu_gb_per_s": 2 * src.numel() * 4 / min(c for _, c in copies) / 1e9,  # best CPU time
+    }
+
+
 @torch.inference_mode()
 def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int = 1, repeats: int = 2) -> dict[str, Any]:
     """The race's target step and its parts for `pair_name`'s target, `threads` torch threads (plain dicts)."""
-    from specviz.methods import BASELINE
-    from specviz.models.kv import CachedLM
     from specviz.models.pair import encode_prompt, load_pair
-    from specviz.runner import run
 
     before_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         load_before = list(os.getloadavg())
         pair = load_pair(pair_name)
-        target = pair.target
         prompt_ids = encode_prompt(pair, PROMPT)
-        list(run(BASELINE, pair, PROMPT, max_new_tokens=8))  # warm-up, untimed
-        steps_wall: list[float] = []  # the race's own clock: each record's verify_ms
-        steps_cpu: list[float] = []  # this process's CPU time from one record to the next
-        emitted: list[int] = []
-        for _ in range(repeats):
-            records, ticks = [], []
-            for record in run(BASELINE, pair, PROMPT, max_new_tokens=max_new_tokens):
-                records.append(record)
-                ticks.append(time.process_time())
-            steps_wall += [r.verify_ms / 1e3 for r in records[1:]]  # the first step also reads the prompt
-            steps_cpu += [b - a for a, b in itertools.pairwise(ticks)]
-            emitted = [t for r in records for t in r.emitted]
-        # the bare forward pass on the same tokens, one at a time over the prompt's cache
-        fwd_wall: list[float] = []
-        fwd_cpu: list[float] = []
-        for _ in range(repeats):
-            lm = CachedLM(target)
-            lm.forward(prompt_ids)
-            for token in emitted[:-1]:
-                w, c = _clocks(functools.partial(lm.forward, [token]))
-                fwd_wall.append(w)
-                fwd_cpu.append(c)
-        counter = _CountCalls()
-        with counter:
-            lm.forward([emitted[-1]])
-        # every weight matrix of the pass times one token's activations: the weight reads the roofline prices
-        weights = list({id(m.weight): m.weight for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
-        n_bytes = sum(w.numel() * w.element_size() for w in weights)
-        inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
-
-        def matmuls() -> None:
-            for w in weights:
-                torch.nn.functional.linear(inputs[w.shape[1]], w)
-
-        matmuls()  # warm-up
-        mm = [_clocks(matmuls) for _ in range(5 * repeats)]
-        # the roofline's bandwidth: best of five copies of 256 MB (as measure_this_machine)
-        src = torch.empty(256 * 2**20 // 4, dtype=torch.float32)
-        dst = torch.empty_like(src)
-        dst.copy_(src)
-        copies = [_clocks(lambda: dst.copy_(src)) for _ in range(5)]
-        mm_wall, mm_cpu = [w for w, _ in mm], [c for _, c in mm]
+        steps_wall, steps_cpu, emitted = _race_steps(pair, max_new_tokens, repeats)
+        fwd_wall, fwd_cpu, calls = _forward_passes(pair.target, prompt_ids, emitted, repeats)
+        weight_matmuls = _weight_matmuls(pair.target, repeats)
+        copy_rates = _copy_rates()
         return {
             "command": f"python -m specviz.tools.target_step --threads {threads} --max-new-tokens {max_new_tokens}",
             "pair": pair.name,
@@ -123,18 +166,9 @@ def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int =
             "steps": len(steps_wall) // repeats,
             "race_step": {**_ms(steps_wall), "cpu_ms": statistics.median(steps_cpu) * 1e3},
             "forward": {**_ms(fwd_wall), "cpu_ms": statistics.median(fwd_cpu) * 1e3},
-            "torch_calls_per_forward": counter.calls,
-            "weight_matmuls": {
-                **_ms(mm_wall),
-                "best_ms": min(mm_wall) * 1e3,
-                "cpu_ms": statistics.median(mm_cpu) * 1e3,
-                "n_matrices": len(weights),
-                "bytes": n_bytes,
-                "gb_per_s": n_bytes / min(mm_wall) / 1e9,  # best wall time
-                "cpu_gb_per_s": n_bytes / statistics.median(mm_cpu) / 1e9,  # median CPU time
-            },
-            "copy_gb_per_s": 2 * src.numel() * 4 / min(w for w, _ in copies) / 1e9,  # best wall time
-            "copy_cpu_gb_per_s": 2 * src.numel() * 4 / min(c for _, c in copies) / 1e9,  # best CPU time
+            "torch_calls_per_forward": calls,
+            "weight_matmuls": weight_matmuls,
+            **copy_rates,
         }
     finally:
         torch.set_num_threads(before_threads)
