@@ -12,8 +12,9 @@ import torch
 from safetensors.torch import load_file
 
 import specviz
-from specviz.models.streaming import read_adapter_meta
+from specviz.models.streaming import load_adapter, read_adapter_meta
 from specviz.models.tiny import TARGET_CONFIG, tiny_model
+from specviz.models.tree_pruning import TreePruner
 from specviz.train import streaming as train
 
 
@@ -103,6 +104,13 @@ def test_training_continues_from_a_shipped_adapter(tmp_path):
     assert torch.load(out / "checkpoint.pt", weights_only=True)["origin"] == 3
     assert train.main([*argv, "--out", str(out), "--steps", "5", "--init", str(first)]) == 0  # resumes at 4
     assert torch.load(out / "checkpoint.pt", weights_only=True)["origin"] == 3
+    pruned = tmp_path / "pruned.safetensors"  # an adapter with a pruner: continued and resumed, it keeps it
+    lm = load_adapter(tiny_model(seed=1, **TARGET_CONFIG), first)
+    lm.pruner = TreePruner(TARGET_CONFIG["hidden"], 1)
+    lm.save_adapter(pruned, steps="3")
+    kept = [*argv, "--out", str(tmp_path / "p"), "--init", str(pruned)]
+    assert train.main([*kept, "--steps", "4"]) == 0 and train.main([*kept, "--steps", "5"]) == 0
+    assert read_adapter_meta(tmp_path / "p" / "adapter.safetensors")["pruner_layer"] == "1"
     other = [a if a != "3" else "2" for a in argv]  # gamma 2: another shape
     with pytest.raises(SystemExit, match="train with the same shape"):
         train.main([*other, "--out", str(tmp_path / "c"), "--steps", "4", "--init", str(first)])

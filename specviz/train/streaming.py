@@ -215,6 +215,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         state.update(step=saved["step"], origin=saved.get("origin", 0))
     elif cfg.init is not None:
         state["step"] = state["origin"] = start_from(lm, base, cfg.init)
+    if cfg.init is not None:  # a resumed run of a continued adapter keeps the adapter's pruner too
+        lm.pruner = load_adapter(base, cfg.init).pruner  # it reads the main stream, which training leaves alone
     teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), base.config.vocab_size)
     rng = random.Random(cfg.seed + state["step"])
     epoch: dict[str, Any] = {
@@ -276,8 +278,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
 
 
 def start_from(lm: StreamingLM, base: PreTrainedModel, path: Path) -> int:
-    """Copy the adapter at `path` (trained for `base`, with `lm`'s shape) into `lm`; returns the
-    steps it was trained for (its `steps` metadata), where the step count goes on from."""
+    """Copy the adapter at `path` (trained for `base`, with `lm`'s shape) into `lm` (`train` carries its
+    pruner, resumed runs too); returns the steps it was trained for (its `steps` metadata), where the
+    step count goes on from."""
     from specviz.models.streaming import read_adapter_meta
 
     meta = read_adapter_meta(path)
@@ -288,7 +291,6 @@ def start_from(lm: StreamingLM, base: PreTrainedModel, path: Path) -> int:
         weights = trained.adapter_state()
         for name, p in lm.adapter_state().items():
             p.copy_(weights[name])
-    lm.pruner = trained.pruner  # it reads the main stream, which the streams-only adapter leaves alone
     return int(meta.get("steps", 0))
 
 
