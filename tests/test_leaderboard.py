@@ -86,34 +86,35 @@ def test_the_overall_speedup_is_the_one_the_benchmark_wrote(folder, method, benc
 
 def test_the_streaming_row_is_the_fused_run_of_the_registered_method():
     """Issue 38/39: Speculative Streaming's figures come from the run of the method as registered (one target
-    pass per iteration, the streams' head over the frequent tokens: `benchmarks/streaming/fused`), not from
-    the old two-pass run; each cell is Σ target-alone s ÷ Σ fused s over that run's prompts of the column."""
+    pass per iteration, the streams' head over the frequent tokens, the shipped adapter:
+    `benchmarks/streaming/fused-20`), not from the old two-pass run; each cell is Σ target-alone s ÷ Σ fused s over that run's prompts of the column."""
     from specviz.methods.streaming import StreamingOptions
     from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines
 
     default = StreamingOptions()
     assert (default.passes, default.stream_vocab) == ("fused", "frequent")  # what the taken variant ran
-    fused = DECLARATION.parent / "streaming" / "fused" / "results.json"
+    fused = DECLARATION.parent / "streaming" / "fused-20" / "results.json"
     (source,) = [s for s in load_declaration() if "streaming" in s.take]
-    assert source.path == fused and source.take == {"streaming": "Streaming fused, frequent head"}
+    row = "Streaming fused, shipped adapter (the default)"
+    assert source.path == fused and source.take == {"streaming": row}
     runs = json.loads(fused.read_text())["runs"]
     wall: dict[tuple[str, str], float] = {}
     for r in runs:
-        if r["variant"] in ("AR (original target)", "Streaming fused, frequent head"):
+        if r["variant"] in ("AR (original target)", row):
             key = (r["variant"], {"humaneval": "HumanEval", "gsm8k": "GSM8K", "mtbench": "MT-Bench"}[r["suite"]])
             wall[key] = wall.get(key, 0.0) + r["wall_s"]
     summary = summarise(leaderboard_rows())
     cells = summary[summary["method"] == "streaming"].set_index("column")
     assert set(cells.index) == {"HumanEval", "GSM8K", "MT-Bench", ALL, SHARED}
     for column in ("HumanEval", "GSM8K", "MT-Bench"):
-        expected = wall["AR (original target)", column] / wall["Streaming fused, frequent head", column]
+        expected = wall["AR (original target)", column] / wall[row, column]
         assert cells.loc[column, "speedup"] == pytest.approx(expected, rel=1e-9)
-        assert cells.loc[column, "prompts"] == 10
-    assert cells.loc[ALL, "tokens_per_pass"] == pytest.approx(3489 / 2160)  # the run's table: 1.62, one pass each
+        assert cells.loc[column, "prompts"] == 20
+    assert cells.loc[ALL, "tokens_per_pass"] == pytest.approx(7028 / 4159)  # the run's table: 1.69, one pass each
     _, table, sources = leaderboard_view(BENCHMARK_CHOICES[0], "speedup", machines()[0])
     streaming = table.set_index("method").loc["Speculative Streaming"]
-    assert streaming["run (its prompts)"] == "Speculative streaming on the default pair (30 prompts)"
-    assert "10 prompts each, 128 tokens" in sources and "one target pass per iteration" in sources
+    assert streaming["run (its prompts)"] == "Speculative streaming on the default pair (60 prompts)"
+    assert "20 prompts each, 128 tokens" in sources and "one target pass per iteration" in sources
     for column in ("HumanEval", "GSM8K", "MT-Bench"):  # each of its cells leads to a shipped race of the column
         assert shipped_race(SUITES_BENCHMARK, column) is not None
 

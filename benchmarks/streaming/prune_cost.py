@@ -2,7 +2,8 @@
 pair, shipped adapter, a 6-node tree of the method's usual shape, γ = 3, a HumanEval prompt): the
 median of REPS interleaved runs of each pass, the pruning decision included (the early-exit head over
 the frequent tokens at the parent rows, as the method runs it); the kept nodes are fixed per row of
-the table, so only the cost varies. A timing: run it alone on the machine.
+the table, so only the cost varies. Beside them: unpruned passes of fewer candidate rows (what a row
+costs) and the pruning decision alone. A timing: run it alone on the machine.
 
     python benchmarks/streaming/prune_cost.py [REPS] > benchmarks/streaming/prune-cost.txt
 """
@@ -67,10 +68,23 @@ def back() -> None:
     cache.truncate(P)
 
 
+def rows_pass(n: int):
+    """A fused pass over the first n nodes of the tree (1 + n candidate rows), no pruning: what rows cost."""
+    return lambda: cache.forward_tree_by(
+        last, tree[:n], PARENTS[:n], lambda i, p, m, a: lm.fused_tree_pass(i, p, m, a, 1 + n)
+    )
+
+
+probe, decider = torch.randn(len(parent_rows), hidden), TreePruner(hidden, 26)
 parts = {"AR step (1 token)": lambda: cache.forward(last), "fused pass, no pruning": fused(None, [])}
 for label, kept in KEPT.items():
     for layer in LAYERS:
         parts[f"pruned at layer {layer}, {label}"] = fused(layer, kept)
+for n in (0, 1, 3):
+    parts[f"fused pass of {1 + n} candidate rows (the tree's first {n} nodes), no pruning"] = rows_pass(n)
+parts[f"the pruning decision alone ({len(parent_rows)} parent rows, {len(head)} tokens)"] = lambda: (
+    TreePruner(hidden, 26).early_logits(probe, norm, head).softmax(-1).tolist()
+)
 times: dict[str, list[float]] = {name: [] for name in parts}
 with torch.inference_mode():
     for rep in range(REPS + 1):  # interleaved, so that the machine's drift hits every part alike
