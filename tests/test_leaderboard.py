@@ -87,7 +87,8 @@ def test_the_overall_speedup_is_the_one_the_benchmark_wrote(folder, method, benc
 def test_the_streaming_row_is_the_fused_run_of_the_registered_method():
     """Issue 38/39: Speculative Streaming's figures come from the run of the method as registered (one target
     pass per iteration, the streams' head over the frequent tokens, the shipped adapter:
-    `benchmarks/streaming/fused-20`), not from the old two-pass run; each cell is Σ target-alone s ÷ Σ fused s over that run's prompts of the column."""
+    `benchmarks/streaming/fused-20`), not from the old two-pass run; each cell is Σ target-alone s ÷
+    Σ fused s over that run's prompts of the column."""
     from specviz.methods.streaming import StreamingOptions
     from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines
 
