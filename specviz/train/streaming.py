@@ -200,23 +200,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     params = list(lm.adapter_state().values())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     checkpoint = Checkpoint(cfg.out / "checkpoint.pt")
-    state = {"step": 0, "origin": 0}  # no "seconds": the log's seconds count from this run's start;
-    # origin: the step training started from (an --init adapter's), where the warm-up starts
-    saved = checkpoint.load(map_location=cfg.device)
-    if saved:  # resume
-        if saved["streaming"] != asdict(cfg.streaming):
-            raise SystemExit(
-                f"{checkpoint.path} was trained with {saved['streaming']}; use another --out or the same shape"
-            )
-        with torch.no_grad():
-            for name, p in lm.adapter_state().items():
-                p.copy_(saved["adapter"][name])
-        opt.load_state_dict(saved["optimizer"])
-        state.update(step=saved["step"], origin=saved.get("origin", 0))
-    elif cfg.init is not None:
-        state["step"] = state["origin"] = start_from(lm, base, cfg.init)
-    if cfg.init is not None:  # a resumed run of a continued adapter keeps the adapter's pruner too
-        lm.pruner = load_adapter(base, cfg.init).pruner  # it reads the main stream, which training leaves alone
+    state = restore(cfg, checkpoint, lm, base, opt)
     teacher = TeacherLogits(cfg.data.with_name("teacher_logits.f16"), base.config.vocab_size)
     rng = random.Random(cfg.seed + state["step"])
     epoch: dict[str, Any] = {
@@ -277,10 +261,35 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     return cfg.out / "adapter.safetensors"
 
 
+def restore(
+    cfg: TrainConfig, checkpoint: Checkpoint, lm: StreamingLM, base: PreTrainedModel, opt: torch.optim.Optimizer
+) -> dict:
+    """Where a run starts: `cfg.out`'s checkpoint (resumed), else the `--init` adapter, else step 0. Returns
+    the loop's state: "step" and "origin" (the step training started from, an --init adapter's, where the
+    warm-up starts); no "seconds": the log's seconds count from this run's start."""
+    state = {"step": 0, "origin": 0}
+    saved = checkpoint.load(map_location=cfg.device)
+    if saved:  # resume
+        if saved["streaming"] != asdict(cfg.streaming):
+            raise SystemExit(
+                f"{checkpoint.path} was trained with {saved['streaming']}; use another --out or the same shape"
+            )
+        with torch.no_grad():
+            for name, p in lm.adapter_state().items():
+                p.copy_(saved["adapter"][name])
+        opt.load_state_dict(saved["optimizer"])
+        state.update(step=saved["step"], origin=saved.get("origin", 0))
+        if cfg.init is not None:  # a resumed continued run keeps its adapter's pruner (not in the checkpoint)
+            lm.pruner = load_adapter(base, cfg.init).pruner
+    elif cfg.init is not None:
+        state["step"] = state["origin"] = start_from(lm, base, cfg.init)
+    return state
+
+
 def start_from(lm: StreamingLM, base: PreTrainedModel, path: Path) -> int:
-    """Copy the adapter at `path` (trained for `base`, with `lm`'s shape) into `lm` (`train` carries its
-    pruner, resumed runs too); returns the steps it was trained for (its `steps` metadata), where the
-    step count goes on from."""
+    """Copy the adapter at `path` (trained for `base`, with `lm`'s shape) into `lm`, its pruner too (it reads
+    the main stream, which training leaves alone); returns the steps it was trained for (its `steps`
+    metadata), where the step count goes on from."""
     from specviz.models.streaming import read_adapter_meta
 
     meta = read_adapter_meta(path)
@@ -291,6 +300,7 @@ def start_from(lm: StreamingLM, base: PreTrainedModel, path: Path) -> int:
         weights = trained.adapter_state()
         for name, p in lm.adapter_state().items():
             p.copy_(weights[name])
+    lm.pruner = trained.pruner
     return int(meta.get("steps", 0))
 
 
