@@ -11,23 +11,13 @@ import sys
 import time
 
 import torch
+from one_prompt import PARENTS, P, back, cache, last, lm, prompt, tree
 
-from specviz.methods.streaming import frequent_vocab, streaming_model
+from specviz.methods.streaming import frequent_vocab
 from specviz.models.devices import output_embeddings
-from specviz.models.kv import CachedLM
-from specviz.models.pair import encode_prompt, load_pair
-from specviz.prompts import take
 
 REPS = int(sys.argv[1]) if len(sys.argv) > 1 else 15
-PARENTS = [-1, -1, 0, 0, 1, 2]  # 2 wide, 6 nodes, 3 levels
 
-pair = load_pair("default")
-lm = streaming_model(pair.target, "auto")
-prompt = encode_prompt(pair, take("humaneval", 1)[0].text)
-tree = prompt[1 : 1 + len(PARENTS)]  # any tokens: the cost does not depend on them
-cache = CachedLM(lm.tuned)
-cache.forward(prompt[:-1])
-P, last = len(cache), prompt[-1:]
 rows = lm.head_rows(ids) if (ids := frequent_vocab(len(output_embeddings(lm.tuned)))) is not None else None
 
 
@@ -35,10 +25,6 @@ def fused_pass():
     return cache.forward_tree_by(
         last, tree, PARENTS, lambda i, p, m, a: lm.fused_tree_pass(i, p, m, a, 1 + len(PARENTS))
     )
-
-
-def back() -> None:
-    cache.truncate(P)
 
 
 with torch.inference_mode():

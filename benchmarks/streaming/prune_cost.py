@@ -14,29 +14,19 @@ import sys
 import time
 
 import torch
+from one_prompt import PARENTS, back, cache, last, lm, prompt, tree
 
-from specviz.methods.streaming import frequent_vocab, streaming_model
+from specviz.methods.streaming import frequent_vocab
 from specviz.models.devices import output_embeddings
-from specviz.models.kv import CachedLM
-from specviz.models.pair import encode_prompt, load_pair
 from specviz.models.tree_pruning import TreePruner
-from specviz.prompts import take
 
 REPS = int(sys.argv[1]) if len(sys.argv) > 1 else 15
-PARENTS = [-1, -1, 0, 0, 1, 2]  # 2 wide, 6 nodes, 3 levels
 KEPT = {
     "3 of 6 nodes pruned": [0, 1, 3],
     "5 of 6 nodes pruned": [0],
 }  # kept rows: 0, then 1 + node (closed under parents)
 LAYERS = (8, 14, 20, 23, 26)
 
-pair = load_pair("default")
-lm = streaming_model(pair.target, "auto")
-prompt = encode_prompt(pair, take("humaneval", 1)[0].text)
-tree = prompt[1 : 1 + len(PARENTS)]  # any tokens: the cost does not depend on them
-cache = CachedLM(lm.tuned)
-cache.forward(prompt[:-1])
-P, last = len(cache), prompt[-1:]
 vocab = frequent_vocab(len(output_embeddings(lm.tuned)))
 head = lm.head_rows(vocab) if vocab is not None else output_embeddings(lm.tuned)
 norm = lm.tuned.get_decoder().norm
@@ -62,10 +52,6 @@ def fused(layer: int | None, kept: list[int]):
         )
 
     return run
-
-
-def back() -> None:
-    cache.truncate(P)
 
 
 def rows_pass(n: int):
