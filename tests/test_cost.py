@@ -28,6 +28,7 @@ from specviz.cost import (
     shape_from_model,
     speculation_budget,
     speedup_with_verify_cost,
+    tree_budget,
     verify_cost_ratio,
 )
 from specviz.cost.roofline import eager_costs
@@ -66,6 +67,19 @@ def test_measured_verify_cost_lowers_the_speedup_and_the_optimal_gamma():
     assert linear < flat
     # by hand: E(γ)/(1 + 0.2γ) for γ = 1..4 is 1.5, 1.743, 1.840, 1.844, then falls (1.815 at 5)
     assert linear == 4
+
+
+def test_tree_budget_keeps_the_nodes_that_pay_for_their_place_in_the_pass():
+    scores = [0.8, 0.5, 0.4, 0.2, 0.15, 0.1, 0.05]
+    free = [1.0] * 8  # a pass costs one step whatever its size (a GPU's flat roofline): every node pays
+    assert tree_budget(scores, free) == 7
+    steep = [1.0 + 0.061 * n for n in range(8)]  # this CPU's roofline, 0.061 of a step per node
+    # by hand, (1 + sum of the first n) / (0.27 + 1 + 0.061 n) for n = 0..7: 0.787, 1.352, 1.652, 1.858,
+    # 1.915, 1.937, 1.925, 1.886: five nodes
+    assert tree_budget(scores, steep, draft_cost=0.27) == 5
+    assert tree_budget([0.01, 0.01], steep) == 0  # nodes the target will not keep are not worth a row
+    assert tree_budget(scores, steep[:3]) == 2  # never more nodes than the cost table covers
+    assert tree_budget([], steep) == 0
 
 
 def test_osd_speedup_from_raising_alpha():
@@ -259,3 +273,22 @@ def test_measure_this_machine_returns_positive_rates():
 
     hw = measure_this_machine(n=64, copy_mb=1, repeats=1)
     assert hw.peak_flops["float32"] > 0 and hw.memory_bandwidth > 0
+
+
+@pytest.mark.parametrize(
+    "device,name,preset",
+    [
+        ("cpu", "", "This machine (2-core CPU)"),
+        ("cuda", "NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("cuda", "NVIDIA H200", "H200"),
+        ("cuda", "NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("cuda", "NVIDIA A10G", "A10G"),
+        ("cuda", "Tesla T4", "T4"),
+        ("cuda", "NVIDIA GeForce GTX 1080", "H100 SXM"),  # no preset of its own: the H100's
+        ("mps", "", "Apple M2 Max"),
+    ],
+)
+def test_each_device_is_costed_by_the_preset_that_stands_for_it(device, name, preset):
+    from specviz.cost import preset_for
+
+    assert preset_for(device, name) == preset

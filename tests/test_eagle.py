@@ -323,3 +323,47 @@ def test_evaluate_scores_an_exported_head_on_held_out_answers(random_pair, tmp_p
     want = eagle_train.validate(load_head(target, path).float(), target, val, cfg, 0)
     assert got["sequences"] == 2 and got["top1_d1"] == pytest.approx(want["top1_d1"])
     assert got["val_loss"] == pytest.approx(want["val_loss"]) and set(got) >= {"top1_d1", "top1_d2"}
+
+
+def tree_sizes(pair, **kw):
+    got = output(pair, PROMPTS[1], max_new_tokens=30, tree_width=2, depth=3, tree_nodes=8, **kw)
+    ar = specviz.generate("autoregressive", pair, PROMPTS[1], max_new_tokens=30).summary.output_ids
+    assert got.summary.output_ids == ar  # whatever the budget, the target's output
+    return [r.speculation_length for r in got.records[1:]]  # the first has no features to draft from
+
+
+def test_the_cost_model_sizes_each_tree_by_what_a_pass_costs(random_pair, monkeypatch):
+    """Budget "fixed" verifies N nodes a pass (fewer only where the last tokens leave less depth); "cost
+    model" as many as the pass's cost pays for: the same where a pass costs one step whatever its size (a
+    GPU's roofline), none where each node costs 100 steps."""
+    fixed = tree_sizes(random_pair, budget="fixed")
+    assert fixed == sorted(fixed, reverse=True) and fixed.count(8) >= len(fixed) - 3
+    flat = (tuple(1.0 for _ in range(65)), 0.0)
+    monkeypatch.setattr(eagle_method, "pass_costs", lambda *args: flat)
+    assert tree_sizes(random_pair) == fixed
+    steep = (tuple(1.0 + 100 * n for n in range(65)), 0.0)
+    monkeypatch.setattr(eagle_method, "pass_costs", lambda *args: steep)
+    assert set(tree_sizes(random_pair)) == {0}
+
+
+def test_the_cost_tables_are_the_devices_roofline(random_pair):
+    """On a CPU, this machine's preset: the pass over n nodes as `verify_cost_ratio` prices it."""
+    from specviz.cost import THIS_MACHINE, get_hardware, shape_from_model, verify_cost_ratio
+
+    shape = shape_from_model(random_pair.target)
+    verify, head = eagle_method.pass_costs(shape, torch.device("cpu"), 64, 2, 128)
+    hw = get_hardware(THIS_MACHINE)
+    assert verify[0] == 1.0 and verify[6] == pytest.approx(verify_cost_ratio(shape, hw, 6, 1, 128))
+    assert list(verify) == sorted(verify) and 0 < head < verify[1]
+
+
+def test_acceptance_bins_learn_what_a_score_means_from_the_verified_trees():
+    """Before any verification a score reads as its chance (the tenth's centre); nodes of scores near
+    0.35 that the target always keeps pull that tenth's chance up, and the other tenths stay put."""
+    bins = eagle_method.AcceptanceBins()
+    assert bins.chance(0.35) == pytest.approx(0.35) and bins.chance(1.0) == pytest.approx(0.95)
+    for _ in range(8):
+        bins.observe([0.34, 0.36, 0.05], kept={0, 1})  # both 0.3-0.4 nodes kept, the 0.05 one not
+    assert bins.chance(0.31) == pytest.approx((16 + 2 * 0.35) / 18)
+    assert bins.chance(0.05) == pytest.approx((0 + 2 * 0.05) / 10)
+    assert bins.chance(0.75) == pytest.approx(0.75)

@@ -19,6 +19,7 @@ from specviz.cost.formulas import (
     pearl_window,
     speedup_curve,
     speedup_with_verify_cost,
+    tree_budget,
 )
 from specviz.cost.hardware import (
     ENGINES,
@@ -27,6 +28,7 @@ from specviz.cost.hardware import (
     Hardware,
     get_hardware,
     measure_this_machine,
+    preset_for,
 )
 from specviz.cost.hardware import (
     PRESETS as HARDWARE,
@@ -70,10 +72,12 @@ __all__ = [
     "pearl_speedup",
     "pearl_tokens_per_step",
     "pearl_window",
+    "preset_for",
     "shape_from_config",
     "shape_from_model",
     "speculation_budget",
     "speedup_curve",
     "speedup_with_verify_cost",
+    "tree_budget",
     "verify_cost_ratio",
 ]

@@ -57,6 +57,27 @@ def optimal_gamma(
     return max(gammas, key=lambda g: speedup_with_verify_cost(alpha, g, c, _ratio(verify_ratio, g)))
 
 
+def tree_budget(scores: Sequence[float], verify_ratio: Sequence[float], draft_cost: float = 0.0) -> int:
+    """How many of a tree's best nodes to verify: the n in 0..len(scores) that maximises expected tokens
+    per unit of cost, (1 + scores[0] + ... + scores[n-1]) / (draft_cost + verify_ratio[n]).
+
+    scores: each candidate's chance of being accepted, best first (EAGLE-2 reads a node's cumulative
+    draft probability so: the target keeps a node only if it keeps the whole path to it, and the
+    expected accepted length is the sum of these chances; the 1 is the target's own token).
+    verify_ratio[n]: T(n+1)/T(1), a pass over the n nodes (and the token before them) in decoding steps.
+    draft_cost: what drafting the tree cost, in decoding steps (spent either way; it only weighs the
+    fixed part of the iteration).
+    """
+    most = min(len(scores), len(verify_ratio) - 1)
+    best, best_rate, tokens = 0, 1.0 / (draft_cost + verify_ratio[0]), 1.0
+    for n in range(1, most + 1):
+        tokens += scores[n - 1]
+        rate = tokens / (draft_cost + verify_ratio[n])
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best
+
+
 def speedup_curve(
     alpha: float, c: float, gammas: Sequence[int], verify_ratio: Callable[[int], float] | Sequence[float] | None = None
 ) -> list[float]:

@@ -290,6 +290,17 @@ def get_hardware(name: str, engine: str | None = DEFAULT_ENGINE) -> Hardware:
     return chip if engine is None or name == THIS_MACHINE else chip.with_engine(ENGINES[engine])
 
 
+def preset_for(device_type: str, gpu_name: str = "") -> str:
+    """The preset that stands for a torch device: this machine's for "cpu", the Apple M2 Max for "mps", and
+    for a GPU the preset whose name's first word its name holds ("NVIDIA H100 80GB HBM3": H100 SXM), else the
+    H100 SXM."""
+    if device_type == "cpu":
+        return THIS_MACHINE
+    if device_type == "mps":
+        return "Apple M2 Max"
+    return next((n for n in PRESETS if n.split()[0] in gpu_name and n != THIS_MACHINE), "H100 SXM")
+
+
 def measure_this_machine(
     n: int = 1024, copy_mb: int = 256, repeats: int = 5, threads: int | None = None, name: str = "measured"
 ) -> Hardware:

@@ -105,7 +105,7 @@ def measure(args, argv) -> dict:
     import torch
 
     from specviz.cost import get_shape, measure_this_machine
-    from specviz.cost.hardware import PRESETS
+    from specviz.cost.hardware import PRESETS, preset_for
     from specviz.cost.measure import measure_forward_times, random_model
     from specviz.harness import describe_machine
     from specviz.models.devices import moved, resolve_device, resolve_dtype
@@ -120,8 +120,7 @@ def measure(args, argv) -> dict:
     if device.type == "cpu":
         base = measure_this_machine(name="this machine (micro-benchmark)")
     else:  # a datasheet preset for the GPU we are on
-        gpu = torch.cuda.get_device_name(0)
-        base = next((h for n, h in PRESETS.items() if n.split()[0] in gpu), PRESETS["H100 SXM"]).ideal()
+        base = PRESETS[preset_for("cuda", torch.cuda.get_device_name(0))].ideal()
     print(
         f"{base.name}: {base.flops_per_s(dtype) / 1e9:.1f} GFLOP/s {dtype}, {base.memory_bandwidth / 1e9:.1f} GB/s; "
         f"load average {load_before}"

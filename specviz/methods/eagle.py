@@ -6,10 +6,13 @@ prompt's after the first pass, as in training), then grows a tree by its confide
 committed token, the top-k tokens; at each later level the k nodes of highest cumulative draft
 probability (the product of the head's probabilities along the path: EAGLE-2's estimate of the
 chance the path is accepted) are expanded in one head pass into their top-k children; at the end
-every candidate is reranked and the `tree_nodes` best kept (a child never scores above its parent,
-so they form a tree). `trees.tree_step` verifies the tree in one target forward, which also returns
-the features of the accepted path (no extra target pass). A deterministic draft is a one-hot q, so
-sampling stays exact.
+every candidate is reranked and the best kept (a child never scores above its parent, so they form a
+tree): as many as pay for their rows in the target's pass by the cost model of this device (budget
+"cost model": `cost.formulas.tree_budget` over the roofline of the device's preset, each node's score
+read as its chance of acceptance through `AcceptanceBins`), at most `tree_nodes`; or exactly
+`tree_nodes` (budget "fixed"). `trees.tree_step` verifies the tree in one target forward, which also
+returns the features of the accepted path (no extra target pass). A deterministic draft is a one-hot
+q, so sampling stays exact.
 
 `head="auto"` drafts with the head trained for the target (assets/eagle/, found by the target's
 fingerprint) and falls back to the untrained head (the target's top layer) for any other target,
@@ -21,7 +24,8 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +33,17 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specviz.cost.families import HEAD_TREE
+from specviz.cost.formulas import tree_budget
+from specviz.cost.hardware import get_hardware, preset_for
+from specviz.cost.roofline import forward_time
+from specviz.cost.shapes import ModelShape, shape_from_model
 from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.extras import TreeExtra
+from specviz.limits import MAX_SPECULATION_LENGTH
 from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
-from specviz.methods.options import check_fields, count
+from specviz.methods.options import check_fields, choice, count
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
 from specviz.models.devices import HOST, input_embeddings
@@ -44,13 +53,19 @@ from specviz.paths import ASSETS
 from specviz.records import IterationRecord
 
 HEADS = ASSETS / "eagle"  # shipped heads, each tagged with its target's fingerprint
+BUDGETS = ("cost model", "fixed")
 
 
 @dataclass(frozen=True)
 class EagleOptions:
-    # Defaults sized for this 2-core CPU, where a tree pass costs ~0.05 target steps more per node (benchmarks/eagle/
-    # README.md, "Tree size"): a small tree; on a GPU, where the pass costs about the same up to 64 nodes, grow them.
-    tree_nodes: int = count(6, limit="tree_nodes")  # N: nodes the target verifies per pass (the rerank's budget)
+    # Drafting sized for this 2-core CPU, where a tree pass costs ~0.05 target steps more per node (benchmarks/eagle/
+    # README.md, "Tree size"): 2 wide, 3 deep, 10 candidates, of which the cost model verifies the few that pay
+    # ("The node budget"). On a GPU, where a pass costs about the same up to 64 nodes, it verifies them all: draft
+    # wider and deeper there.
+    tree_nodes: int = count(10, limit="tree_nodes")  # N: most nodes the target verifies per pass (the rerank's
+    # budget; with budget "fixed", this many whenever the tree has them)
+    budget: str = choice("cost model", BUDGETS)  # "cost model": each pass verifies the n <= N best nodes that
+    # maximise expected tokens per unit of cost on this device (the roofline of its preset); "fixed": N
     tree_width: int = count(2)  # k (EAGLE-2's top-k): children per expanded node, and nodes expanded per level
     depth: int = count(3, limit="speculation_length")  # most levels drafted: tokens drafted ahead (head passes per
     # iteration, after the first)
@@ -146,11 +161,14 @@ class EagleDrafter:
         self.root_position = -1  # position of the last committed token when the tree was proposed
         self.nodes = 0  # nodes of the tree proposed last (the verification pass's rows after the committed ones)
         self.passes = 0  # head passes in this iteration's drafting
+        self.target_shape, self.device = shape_from_model(target), self.embed.device  # for the cost model
+        self.acceptance = AcceptanceBins()  # what a node's score says of its chance, learned as we verify
+        self.scores: list[float] = []  # the scores of the tree proposed last
 
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
         self.root_position, self.passes = len(context.ids) - 1, 0
         tree = self._draft(context, budget)
-        tree.forwards, self.nodes = self.passes, len(tree)
+        tree.forwards, self.nodes, self.scores = self.passes, len(tree), tree.scores
         return tree
 
     @torch.inference_mode()
@@ -161,11 +179,12 @@ class EagleDrafter:
         root = self._read_pending(context.ids)  # [H] f̂ at the last committed token
         if depth <= 0 or budget <= 0:
             return TokenTree()
-        return self._grow(root, depth, budget)
+        return self._grow(root, depth, budget, len(context.ids))
 
     def kept(self, path: list[int], hidden: torch.Tensor | None) -> None:
         """File f_t of the pass's new committed tokens (all rows: the whole prompt at first) and of the path."""
         assert hidden is not None  # hidden_layer is set, so the verification pass returns features
+        self.acceptance.observe(self.scores, set(path))
         p0, m = self.root_position, hidden.shape[0] - self.nodes  # [m + n, H]: m committed rows, then the tree
         committed = [(p0 - m + 1 + i, hidden[i]) for i in range(m)]
         self.pending = committed + [(p0 + 1 + d, hidden[m + node]) for d, node in enumerate(path)]
@@ -208,7 +227,7 @@ class EagleDrafter:
         logp, tokens = top
         return [Candidate(t, parent, depth, base + lp) for lp, t in zip(logp, tokens, strict=True)]
 
-    def _grow(self, root: torch.Tensor, depth: int, budget: int) -> TokenTree:
+    def _grow(self, root: torch.Tensor, depth: int, budget: int, context: int) -> TokenTree:
         """EAGLE-2: expand the top-k of each level by cumulative probability, then rerank to `budget`."""
         cands = self._children(-1, 1, 0.0, self._top(root[None])[0])
         frontier = list(range(len(cands)))
@@ -222,7 +241,18 @@ class EagleDrafter:
             cands += level
             best = sorted(range(len(level)), key=lambda i: -level[i].score)[: self.opts.tree_width]
             frontier = [start + i for i in sorted(best)]
-        return rerank(cands, budget, self.vocab)
+        return rerank(cands, self._size(cands, budget, context), self.vocab)
+
+    def _size(self, cands: list[Candidate], most: int, context: int) -> int:
+        """The rerank's budget: `most`, or with budget "cost model" the n <= most best nodes that maximise
+        expected tokens (1 + the sum of their chances of acceptance, `AcceptanceBins`) per unit of cost (the
+        head passes spent, then the target's pass over n nodes), in decoding steps by this device's roofline."""
+        if self.opts.budget == "fixed":
+            return most
+        bucket = -(-context // 128) * 128  # one cost table per 128 tokens of context
+        verify, head = pass_costs(self.target_shape, self.device, len(self.vocab), self.opts.tree_width, bucket)
+        scores = sorted((math.exp(c.score) for c in cands), reverse=True)[:most]
+        return tree_budget([self.acceptance.chance(s) for s in scores], verify, self.passes * head)
 
     def _expand(self, cands: list[Candidate], frontier: list[int], feats: dict[int, torch.Tensor]) -> torch.Tensor:
         """One head pass over the frontier nodes: entry (f̂ of the parent, the node's token), each
@@ -245,6 +275,49 @@ class EagleDrafter:
         for row, c in enumerate(frontier):
             feats[c] = out[row]
         return out
+
+
+class AcceptanceBins:
+    """A node's chance of acceptance given its score (the product of the head's probabilities along its
+    path), learned from this decoding's own verifications: per tenth of the score range, the nodes the
+    target verified and those it kept, after `prior` pseudo-nodes kept at the tenth's centre (EAGLE-2's
+    reading of the score as the chance). Greedy verification keeps a node whenever its token is the
+    target's top one, so a head whose distribution is flatter than the target's is kept more often
+    than its scores say; the bins learn by how much."""
+
+    def __init__(self, bins: int = 10, prior: float = 2.0):
+        self.bins, self.prior = bins, prior
+        self.verified, self.kept = [0] * bins, [0] * bins
+
+    def _bin(self, score: float) -> int:
+        return min(int(score * self.bins), self.bins - 1)
+
+    def chance(self, score: float) -> float:
+        b = self._bin(score)
+        centre = (b + 0.5) / self.bins
+        return (self.kept[b] + self.prior * centre) / (self.verified[b] + self.prior)
+
+    def observe(self, scores: list[float], kept: set[int]) -> None:
+        """One verified tree: each node's score, and the nodes the target kept."""
+        for node, score in enumerate(scores):
+            b = self._bin(score)
+            self.verified[b] += 1
+            self.kept[b] += node in kept
+
+
+@lru_cache(maxsize=16)
+def pass_costs(
+    shape: ModelShape, device: torch.device, head_vocab: int, head_rows: int, context: int
+) -> tuple[tuple[float, ...], float]:
+    """By the roofline of the preset standing for `device` (`cost.hardware.preset_for`), in decoding steps
+    T(1) with `context` tokens cached: T(n+1)/T(1) for a pass over n nodes (n = 0 up to the option's
+    limit), and one head pass over `head_rows` rows (the target's width, one layer, `head_vocab` logits)."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    hw = get_hardware(preset_for(device.type, gpu))
+    step = forward_time(shape, hw, 1, 1, context)
+    verify = tuple(forward_time(shape, hw, 1, n + 1, context) / step for n in range(MAX_SPECULATION_LENGTH + 1))
+    head = forward_time(replace(shape, n_layers=1, vocab_size=head_vocab), hw, 1, head_rows, context) / step
+    return verify, head
 
 
 def rerank(cands: list[Candidate], budget: int, vocab_ids: list[int]) -> TokenTree:
