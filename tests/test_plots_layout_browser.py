@@ -104,6 +104,7 @@ def draw(page, fig, width: int) -> dict:
         f"<body style='margin:0'><div id='fig' style='width:{width}px'></div><script>"
         f"const f = {fig.to_json()}; Plotly.newPlot('fig', f.data, f.layout);</script></body></html>"
     )
+    SHOTS.mkdir(parents=True, exist_ok=True)  # a clean machine has no such folder
     path = SHOTS / f"_layout_{width}.html"
     path.write_text(html)
     page.goto(f"file://{path}")
