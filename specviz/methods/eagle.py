@@ -159,16 +159,16 @@ class EagleDrafter:
         self.committed = 0  # head-cache entries of committed positions (the rest are the last tree's)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (t, f_t) whose entries are not cached yet
         self.root_position = -1  # position of the last committed token when the tree was proposed
-        self.nodes = 0  # nodes of the tree proposed last (the verification pass's rows after the committed ones)
         self.passes = 0  # head passes in this iteration's drafting
         self.target_shape, self.device = shape_from_model(target), self.embed.device  # for the cost model
         self.acceptance = AcceptanceBins()  # what a node's score says of its chance, learned as we verify
-        self.scores: list[float] = []  # the scores of the tree proposed last
+        self.scores: list[float] = []  # each node's score in the tree proposed last (its length: the verification
+        # pass's rows after the committed ones)
 
     def propose(self, context: TreeContext, budget: int) -> TokenTree:
         self.root_position, self.passes = len(context.ids) - 1, 0
         tree = self._draft(context, budget)
-        tree.forwards, self.nodes, self.scores = self.passes, len(tree), tree.scores
+        tree.forwards, self.scores = self.passes, tree.scores
         return tree
 
     @torch.inference_mode()
@@ -185,7 +185,7 @@ class EagleDrafter:
         """File f_t of the pass's new committed tokens (all rows: the whole prompt at first) and of the path."""
         assert hidden is not None  # hidden_layer is set, so the verification pass returns features
         self.acceptance.observe(self.scores, set(path))
-        p0, m = self.root_position, hidden.shape[0] - self.nodes  # [m + n, H]: m committed rows, then the tree
+        p0, m = self.root_position, hidden.shape[0] - len(self.scores)  # [m + n, H]: m committed rows, then the tree
         committed = [(p0 - m + 1 + i, hidden[i]) for i in range(m)]
         self.pending = committed + [(p0 + 1 + d, hidden[m + node]) for d, node in enumerate(path)]
 
