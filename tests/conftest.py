@@ -73,3 +73,29 @@ def tab_context(pair_name: str = "tiny-random", **overrides):
     for name, value in overrides.items():
         setattr(ctx, name, value)
     return ctx
+
+
+# The files holding the longest tests of a `pytest --durations=30` run, started first: pytest-xdist
+# hands a whole file to a worker, and such a file begun last kept one worker busy for minutes after
+# the other had finished.
+LONGEST_FIRST = (
+    "test_sampling_methods.py",
+    "test_space.py",
+    "test_load.py",
+    "test_theory_browser.py",
+    "test_animation_browser.py",
+    "test_app_browser.py",
+    "test_pearl.py",
+    "test_cli.py",
+    "test_streaming_pruning.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each file's tests in their own order, the longest files first."""
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)
