@@ -26,7 +26,7 @@ from specviz.cost import shape_from_model
 from specviz.harness import Variant, run_interleaved
 from specviz.methods.eagle import EagleOptions, pass_costs
 from specviz.models.pair import load_target_pair
-from specviz.prompts import load_source
+from specviz.prompts import column_of, load_source
 
 MEASURED_TOKENS = [1, 2, 4, 6, 9, 17, 33]  # new tokens in a target forward after a 256-token cache
 MEASURED_RATIO = [1.00, 1.20, 1.29, 1.38, 1.58, 1.96, 2.69]  # T(n)/T(1), quiet, 2 threads (README)
@@ -56,32 +56,29 @@ def main() -> None:
     )
     recorded = {r["prompt_id"]: r["output_ids"] for r in rows}
     assert all(run.output_ids == recorded[run.prompt_id] for run in runs), "the rerun's outputs differ from the run's"
-    by = "category" if any(r.category for r in runs) else "suite"
-    print(table(runs, pair, measured_speedups(result["runs"], by), by))
+    measured = {  # group -> eagle's measured speedup over the target alone (the bench's own summary)
+        s.get("suite") or s.get("category"): s["speedup_vs_autoregressive"]
+        for s in result["by_suite"] + result["by_category"]
+        if s["method"] == "eagle"
+    }
+    measured["all"] = next(s["speedup_vs_autoregressive"] for s in result["summary"] if s["method"] == "eagle")
+    print(table(runs, pair, measured))
 
 
-def measured_speedups(rows: list[dict], by: str) -> dict[str, float]:
-    """Per group (the runs' own suite or category names) and over all: the run's tokens/s of eagle over
-    the target alone's on the same prompts, as the bench's summary computes it."""
-    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for r in rows:
-        if r["method"] in ("eagle", "autoregressive"):
-            for group in (r[by], "all"):
-                totals[group, r["method"]][0] += r["new_tokens"]
-                totals[group, r["method"]][1] += r["wall_s"]
-    rate = {key: tokens / wall for key, (tokens, wall) in totals.items()}
-    return {g: rate[g, m] / rate[g, "autoregressive"] for g, m in rate if m == "eagle"}
+def group(run) -> str:
+    """A run's group, named as the bench's summary names it: its Spec-Bench column, else its suite."""
+    return column_of(run.category) if run.category else run.suite
 
 
-def table(runs, pair, measured: dict[str, float], by: str) -> str:
+def table(runs, pair, measured: dict[str, float]) -> str:
     """Per group and over all: the rerun's counts, the two predictions and the run's measured speedup."""
     verify, head = pass_costs(shape_from_model(pair.target), torch.device("cpu"), 8192, EagleOptions().tree_width, 256)
     groups: dict[str, list] = defaultdict(list)
     for run in runs:
-        groups[getattr(run, by)].append(run)
+        groups[group(run)].append(run)
         groups["all"].append(run)
     columns = "tokens per pass | nodes per pass | head passes | predicted (measured costs) | predicted (roofline)"
-    lines = [f"| {by} | {columns} | measured |", "|---|--:|--:|--:|--:|--:|--:|"]
+    lines = [f"| group | {columns} | measured |", "|---|--:|--:|--:|--:|--:|--:|"]
     for name, rs in groups.items():
         records = [x for r in rs for x in r.records]
         tokens, passes = sum(len(x.emitted) for x in records), len(records)
