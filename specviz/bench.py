@@ -214,30 +214,31 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     from specviz.methods import get_method, method_names
     from specviz.peers import peers_for
 
-    methods = method_names() if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods:
-        raise SpecvizError(
-            f"--methods names no method: give comma-separated names or 'all' ({', '.join(method_names())})"
-        )
+    methods = (
+        method_names()
+        if args.methods == "all"
+        else listed("--methods", args.methods, "method", f"or 'all' ({', '.join(method_names())})")
+    )
     for name in methods:
         get_method(name)  # an unknown name fails now, before any model loads
-    check_unique("--methods", methods)
     if args.json is not None:
         check_writable(args.json)
     if args.report is not None:
         check_writable(args.report / "results.json", make_folders=True)
     check_numbers(args)
-    categories = tuple(c.strip() for c in args.category.split(",") if c.strip())
+    categories = tuple(listed("--category", args.category, "category")) if args.category.strip(" ,") else ()
     if args.prompt is not None:
         prompts = [Prompt("custom", "prompt/0", args.prompt)]
     elif args.prompts is not None:
         prompts = select(load_prompt_file(args.prompts), args.limit, args.offset, categories)
     else:
-        suites = [s.strip() for s in (args.suite or "humaneval").split(",")]
+        suites = (
+            ["humaneval"] if args.suite is None else listed("--suite", args.suite, "suite", f"({', '.join(SUITES)})")
+        )
         prompts = [p for s in suites for p in take(s, 5 if args.limit is None else args.limit, args.offset, categories)]
     if not prompts:
         raise SpecvizError("no prompts selected: check --suite/--prompts, --category, --limit and --offset")
-    return BenchConfig(
+    cfg = BenchConfig(
         pair=args.pair,
         methods=tuple(methods),
         prompts=tuple(prompts),
@@ -253,6 +254,22 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         dtype=args.dtype,
         peers=tuple(peers_for(methods)) if args.peers else (),
     )
+    for name in cfg.methods:  # options that contradict each other (min_ngram above max_ngram) fail now too
+        try:
+            get_method(name).make_options(**method_options(cfg, name))
+        except SpecvizError as e:
+            raise SpecvizError(f"{name}'s options: {e}") from None
+    return cfg
+
+
+def listed(flag: str, text: str, what: str, known: str = "") -> list[str]:
+    """The comma-separated names a flag gives, each once: an empty list is refused (never read as the
+    default), and so is a name given twice (it would run twice). `known`: what the message suggests."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise SpecvizError(f"{flag} names no {what}: give comma-separated names {known}".rstrip())
+    check_unique(flag, names)
+    return names
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -284,6 +301,8 @@ def parse_options(assignments: list[str], methods: list[str]) -> dict[str, dict[
             raise SpecvizError(f"--option {text!r}: write METHOD.NAME=VALUE, e.g. sssd.speculation_length=8")
         if method not in methods:
             raise SpecvizError(f"--option {text!r}: {method!r} is not among --methods")
+        if name in out.get(method, {}):
+            raise SpecvizError(f"--option {text!r}: {method}.{name} is set twice: set each option once")
         try:
             out.setdefault(method, {})[name] = parse_option(get_method(method).options, name, value)
         except SpecvizError as e:
@@ -356,13 +375,13 @@ def main(argv: list[str] | None = None) -> int:
         f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}"
     )
     print(format_table(result["summary"]))
+    from specviz.reports import write_atomically, write_report
+
     try:
         if args.json:
-            args.json.write_text(json.dumps(result, indent=1))
+            write_atomically(args.json, json.dumps(result, indent=1))
             print(f"wrote {args.json}")
         if args.report:
-            from specviz.reports import write_report
-
             paths = write_report(result, args.report, command="python -m specviz.bench " + " ".join(argv))
             print("wrote " + ", ".join(str(p) for p in paths))
     except OSError as e:

@@ -6,7 +6,8 @@
 
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured (Hugging Face Spaces sets them). What one
 visitor may ask for is bounded (specviz/serving/limits.py; SPECVIZ_LIMIT_* environment variables).
-On a ZeroGPU Space the pair loads at start-up and every model call runs in a worker with a GPU
+The pair the page opens with loads at start-up, before anything is served (a pair that cannot load
+here is refused in one line); on a ZeroGPU Space every model call then runs in a worker with a GPU
 (`spaces.GPU`, specviz/ui/gpu.py).
 """
 
@@ -15,11 +16,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
+from typing import Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.serving.limits import app_limits
 from specviz.ui import build_app, launch
+
+log = logging.getLogger(__name__)
 
 
 def zerogpu():
@@ -71,10 +76,27 @@ def main(argv: list[str] | None = None) -> None:
         port = port_number(args.port)
         limits = app_limits()
         resolve_dtype(args.dtype, resolve_device(args.device))  # a bad --device or --dtype fails here, not on the page
+        if gpu is None:  # on ZeroGPU build_app loads the pairs it serves, now
+            notice = served_pair(args.pair, args.device, args.dtype)[1]
+            if notice:
+                log.warning(notice)
+        demo = build_app(pair=args.pair, gpu=gpu, limits=limits, device=args.device, dtype=args.dtype)
     except SpecvizError as e:
         parser.exit(2, f"error: {e}\n")
-    demo = build_app(pair=args.pair, gpu=gpu, limits=limits, device=args.device, dtype=args.dtype)
     launch(demo, server_name=args.host, server_port=port, share=args.share)
+
+
+def served_pair(name: str, device: str, dtype: str) -> tuple[Any, str | None]:
+    """(pair, notice) of the pair the page opens with, loaded before the server starts: a server that
+    cannot load it refuses to start rather than tell every visitor so. It is the cached load
+    (specviz.load_pair) the first visitor then gets, so it costs nothing extra; offline, 'default'
+    still falls back to the tiny-random pair with a notice (specviz.ui.pairs.resolve_pair)."""
+    from specviz.ui.pairs import Placement, resolve_pair
+
+    try:
+        return resolve_pair(name, None, Placement(device, dtype))
+    except SpecvizError as e:
+        raise SpecvizError(f"cannot serve the pair {name!r}: {e}") from None
 
 
 def port_number(text: str) -> int:
@@ -86,12 +108,27 @@ def port_number(text: str) -> int:
     return check_count("--port (or GRADIO_SERVER_PORT)", port, most=65535)
 
 
+class Stderr(logging.StreamHandler):
+    """A StreamHandler on whatever sys.stderr is when a line is written: a host (or a test) that
+    replaces and closes the stderr it had does not leave specviz writing to a closed stream."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def log_lines() -> None:
-    """specviz's own log lines (a refused input: one INFO line; a fault: its traceback) on stderr."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    """specviz's own log lines (a refused input: one INFO line; a fault: its traceback) on stderr, once
+    however often main runs."""
     logger = logging.getLogger("specviz")
-    logger.addHandler(handler)
+    if not any(isinstance(h, Stderr) for h in logger.handlers):
+        handler = Stderr()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
 
 

@@ -30,6 +30,9 @@ from typing import Any, NewType, TypeVar
 from specviz.errors import SpecvizError
 
 INT64_MAX = 2**63 - 1  # every whole number of a record fits int64 (the plots' tables hold them as int64)
+# A run's times (seconds since it started) fall within a day: one prompt's run takes seconds to minutes, and a
+# time of 1e308 s, valid as a float, overflowed the plots' axes and the replay's clock (issue 53)
+MOST_RUN_S = 24 * 3600.0
 TokenId = NewType("TokenId", int)  # a token id: 0 <= id < the vocabulary's size (when known)
 Parent = NewType("Parent", int)  # a tree node's parent: -1 (the committed context) or an earlier node
 SCALARS = (bool, str, float, int, TokenId, Parent)
@@ -169,11 +172,13 @@ class PearlExtra(Extra):
         if any(p.mode not in PHASE_MODES for p in self.phases):
             return f"extra 'phases' must have the modes {', '.join(PHASE_MODES)}"
         spans = [*self.draft_intervals, *self.target_intervals, *((p.start, p.end) for p in self.phases)]
-        if not all(0.0 <= start <= end for start, end in spans):
+        if not all(0.0 <= start <= end <= MOST_RUN_S for start, end in spans):
             return (
                 "extra 'draft_intervals', 'target_intervals' and 'phases' must each start before they end,"
-                " at 0 s or later"
+                f" at 0 s or later and within a day ({MOST_RUN_S:.0f} s)"
             )
+        if not 0.0 <= self.ideal_s <= MOST_RUN_S:
+            return f"extra 'ideal_s' must be from 0 to a day ({MOST_RUN_S:.0f} s)"
         return None
 
 
@@ -296,7 +301,7 @@ class _Mismatch(Exception):
 
 
 def _typed(value: Any, tp: Any, vocab_size: int | None) -> Any:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    origin, args = _parts(tp)
     if origin in (typing.Union, types.UnionType):  # X | None
         return None if value is None else _typed(value, next(a for a in args if a is not type(None)), vocab_size)
     if origin is tuple:
@@ -314,6 +319,12 @@ def _typed(value: Any, tp: Any, vocab_size: int | None) -> Any:
             raise _Mismatch
         return tp(**{k: _typed(value[k], t, vocab_size) for k, t in types_.items()})
     return _scalar(value, tp, vocab_size)
+
+
+@functools.cache
+def _parts(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(origin, args) of a field's type, found once per type (a saved race's checks asked ~10^6 times)."""
+    return typing.get_origin(tp), typing.get_args(tp)
 
 
 def _scalar(value: Any, tp: Any, vocab_size: int | None) -> Any:

@@ -14,20 +14,22 @@ a full acceptance). p is the target distribution, q the draft distribution.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 from specviz import extras
 from specviz.errors import SpecvizError
-from specviz.extras import CommitExtra, PearlExtra, TreeExtra
+from specviz.extras import MOST_RUN_S, CommitExtra, PearlExtra, TreeExtra
 
 F = TypeVar("F", bound=extras.Extra)
 
 
 @dataclass(frozen=True)
 class RunBounds:
-    """What one run's records must fit in, where it is known (a saved race knows all but the vocabulary)."""
+    """What one run's records must fit in, where it is known (a saved race knows the vocabulary where its
+    pair is one this server knows by name: specviz.ui.saved)."""
 
     method: str | None = None  # the run's method: every record's `method`
     records: int | None = None  # how many records the run has: each `iteration` is below it
@@ -67,7 +69,11 @@ class IterationRecord:
         return self.drafted[self.accepted :]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """`asdict(self)` without its copy of every tuple (immutable; a 16 MB saved race's download spent
+        seconds in it): only `extra`, a dict, is copied."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["extra"] = copy.deepcopy(self.extra)
+        return out
 
     def extras(self, family: type[F]) -> F | None:
         """This record's fields of one family of `specviz.extras`, typed (None: it has none)."""
@@ -142,7 +148,8 @@ def _check(r: IterationRecord, b: RunBounds) -> None:
         "'emitted' must be the accepted drafts and at most one token of the target's own": r.emitted[: r.accepted]
         != r.drafted[: r.accepted]
         or not r.accepted <= len(r.emitted) <= r.accepted + 1,
-        "token ids in 'drafted' and 'emitted' must be below the vocabulary's size": b.vocab_size is not None
+        f"token ids in 'drafted' and 'emitted' must be below the vocabulary's size ({b.vocab_size})": b.vocab_size
+        is not None
         and any(t >= b.vocab_size for t in (*r.drafted, *r.emitted)),
         "'p_target' and 'q_draft' must be null or hold one probability (0 to 1) per drafted token": any(
             x is not None and (len(x) != k or not all(0.0 <= v <= 1.0 + 1e-6 for v in x))
@@ -153,6 +160,10 @@ def _check(r: IterationRecord, b: RunBounds) -> None:
         and r.oracle_sl > b.max_new_tokens,
         "'t_start', 'draft_ms' and 'verify_ms' must not be negative": min(r.t_start, r.draft_ms, r.verify_ms) < 0,
         "'t_end' must not come before 't_start'": r.t_end < r.t_start,
+        f"'t_end', 'draft_ms' and 'verify_ms' must be within a day ({MOST_RUN_S:.0f} s) of the run's start": max(
+            r.t_end, r.draft_ms / 1e3, r.verify_ms / 1e3
+        )
+        > MOST_RUN_S,
     }
     problem = next((p for p, bad in problems.items() if bad), None)
     if problem:

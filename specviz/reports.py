@@ -7,9 +7,11 @@ plotly.js (4.9 MB); `python -m specviz.reports DIR` writes it again from DIR's r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import html
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,15 +116,39 @@ def html_page(result: dict[str, Any], command: str | None = None) -> str:
 
 
 def write_report(result: dict[str, Any], out_dir: Path, command: str | None = None) -> list[Path]:
-    """Write results.json, summary.csv, summary.md and report.html into `out_dir`."""
+    """Write results.json, summary.csv, summary.md and report.html into `out_dir`, each whole or not
+    at all (`write_atomically`); all four are made before the first is written."""
     out_dir = Path(out_dir)
+    texts = {
+        "results.json": json.dumps(dict(result, command=command), indent=1),
+        "summary.csv": summary_frame(result["summary"]).to_csv(index=False),
+        "summary.md": markdown(result, command),
+        "report.html": html_page(result, command),
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / n for n in ("results.json", "summary.csv", "summary.md", "report.html")]
-    paths[0].write_text(json.dumps(dict(result, command=command), indent=1))
-    summary_frame(result["summary"]).to_csv(paths[1], index=False)
-    paths[2].write_text(markdown(result, command))
-    paths[3].write_text(html_page(result, command))
-    return paths
+    for name, text in texts.items():
+        write_atomically(out_dir / name, text)
+    return [out_dir / name for name in texts]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: into a temporary file in the same folder, then
+    renamed over `path` (os.replace), so a failed write (a full disk, a quota) leaves the file that
+    was there, never half of the new one, and no temporary behind. Its OSError names `path`."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # this process's own: no one else's file
+    try:
+        with temporary.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes it the file
+        os.replace(temporary, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):  # gone already, or a folder that takes nothing
+            temporary.unlink()
+        if isinstance(e, OSError):
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
 
 
 def read_json(path: str | Path) -> Any:
@@ -156,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = args.out or path.parent / "report.html"
-    out.write_text(html_page(result, result.get("command")), encoding="utf-8")
+    try:
+        write_atomically(out, html_page(result, result.get("command")))
+    except OSError as e:
+        print(f"error: could not write the report: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {out}")
     return 0
 

@@ -13,7 +13,7 @@ from specviz.errors import SpecvizError
 from specviz.limits import MAX_SEED, check_count, check_number, check_temperature
 from specviz.methods import get_method
 from specviz.metrics import summarize
-from specviz.models.pair import ModelPair, encode_prompt
+from specviz.models.pair import ModelPair, check_pair, encode_prompt
 from specviz.oracle import fill_oracle_sl
 from specviz.records import IterationRecord, RunSummary
 from specviz.sampling import SamplingConfig
@@ -60,10 +60,10 @@ def run(
         top_p=top_p,
         seed=seed,
         chat=chat,
+        session=session,
+        executor=executor,
         **options,
     )
-    if session is not None and spec.session is None:
-        raise SpecvizError(f"method '{spec.name}' carries nothing from one run to the next: give it no session")
     dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed, session=session, executor=executor)
     return spec.generate(dec, opts)
 
@@ -85,10 +85,20 @@ def _checked(
     top_p: float = 1.0,
     seed: int = 0,
     chat: bool | None = None,
+    session: Any = None,
+    executor: Submitter | None = None,
     **options: Any,
 ) -> tuple:
     spec = get_method(method)
     opts = spec.make_options(**options)
+    check_pair(pair)
+    if session is not None and spec.session is None:
+        raise SpecvizError(f"method '{spec.name}' carries nothing from one run to the next: give it no session")
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise SpecvizError(
+            "executor must be what runs a second lane, with submit(fn, *args) -> Future (a ThreadPoolExecutor), "
+            f"got {type(executor).__name__}"
+        )
     if spec.needs_draft and pair.draft is None:
         raise SpecvizError(f"method '{method}' needs a draft model, and the pair '{pair.name}' has none")
     max_new_tokens = check_count("max_new_tokens", max_new_tokens, most=pair.max_context)

@@ -576,3 +576,32 @@ def test_the_pearl_tab_races_pearl_within_the_limit_against_the_target_alone(pag
     client = Client(server, verbose=False)
     with pytest.raises(Exception, match="at most 16"):
         client.predict("tiny-perturbed", "def f(x):", 23, False, 8, 1, api_name="/pearl")
+
+
+def test_html_in_a_saved_race_is_shown_as_text_never_as_elements(page, perturbed_pair, tmp_path):
+    """Issue 53 item 11: a run label `<img src=x onerror=alert(4)>` put three <img> elements on the page
+    (the Verdict and Why panels). Every text of a saved race reaches the page as text: the board, the
+    verdict, the why table, the summary table, the method dropdowns and the plots."""
+    import json
+
+    from test_ui_race import timed_race
+
+    from specviz.ui.saved import race_to_dict
+
+    hostile = "<img src=x onerror=alert(4)>"
+    data = race_to_dict(timed_race(perturbed_pair, {}))
+    for run in data["runs"]:
+        run["label"] = f"{hostile} {run['label']}"
+        run["note"] = f"<b>{hostile}</b>"
+    data["pair"] = f"**{hostile}**"
+    path = tmp_path / "hostile_labels.json"
+    path.write_text(json.dumps(data))
+    page.set_input_files("#sv-load-race input[type=file]", str(path))
+    page.wait_for_selector("#sv-race-status:has-text('Loaded a saved race')")
+    page.wait_for_selector("#sv-verdict:has-text('Verdict')")
+    page.wait_for_selector("#sv-why table")
+    assert page.locator("img[src='x']").count() == 0
+    assert hostile in page.locator("#sv-verdict").inner_text()  # shown, as text
+    assert hostile in page.locator("#sv-why").inner_text()
+    assert hostile in page.locator("#sv-race-status").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "hostile_labels.png"), full_page=True)

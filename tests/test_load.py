@@ -46,6 +46,14 @@ def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monke
     assert "nested too deep" in hostile["saved race nested 100k deep"]["message"]
     assert "'Seed' must be a number" in hostile['race with seed "abc"']["message"]
     assert "40 / 40" not in hostile["Stop on an online stream"]["message"]
+    # issue 53's round (specviz.tools.hostile): one address holds at most its places however many sessions
+    six = hostile["six raw races at once from one address"]
+    assert int(six["outcome"].split()[0]) <= 2 and "refused" in six["outcome"], six
+    assert "HTTP 404" in hostile["an endpoint the app lacks"]["message"]
+    assert hostile["saved race: HTML in a label"]["message"] == "escaped"
+    assert "HTTP 400" in hostile["an empty upload"]["message"]
+    flood = hostile["150 uploads of 8 bytes from one address"]
+    assert "HTTP 429" in flood["message"], flood
     # one draft file for three downloads (the tiny pair's draft: a few MB); the temp folder stays small
     assert len({hostile[f"download the draft ({i})"]["message"] for i in (1, 2, 3)}) == 1
     assert result["temp_growth_mb"] < 100 and result["temp_largest_mb"] < 100

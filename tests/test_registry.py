@@ -43,6 +43,7 @@ ALLOWED = {
     "train/disco.py": "'oracle' keys DISCO's replay of the oracle speculation length, a row of the paper's table",
     "train/streaming.py": "'streaming' keys the adapter's shape in a training checkpoint",
     "eagle/train.py": "'eagle' names the head trainer's progress line, not a run of the method",
+    "tools/hostile.py": "the hostile client sends what a stranger would: its probes' method options are data",
 }
 
 

@@ -99,7 +99,7 @@ def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
             "max_speculation_length must be from 1",
         ),
         (RaceSettings("hi", ("vanilla",) * 50), "lists vanilla more than once"),
-        (RaceSettings("hi " * 1100, ("vanilla",), max_new_tokens=8), "tokens long; a race here takes at most 1024"),
+        (RaceSettings("hi " * 1100, ("vanilla",), max_new_tokens=8), "tokens long; a prompt here takes at most 1024"),
         (RaceSettings("hi", ("warp_drive",)), "unknown method 'warp_drive'"),
         (RaceSettings("hi", ("vanilla",), temperature=-1.0), "temperature"),
     ],

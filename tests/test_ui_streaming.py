@@ -173,7 +173,7 @@ def test_the_slider_sits_with_the_run_controls_and_reaches_run_streaming(monkeyp
     assert prune in run.inputs
     given: list[tuple] = []
 
-    def fake(*args, load_pair=None):
+    def fake(*args, load_pair=None, limits=None):
         given.append(args)
         return {"records": [], "text": {}, "against": "", "prune_threshold": args[5], "has_pruner": False}
 

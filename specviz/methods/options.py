@@ -4,6 +4,7 @@ widget by the app and parsed from the bench's `--option METHOD.NAME=VALUE`.
 An options dataclass marks a tunable field with `count(...)`, `number(...)` or `choice(...)`; its
 help text is the field's comment: the comment at the end of its declaration (on whichever line the
 formatter leaves it) and the comment-only lines right below, for a help too long for one line.
+A bound that one option sets on another is declared with the bounded one: `count(1, at_most="max_ngram")`.
 Fields without a mark (a bool aside) are for the library and the CLI only: file paths never become
 widgets, so a visitor of a public page cannot point a method at a file. Live objects are no
 options: a run is lent them (`run(..., session=, executor=)`).
@@ -15,6 +16,7 @@ import ast
 import dataclasses
 import inspect
 import io
+import os
 import textwrap
 import tokenize
 from dataclasses import dataclass
@@ -25,10 +27,14 @@ from specviz.errors import SpecvizError
 from specviz.limits import MAX_SPECULATION_LENGTH, check_count, check_number
 
 
-def count(default: int | None, least: int = 1, most: int = MAX_SPECULATION_LENGTH, limit: str = "") -> Any:
+def count(
+    default: int | None, least: int = 1, most: int = MAX_SPECULATION_LENGTH, limit: str = "", at_most: str = ""
+) -> Any:
     """A whole-number option in [least, most]; `limit`: the AppLimits field that bounds it further
-    in the app (e.g. "speculation_length", "tree_nodes"). None as default: the method chooses."""
-    return dataclasses.field(default=default, metadata={"kind": "int", "range": (least, most), "limit": limit})
+    in the app (e.g. "speculation_length", "tree_nodes"); `at_most`: the option of the same class it
+    may not exceed (a min_ beside its max_). None as default: the method chooses."""
+    meta = {"kind": "int", "range": (least, most), "limit": limit, "at_most": at_most}
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def number(default: float | None, least: float, most: float) -> Any:
@@ -53,6 +59,7 @@ class OptionField:
     choices: tuple[str, ...] = ()
     limit: str = ""  # the AppLimits field bounding an int option in the app ("": only `most`)
     help: str = ""
+    at_most: str = ""  # the option of the same class this one may not exceed ("": none)
 
     def bound(self, limits: Any) -> float:
         """The largest value allowed where `limits` (the app's AppLimits) also apply."""
@@ -71,8 +78,8 @@ class OptionField:
                 raise SpecvizError(f"{self.name} must be true or false, got {value!r}")
             return value
         if self.kind == "text":
-            if not isinstance(value, str):
-                raise SpecvizError(f"{self.name} must be text, got {value!r}")
+            if not isinstance(value, (str, os.PathLike)):
+                raise SpecvizError(f"{self.name} must be text (a name or a path), got {value!r}")
             return value
         if value not in self.choices:
             raise SpecvizError(f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}")
@@ -107,9 +114,17 @@ def parse_option(cls: type, name: str, text: str) -> Any:
 
 
 def check_fields(options: Any) -> None:
-    """Check every marked field of an options dataclass instance (call it from __post_init__)."""
-    for f in option_fields(type(options)):
+    """Check every field of an options dataclass instance (call it from __post_init__): each marked
+    one in its range, each text one (a path) as text, then each bound one option sets another."""
+    fields_ = option_fields(type(options), text=True)
+    for f in fields_:
         f.check(getattr(options, f.name))
+    for f in (f for f in fields_ if f.at_most):
+        value, bound = getattr(options, f.name), getattr(options, f.at_most)
+        if value is not None and bound is not None and value > bound:
+            raise SpecvizError(
+                f"{f.name} ({value}) must be at most {f.at_most} ({bound}): lower one or raise the other"
+            )
 
 
 def option_fields(cls: type, text: bool = False) -> tuple[OptionField, ...]:
@@ -130,7 +145,15 @@ def _option_fields(cls: type, text: bool) -> tuple[OptionField, ...]:
             least, most = meta.get("range", (0, 0))
             out.append(
                 OptionField(
-                    f.name, meta["kind"], f.default, least, most, meta.get("choices", ()), meta.get("limit", ""), help_
+                    f.name,
+                    meta["kind"],
+                    f.default,
+                    least,
+                    most,
+                    meta.get("choices", ()),
+                    meta.get("limit", ""),
+                    help_,
+                    meta.get("at_most", ""),
                 )
             )
         elif isinstance(f.default, bool):

@@ -25,7 +25,7 @@ from specviz.methods.speculative import speculative_decoding
 class PromptLookupOptions:
     speculation_length: int = count(4, limit="speculation_length")  # most tokens copied per iteration
     max_ngram: int = count(3)  # longest suffix to match
-    min_ngram: int = count(1)  # shortest suffix to fall back to
+    min_ngram: int = count(1, at_most="max_ngram")  # shortest suffix to fall back to
 
     def __post_init__(self) -> None:
         check_fields(self)

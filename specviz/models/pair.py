@@ -9,6 +9,7 @@ whether a preset's weights fit in the memory free on this machine, counted from 
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from specviz.text import visible
 
 __all__ = [
     "ModelPair",
+    "check_pair",
     "describe",
     "encode_prompt",
     "eos_ids",
@@ -74,7 +76,20 @@ def is_loaded(name: str, device: str = "auto", dtype: str = "auto") -> bool:
 
 
 def _pair_key(name, target, draft, device, dtype, device_map, trust_remote_code) -> tuple:
-    """The loader's arguments for a pair name or a target and a draft ("T,D" split into both)."""
+    """The loader's arguments for a pair name or a target and a draft ("T,D" split into both), each
+    of the kind it must be (a key of the loaded pairs, so hashable)."""
+    if name is not None and not isinstance(name, str):
+        raise SpecvizError(
+            f"the pair name must be text ('tiny-random', 'default', a preset or 'TARGET,DRAFT'), got {_kind(name)}"
+        )
+    for what, value in (("target", target), ("draft", draft)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise SpecvizError(f"{what} must be a hub id or a folder (text or a path), got {_kind(value)}")
+    for what, value in (("device", device), ("dtype", dtype), ("device_map", device_map)):
+        if not (isinstance(value, str) or (what == "device_map" and value is None)):
+            raise SpecvizError(f"{what} must be text (e.g. 'auto'), got {_kind(value)}")
+    if not isinstance(trust_remote_code, bool):
+        raise SpecvizError(f"trust_remote_code must be True or False, got {_kind(trust_remote_code)}")
     if name and "," in name:
         target, draft = (s.strip() for s in name.split(",", 1))
         name = None
@@ -83,6 +98,20 @@ def _pair_key(name, target, draft, device, dtype, device_map, trust_remote_code)
             raise SpecvizError("give a pair name, or both a target and a draft model (hub ids or directories)")
         name = f"{target},{draft}"
     return name, target, draft, device, dtype, device_map, trust_remote_code
+
+
+def _kind(value: Any) -> str:
+    """A wrong argument as an error message shows it: short, whatever its size."""
+    text = repr(value)
+    return f"{text[:40]}... ({type(value).__name__})" if len(text) > 40 else text
+
+
+def check_pair(pair: Any) -> ModelPair:
+    """`pair` if it is a loaded ModelPair, else a SpecvizError that says where one comes from."""
+    if not isinstance(pair, ModelPair):
+        hint = f" (load it first: specviz.load_pair({pair!r}))" if isinstance(pair, str) else ""
+        raise SpecvizError(f"the pair must be a ModelPair from specviz.load_pair(...), got {type(pair).__name__}{hint}")
+    return pair
 
 
 def load_target(
@@ -278,6 +307,7 @@ def readable_token(tokenizer: Any, token_id: int) -> str:
 
 def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | None = None) -> list[int]:
     """Token ids of a prompt: text (through the chat template when the pair uses one) or ids as given."""
+    check_pair(pair)
     if chat is not None and not isinstance(chat, bool):
         raise SpecvizError(f"chat must be True, False or None (the pair's default), got {chat!r}")
     if isinstance(prompt, str):
@@ -295,7 +325,9 @@ def encode_prompt(pair: ModelPair, prompt: str | Sequence[int], chat: bool | Non
         return list(tok(prompt)["input_ids"])
     if isinstance(prompt, (bytes, bytearray)) or not (hasattr(prompt, "tolist") or isinstance(prompt, Sequence)):
         raise SpecvizError(f"the prompt must be text or a list of token ids, got {type(prompt).__name__}")
-    ids = list(prompt.tolist() if hasattr(prompt, "tolist") else prompt)
+    ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)
+    if not isinstance(ids, list):  # a 0-d tensor or array: one number, not a sequence of ids
+        raise SpecvizError(f"the prompt must be text or a list of token ids, got one number ({ids!r:.40})")
     if not ids:
         raise SpecvizError("the prompt is empty: give at least one token id")
     wrong = [t for t in ids if isinstance(t, bool) or not (isinstance(t, Integral) and 0 <= int(t) < pair.vocab_size)]

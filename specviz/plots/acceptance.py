@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.plots.frame import method_order
-from specviz.plots.theme import empty, finish, method_marker, method_style
+from specviz.plots.theme import empty, finish, method_marker, method_style, plain
 
 TITLE = "Running acceptance rate"
 
@@ -26,7 +26,7 @@ def running_acceptance(df: pd.DataFrame) -> go.Figure:
                 x=d["iteration"],
                 y=d["running_acceptance"],
                 mode="lines+markers",
-                name=d["label"].iloc[0],
+                name=plain(d["label"].iloc[0]),  # a saved race's label: text, not markup
                 line={"width": 2.5, **method_style(i)},
                 marker=method_marker(i),
                 hovertemplate="iteration %{x}: %{y:.1%}<extra>%{fullData.name}</extra>",

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.plots.frame import method_order
-from specviz.plots.theme import METHOD_COLOURS, count_ticks, empty, finish, wrap
+from specviz.plots.theme import METHOD_COLOURS, count_ticks, empty, finish, plain, wrap
 
 TITLE = "Accepted draft tokens per iteration"
 SUBTITLE = "one panel a method, on the same axes"
@@ -29,7 +29,7 @@ def accepted_histogram(df: pd.DataFrame) -> go.Figure:
     methods = [m for m in order if df.loc[df["method"] == m, "n_drafted"].sum() > 0]
     if not methods:
         return empty(TITLE, "No method in this race drafted tokens (autoregressive only).")
-    labels = [str(df.loc[df["method"] == m, "label"].iloc[0]) for m in methods]
+    labels = [plain(str(df.loc[df["method"] == m, "label"].iloc[0])) for m in methods]  # text, not markup
     cols = min(PER_ROW, len(methods))
     rows = -(-len(methods) // cols)
     area = max(AREA_PX, rows * PANEL_PX + (rows - 1) * GAP_PX)

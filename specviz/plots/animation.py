@@ -376,7 +376,8 @@ def _figure(step: Any, total: float, label: str) -> go.Figure:
         )
     fig = finish(
         fig,
-        f"{TITLE}: iteration {step.iteration + 1} of {label}",  # counted from 1, as the step-through
+        # counted from 1, as the step-through; the label may be a saved race's: text, not markup
+        f"{TITLE}: iteration {step.iteration + 1} of {html.escape(label, quote=False)}",
         "",
         "",
         legend="",

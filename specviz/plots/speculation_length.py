@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from specviz.plots.theme import OKABE_ITO, empty, finish
+from specviz.plots.theme import OKABE_ITO, empty, finish, plain
 
 TITLE = "Speculation length vs oracle"  # 28 characters: a phone's 360-pixel plot shows it whole
 
@@ -19,7 +19,7 @@ def speculation_length_vs_oracle(df: pd.DataFrame, method: str) -> go.Figure:
     d = df[df["method"] == method]
     if d.empty:
         return empty(TITLE, f"No records for '{method}': run it in a race first.")
-    label = d["label"].iloc[0]
+    label = plain(d["label"].iloc[0])  # a saved race's label: text, not markup
     fig = go.Figure()
     fig.add_trace(
         go.Bar(x=d["iteration"], y=d["speculation_length"], name="chosen (drafted)", marker_color=OKABE_ITO["sky_blue"])

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from specviz.cost.families import tree_speedup
 from specviz.cost.formulas import optimal_gamma, speedup_curve, speedup_with_verify_cost
 from specviz.plots.roofline import PALETTE
-from specviz.plots.theme import ALPHA, MARKERS, baseline, finish, wrap
+from specviz.plots.theme import ALPHA, MARKERS, baseline, finish, plain, wrap
 
 RACE_SYMBOLS = [m for m in MARKERS if m not in ("star", "circle")]  # stars: best γ; circle: the chosen S
 VerifyRatio = Callable[[int], float] | Sequence[float] | None
@@ -82,8 +82,8 @@ def _add_points(fig: go.Figure, points: Sequence[dict[str, Any]]) -> None:
             mode="markers",
             cliponaxis=False,
             marker={"symbol": RACE_SYMBOLS[i % len(RACE_SYMBOLS)], "size": 13, "color": "black"},
-            name=f"race: {p['label']}",
-            hovertext=p.get("hover", p["label"]),
+            name=f"race: {plain(p['label'])}",  # a race's labels may be a saved race's: text, not markup
+            hovertext=plain(p.get("hover", p["label"])),
             hoverinfo="text",
         )
 
@@ -185,8 +185,8 @@ def predicted_vs_measured_speedup_figure(rows: Sequence[dict[str, Any]]) -> go.F
     method, predicted_speedup, measured_speedup, alpha, length_text, c. Each bar says its own speedup;
     the formula's inputs are in the hover and in the table under the plot (written over the bars, three
     lines a bar, they overlapped their neighbours and shrank to specks on a phone)."""
-    methods = [wrap(r["method"], 10) for r in rows]  # "SSSD (n-gram tree)" turned ran off a phone's plot
-    inputs = [f"{r['method']}: α = {r['alpha']:.2f}, {r['length_text']}, c = {r['c']:.2f}" for r in rows]
+    methods = [wrap(plain(r["method"]), 10) for r in rows]  # "SSSD (n-gram tree)" turned ran off a phone's plot
+    inputs = [f"{plain(r['method'])}: α = {r['alpha']:.2f}, {r['length_text']}, c = {r['c']:.2f}" for r in rows]
     fig = go.Figure()
     for name, key, colour in (
         ("predicted", "predicted_speedup", PALETTE[0]),

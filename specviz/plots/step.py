@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.plots.theme import OKABE_ITO, empty, finish, wrap
+from specviz.plots.theme import OKABE_ITO, empty, finish, plain, wrap
 
 TITLE = "Distributions behind one iteration"  # 34 characters: a phone's plot shows the title whole
 TITLE_CHARS = 33  # a title line at 21 px (1.4 times the 15 px font) within a phone's ~340 px plot
@@ -25,8 +25,9 @@ def step_distributions(step, label: str | None = None) -> go.Figure:
     own = bool(step.target_top)
     if not tested and not own:
         return empty(TITLE, "No distributions to show: " + step.source + ".")
-    titles = [f"draft {c.index + 1}: '{c.text}' {'✓' if c.accepted else '✗'}" for c in tested]
-    titles += [f"target's {step.target_role}: '{step.target_token}'"] if own else []
+    # token texts and the label may be a saved race's: text, not markup (plotly reads tags in every text)
+    titles = [f"draft {c.index + 1}: '{plain(c.text)}' {'✓' if c.accepted else '✗'}" for c in tested]
+    titles += [f"target's {step.target_role}: '{plain(step.target_token)}'"] if own else []
     cols, rows = panel_grid(len(titles))
     area = rows * PANEL_PX + (rows - 1) * GAP_PX
     fig = make_subplots(
@@ -53,7 +54,9 @@ def step_distributions(step, label: str | None = None) -> go.Figure:
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(rangemode="tozero", tickformat=".2~%", nticks=4)
     # counted from 1, as the step-through; in lines a phone shows whole (plotly does not wrap a title)
-    title = wrap(f"The distributions behind iteration {step.iteration + 1} of {label or step.method}", TITLE_CHARS)
+    title = wrap(
+        f"The distributions behind iteration {step.iteration + 1} of {plain(label or step.method)}", TITLE_CHARS
+    )
     subtitle = wrap(SUBTITLE)
     # finish's margin put the subtitle over the first row's panel titles; each further line of either, more room
     top = TOP_PX + 26 * title.count("<br>") + 20 * subtitle.count("<br>")
@@ -72,7 +75,7 @@ def panel_grid(panels: int) -> tuple[int, int]:
 
 def _bars(top: tuple[tuple[int, str, float], ...], name: str, colour: str, show: bool) -> go.Bar:
     return go.Bar(
-        y=[f"'{t}'" for _, t, _ in top],
+        y=[f"'{plain(t)}'" for _, t, _ in top],
         x=[v for _, _, v in top],
         orientation="h",
         name=name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import itertools
 from collections.abc import Sequence
 
@@ -129,6 +130,12 @@ def legend_below(fig: go.Figure, height: int, axis_px: int = AXIS_PX) -> go.Figu
         margin={"b": 80 + axis_px - AXIS_PX + 26 * rows},
         height=height + axis_px - AXIS_PX + 26 * rows,
     )
+
+
+def plain(text: str) -> str:
+    """Text from a run (a method's label, a token's text) as a figure shows it, literally: plotly reads the
+    HTML tags of every text it draws (<b>, <br>, <a href>, ...), and a saved race's label is a stranger's."""
+    return html.escape(text, quote=False)
 
 
 def wrap(text: str, width: int = PHONE_CHARS) -> str:

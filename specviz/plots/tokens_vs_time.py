@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.plots.frame import method_order
-from specviz.plots.theme import empty, finish, method_marker, method_style
+from specviz.plots.theme import empty, finish, method_marker, method_style, plain
 
 TITLE = "Tokens generated vs time"
 SUBTITLE = "each method timed while running alone"
@@ -26,7 +26,7 @@ def tokens_vs_time(df: pd.DataFrame) -> go.Figure:
                 mode="lines+markers",
                 line={"shape": "hv", "width": 2.5, **method_style(i)},
                 marker=method_marker(i),
-                name=d["label"].iloc[0],
+                name=plain(d["label"].iloc[0]),  # a saved race's label: text, not markup
                 hovertemplate="%{y} tokens at %{x:.3f} s<extra>%{fullData.name}</extra>",
             )
         )

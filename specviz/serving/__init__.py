@@ -4,6 +4,9 @@
   the app lends to PEARL as its executor).
 - `pools`: server-wide bounds on what visitors' state may hold (the online learners' adapted drafts).
 - `limits`: what the app grants one visitor (`AppLimits`, the SPECVIZ_LIMIT_* variables).
+- `visitors`: who a visitor is, as the network sees them (the address the line and the upload
+  bounds count by, behind SPECVIZ_TRUSTED_PROXIES proxies).
+- `uploads`: uploads bounded by number (per request, per address) and never empty.
 - `sessions`: a visitor's state for the stateful methods, passed to each run as `session=`.
 - `stream`: the serving simulator, a stream of requests served by OSD (the Online-learning tab, the
   OSD experiment).

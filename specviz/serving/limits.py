@@ -39,6 +39,15 @@ class AppLimits:
     session_ttl_s: int = (
         3600  # a visitor's state (races, learners) and session are dropped this long after their last change or event
     )
+    # places in the models' line one network address (specviz.serving.visitors) may hold at once, a
+    # race taking one: a classroom behind one NAT address shares them, so raise it for a class (its
+    # runs then rank as one visitor's: they wait behind every other address's first run)
+    places_per_address: int = 2
+    upload_files: int = 1  # files in one upload request (the page's upload fields and gradio_client send one)
+    # files one network address may upload per `upload_window_s` (each costs a folder and a block on
+    # disk however small it is); a classroom behind one NAT address shares them: raise it for a class
+    uploads_per_address: int = 100
+    upload_window_s: int = 600  # the window `uploads_per_address` counts over
     # Only the preset pairs in the pair field (no hub ids, no local paths). Set by SPECVIZ_PRESETS_ONLY
     # (1 or 0); on by default on a Hugging Face Space (SPACE_ID set), off elsewhere.
     presets_only: bool = False
@@ -68,6 +77,16 @@ def check_prompt_text(text: Any, limits: AppLimits) -> str:
             f"({limits.prompt_tokens} tokens): shorten it"
         )
     return text
+
+
+def prompt_ids(pair: Any, prompt: Any, limits: AppLimits) -> list[int]:
+    """The prompt's token ids, as every tab that runs a model on a visitor's prompt takes them: a
+    text's characters checked before the tokenizer reads it (token ids a caller gives are read as
+    they are, by specviz.encode_prompt), the tokens after."""
+    import specviz
+
+    text = check_prompt_text(prompt, limits) if isinstance(prompt, str) else prompt
+    return check_prompt_tokens(specviz.encode_prompt(pair, text), limits)
 
 
 def check_prompt_tokens(ids: list[int], limits: AppLimits) -> list[int]:

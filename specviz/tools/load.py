@@ -50,9 +50,12 @@ from typing import Any
 
 from specviz.errors import SpecvizError
 from specviz.methods import BASELINE, default_race
+from specviz.serving.visitors import TRUSTED_PROXIES_ENV
+from specviz.tools.clients import BUG, PROMPTS, address, client, probe, race_args
 
 log = logging.getLogger(__name__)
-PROMPTS = ["def add(a, b):", "Write a haiku about the sea.", "What is 12 * 7? Explain.", "List three prime numbers."]
+SECOND_ROUND = 65  # the address block of issue 41's hostile client (issue 53's: specviz.tools.hostile)
+PHASES = 54  # the address block of the Stop, fair-share, closed-page and warm-up visitors (`address`)
 
 
 def rss_mb(pid: int) -> float:
@@ -70,11 +73,12 @@ def free_port() -> int:
 
 
 def folder_mb(folder: Path) -> float:
-    """MB of the files under `folder` (files that vanish while counted are skipped)."""
+    """MB that `folder` takes on disk, as the disk sees it: the blocks of its files and folders (a
+    file of 8 bytes takes a block; files that vanish while counted are skipped)."""
     total = 0
     for path in folder.rglob("*"):
         with contextlib.suppress(OSError):
-            total += path.stat().st_size if path.is_file() else 0
+            total += path.lstat().st_blocks * 512
     return total / 2**20
 
 
@@ -103,12 +107,6 @@ def start_app(pair: str, log: Path, env: dict[str, str]) -> tuple[subprocess.Pop
     raise SpecvizError(f"the app did not answer within 300 s; its log: {log}")
 
 
-def race_args(pair: str, methods: list[str], max_new_tokens: int, i: int) -> tuple:
-    """The /race API's inputs: pair, prompt, methods, method options (none: the defaults), max new
-    tokens, T, top-p, seed."""
-    return pair, PROMPTS[i % len(PROMPTS)], methods, {}, max_new_tokens, 0.0, 1.0, 0
-
-
 def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
     """(finished, seconds, problem) of one race through the API."""
     start = time.perf_counter()
@@ -124,30 +122,6 @@ def one_race(client: Any, args: tuple) -> tuple[bool, float, str]:
     return ok, seconds, "" if ok else status[:200]
 
 
-BUG = ("This is a bug", "specviz failed")  # what a refusal must never say
-
-
-def probe(name: str, expect: str, call: Any, fair: str = "") -> dict[str, Any]:
-    """Run one hostile probe: `call()` returns what came back, or raises (a refusal). `expect`:
-    'refused' (one line, not a bug) or 'done'; a one-line refusal naming `fair` is as good as done (a
-    shared bound that other visitors reached first)."""
-    start = time.perf_counter()
-    try:
-        outcome, message = "done", str(call())[:300]
-    except Exception as e:  # gradio_client raises the app's refusal: the figure is its message
-        log.debug("probe %s refused", name, exc_info=e)
-        outcome, message = "refused", f"{type(e).__name__}: {e}"[:300]
-    one_line = "\n" not in message.strip() and not any(b in message for b in BUG)
-    return {
-        "probe": name,
-        "expected": expect,
-        "outcome": outcome,
-        "ok": (outcome == expect or (bool(fair) and fair in message)) and (one_line or outcome == "done"),
-        "seconds": round(time.perf_counter() - start, 2),
-        "message": message,
-    }
-
-
 def hostile_files(folder: Path) -> dict[str, Path]:
     """The crafted uploads: a saved race nested 100k deep, one holding a 5000-digit number."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -157,11 +131,17 @@ def hostile_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def upload(url: str, size: int) -> str:
-    """POST `size` bytes to gradio's upload route; a refusal raises with the server's one line."""
+def upload(url: str, size: int, visitor: str) -> str:
+    """POST `size` bytes to gradio's upload route from `visitor`'s address; a refusal raises with the
+    server's one line."""
     import httpx
 
-    answer = httpx.post(f"{url}gradio_api/upload", files={"files": ("x.json", b" " * size)}, timeout=120)
+    answer = httpx.post(
+        f"{url}gradio_api/upload",
+        files={"files": ("x.json", b" " * size)},
+        headers={"X-Forwarded-For": visitor},
+        timeout=120,
+    )
     if answer.status_code != 200:
         raise SpecvizError(f"HTTP {answer.status_code}: {answer.text[:200]}")
     return answer.text
@@ -175,23 +155,23 @@ def online_args(pair: str, requests: int, tokens: int, lr: float = 3e-5) -> tupl
 
 def hostile_round(url: str, cfg: argparse.Namespace, files: dict[str, Path]) -> list[dict[str, Any]]:
     """One round of what issue 41's hostile visitor tried; one row per probe."""
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
 
     from specviz.ui.saved import MAX_FILE_BYTES
 
-    client = Client(url, verbose=False)
-    pair, race = cfg.pair, lambda *args: client.predict(*args, api_name="/race")[0]
+    page = client(url, 0, SECOND_ROUND)
+    pair, race = cfg.pair, lambda *args: page.predict(*args, api_name="/race")[0]
     rows = [
-        probe("upload past the bound", "refused", lambda: upload(url, MAX_FILE_BYTES + 1)),
+        probe("upload past the bound", "refused", lambda: upload(url, MAX_FILE_BYTES + 1, address(0, SECOND_ROUND))),
         probe(
             "saved race nested 100k deep",
             "refused",
-            lambda: client.predict(handle_file(str(files["deep"])), api_name="/load_race"),
+            lambda: page.predict(handle_file(str(files["deep"])), api_name="/load_race"),
         ),
         probe(
             "saved race with a 5000-digit number",
             "refused",
-            lambda: client.predict(handle_file(str(files["digits"])), api_name="/load_race"),
+            lambda: page.predict(handle_file(str(files["digits"])), api_name="/load_race"),
         ),
         probe("race of 0 new tokens", "refused", lambda: race(pair, "hi", [BASELINE], {}, 0, 0.0, 1.0, 0)),
         probe("race of -5 new tokens", "refused", lambda: race(pair, "hi", [BASELINE], {}, -5, 0.0, 1.0, 0)),
@@ -200,15 +180,15 @@ def hostile_round(url: str, cfg: argparse.Namespace, files: dict[str, Path]) -> 
         probe(
             "1 MB prompt on the DISCO tab",
             "refused",
-            lambda: client.predict(pair, "x " * 500_000, True, 0.5, 8, 8, 1, api_name="/disco"),
+            lambda: page.predict(pair, "x " * 500_000, True, 0.5, 8, 8, 1, api_name="/disco"),
         ),
         probe(
             "learning rate 1e308",
             "refused",
-            lambda: client.predict(*online_args(pair, 2, 8, 1e308), api_name="/on_serve"),
+            lambda: page.predict(*online_args(pair, 2, 8, 1e308), api_name="/on_serve"),
         ),
     ]
-    jobs = [client.submit(pair, PROMPTS[0], [BASELINE], {}, 8, 0.0, 1.0, 0, api_name="/race") for _ in range(6)]
+    jobs = [page.submit(pair, PROMPTS[0], [BASELINE], {}, 8, 0.0, 1.0, 0, api_name="/race") for _ in range(6)]
     outcomes = [probe("one of six races at once", "done", lambda job=job: job.result(timeout=600)[0]) for job in jobs]
     refused = [o for o in outcomes if o["outcome"] == "refused"]
     rows.append(
@@ -226,31 +206,31 @@ def hostile_round(url: str, cfg: argparse.Namespace, files: dict[str, Path]) -> 
         probe(
             "online stream of 2 requests",
             "done",
-            lambda: client.predict(*online_args(pair, 2, 8), api_name="/on_serve")[0],
+            lambda: page.predict(*online_args(pair, 2, 8), api_name="/on_serve")[0],
         )
     )
     rows.extend(  # written once per draft version: three clicks, one file; the honest visitors' Online runs
         probe(  # share the pool of adapted drafts, and may take this learner's place between two clicks
             f"download the draft ({i + 1})",
             "done",
-            lambda: client.predict(api_name="/save_draft"),
+            lambda: page.predict(api_name="/save_draft"),
             fair="SPECVIZ_LIMIT_ADAPTED_DRAFTS",
         )
         for i in range(3)
     )
-    rows.append(probe("which tokens did the draft learn", "done", lambda: client.predict(5, api_name="/on_analyse")[1]))
-    job = client.submit(*online_args(pair, 40, 64), api_name="/on_serve")
+    rows.append(probe("which tokens did the draft learn", "done", lambda: page.predict(5, api_name="/on_analyse")[1]))
+    job = page.submit(*online_args(pair, 40, 64), api_name="/on_serve")
     deadline = time.monotonic() + 300
     while not job.outputs() and not job.done() and time.monotonic() < deadline:
         time.sleep(0.05)
     pressed = time.perf_counter()
-    client.predict(api_name="/stop_stream")
+    page.predict(api_name="/stop_stream")
     stopped = probe("Stop on an online stream", "done", lambda: job.result(timeout=600)[0])
     stopped["seconds"] = round(time.perf_counter() - pressed, 2)
     stopped["ok"] = stopped["ok"] and "40 / 40" not in stopped["message"]
     rows.append(stopped)
-    rows.append(cancelled_stream(client, pair))
-    client.close()
+    rows.append(cancelled_stream(page, pair))
+    page.close()
     return rows
 
 
@@ -275,13 +255,17 @@ def cancelled_stream(client: Any, pair: str) -> dict[str, Any]:
 
 def run_hostile(url: str, cfg: argparse.Namespace, honest_done: threading.Event) -> list[dict[str, Any]]:
     """Up to cfg.hostile rounds while the honest sessions race (none starts once they are done)."""
+    from specviz.serving.limits import app_limits
+    from specviz.tools.hostile import crafted_races, third_round
+
     files = hostile_files(cfg.out / "hostile")
+    races = crafted_races(cfg.out / "hostile", app_limits())  # the child app reads the same environment
     rows: list[dict[str, Any]] = []
     with (cfg.out / "hostile.jsonl").open("w") as progress:
         for r in range(cfg.hostile):
             if r and honest_done.is_set():
                 break
-            for row in hostile_round(url, cfg, files):
+            for row in [*hostile_round(url, cfg, files), *third_round(url, cfg, races, r)]:
                 rows.append({"round": r, **row})
                 progress.write(json.dumps(rows[-1]) + "\n")
                 progress.flush()
@@ -305,21 +289,19 @@ def run_sessions(url: str, cfg: argparse.Namespace, methods: list[str], pid: int
     """cfg.sessions threads, each racing cfg.races times; one row per race, with the server's RSS
     when it ended. Each row is also appended to races.jsonl as it comes, so a run cut short still
     leaves its figures (and the RSS curve says whether memory grows with races or levels off)."""
-    from gradio_client import Client
-
     rows: list[dict[str, Any]] = []
     lock = threading.Lock()
     progress = (cfg.out / "races.jsonl").open("w")
     started = time.perf_counter()
 
     def session(s: int) -> None:
-        client = None
+        session_client = None
         for r in range(cfg.races):
             if cfg.minutes and time.perf_counter() - started > 60 * cfg.minutes:
                 return  # the time budget is spent: no new race (the report says how many ran)
-            if client is None or cfg.fresh:
-                client = Client(url, verbose=False)
-            ok, seconds, problem = one_race(client, race_args(cfg.pair, methods, cfg.max_new_tokens, s + r))
+            if session_client is None or cfg.fresh:
+                session_client = client(url, s * cfg.races + r if cfg.fresh else s)
+            ok, seconds, problem = one_race(session_client, race_args(cfg.pair, methods, cfg.max_new_tokens, s + r))
             with lock:
                 row = {
                     "n": len(rows) + 1,
@@ -368,23 +350,19 @@ TOO_SHORT = "the long race finished before the test could interrupt it: raise --
 
 def stop_latency(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
     """Seconds from pressing Stop (once a long race streams) to the race's last update."""
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
-    if (job := long_race(client, cfg, methods)) is None:
+    page = client(url, 0, PHASES)
+    if (job := long_race(page, cfg, methods)) is None:
         return {"stop_s": None, "stop_note": TOO_SHORT}
     pressed = time.perf_counter()
-    client.predict(api_name="/stop")
+    page.predict(api_name="/stop")
     status = job.result(timeout=300)[0]
     return {"stop_s": round(time.perf_counter() - pressed, 3), "stopped": "Stopped by the Stop button" in status}
 
 
 def short_race(url: str, cfg: argparse.Namespace) -> tuple[float, list[str]]:
     """A new visitor's one-method, 8-token race: (seconds to finish, the status lines it showed)."""
-    from gradio_client import Client
-
     start = time.perf_counter()
-    job = Client(url, verbose=False).submit(*race_args(cfg.pair, [BASELINE], 8, 0), api_name="/race")
+    job = client(url, 1, PHASES).submit(*race_args(cfg.pair, [BASELINE], 8, 0), api_name="/race")
     final = job.result(timeout=600)[0]
     return time.perf_counter() - start, [o[0] for o in job.outputs()] + [final]
 
@@ -392,14 +370,12 @@ def short_race(url: str, cfg: argparse.Namespace) -> tuple[float, list[str]]:
 def fair_share(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
     """While one visitor's long race runs, another's short race: does it go between the long race's
     methods (finishing first), and does its page say where it waits?"""
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
-    if (job := long_race(client, cfg, methods)) is None:
+    page = client(url, 2, PHASES)
+    if (job := long_race(page, cfg, methods)) is None:
         return {"short_race_s": None, "fair_note": TOO_SHORT}
     seconds, lines = short_race(url, cfg)
     long_done = job.done()
-    client.predict(api_name="/stop")
+    page.predict(api_name="/stop")
     job.result(timeout=300)
     return {
         "short_race_s": round(seconds, 2),
@@ -411,13 +387,11 @@ def fair_share(url: str, cfg: argparse.Namespace, methods: list[str]) -> dict[st
 def leave_latency(url: str, cfg: argparse.Namespace, methods: list[str], log: Path) -> dict[str, Any]:
     """A visitor closes the page (the client's heartbeat ends) during a long race: seconds until
     the server stops that race (its log says so), up to a minute."""
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
-    if (job := long_race(client, cfg, methods)) is None:
+    page = client(url, 3, PHASES)
+    if (job := long_race(page, cfg, methods)) is None:
         return {"leave_s": None, "leave_note": TOO_SHORT}
     left = time.perf_counter()
-    client.close()
+    page.close()
     from specviz.ui.blocks import LEFT_LOG
 
     while time.perf_counter() - left < 60 and not logged(LEFT_LOG, log.read_text(errors="replace")):
@@ -484,17 +458,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def app_env(cfg: argparse.Namespace, temp: Path) -> dict[str, str]:
-    """The child app's environment: its session TTL (when set) and its temporary folders under `temp`."""
+    """The child app's environment: its session TTL (when set), its temporary folders under `temp`,
+    and one trusted proxy in front (this tool's clients say which visitor they are, as a proxy would)."""
     ttl = {"SPECVIZ_LIMIT_SESSION_TTL_S": str(cfg.session_ttl)} if cfg.session_ttl else {}
     folders = {"TMPDIR": str(temp.resolve()), "GRADIO_TEMP_DIR": str((temp / "gradio").resolve())}
-    return {**ttl, **folders}
+    return {**ttl, **folders, TRUSTED_PROXIES_ENV: "1"}
 
 
 def warm_up(url: str, cfg: argparse.Namespace, methods: list[str]) -> None:
     """One untimed race (models load, caches fill); its failure ends the run."""
-    from gradio_client import Client
-
-    warm = one_race(Client(url, verbose=False), race_args(cfg.pair, methods, cfg.max_new_tokens, 0))
+    warm = one_race(client(url, 4, PHASES), race_args(cfg.pair, methods, cfg.max_new_tokens, 0))
     if not warm[0]:
         raise SpecvizError(f"the warm-up race failed: {warm[2]}")
 

@@ -15,18 +15,21 @@ from types import ModuleType
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from specviz.errors import SpecvizError
 from specviz.serving import threads
 from specviz.serving.limits import AppLimits, app_limits
 from specviz.serving.pools import size_pools
+from specviz.serving.uploads import UploadBounds
+from specviz.serving.visitors import peer_left_alone, trusted_proxies
 from specviz.ui.feedback import said_where_raised, user_error
 from specviz.ui.gpu import no_gpu
 from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choices, resolve_pair
 from specviz.ui.saved import MAX_FILE_BYTES
 from specviz.ui.sessions import limit_malloc_arenas, start_janitor
 from specviz.ui.style import CSS
-from specviz.ui.turns import one_at_a_time, stop_visitor
+from specviz.ui.turns import TURNS, one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
 LEFT_LOG = (
@@ -94,7 +97,7 @@ class TabContext:
         from specviz.models.pair import is_loaded
 
         if not isinstance(name, str) or name in self.served or name in TINY_VARIANTS:
-            return self.held(name)  # nothing to load
+            return self.held(name)  # nothing to load (a name that is not text is refused there)
         if threads.on_thread(threads.MODELS) or is_loaded(name.strip(), self.placement.device, self.placement.dtype):
             return self.held(name)  # in a model call (its turn held), or loaded already
         if self.allowed_pairs is not None and name.strip() not in self.allowed_pairs:
@@ -242,25 +245,131 @@ def build_app(
 
 
 def refuse_inputs_in_one_line(demo: gr.Blocks) -> None:
-    """Make every component's own check of a value sent to it (gradio's: a number past its box's
-    bounds, a choice not offered, text where a number goes) one line: an INFO line in the log and a
-    message that names the field, not gradio's 20-27-line traceback or its generic error."""
+    """Make every value sent to the app checked against its component's type, and every refusal one
+    line: an INFO line in the log and a message that names the field, not gradio's 20-66-line
+    traceback or its generic error. A component's own check (gradio's: a number past its box's bounds,
+    a choice not offered) and the API edge's (`typed`: text where text goes, a whole number where a
+    count goes, true or false for a checkbox, a list for a checkbox group) both end here, and so do a
+    call with too few values and a file path that no visitor uploaded (`_edge_refusals`)."""
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component) and not isinstance(block, gr.State):
             vars(block)["preprocess"] = _refused_in_one_line(block, block.preprocess)  # this block's, not its class's
+    vars(demo)["validate_inputs"] = _counted(demo.validate_inputs)
+    vars(demo)["preprocess_data"] = _edge_refusals(demo.preprocess_data)
 
 
 def _refused_in_one_line(block: gr.components.Component, preprocess: Callable) -> Callable:
     def checked(payload: Any) -> Any:
-        empty = payload is None and isinstance(block, gr.Number)  # an empty number box: the handler decides
-        if isinstance(block, (gr.Number, gr.Slider)) and not (empty or _is_number(payload)):
-            raise user_error(SpecvizError(f"{_field(block)} must be a number, got {str(payload)[:40]!r}"))
         try:
-            return preprocess(payload)
+            return preprocess(typed(block, payload))
+        except SpecvizError as e:
+            raise user_error(e) from None
         except gr.Error as e:  # gradio's own refusal (print_exception=True: a traceback in the log)
             raise user_error(SpecvizError(_refusal(block, payload, e.message))) from None
+        except (TypeError, ValueError, KeyError, AttributeError) as e:  # gradio's preprocess met a value it cannot read
+            raise user_error(SpecvizError(f"{_field(block)} cannot take {_shown(payload)} ({e})")) from None
 
     return checked
+
+
+def typed(block: Any, payload: Any) -> Any:
+    """`payload` if it is of the type `block` takes (a choice's text as the number it stands for:
+    gradio's API schema lists every choice as text), else a SpecvizError naming the field."""
+    field_ = _field(block)
+    if isinstance(block, (gr.Number, gr.Slider)):
+        if payload is None and isinstance(block, gr.Number):  # an empty number box: the handler decides
+            return payload
+        if not _is_number(payload):
+            raise SpecvizError(f"{field_} must be a number, got {_shown(payload)}")
+        if _whole_only(block) and not float(payload).is_integer():
+            raise SpecvizError(f"{field_} must be a whole number, got {payload:g}")
+        return payload
+    if isinstance(block, gr.Checkbox) and not isinstance(payload, bool):
+        raise SpecvizError(f"{field_} must be true or false, got {_shown(payload)}")
+    if isinstance(block, gr.Textbox) and not isinstance(payload, (str, type(None))):
+        raise SpecvizError(f"{field_} must be text, got {type(payload).__name__}")
+    if isinstance(block, (gr.CheckboxGroup, gr.Dropdown, gr.Radio)):
+        many = isinstance(block, gr.CheckboxGroup) or getattr(block, "multiselect", False)
+        if many and not isinstance(payload, list):
+            raise SpecvizError(f"{field_} must be a list of choices, got {_shown(payload)}")
+        return [_choice(block, v) for v in payload] if many else _choice(block, payload)
+    return payload
+
+
+def _choice(block: Any, value: Any) -> Any:
+    """One choice of a dropdown, radio or checkbox group: its value given as text is that value; a
+    dropdown that takes custom values takes text only (a pair name), never a number or null."""
+    values = [c[1] if isinstance(c, tuple) else c for c in (block.choices or ())]
+    if isinstance(value, str) and value not in values:
+        value = next((v for v in values if not isinstance(v, str) and str(v) == value), value)
+    if getattr(block, "allow_custom_value", False) and not isinstance(value, str):
+        raise SpecvizError(f"{_field(block)} must be text, got {_shown(value)}")
+    return value
+
+
+def _whole_only(block: Any) -> bool:
+    """Whether a number box or slider takes whole numbers only (a count: precision 0, or whole steps
+    from a whole minimum)."""
+    if isinstance(block, gr.Number):
+        return block.precision == 0
+    return all(float(x).is_integer() for x in (block.step, block.minimum))
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    return repr(str(value)[:40]) if not isinstance(value, (int, float)) or isinstance(value, bool) else f"{value:g}"
+
+
+def _counted(validate: Callable) -> Callable:
+    """gradio's check that a call sent a value for every input, its refusal one line."""
+
+    def checked(block_fn: Any, inputs: list[Any]) -> None:
+        try:
+            validate(block_fn, inputs)
+        except ValueError:
+            wanted = len(block_fn.inputs)
+            raise user_error(
+                SpecvizError(f"'{block_fn.api_name}' takes {wanted} values, got {len(inputs)}: send one for each input")
+            ) from None
+
+    return checked
+
+
+def _edge_refusals(preprocess_data: Callable) -> Callable:
+    """gradio's preprocessing of a call's values, its refusals of what a visitor may send one line each:
+    a file path no visitor uploaded, a file entry gradio cannot read."""
+    from gradio.exceptions import InvalidPathError
+    from pydantic import ValidationError
+
+    async def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await preprocess_data(*args, **kwargs)
+        except InvalidPathError:
+            raise user_error(SpecvizError("a file must be uploaded to this app before a call names it")) from None
+        except ValidationError as e:
+            raise user_error(
+                SpecvizError(f"a file entry is not one gradio can read ({e.error_count()} problems)")
+            ) from None
+
+    return checked
+
+
+def _no_such_endpoint(request: Any, e: Exception) -> Any:
+    """A call to an API name the app does not have: HTTP 404 and one line, not gradio's 500 and a traceback."""
+    from fastapi.responses import JSONResponse
+
+    message = (
+        f"this app has no endpoint {str(request.path_params.get('api_name', ''))[:40]!r}: /gradio_api/info lists them"
+    )
+    log.info("refused: %s", message)
+    return JSONResponse({"detail": message}, status_code=404)
+
+
+def _edge_handlers() -> dict[type, Callable]:
+    from gradio.route_utils import FnIndexInferError
+
+    return {FnIndexInferError: _no_such_endpoint}
 
 
 def _is_number(x: Any) -> bool:
@@ -300,6 +409,13 @@ def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     kwargs.setdefault("state_session_capacity", limits.sessions)
     # uploads are saved races and prompt files: nothing larger is read (gradio took 200 MB in 0.6 s)
     kwargs.setdefault("max_file_size", MAX_FILE_BYTES)
+    kwargs.setdefault("app_kwargs", {}).setdefault("exception_handlers", {}).update(_edge_handlers())
+    # uploads bounded in number too, none empty: per request and per network address (specviz/serving/uploads.py)
+    bounds = Middleware(UploadBounds, limits=limits)
+    kwargs.setdefault("app_kwargs", {}).setdefault("middleware", []).append(bounds)
+    trusted_proxies()  # a bad SPECVIZ_TRUSTED_PROXIES fails here, not at a visitor's first run
+    peer_left_alone()  # the visitor's address is specviz.serving.visitors' rule, not uvicorn's as well
+    TURNS.per_visitor = limits.places_per_address  # a network address's places in the models' line
     size_pools(limits)  # server-wide: past its bound, the least recently used learner gives its weights back
     limit_malloc_arenas()  # before gradio starts its worker threads
     start_janitor(demo, limits.session_ttl_s)

@@ -13,7 +13,7 @@ from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.methods import BASELINE
 from specviz.metrics import tested
-from specviz.serving.limits import check_prompt_text, check_prompt_tokens
+from specviz.serving.limits import check_prompt_text, prompt_ids
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
 from specviz.ui.phone import pivot_html
@@ -269,10 +269,8 @@ def _run_handler(ctx: Any) -> Callable[..., tuple[Any, ...]]:
     ) -> dict[str, Any]:
         """The model call (plain data in and out): the runs, the classifier's card and tuned values;
         ends after the method being timed once the stop `key` is requested."""
-        import specviz
-
         pair = ctx.load_pair(pair_name)
-        ids = check_prompt_tokens(specviz.encode_prompt(pair, text), ctx.limits)
+        ids = prompt_ids(pair, text, ctx.limits)
         out = disco_vs_oracle(pair, ids, threshold, length, n, k, stop=StopKey(key))
         clf = out.pop("classifier")
         return {**out, "card": card_markdown(clf), "tuned": (clf.threshold, clf.max_speculation_length)}

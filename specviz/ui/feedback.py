@@ -6,6 +6,7 @@ problem is logged exactly once, where it happened (a model call's: maybe in a Ze
 from __future__ import annotations
 
 import functools
+import html
 import inspect
 import logging
 from collections.abc import Callable
@@ -29,10 +30,13 @@ def problem_text(e: BaseException) -> str:
 
 
 def user_error(e: BaseException):
-    """A gr.Error to raise for `e` (see problem_text); `e` itself if it is one."""
+    """A gr.Error to raise for `e` (see problem_text); `e` itself if it is one. Its message is
+    escaped: the page shows an error as HTML, and a refusal may quote what a visitor sent."""
     import gradio as gr
 
-    return e if isinstance(e, gr.Error) else gr.Error(problem_text(e), print_exception=False)
+    if isinstance(e, gr.Error):
+        return e
+    return gr.Error(html.escape(problem_text(e), quote=False), print_exception=False)
 
 
 def said_where_raised(fn: Callable) -> Callable:

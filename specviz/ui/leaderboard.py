@@ -208,10 +208,11 @@ def watch_update(benchmark: str) -> tuple[Any, Any]:
 
 
 def gr_error(message: str) -> Exception:
-    """A one-line error for the page (gradio shows a gr.Error's message as it is)."""
+    """A one-line error for the page; gradio shows a gr.Error's message as HTML, and it may quote a visitor's
+    value (an API call's choice), so it is escaped: text, not markup."""
     import gradio as gr
 
-    return gr.Error(message)
+    return gr.Error(html.escape(message, quote=False))
 
 
 def _table(table: pd.DataFrame, labels: dict[str, str], rank_by: str, ranked_on: str) -> pd.DataFrame:

@@ -51,7 +51,9 @@ def resolve_pair(
     import specviz
 
     where = {"device": placement.device, "dtype": placement.dtype}
-    name = (name or "default").strip() if isinstance(name, str) else "default"
+    if not isinstance(name, str):  # the API may send a number or null: never a pair, never the default's load
+        raise SpecvizError(f"the model pair must be a name (text), got {str(name)[:40]!r}")
+    name = name.strip() or "default"
     if allowed is not None and name not in allowed:
         raise SpecvizError(
             f"this app races only its listed pairs ({', '.join(allowed)}); to race other models, run specviz on "

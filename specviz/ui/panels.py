@@ -7,6 +7,7 @@ time t are drawn by the same code.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
 from specviz.extras import DiscoExtra
@@ -16,6 +17,14 @@ from specviz.records import IterationRecord
 from specviz.ui.tokens import TokenSpan, tokens_html
 
 DISTURBED = "timing disturbed by other load: re-run"  # a panel's flag (specviz.ui.verdict's checks)
+MARKDOWN_MARKUP = re.compile(r"([\\`*_\[\]|~$])")  # what makes emphasis, code, links, table cells, strikes, LaTeX
+
+
+def md_text(text: str) -> str:
+    """Text from a saved race or a visitor (a run's label, a flag, a pair's name) as Markdown shows it, literally:
+    HTML escaped to entities, Markdown's markup behind backslashes (no tag, link, emphasis or table cell of its
+    own), and line breaks as spaces (one would end the list item or table row the text sits in)."""
+    return html.escape(MARKDOWN_MARKUP.sub(r"\\\1", " ".join(text.split())), quote=False)
 
 
 @dataclass

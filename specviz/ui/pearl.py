@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
-from specviz.serving.limits import AppLimits, check_prompt_text, check_prompt_tokens
+from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
 from specviz.text import visible
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
@@ -85,13 +85,11 @@ def compare(
     records and the window's note. PEARL's target lane runs on a thread of the comparison's own, warmed
     up by each method's untimed warm-up run (`generate_median`). `stop` (anything with `is_set()`):
     once set, no further method runs (`stopped`: True)."""
-    import specviz
     from specviz.methods import BASELINE, get_method
     from specviz.runner import generate_median
 
-    check_prompt_text(prompt, limits)  # a megabyte prompt is refused before the tokenizer reads it
     gamma, note = tab_window(pair, int(window), limits)
-    ids = check_prompt_tokens(specviz.encode_prompt(pair, prompt), limits)
+    ids = prompt_ids(pair, prompt, limits)
     vanilla = get_method("vanilla").make_options().speculation_length
     runs: dict[str, tuple[str, dict[str, Any]]] = {
         "target alone": (BASELINE, {}),

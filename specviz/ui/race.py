@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import random
 import tempfile
@@ -33,7 +32,7 @@ from specviz.serving.limits import check_prompt_text
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
-from specviz.ui.panels import Race, panel_html
+from specviz.ui.panels import Race, md_text, panel_html
 from specviz.ui.phone import pivot_html
 from specviz.ui.racing import RaceSettings, method_runner, method_seconds, run_race
 from specviz.ui.saved import load_race, race_to_dict
@@ -123,14 +122,21 @@ def settings_from_widgets(prompt, methods, method_options, max_new_tokens, tempe
         return RaceSettings(
             prompt=prompt or "",
             methods=tuple(methods or ()),
-            max_new_tokens=int(max_new_tokens),
+            max_new_tokens=whole("max new tokens", max_new_tokens),
             options=dict(method_options or {}),
             temperature=temperature,
             top_p=float(top_p),
-            seed=int(seed or 0),
+            seed=whole("seed", seed or 0),
         )
     except (TypeError, ValueError, OverflowError) as e:
         raise SpecvizError(f"an option is not a number: {e}") from None
+
+
+def whole(name: str, value: Any) -> int:
+    """A slider's or number box's value as an int (a slider sends 8.0), refused if it is not whole (16.7 is not 16)."""
+    if isinstance(value, float) and not value.is_integer():
+        raise SpecvizError(f"{name} must be a whole number, got {value:g}")
+    return int(value)
 
 
 def race_status_line(race: Race) -> str:
@@ -213,7 +219,9 @@ def write_downloads(race: Race, df: Any, folder: Path) -> list[str]:
     texts and settings, which the Race tab loads back)."""
     csv_path, json_path = folder / "race_records.csv", folder / "race_records.json"
     df.to_csv(csv_path, index=False)
-    json_path.write_text(json.dumps(race_to_dict(race), indent=1))
+    # compact: the C encoder (an indented dump ran in Python, seconds for a large race) and a file the loader takes
+    # back (a 16 MB upload, indented, came back over its 16 MB bound)
+    json_path.write_text(json.dumps(race_to_dict(race), separators=(",", ":")))
     return [str(csv_path), str(json_path)]
 
 
@@ -547,9 +555,9 @@ def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
         if not path:
             return
         try:  # the board too: whatever a file holds, the page shows one message, never a traceback
-            race = load_race(path, tuple(ui.panels), ctx.limits.methods_per_race)
+            race = load_race(path, tuple(ui.panels), ctx.limits.methods_per_race, limits=ctx.limits)
             status = (
-                f"Loaded a saved race: **{html.escape(race.pair)}**, {len(race.runs)} methods, timed where it "
+                f"Loaded a saved race: **{md_text(race.pair)}**, {len(race.runs)} methods, timed where it "
                 "was recorded. "
                 "Press **Replay race** to watch it on one clock."
             )

@@ -27,6 +27,7 @@ from specviz.errors import SpecvizError
 from specviz.limits import check_count, check_unique
 from specviz.serving import threads
 from specviz.serving.limits import AppLimits
+from specviz.serving.limits import prompt_ids as checked_prompt
 from specviz.serving.sessions import held_session, method_session
 from specviz.serving.threads import MODELS, PEARL_TARGET
 from specviz.ui.gpu import StopKey, forget_stop, gpu_seconds, new_stop_key, request_stop
@@ -111,11 +112,11 @@ def app_options(method: str, values: dict[str, Any], limits: AppLimits = DEFAULT
         given = (
             int(value) if f.kind == "int" and isinstance(value, float) and value.is_integer() else value
         )  # a slider's 8.0
-        out[name] = (
-            f.parse(given) if isinstance(given, str) and f.kind in ("int", "float") else f.check(given)
-        )  # a text box's "0.9"
-        if out[name] is not None and f.kind == "int":
-            check_count(f"{method}.{name}", out[name], most=int(f.bound(limits)), least=int(f.least))
+        if isinstance(given, str) and f.kind in ("int", "float"):  # a text box's "0.9"
+            given = f.parse(given)
+        if given is not None and f.kind == "int":  # the app's bound first: it is the one the visitor can reach
+            check_count(f"{method}.{name}", given, most=int(f.bound(limits)), least=int(f.least))
+        out[name] = f.check(given)
     return out
 
 
@@ -271,13 +272,7 @@ def run_race(
 def _prompt_ids(pair: Any, settings: RaceSettings, limits: AppLimits) -> list[int]:
     """The prompt's tokens; a prompt over the app's limit, or too long for the model's context with the tokens
     asked for, is refused."""
-    import specviz
-
-    prompt_ids = specviz.encode_prompt(pair, settings.prompt)
-    if len(prompt_ids) > limits.prompt_tokens:
-        raise SpecvizError(
-            f"the prompt is {len(prompt_ids)} tokens long; a race here takes at most {limits.prompt_tokens}: shorten it"
-        )
+    prompt_ids = checked_prompt(pair, settings.prompt, limits)
     if len(prompt_ids) + settings.max_new_tokens > pair.max_context:
         raise SpecvizError(
             f"the prompt ({len(prompt_ids)} tokens) plus max new tokens ({settings.max_new_tokens}) exceeds the "

@@ -17,8 +17,10 @@ not: it drops those orphaned copies (a block id this app never built; the app us
 so every such id is a copy), the deep-link configs, and whole sessions that no event has touched
 for the time-to-live, then hands the freed memory back to the operating system. It also keeps
 gradio's file cache (uploads and the files handed to visitors) under `CACHE_MOST_MB`, the oldest
-files going first: gradio bounds each upload's size (the app sets it to a saved race's bound), not
-their number, and keeps them for the time-to-live.
+files going first, counted as the disk counts them (blocks, a folder per upload too), and removes
+the folders left empty: gradio bounds each upload's size (the app sets it to a saved race's bound),
+not their number (the app's bounds on that: `specviz.serving.uploads`), and keeps them for the
+time-to-live.
 
 glibc gives each new thread that allocates while other threads are alive a heap ("arena") of its
 own, up to eight per core, and keeps every arena for the life of the process; a server's threads
@@ -37,8 +39,11 @@ import datetime
 import logging
 import os
 import threading
+import time
+from collections import Counter
 from functools import cache
 from pathlib import Path
+from stat import S_ISDIR
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,10 @@ M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 # race downloads (a saved race is at most 16 MB) fit; a stream of uploads does not fill the disk
 CACHE_MOST_MB = 1024
 CACHE_LOG = "gradio's file cache was over %d MB: deleted %d file(s), oldest first"
+BLOCK_BYTES = 4096  # the least an entry is counted to take on disk (ext4's and tmpfs's block)
+# an empty folder in the cache is removed this long after its last change: gradio makes a folder per
+# upload (named by its content's hash), then moves the file into it
+EMPTY_FOLDER_AGE_S = 60.0
 
 
 def drop_update_copies(demo: Any) -> int:
@@ -130,24 +139,58 @@ def _glibc() -> Any:
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
-def bound_folder(folder: Path, most_mb: float) -> int:
+def bound_folder(folder: Path, most_mb: float, now: float | None = None) -> int:
     """Delete the oldest files under `folder` (by modification time) until the rest take at most
-    `most_mb` MB; returns how many went."""
-    files = []
+    `most_mb` MB of disk, with the folders that leaves empty, and any other folder empty for
+    `EMPTY_FOLDER_AGE_S` (gradio makes one, then fills it); returns how many files went. A file or
+    folder costs its blocks, at least one (`on_disk`): 300 uploads of 8 bytes took 2.4 MB of disk,
+    counted by their sizes 2.4 KB, and none went (issue 53)."""
+    now = time.time() if now is None else now
+    try:
+        itself = folder.lstat()
+    except OSError:  # not made yet (gradio makes it at the first upload), or gone
+        return 0
+    files, folders = [], {}
     for path in folder.rglob("*"):
         try:
-            if path.is_file():
-                stat = path.stat()
-                files.append((stat.st_mtime, stat.st_size, path))
+            stat = path.lstat()
         except OSError:  # gone meanwhile (gradio's own cleanup, a download's rewrite)
             continue
-    total, deleted = sum(size for _, size, _ in files), 0
-    for _, size, path in sorted(files):
+        if S_ISDIR(stat.st_mode):
+            folders[path] = stat
+        else:
+            files.append((stat.st_mtime, on_disk(stat), path))
+    # the folder itself too: a folder that once held many entries keeps their blocks (ext4 never shrinks one)
+    total = on_disk(itself) + sum(cost for _, cost, _ in files) + sum(map(on_disk, folders.values()))
+    left_in = Counter(path.parent for _, _, path in files)  # folder -> its files not deleted
+    deleted = 0
+    for _, cost, path in sorted(files):
         if total <= most_mb * 2**20:
             break
         path.unlink(missing_ok=True)
-        total, deleted = total - size, deleted + 1
+        total, deleted = total - cost, deleted + 1
+        left_in[path.parent] -= 1
+        if not left_in[path.parent] and path.parent in folders and _removed(path.parent):
+            total -= on_disk(folders.pop(path.parent))
+    for path in sorted(folders, key=lambda p: len(p.parts), reverse=True):  # the deepest first
+        if now - folders[path].st_mtime >= EMPTY_FOLDER_AGE_S:
+            _removed(path)
     return deleted
+
+
+def _removed(folder: Path) -> bool:
+    """Remove `folder` if it is empty; whether it went."""
+    try:
+        folder.rmdir()
+    except OSError:  # not empty (or gone)
+        return False
+    return True
+
+
+def on_disk(stat: os.stat_result) -> int:
+    """Bytes an entry takes on disk as the file system counts them (`du`), at least a block: an empty
+    file or a tmpfs folder is an inode and a directory entry, and says 0."""
+    return max(stat.st_blocks * 512, BLOCK_BYTES)
 
 
 def gradio_cache() -> Path:

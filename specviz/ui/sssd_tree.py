@@ -12,7 +12,7 @@ from typing import Any
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
-from specviz.serving.limits import AppLimits
+from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
 
@@ -22,9 +22,16 @@ TARGET_COLOUR = "#555555"  # the target's own token (correction or bonus)
 
 
 def run_sssd(
-    pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None
+    pair_name: str,
+    prompt: str,
+    max_new_tokens: int,
+    speculation_length: int,
+    sources: str,
+    load_pair=None,
+    limits: AppLimits | None = None,
 ) -> dict[str, Any]:
-    """One greedy `sssd` run -> plain state: records as dicts and each tree token's text."""
+    """One greedy `sssd` run -> plain state: records as dicts and each tree token's text; the prompt
+    within `limits`."""
     import specviz
 
     pair = (load_pair or specviz.load_pair)(pair_name)
@@ -33,7 +40,7 @@ def run_sssd(
         for r in specviz.run(
             "sssd",
             pair,
-            prompt,
+            prompt_ids(pair, prompt, limits or AppLimits()),
             max_new_tokens=int(max_new_tokens),
             speculation_length=int(speculation_length),
             sources=sources,
@@ -126,13 +133,14 @@ def build_tab(ctx: Any) -> None:
     state = ctx.state()
     # the model call (plain data in and out)
     sssd = ctx.run_models(
-        lambda pair_name, text, n, s, src: run_sssd(pair_name, text, n, s, src, ctx.load_pair),
+        lambda pair_name, text, n, s, src: run_sssd(pair_name, text, n, s, src, ctx.load_pair, limits),
         seconds=lambda pair_name, text, n, s, src: gpu_seconds(n),
     )
 
     def on_run(pair_name, text, n, s, src):
         try:  # only the API can send more than the slider allows
             check_count("S (tree nodes)", int(s), most=limits.tree_nodes)
+            check_prompt_text(text, limits)  # before it reaches the models' line to be tokenised there
         except SpecvizError as e:
             return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", gr.update(), None, ""
         st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, run=sssd)

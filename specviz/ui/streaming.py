@@ -14,6 +14,7 @@ from typing import Any
 from specviz.errors import SpecvizError
 from specviz.plots.streaming_pass import PassCounts, run_pass
 from specviz.plots.tree import record_tree, record_tree_figure
+from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
 
@@ -32,10 +33,11 @@ def run_streaming(
     tree_width: int,
     prune_threshold: float | None = None,
     load_pair=None,
+    limits: AppLimits | None = None,
 ) -> dict[str, Any]:
     """One greedy `streaming` run -> plain state: records as dicts, each token's text, what the run is
     lossless against, the pruning threshold (None: the method's default) and whether the adapter has a
-    pruning layer (without one a threshold prunes nothing)."""
+    pruning layer (without one a threshold prunes nothing). The prompt within `limits`."""
     import specviz
     from specviz.methods.streaming import StreamingOptions, streaming_model, tuned_target
 
@@ -46,7 +48,7 @@ def run_streaming(
         for r in specviz.run(
             "streaming",
             pair,
-            prompt,
+            prompt_ids(pair, prompt, limits or AppLimits()),
             max_new_tokens=int(max_new_tokens),
             speculation_length=int(streams),
             tree_width=int(tree_width),
@@ -221,12 +223,15 @@ def build_tab(ctx: Any) -> None:
     state = ctx.state()
     # the model call (plain data in and out)
     streamed = ctx.run_models(
-        lambda pair_name, text, n, k, w, p: run_streaming(pair_name, text, n, k, w, p, load_pair=ctx.load_pair),
+        lambda pair_name, text, n, k, w, p: run_streaming(
+            pair_name, text, n, k, w, p, load_pair=ctx.load_pair, limits=ctx.limits
+        ),
         seconds=lambda pair_name, text, n, k, w, p: gpu_seconds(n),
     )
 
     def on_run(pair_name, text, n, k, w, p):
         try:
+            check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
             st = streamed(pair_name, text, int(n), int(k), int(w), float(p))
         except (
             SpecvizError,

@@ -3,16 +3,19 @@
 The line is first come, first served between visitors, and fair within it: a visitor's second run
 waits behind every other visitor's first (their third behind every second, ...), and a visitor
 holds at most `PER_VISITOR` places in it (one more is refused at once, so one page sending forty
-races neither takes every turn nor fills gradio's queue). A race takes a turn per method and gives
-it back between methods, so a visitor's one-method race is not held behind another's thirteen;
-while it waits, the page says how many runs are ahead and about how long that takes (past a
-typical turn, how long the run on the models has held them instead). A run that is alone on the
-models keeps honest timings: no two model runs ever share the processor. Other tabs hold one turn
-for their whole (bounded) call. A visitor who closes the tab stops their running race
-(`stop_visitor`, wired to the page's unload event). A call whose client cancels it (gradio's
-/cancel, gradio_client's job.cancel) leaves the line if it is waiting, and its Stop is set if it is
-running (`stop_when_cancelled`): gradio itself cannot interrupt a call that is running in a thread,
-and the models stayed busy 6-39 s after a cancel (issue 41). Nothing here imports torch.
+races neither takes every turn nor fills gradio's queue). A visitor is a network address
+(`specviz.serving.visitors`), not a gradio session, which a client makes at will: six raw API calls
+were six visitors (issue 53); the places per address are `AppLimits.places_per_address`. A race
+takes a turn per method and gives it back between methods, so a visitor's one-method race is not
+held behind another's thirteen; while it waits, the page says how many runs are ahead and about how
+long that takes (past a typical turn, how long the run on the models has held them instead). A run
+that is alone on the models keeps honest timings: no two model runs ever share the processor. Other
+tabs hold one turn for their whole (bounded) call. A visitor who closes the tab stops their running
+race (`stop_visitor`, wired to the page's unload event: that tab's runs, by its gradio session). A
+call whose client cancels it (gradio's /cancel, gradio_client's job.cancel) leaves the line if it
+is waiting, and its Stop is set if it is running (`stop_when_cancelled`): gradio itself cannot
+interrupt a call that is running in a thread, and the models stayed busy 6-39 s after a cancel
+(issue 41). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -29,23 +32,30 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from specviz.errors import SpecvizError
+from specviz.serving.limits import AppLimits
+from specviz.serving.visitors import request_address
 
 POLL_S = 0.15  # how often a waiting run checks its Stop signal
 NOTE_S = 2.0  # a waiting run's page is redrawn when its note changes, at most this often: waiting
 # visitors' redraws take the CPU from the run being timed (with 8 visitors redrawn every POLL_S, the
 # load test spent ~22 s of wall time a race; with this, 5.3 s: two runs on different days,
 # `benchmarks/reliability/`)
-PER_VISITOR = 2  # places one visitor may hold in the line at once (a race holds one: two tabs' runs, or two races)
+# places one visitor (address) may hold in the line at once (a race holds one: two tabs' runs, or two
+# races); the app sets its line's from SPECVIZ_LIMIT_PLACES_PER_ADDRESS at launch
+PER_VISITOR = AppLimits().places_per_address
 
 
 def current_visitor() -> str | None:
-    """The gradio session of the event being handled (None outside one): whose run joins the line."""
+    """Whose run joins the line (None outside a gradio event): the network address of the event's
+    request (`specviz.serving.visitors`), or its gradio session where it has none (a request built by hand)."""
     try:
         from gradio.context import LocalContext
     except ImportError:  # the library without the app
         return None
     request = LocalContext.request.get(None)
-    return getattr(request, "session_hash", None)
+    if request is None:
+        return None
+    return request_address(request) or getattr(request, "session_hash", None)
 
 
 def event_live() -> Callable[[], bool] | None:
@@ -129,16 +139,17 @@ class Turns:
         self.per_visitor = per_visitor
 
     def join(self, visitor: str | None = None) -> Ticket:
-        """A ticket for `visitor` (default: the gradio session being served), placed behind every
-        other visitor's runs of the same rank: give it back with `leave`, served or not. A visitor
-        who holds `per_visitor` places already is refused (SpecvizError)."""
+        """A ticket for `visitor` (default: the address of the gradio event being served), placed
+        behind every other visitor's runs of the same rank: give it back with `leave`, served or not.
+        A visitor who holds `per_visitor` places already is refused (SpecvizError)."""
         ticket = Ticket(visitor if visitor is not None else current_visitor())
         with self._cond:
             rank = self._rank(ticket, len(self._line))
             if ticket.visitor is not None and rank >= self.per_visitor:
                 raise SpecvizError(
-                    f"you have {rank} runs waiting for the models or running already, the most one visitor may: "
-                    "wait for them to finish, or press Stop"
+                    f"{rank} runs waiting for the models or running already come from your network address, "
+                    "the most one address may hold (SPECVIZ_LIMIT_PLACES_PER_ADDRESS): wait for them to finish, "
+                    "or press Stop"
                 )
             # behind the holder and every run of the same or a lower rank: before the first of a higher one
             at = next((i for i in range(1, len(self._line)) if self._rank(self._line[i], i) > rank), len(self._line))
@@ -211,9 +222,9 @@ class Turns:
 
 TURNS = Turns()  # the app's one line (one process serves one set of models)
 
-# visitor (gradio session hash) -> the Stop signals of their running runs, one entry per run: a
-# visitor's runs may share one signal (the Race tab's Stop is one per page), so each run removes
-# its own entry, not the signal
+# gradio session hash (a tab, not an address: closing it stops that tab's runs only) -> the Stop
+# signals of its running runs, one entry per run: a tab's runs may share one signal (the Race tab's
+# Stop is one per page), so each run removes its own entry, not the signal
 _STOPS: dict[str, list[threading.Event]] = {}
 _STOPS_LOCK = threading.Lock()
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from specviz.methods import BASELINE, get_method
 from specviz.plots.summary import NOISE, Standing, standings
-from specviz.ui.panels import DISTURBED, MethodRun, Race
+from specviz.ui.panels import DISTURBED, MethodRun, Race, md_text
 
 VERIFY_FLOOR = 0.9  # verify cost below this (1 − noise): a verification cheaper than one step, impossible
 EVEN = 0.05  # a speedup within this of 1: neither a gain nor a loss on a shared machine
@@ -58,8 +58,17 @@ def stalled_share(records: Sequence[Any]) -> float:
         if r.target_forwards:
             sizes.setdefault(_pass_size(r), []).append(r.verify_ms / r.target_forwards)
     total = sum(sum(times) for times in sizes.values())
-    slow = sum(t for times in sizes.values() if len(times) >= 3 for t in times if t > 2 * statistics.median(times))
+    slow = sum(_slow(times) for times in sizes.values())
     return slow / total if total > 0 else 0.0
+
+
+def _slow(times: list[float]) -> float:
+    """The time in passes over twice the median of `times` (passes of one size; fewer than 3 have no median
+    to speak of). The median once per size: taken per pass, a saved race of 58,001 passes stalled the server."""
+    if len(times) < 3:
+        return 0.0
+    limit = 2 * statistics.median(times)
+    return sum(t for t in times if t > limit)
 
 
 def timing_problems(run: MethodRun, baseline: MethodRun | None, probes: Sequence[float] = ()) -> list[str]:
@@ -122,16 +131,19 @@ class Shipped:
     per_prompt_on_suites: tuple[float, ...] = ()  # the per-prompt speedups on those suites
 
 
-@cache
 def shipped_speedups(pair: str) -> dict[str, Shipped]:
     """method -> its speedup in the first shipped run that measured it (`specviz.leaderboard`'s
     declaration: the runs behind the README's figures), for the default pair, the only pair with
-    shipped results; {} where benchmarks/ is not installed (a wheel, a Space)."""
+    shipped results; {} where benchmarks/ is not installed (a wheel, a Space). Read once; a saved
+    race's pair name is not a key of any cache (each upload's name, up to megabytes, was kept)."""
+    return _default_speedups() if pair == "default" else {}
+
+
+@cache
+def _default_speedups() -> dict[str, Shipped]:
     from specviz.errors import SpecvizError
     from specviz.leaderboard import SUITES_BENCHMARK, leaderboard_rows, shared_columns
 
-    if pair != "default":
-        return {}
     try:
         rows = leaderboard_rows()
     except (OSError, SpecvizError, KeyError, ValueError):  # not shipped with this installation, or unreadable
@@ -193,10 +205,10 @@ def ranking(race: Race) -> list[tuple[MethodRun, float | None]]:
 
 
 def tie_words(standing: Standing, labels: Mapping[str, str]) -> str:
-    """Why a run shares its place ('' where it does not)."""
+    """Why a run shares its place ('' where it does not), in Markdown (`labels`: a saved race's, escaped here)."""
     if not standing.shares_with:
         return ""
-    other = labels.get(standing.shares_with, standing.shares_with)
+    other = md_text(labels.get(standing.shares_with, standing.shares_with))
     if standing.same_work:
         return f"same drafts and counts as {other}: the gap is clock noise"
     return f"within {NOISE:.0%} of {other}: the gap is within the clock's noise"
@@ -234,7 +246,7 @@ def why_sentence(run: MethodRun, baseline: MethodRun, speedup: float | None) -> 
 
 def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = None) -> str:
     """Who won and why, one line per method (fastest first), and the prompt's place against the
-    shipped benchmarks; '' before a race."""
+    shipped benchmarks; '' before a race. Its labels and flags may be a saved race's: escaped (`md_text`)."""
     if race is None or not race.finished():
         return ""
     flags = timing_flags(race) if flags is None else flags
@@ -245,16 +257,18 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
     first = [(r, s) for r, s in order if s.place == 1]
     labels = {r.name: r.label for r in race.runs}
     if baseline.name in flags:
-        head = f"**Verdict: none this time — {baseline.label}, which every speedup divides by, is {DISTURBED}.**"
+        head = (
+            f"**Verdict: none this time — {md_text(baseline.label)}, which every speedup divides by, is {DISTURBED}.**"
+        )
     elif not first:
         head = f"**Verdict: none this time — every run's {DISTURBED}.**"
     elif len(first) > 1:
-        names = " and ".join(f"{r.label} ({s.speedup:.2f}×)" for r, s in first if s.speedup is not None)
+        names = " and ".join(f"{md_text(r.label)} ({s.speedup:.2f}×)" for r, s in first if s.speedup is not None)
         head = f"**Verdict: no single winner: {names} share first place**: the clock cannot tell them apart."
     elif first[0][0].name == BASELINE:
-        head = f"**Verdict: the target alone wins** — no method beat {baseline.label} on this prompt."
+        head = f"**Verdict: the target alone wins** — no method beat {md_text(baseline.label)} on this prompt."
     else:
-        head = f"**Verdict: {first[0][0].label} wins, {first[0][1].speedup:.2f}× the target alone.**"
+        head = f"**Verdict: {md_text(first[0][0].label)} wins, {first[0][1].speedup:.2f}× the target alone.**"
     shipped = shipped_speedups(race.pair)
     lines = [head, ""]
     shares = [s.place for _, s in order]
@@ -269,13 +283,13 @@ def verdict_markdown(race: Race | None, flags: dict[str, list[str]] | None = Non
             shared = shares.count(standing.place) > 1
             where = _ordinal(standing.place) + (" (shared" + (f": {tie})" if tie else ")") if shared else "")
         if run.name in flags:
-            why = f"⚠️ {DISTURBED} ({'; '.join(flags[run.name])}): this figure is not the method's."
+            why = f"⚠️ {DISTURBED} ({'; '.join(md_text(f) for f in flags[run.name])}): this figure is not the method's."
         else:
             why = why_sentence(run, baseline, speedup)
             if run.name in shipped and speedup is not None:
                 place_words = prompt_place(speedup, shipped[run.name])
                 why += f" {place_words[0].upper()}{place_words[1:]}."
-        lines.append(f"- **{run.label}**{mark} {shown}, {where}: {why}")
+        lines.append(f"- **{md_text(run.label)}**{mark} {shown}, {where}: {why}")
     if shipped and any(r.name in shipped for r, _ in order):
         lines += [
             "",

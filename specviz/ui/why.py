@@ -20,7 +20,7 @@ from typing import Any
 from specviz.cost.families import FAMILIES, TARGET_ALONE
 from specviz.cost.from_records import explain_run
 from specviz.methods import get_method
-from specviz.ui.panels import BASELINE, DISTURBED, Race
+from specviz.ui.panels import BASELINE, DISTURBED, Race, md_text
 
 # Shown in the Race tab; every metric label of a panel links to its entry (#sv-term-<key>).
 GLOSSARY = {
@@ -116,7 +116,7 @@ def reading(row: dict[str, Any], disturbed: list[str] | None = None) -> str:
 
 
 def why_markdown(race: Race | None) -> str:
-    """The Race tab's 'why' table, or what is missing for it."""
+    """The Race tab's 'why' table, or what is missing for it (a saved race's labels escaped: `md_text`)."""
     if race is None:
         return ""
     rows = explain_race(race)
@@ -141,12 +141,12 @@ def why_markdown(race: Race | None) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['method']} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | {r['c']:.3f} | "
+        f"| {md_text(r['method'])} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | {r['c']:.3f} | "
         f"{r['verify_label'].replace('/', ' / ')} = {r['verify_ratio']:.2f} | {r['predicted_speedup']:.2f}× | "
         f"{r['measured_speedup']:.2f}× |"
         for r in rows
     ]
     # the readings under the table, one a method: in a column they pushed the table off a 1440 px page
-    lines += ["", *(f"- **{r['method']}**: {reading(r, flags.get(r['name']))}." for r in rows)]
+    lines += ["", *(f"- **{md_text(r['method'])}**: {reading(r, flags.get(r['name']))}." for r in rows)]
     lines += ["", "Predicted by " + "; ".join(dict.fromkeys(f"{r['family']}: {r['formula']}" for r in rows)) + "."]
     return "\n".join(lines)
