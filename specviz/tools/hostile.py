@@ -71,15 +71,16 @@ def streamed_load(url: str, path: Path, visitor: str) -> str:
     uploaded = uploads(url, [(path.name, path.read_bytes())], visitor)
     entry = {"path": json.loads(uploaded)[0], "meta": {"_type": "gradio.FileData"}}
     posted = httpx.post(f"{url}gradio_api/call/load_race", json={"data": [entry]}, headers=headers, timeout=60)
-    size, tail = 0, b""
+    size, tail, events = 0, b"", []
     with httpx.stream(
         "GET", f"{url}gradio_api/call/load_race/{posted.json()['event_id']}", headers=headers, timeout=600
     ) as answer:
         for chunk in answer.iter_bytes():
-            size, tail = size + len(chunk), (tail + chunk)[-4096:]
-    last = tail.decode(errors="replace").strip().rpartition("event: ")[2]
-    if not last.startswith("complete"):
-        raise SpecvizError(json.loads(last.partition("data: ")[2] or "null").get("error"))
+            seen = tail + chunk  # an event's name may straddle two chunks
+            events += [w for w in (b"event: complete", b"event: error") if w in seen]
+            size, tail = size + len(chunk), seen[-4096:]
+    if b"event: complete" not in events:
+        raise SpecvizError(tail.decode(errors="replace").rpartition("data: ")[2].strip()[:300])
     return f"{size / 2**20:.1f} MB to the page"
 
 
