@@ -142,6 +142,17 @@ def six_at_once(url: str, headers: list[dict[str, str]]) -> list[tuple[str, str]
     return outcomes
 
 
+def test_the_served_app_hands_the_interpreter_to_a_waiting_run_quickly(app_url):
+    """Issue 53: beside a 16 MB saved race being checked and drawn (seconds of pure Python), each torch call of
+    another visitor's race waited Python's default 5 ms to take the interpreter back, and the race took
+    several times as long; the app serves with GIL_SWITCH_S (benchmarks/reliability/README.md)."""
+    import sys
+
+    from specviz.ui.turns import GIL_SWITCH_S
+
+    assert sys.getswitchinterval() <= GIL_SWITCH_S < 0.005
+
+
 def test_six_raw_calls_from_one_address_hold_two_places(app_url, monkeypatch):
     monkeypatch.delenv("SPECVIZ_TRUSTED_PROXIES", raising=False)
     monkeypatch.delenv("SPACE_ID", raising=False)

@@ -29,7 +29,7 @@ from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choic
 from specviz.ui.saved import MAX_FILE_BYTES
 from specviz.ui.sessions import limit_malloc_arenas, start_janitor
 from specviz.ui.style import CSS
-from specviz.ui.turns import TURNS, one_at_a_time, stop_visitor
+from specviz.ui.turns import TURNS, hand_over_quickly, one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
 LEFT_LOG = (
@@ -416,6 +416,7 @@ def launch(demo: gr.Blocks, **kwargs: Any) -> Any:
     trusted_proxies()  # a bad SPECVIZ_TRUSTED_PROXIES fails here, not at a visitor's first run
     peer_left_alone()  # the visitor's address is specviz.serving.visitors' rule, not uvicorn's as well
     TURNS.per_visitor = limits.places_per_address  # a network address's places in the models' line
+    hand_over_quickly()  # a handler that is pure Python for seconds holds the models' run up little
     size_pools(limits)  # server-wide: past its bound, the least recently used learner gives its weights back
     limit_malloc_arenas()  # before gradio starts its worker threads
     start_janitor(demo, limits.session_ttl_s)

@@ -24,6 +24,7 @@ import functools
 import inspect
 import math
 import statistics
+import sys
 import threading
 import time
 from collections import deque
@@ -221,6 +222,20 @@ class Turns:
 
 
 TURNS = Turns()  # the app's one line (one process serves one set of models)
+
+# How long a thread holds the interpreter before one waiting for it takes its turn (Python's default
+# is 5 ms). A model step releases it in every torch call and waits to take it back, so beside a
+# handler that is pure Python for seconds (a 16 MB saved race: checked and drawn) each of the run's
+# hundreds of calls a step waited out the whole interval, and another visitor's short race took
+# several times as long (issue 53; the figures, at both values: benchmarks/reliability/README.md).
+GIL_SWITCH_S = 0.0005
+
+
+def hand_over_quickly(interval_s: float = GIL_SWITCH_S) -> None:
+    """Let a thread waiting for the interpreter (the models' run) take it within `interval_s` seconds,
+    whatever else this process is doing (server-wide: the app sets it at launch)."""
+    sys.setswitchinterval(min(interval_s, sys.getswitchinterval()))
+
 
 # gradio session hash (a tab, not an address: closing it stops that tab's runs only) -> the Stop
 # signals of its running runs, one entry per run: a tab's runs may share one signal (the Race tab's
