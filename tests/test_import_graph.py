@@ -115,3 +115,32 @@ def test_the_library_imports_neither_the_serving_layer_nor_the_app():
         f"{m} imports {t}" for m, targets in graph.items() if _under(m, LIBRARY) for t in targets if _under(t, SERVING)
     )
     assert wrong == []
+
+
+CACHE_TYPES = {"DynamicCache", "StaticCache", "HybridCache", "QuantizedCache"}  # transformers' KV caches
+KV = ROOT / "models" / "kv.py"
+
+
+def cache_handling(tree: ast.AST) -> list[str]:
+    """Where a module names one of transformers' KV caches or crops a cache (`x.crop(n)`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name in CACHE_TYPES]
+        elif isinstance(node, ast.Name) and node.id in CACHE_TYPES:
+            found.append(f"line {node.lineno}: names {node.id}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "crop":
+            found.append(f"line {node.lineno}: crops a cache")
+    return found
+
+
+def test_only_the_kv_module_builds_or_crops_a_kv_cache():
+    """Issue 52: `specviz/models/kv.py` is the one module that touches KV caches, EAGLE's head cache and
+    the training corpus's too (they built and cropped their own DynamicCache)."""
+    outside = {
+        str(path.relative_to(ROOT)): found
+        for path in ROOT.rglob("*.py")
+        if path != KV and (found := cache_handling(ast.parse(path.read_text())))
+    }
+    assert not outside, f"KV caches handled outside specviz/models/kv.py: {outside}"
+    assert cache_handling(ast.parse(KV.read_text()))  # the scan sees kv.py's own

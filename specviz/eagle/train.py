@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from specviz.eagle.features import Chunk, chunk_path, corpus_data, features_of, padded, read_chunk
 from specviz.models import streaming as msa
 from specviz.models.devices import input_embeddings, output_embeddings
 from specviz.models.eagle import EagleHead, from_target, load_head, save_head
-from specviz.models.kv import additive
+from specviz.models.kv import additive, new_cache
 from specviz.train.draft.data import Example
 from specviz.train.loop import Checkpoint, CsvLog, LoopConfig, run
 
@@ -92,7 +92,7 @@ def chain_features(
     n = T - 1
     embeds = F.embedding(ids[:, 1:], input_embeddings(target))  # [B, n, H] e(x_{t+1})
     positions = torch.arange(n, device=ids.device)[None].expand(B, n)
-    cache, inputs, rounds = DynamicCache(config=head.config), feats[:, :-1], []
+    cache, inputs, rounds = new_cache(head.config), feats[:, :-1], []
     t = torch.arange(n)
     for d in range(1, depths + 1):
         visible = torch.zeros(n, d * n, dtype=torch.bool)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from specviz.cost.families import HEAD_TREE
 from specviz.cost.formulas import tree_budget
@@ -48,7 +48,7 @@ from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
 from specviz.models.devices import HOST, input_embeddings
 from specviz.models.eagle import EagleHead, from_target, load_head
-from specviz.models.kv import CachedLM, additive
+from specviz.models.kv import CachedLM, additive, crop_to, new_cache
 from specviz.paths import ASSETS
 from specviz.records import IterationRecord
 
@@ -155,7 +155,7 @@ class EagleDrafter:
         self.vocab: list[int] = head.vocab_ids.tolist()  # the head's token index -> the target's token id
         self.embed = input_embeddings(target)  # [V, H] e(x)
         self.hidden_layer = target.config.num_hidden_layers  # hidden_states[L]: post-norm, what the LM head reads
-        self.cache = DynamicCache(config=head.config)
+        self.cache = new_cache(head.config)
         self.committed = 0  # head-cache entries of committed positions (the rest are the last tree's)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (t, f_t) whose entries are not cached yet
         self.root_position = -1  # position of the last committed token when the tree was proposed
@@ -202,9 +202,7 @@ class EagleDrafter:
 
     def _read_pending(self, ids: list[int]) -> torch.Tensor:
         """Crop the last tree's entries, add the kept features' entries; f̂ of the last one: [H]."""
-        excess = self.cache.get_seq_length() - self.committed  # the last tree's entries
-        if excess > 0:
-            self.cache.crop(-excess)
+        crop_to(self.cache, self.committed)  # the last tree's entries go
         positions = [t for t, _ in self.pending]
         feats = torch.stack([f for _, f in self.pending])  # [m, H]
         m = len(positions)

@@ -18,7 +18,7 @@ import itertools
 from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
 from specviz.models.devices import HOST, input_embeddings, to_device
@@ -55,7 +55,7 @@ class CachedLM:
         self.model = model
         self.lean = model if isinstance(model, LeanDecoder) else None  # decodes through its own `step`
         self.cache: StaticKV | DynamicCache = (
-            self.lean.new_cache() if self.lean is not None else DynamicCache(config=model.config)
+            self.lean.new_cache() if self.lean is not None else new_cache(model.config)
         )
         self.tokens: list[int] = []  # ids whose keys/values are in the cache, in order
         self.device = input_embeddings(model).device
@@ -238,6 +238,18 @@ def tree_attention_mask(
     return additive(allowed, dtype, device)[None, None]
 
 
+def new_cache(config: PreTrainedConfig) -> DynamicCache:
+    """An empty Hugging Face cache for a model of `config` (a drafting head's too: EAGLE's)."""
+    return DynamicCache(config=config)
+
+
+def crop_to(cache: DynamicCache | StaticKV, length: int) -> None:
+    """Keep the first `length` positions of `cache`: drop what a rejected draft or tree left."""
+    excess = cache.get_seq_length() - length
+    if excess > 0:
+        cache.crop(-excess)
+
+
 class StaticKV:
     """Keys and values of every layer in tensors allocated once (gpt-fast's static cache): appending
     writes in place, rolling back only moves `length`. Grows by doubling when full."""
@@ -291,7 +303,7 @@ class BatchCachedLM:
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        self.cache = new_cache(model.config)
         self.device = input_embeddings(model).device
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=HOST)  # [B, width], on the host
         self.lengths: list[int] = []  # tokens each row holds: its next position id
@@ -355,9 +367,7 @@ class BatchCachedLM:
                 t = getattr(layer, name)  # [B, H, width+W, D]
                 block = t[:, :, width:].gather(2, index[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
                 t[:, :, width : width + K] = block
-        excess = self.cache.get_seq_length() - (width + K)
-        if excess > 0:
-            self.cache.crop(-excess)
+        crop_to(self.cache, width + K)
         new_valid = torch.tensor([[j < len(k) for j in range(K)] for k in kept], dtype=torch.bool, device=HOST).reshape(
             len(kept), K
         )
@@ -379,7 +389,7 @@ class BatchedLM:
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        self.cache = new_cache(model.config)
         self.device = input_embeddings(model).device
 
     @torch.inference_mode()
@@ -392,9 +402,7 @@ class BatchedLM:
 
     def truncate(self, length: int) -> None:
         """Keep only the first `length` positions of every sequence."""
-        excess = self.cache.get_seq_length() - length
-        if excess > 0:
-            self.cache.crop(-excess)
+        crop_to(self.cache, length)
 
     def cache_length(self) -> int:
         return self.cache.get_seq_length()

@@ -222,14 +222,14 @@ def answer_batch(
 
     Left-padded prefill, then one forward pass per step over the rows still running; a row that
     emits an EOS or reaches the cap leaves the batch (its cache rows are dropped)."""
-    from transformers import DynamicCache
+    from specviz.models.kv import new_cache
 
     dev = model.get_input_embeddings().weight.device
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[eos_ids[0]] * (width - len(p)) + p for p in prompts], device=dev)  # [B, T]
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)  # [B, T]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model.config)
     eos = torch.tensor(eos_ids, device=dev)
     live = list(range(len(prompts)))  # batch row -> prompt index
     outputs: list[list[int]] = [[] for _ in prompts]
