@@ -132,6 +132,8 @@ def test_tabs_are_discovered_race_first_and_all_import():
     assert tabs[0].TAB_TITLE == "Race"
     for module in tabs:
         assert isinstance(module.TAB_TITLE, str) and isinstance(module.TAB_ORDER, int) and callable(module.build_tab)
+    orders = [m.TAB_ORDER for m in tabs]
+    assert len(set(orders)) == len(orders), f"two tabs share a TAB_ORDER (their order then rests on titles): {orders}"
 
 
 def test_a_missing_default_draft_falls_back_to_tiny_random_and_says_how_to_get_it(monkeypatch, tmp_path):

@@ -149,8 +149,3 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.samples)
-
-
-def bytes_per_position(vocab: int, top_k: int) -> int:
-    """Memory one recorded position costs: full fp16 log-probs, or top-k values (fp16) and ids (int32)."""
-    return 2 * vocab if not top_k or top_k >= vocab else 6 * top_k

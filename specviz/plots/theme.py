@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import itertools
-from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
@@ -202,7 +201,3 @@ def empty(title: str, message: str) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return finish(fig, title, "", "", legend=None)
-
-
-def labels_of(methods: Sequence[str], label_of: dict[str, str]) -> list[str]:
-    return [label_of.get(m, m) for m in methods]

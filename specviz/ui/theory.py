@@ -44,7 +44,7 @@ from specviz.plots.theme import signed_percent
 from specviz.ui.feedback import problem_text
 
 TAB_TITLE = "Theory"
-TAB_ORDER = 50
+TAB_ORDER = 55  # after PEARL's tab
 
 LOADED_PAIR = "the loaded pair's target"
 MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `python -m specviz.bench roofline`
