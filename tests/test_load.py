@@ -80,3 +80,22 @@ def test_a_probe_takes_a_shared_bounds_refusal_as_fair_and_nothing_else():
     assert not load.probe("download", "done", refuse("another refusal"), fair="SPECVIZ_LIMIT_ADAPTED_DRAFTS")["ok"]
     assert not load.probe("download", "done", refuse(full + "\nTraceback"), fair="SPECVIZ_LIMIT_ADAPTED_DRAFTS")["ok"]
     assert load.probe("download", "done", lambda: "osd-draft.safetensors", fair="X")["ok"]
+
+
+def test_the_temp_folder_is_measured_while_the_app_removes_folders_in_it(tmp_path, monkeypatch):
+    """The hostile run's folder sampler died on a folder the app removed while it was walked
+    (FileNotFoundError from pathlib's rglob), and the run's largest temp size stopped there."""
+    import os
+
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "race.json").write_bytes(b"x" * 10_000)
+    (tmp_path / "gone").mkdir()
+    scandir = os.scandir
+
+    def removed_meanwhile(path: object = ".") -> object:
+        if os.fspath(path).endswith("gone"):
+            raise FileNotFoundError(2, "No such file or directory", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", removed_meanwhile)
+    assert load.folder_mb(tmp_path) >= 10_000 / 2**20

@@ -76,9 +76,10 @@ def folder_mb(folder: Path) -> float:
     """MB that `folder` takes on disk, as the disk sees it: the blocks of its files and folders (a
     file of 8 bytes takes a block; files that vanish while counted are skipped)."""
     total = 0
-    for path in folder.rglob("*"):
-        with contextlib.suppress(OSError):
-            total += path.lstat().st_blocks * 512
+    for top, folders, files in os.walk(folder):  # a folder removed while walked is skipped (rglob raised)
+        for name in (*folders, *files):
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
     return total / 2**20
 
 
