@@ -113,6 +113,9 @@ def crafted_races(folder: Path, limits: Any) -> dict[str, Path]:
     return files
 
 
+Timed = tuple[float, float]  # a race's call in seconds, and its run's on the models (without its wait in the line)
+
+
 def timed_beside(url: str, pair: str, other: int, work: Any) -> tuple[Any, Timed, Timed]:
     """(what `work()` returned, another visitor's short race alone, the same race while `work` runs):
     how much `work` delays the models' line, each race timed as (its call's seconds, its run's
@@ -133,9 +136,6 @@ def timed_beside(url: str, pair: str, other: int, work: Any) -> tuple[Any, Timed
     worker.join()
     short.close()
     return outcome[0], alone, beside
-
-
-Timed = tuple[float, float]  # a race's call in seconds, and its run's on the models (without its wait in the line)
 
 
 def run_s(outputs: Any) -> float:
@@ -220,8 +220,8 @@ def six_at_once_row(url: str, cfg: Any, r: int) -> dict[str, Any]:
         "expected": "the address's places served at once, the rest refused in one line",
         "outcome": f"{served} served, {len(refused)} refused",
         # a quiet app serves two and refuses four; beside other visitors a call may wait in gradio's queue
-        # until this address's first two are done, then take a free place (2-4 served in the load runs):
-        # what an address's share allows, where six overlapping calls on the old share were all served
+        # until this address's first two are done, then take a free place, as an address's share allows
+        # (six overlapping calls on the old, per-session share were all served)
         "ok": bool(refused) and all("\n" not in m and "This is a bug" not in m for m in messages),
         "seconds": round(beside[0], 2),
         **beside_figures(alone, beside),
@@ -273,39 +273,48 @@ def upload_rows(url: str, r: int) -> list[dict[str, Any]]:
 def typed_rows(url: str, cfg: Any, r: int) -> list[dict[str, Any]]:
     """Values of the wrong type or past a limit, through gradio_client and raw calls; the tree tabs'
     prompt limits; an endpoint the app lacks."""
-    page, visitor, pair = client(url, 300 + r, HOSTILE), address(300 + r, HOSTILE), cfg.pair
-    race = lambda *args: page.predict(*args, api_name="/race")[0]  # noqa: E731
-    raw = lambda api, data: raw_call(url, api, data, visitor)  # noqa: E731
-    big, long = "x " * 500_000, "word " * 3000
-    rows = [
-        probe("race of pair 5", "refused", lambda: race(5, "hi", [BASELINE], {}, 8, 0.0, 1.0, 0)),
-        probe("race of pair null", "refused", lambda: race(None, "hi", [BASELINE], {}, 8, 0.0, 1.0, 0)),
-        probe("race with prompt 123", "refused", lambda: race(pair, 123, [BASELINE], {}, 8, 0.0, 1.0, 0)),
-        probe("race with a list prompt", "refused", lambda: race(pair, ["a"], [BASELINE], {}, 8, 0.0, 1.0, 0)),
-        probe("race with a dict prompt", "refused", lambda: race(pair, {"a": 1}, [BASELINE], {}, 8, 0.0, 1.0, 0)),
-        probe("race of 16.7 new tokens", "refused", lambda: race(pair, "hi", [BASELINE], {}, 16.7, 0.0, 1.0, 0)),
-        probe("race with seed 1.5", "refused", lambda: race(pair, "hi", [BASELINE], {}, 8, 0.0, 1.0, 1.5)),
-        probe("race with methods null", "refused", lambda: race(pair, "hi", None, {}, 8, 0.0, 1.0, 0)),
+    page, visitor = client(url, 300 + r, HOSTILE), address(300 + r, HOSTILE)
+    rows = [*_race_rows(page, cfg.pair), *_tab_rows(page, cfg.pair), *_edge_rows(url, cfg.pair, visitor)]
+    page.close()
+    return rows
+
+
+def _race_rows(page: Any, pair: str) -> list[dict[str, Any]]:
+    """/race with one value changed from a good race's (its arguments in the API's order)."""
+    good = {"pair": pair, "prompt": "hi", "methods": [BASELINE], "options": {}, "max_new_tokens": 8}
+    good |= {"temperature": 0.0, "top_p": 1.0, "seed": 0}
+    race = lambda **change: page.predict(*{**good, **change}.values(), api_name="/race")[0]  # noqa: E731
+    lookup = {"prompt_lookup.min_ngram": 5, "prompt_lookup.max_ngram": 2}
+    return [
+        probe("race of pair 5", "refused", lambda: race(pair=5)),
+        probe("race of pair null", "refused", lambda: race(pair=None)),
+        probe("race with prompt 123", "refused", lambda: race(prompt=123)),
+        probe("race with a list prompt", "refused", lambda: race(prompt=["a"])),
+        probe("race with a dict prompt", "refused", lambda: race(prompt={"a": 1})),
+        probe("race of 16.7 new tokens", "refused", lambda: race(max_new_tokens=16.7)),
+        probe("race with seed 1.5", "refused", lambda: race(seed=1.5)),
+        probe("race with methods null", "refused", lambda: race(methods=None)),
         probe(
             "speculation length 0",
             "refused",
-            lambda: race(pair, "hi", ["vanilla"], {"vanilla.speculation_length": 0}, 8, 0.0, 1.0, 0),
+            lambda: race(methods=["vanilla"], options={"vanilla.speculation_length": 0}),
             says="vanilla.speculation_length must be from 1 to 16",
         ),
         probe(
             "prompt lookup with min_ngram 5 > max_ngram 2",
             "refused",
-            lambda: race(
-                pair,
-                "hi",
-                ["prompt_lookup"],
-                {"prompt_lookup.min_ngram": 5, "prompt_lookup.max_ngram": 2},
-                8,
-                0.0,
-                1.0,
-                0,
-            ),
+            lambda: race(methods=["prompt_lookup"], options=lookup),
         ),
+    ]
+
+
+def _tab_rows(page: Any, pair: str) -> list[dict[str, Any]]:
+    """The other tabs' endpoints: wrong types, and prompts past the limits on the tree tabs."""
+    big, long = "x " * 500_000, "word " * 3000
+    sssd = lambda prompt: page.predict(pair, prompt, 16, 4, "both", api_name="/on_run")[0]  # noqa: E731
+    streaming = lambda prompt: page.predict(pair, prompt, 16, 4, 4, 0.05, api_name="/on_run_1")[0]  # noqa: E731
+    roofline = ("H100 SXM", "Llama-2-7B", ["1", "4"], 256, "HF eager", pair)
+    return [
         probe(
             "DISCO with 12.5 new tokens",
             "refused",
@@ -317,34 +326,21 @@ def typed_rows(url: str, cfg: Any, r: int) -> list[dict[str, Any]]:
         probe(
             "roofline with batch sizes as the schema's text",
             "done",
-            lambda: page.predict("H100 SXM", "Llama-2-7B", ["1", "4"], 256, "HF eager", pair, api_name="/on_roofline")[
-                1
-            ],
+            lambda: page.predict(*roofline, api_name="/on_roofline")[1],
         ),
+        probe("SSSD tree, a 1 MB prompt", "done", lambda: sssd(big), says="a prompt here is at most"),
+        probe("SSSD tree, a 3,000-token prompt", "done", lambda: sssd(long), says="a prompt here takes at most"),
+        probe("Streaming tree, a 1 MB prompt", "done", lambda: streaming(big), says="a prompt here is at most"),
         probe(
-            "SSSD tree, a 1 MB prompt",
-            "done",
-            lambda: page.predict(pair, big, 16, 4, "both", api_name="/on_run")[0],
-            says="a prompt here is at most",
+            "Streaming tree, a 3,000-token prompt", "done", lambda: streaming(long), says="a prompt here takes at most"
         ),
-        probe(
-            "SSSD tree, a 3,000-token prompt",
-            "done",
-            lambda: page.predict(pair, long, 16, 4, "both", api_name="/on_run")[0],
-            says="a prompt here takes at most",
-        ),
-        probe(
-            "Streaming tree, a 1 MB prompt",
-            "done",
-            lambda: page.predict(pair, big, 16, 4, 4, 0.05, api_name="/on_run_1")[0],
-            says="a prompt here is at most",
-        ),
-        probe(
-            "Streaming tree, a 3,000-token prompt",
-            "done",
-            lambda: page.predict(pair, long, 16, 4, 4, 0.05, api_name="/on_run_1")[0],
-            says="a prompt here takes at most",
-        ),
+    ]
+
+
+def _edge_rows(url: str, pair: str, visitor: str) -> list[dict[str, Any]]:
+    """Raw calls the API's edge refuses: too few values, a server path, an endpoint the app lacks."""
+    raw = lambda api, data: raw_call(url, api, data, visitor)  # noqa: E731
+    return [
         probe("raw race with one value", "refused", lambda: raw("race", [pair]), says="takes 10 values"),
         probe(
             "saved race named by a server path",
@@ -354,8 +350,6 @@ def typed_rows(url: str, cfg: Any, r: int) -> list[dict[str, Any]]:
         ),
         probe("an endpoint the app lacks", "refused", lambda: raw("nosuch", []), says="HTTP 404"),
     ]
-    page.close()
-    return rows
 
 
 def third_round(url: str, cfg: Any, files: dict[str, Path], r: int) -> list[dict[str, Any]]:
