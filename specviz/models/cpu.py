@@ -5,8 +5,11 @@ forward of a few tokens much dearer than a forward of one: on this project's 2-c
 SmolLM2-135M takes 31 ms for 1 token, 49 ms for 2 and 56 ms for 8 (most likely the weight is
 re-laid-out for the matrix-matrix kernel on every call; oneDNN keeps a packed copy instead). Speculative decoding
 lives on exactly those few-token forwards (the target verifies γ+1 tokens, SSSD and Speculative
-Streaming verify trees). With the weights packed once for oneDNN (`mkldnn_linear`) the same
-forwards take 27.5, 35.5 and 40 ms: verifying 8 tokens costs 1.47x one token instead of 1.8x.
+Streaming verify trees). With the weights packed once for oneDNN the same forwards took 27.5,
+35.5 and 40 ms: verifying 8 tokens cost 1.47x one token instead of 1.8x. The packed copy is now
+the layout oneDNN reorders a weight to for its matmul (`pack_weight`, `packed_linear`), which also
+serves one row faster than MKL's gemv on the plain weight; `specviz.models.fast` multiplies by the
+same copies (figures: benchmarks/fast-target/README.md).
 
 Numbers change only in the last bits (a different summation order), for every method alike: the
 lossless tests compare each method with autoregressive decoding of the same packed model, and the
@@ -81,15 +84,10 @@ class PackedLinear(torch.nn.Linear):
             return torch.nn.functional.linear(x, w, self.bias)
         cache = self._specviz_packed
         if cache.weight is None or cache.source != version_stamp(w):
-            cache.weight = w.detach().to_mkldnn()
-            cache.bias = None if self.bias is None else self.bias.detach().to_mkldnn()
+            cache.weight = pack_weight(w)
+            cache.bias = None if self.bias is None else self.bias.detach()
             cache.source = version_stamp(w)
-        flat = x.reshape(-1, self.in_features)
-        rows = flat.shape[0]
-        if (padded := packed_rows(rows)) != rows:
-            flat = torch.nn.functional.pad(flat, (0, 0, 0, padded - rows))
-        out = torch._C._nn.mkldnn_linear(flat.to_mkldnn(), cache.weight, cache.bias).to_dense()[:rows]
-        return out.view(*x.shape[:-1], self.out_features)
+        return packed_linear(x, cache.weight, cache.bias)
 
 
 EXACT_ROWS = 8  # inputs up to this many rows (tokens) are packed as they are
@@ -102,6 +100,25 @@ def packed_rows(rows: int) -> int:
         return rows
     step = 1 << ((rows - 1).bit_length() - 3)  # an eighth of the octave's top: 33..64 -> 8, 65..128 -> 16
     return -(-rows // step) * step
+
+
+PACK_ROWS = 8  # the rows oneDNN lays a weight out for; the copy serves any row count (1 row: measured as fast)
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A float32 CPU weight [out, in] in oneDNN's blocked layout: a copy the size of the weight."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [.., in] @ W^T (+ bias) through W's `pack_weight` copy: [.., out]. Inputs of more than
+    EXACT_ROWS rows are padded to `packed_rows` (the padding's outputs dropped)."""
+    flat = x.reshape(-1, x.shape[-1])  # [rows, in]
+    rows = flat.shape[0]
+    if (padded := packed_rows(rows)) != rows:
+        flat = torch.nn.functional.pad(flat, (0, 0, 0, padded - rows))
+    out = torch.ops.mkldnn._linear_pointwise(flat, packed, bias, "none", [], "")
+    return out[:rows].view(*x.shape[:-1], out.shape[-1])
 
 
 def enabled() -> bool:
