@@ -99,3 +99,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)
+
+
+@pytest.fixture
+def watch_forwards(monkeypatch):
+    """watch(models, note): note() before every forward pass of `models`, on either engine: a module hook
+    sees transformers' forward, a wrapper of CachedLM.forward the fast step's (which calls no module)."""
+    from specviz.models import kv
+
+    hooks = []
+
+    def watch(models, note) -> None:
+        hooks.extend(m.register_forward_pre_hook(lambda module, args: note()) for m in models)
+        original = kv.CachedLM.forward
+
+        def forward(self, new_tokens, n_logits=1):
+            if self.fast is not None and any(self.model is m for m in models):
+                note()
+            return original(self, new_tokens, n_logits)
+
+        monkeypatch.setattr(kv.CachedLM, "forward", forward)
+
+    yield watch
+    for hook in hooks:
+        hook.remove()

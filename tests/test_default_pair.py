@@ -95,3 +95,17 @@ def test_the_shipped_streaming_adapter_reproduces_the_target_itself():
     ).summary
     assert run.output_ids == ar.output_ids
     assert run.accepted > 0 and run.target_forwards < ar.target_forwards
+
+
+@pytest.mark.default_pair
+def test_the_default_target_runs_the_fast_step_with_transformers_logits(monkeypatch):
+    from specviz.models.kv import CachedLM
+    from tests.test_fast import passes
+
+    pair = specviz.load_pair("default", device="cpu")
+    assert CachedLM(pair.target).fast is not None  # the default pair's target is on the fast path
+    tokens = pair.tokenizer("def fibonacci(n): return fibonacci(n - 1) + fibonacci(n - 2) # " * 3)["input_ids"][:40]
+    got = passes(pair.target, tokens)
+    monkeypatch.setenv("SPECVIZ_FAST", "0")
+    for g, w in zip(got, passes(pair.target, tokens), strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)

@@ -70,7 +70,7 @@ def test_variants_rotate_prompt_by_prompt_and_every_greedy_output_equals_ar(rand
     ]
 
 
-def test_a_series_carries_osds_learner_and_lends_pearl_one_thread(random_pair):
+def test_a_series_carries_osds_learner_and_lends_pearl_one_thread(random_pair, watch_forwards):
     """What the harness lends a variant's runs: OSD one learner for the whole series (every record
     says which draft version served it), PEARL one thread for its target lane, warm-up included."""
     import threading
@@ -78,20 +78,15 @@ def test_a_series_carries_osds_learner_and_lends_pearl_one_thread(random_pair):
     from specviz.extras import OnlineExtra
 
     names: list[str] = []
-    hook = random_pair.target.register_forward_pre_hook(
-        lambda module, args: names.append(threading.current_thread().name)
+    watch_forwards((random_pair.target,), lambda: names.append(threading.current_thread().name))
+    rows = run_interleaved(
+        random_pair,
+        [Variant("OSD", "osd"), Variant("PEARL", "pearl", {"window": 2})],
+        PROMPTS,
+        max_new_tokens=6,
+        keep_records=True,
+        progress=False,
     )
-    try:
-        rows = run_interleaved(
-            random_pair,
-            [Variant("OSD", "osd"), Variant("PEARL", "pearl", {"window": 2})],
-            PROMPTS,
-            max_new_tokens=6,
-            keep_records=True,
-            progress=False,
-        )
-    finally:
-        hook.remove()
     assert all(r.records[0].extras(OnlineExtra) is not None for r in rows if r.method == "osd")
     assert {n for n in names if n != threading.current_thread().name} == {"specviz-lane_0"}  # runner.series_executor's
 

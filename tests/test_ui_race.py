@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 
@@ -62,7 +63,11 @@ def test_methods_that_cannot_run_are_skipped_with_a_reason(perturbed_pair):
     assert "needs a draft model" in race_html(race)
 
 
-def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair):
+def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair, monkeypatch):
+    from specviz.ui import racing
+
+    # each record to the page at once: on the fast step the tiny pair makes its 400 tokens within one refresh
+    monkeypatch.setattr(racing, "stream_records", functools.partial(racing.stream_records, refresh_s=0.0))
     stop = threading.Event()
     race = None
     for race in run_race(perturbed_pair, RaceSettings("hello", THREE, max_new_tokens=400), {}, stop):

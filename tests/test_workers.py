@@ -51,52 +51,42 @@ def test_a_forked_child_gets_its_own_worker_threads():
     assert answer == "test-forked", "the forked child's call never ran"
 
 
-def test_every_forward_pass_of_a_race_runs_on_the_same_long_lived_threads(perturbed_pair):
+def test_every_forward_pass_of_a_race_runs_on_the_same_long_lived_threads(perturbed_pair, watch_forwards):
     calls: list[tuple[str, int]] = []
-
-    def note(module, args):
-        calls.append((threading.current_thread().name, threading.get_ident()))
-
-    hooks = [m.register_forward_pre_hook(note) for m in (perturbed_pair.target, perturbed_pair.draft)]
-    try:
-        settings = RaceSettings("def add(a, b):", ("autoregressive", "vanilla", "pearl"), max_new_tokens=12)
-        for _ in range(2):
-            race = list(run_race(perturbed_pair, settings, {}, threading.Event()))[-1]
-            assert [run.status for run in race.runs] == ["done"] * 3
-    finally:
-        for h in hooks:
-            h.remove()
+    watch_forwards(
+        (perturbed_pair.target, perturbed_pair.draft),
+        lambda: calls.append((threading.current_thread().name, threading.get_ident())),
+    )
+    settings = RaceSettings("def add(a, b):", ("autoregressive", "vanilla", "pearl"), max_new_tokens=12)
+    for _ in range(2):
+        race = list(run_race(perturbed_pair, settings, {}, threading.Event()))[-1]
+        assert [run.status for run in race.runs] == ["done"] * 3
     assert {name for name, _ in calls} == {MODELS, PEARL_TARGET}
     assert len(set(calls)) == 2  # one thread each, for both races: no thread started per run
 
 
-def test_pearl_runs_its_target_lane_on_the_executor_it_is_lent_else_on_a_thread_of_its_own(perturbed_pair):
+def test_pearl_runs_its_target_lane_on_the_executor_it_is_lent_else_on_a_thread_of_its_own(
+    perturbed_pair, watch_forwards
+):
     """The library lends PEARL nothing: a run starts a thread for its target lane and ends it; a
     caller's executor (the app's long-lived thread, the bench's) serves every run it is lent to."""
     import specviz
 
     names: list[str] = []
-    hook = perturbed_pair.target.register_forward_pre_hook(
-        lambda module, args: names.append(threading.current_thread().name)
-    )
-    try:
-        alone = [
-            t for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12) for t in r.emitted
-        ]
-        assert any(n.startswith("pearl-target-run") for n in names)
-        assert not any(t.name.startswith("pearl-target-run") for t in threading.enumerate())  # ended with the run
-        names.clear()
-        with ThreadPoolExecutor(1, thread_name_prefix="lent") as lent:
-            for _ in range(2):
-                lent_out = [
-                    t
-                    for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12, executor=lent)
-                    for t in r.emitted
-                ]
-                assert lent_out == alone
-        assert "lent_0" in names and not any(n.startswith("pearl-target") for n in names)
-    finally:
-        hook.remove()
+    watch_forwards((perturbed_pair.target,), lambda: names.append(threading.current_thread().name))
+    alone = [t for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12) for t in r.emitted]
+    assert any(n.startswith("pearl-target-run") for n in names)
+    assert not any(t.name.startswith("pearl-target-run") for t in threading.enumerate())  # ended with the run
+    names.clear()
+    with ThreadPoolExecutor(1, thread_name_prefix="lent") as lent:
+        for _ in range(2):
+            lent_out = [
+                t
+                for r in specviz.run("pearl", perturbed_pair, "def add(a, b):", max_new_tokens=12, executor=lent)
+                for t in r.emitted
+            ]
+            assert lent_out == alone
+    assert "lent_0" in names and not any(n.startswith("pearl-target") for n in names)
 
 
 LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("label", default="unset")

@@ -210,7 +210,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
         c, T, start = self.config, len(ids), cache.length
         layers, head = self._lean_weights()
         dt, eps, d = self.lean_dtype(), c.rms_norm_eps, (c.hidden_size,)
-        x = self.model.embed_tokens(torch.tensor(ids, device=cache.keys.device))  # [T, d] residual stream
+        x = self.model.embed_tokens(torch.tensor(ids, device=cache.device))  # [T, d] residual stream
         cos, sin = (t[start : start + T] for t in self._rotary(start + T))  # [T, hd]
         for i, (layer, (qkv_w, o_w, gate_up_w, down_w)) in enumerate(zip(self.model.layers, layers, strict=True)):
             attn, hd = layer.self_attn, layer.self_attn.head_dim
@@ -222,8 +222,8 @@ class ReducedVocabDraft(LlamaForCausalLM):
                 for t in qkv.split([qkv.shape[1] - 2 * kv_width, kv_width, kv_width], -1)
             )
             q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin  # [H, T, hd], [Hkv, T, hd]
-            keys, values = cache.append(i, k, v)  # [Hkv, start+T, hd]
-            o = grouped_attention(q, keys, values, attn.scaling, start)  # [T, H*hd]
+            keys, values = cache.append(i, k[None], v[None])  # [1, Hkv, start+T, hd]
+            o = grouped_attention(q, keys[0], values[0], attn.scaling, start)  # [T, H*hd]
             x = x + lean_matmul(o.to(dt), o_w).to(x.dtype)
             h = F.rms_norm(x, d, layer.post_attention_layernorm.weight, eps).to(dt)
             gate, up = lean_matmul(h, gate_up_w).chunk(2, dim=-1)  # [T, ffn] each

@@ -22,6 +22,8 @@ from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
 from specviz.models.devices import HOST, input_embeddings, to_device
+from specviz.models.fast import FastLlama, engine_name
+from specviz.models.fast import decoder as fast_decoder
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -47,15 +49,21 @@ class LeanDecoder(Protocol):
 
 
 class CachedLM:
-    """A model with a lean decoding pass of its own (`step` over a `StaticKV` from `new_cache`, as
-    specviz's drafts have) decodes through it; any other model through Hugging Face's forward with
-    a `DynamicCache`. Trees need the latter."""
+    """A causal LM, its KV cache and the ids that cache holds. Three forwards, one interface: a model
+    with a lean decoding pass of its own (`step` over a `StaticKV`, as specviz's drafts have) decodes
+    through it; a float32 CPU Llama-family model through `fast.FastLlama` over a `StaticKV`; any
+    other model through transformers' forward with a `DynamicCache`. Trees need one of the last two."""
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
         self.lean = model if isinstance(model, LeanDecoder) else None  # decodes through its own `step`
+        self.fast = None if self.lean is not None else fast_decoder(model)
         self.cache: StaticKV | DynamicCache = (
-            self.lean.new_cache() if self.lean is not None else new_cache(model.config)
+            self.lean.new_cache()
+            if self.lean is not None
+            else StaticKV.of(self.fast)
+            if self.fast is not None
+            else new_cache(model.config)
         )
         self.tokens: list[int] = []  # ids whose keys/values are in the cache, in order
         self.device = input_embeddings(model).device
@@ -63,12 +71,17 @@ class CachedLM:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @property
+    def engine(self) -> str:
+        """Which forward this runs, in words (`fast.engine_name`; a draft's own pass: 'lean')."""
+        return "the model's own lean step" if self.lean is not None else engine_name(self.model)
+
     @torch.inference_mode()
     def forward(self, new_tokens: list[int], n_logits: int = 1) -> torch.Tensor:
         """Append `new_tokens` to the cache; return the logits of the last `n_logits` of them: [n, V]."""
-        if self.lean is not None:
-            assert isinstance(self.cache, StaticKV)  # the lean model's own cache
-            logits = self.lean.step(new_tokens, self.cache, n_logits)  # [n_logits, V]
+        if (decoder := self.lean or self.fast) is not None:
+            assert isinstance(self.cache, StaticKV)  # the lean or fast forward's cache
+            logits = decoder.step(new_tokens, self.cache, n_logits)  # [n_logits, V]
             self.tokens.extend(new_tokens)
             return logits
         ids = to_device(torch.tensor([new_tokens], dtype=torch.long, device=HOST), self.device)  # [1, T]
@@ -101,30 +114,53 @@ class CachedLM:
         self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], tree_pass: TreePass[R]
     ) -> R:
         """`forward_tree` through the caller's own layers (speculative streaming's fused pass): `tree_pass`
-        gets the inputs Hugging Face's forward would (ids [1, m+n], position ids [m+n], the additive
+        gets the inputs transformers' forward would (ids [1, m+n], position ids [m+n], the additive
         mask [1, 1, m+n, past+m+n]) and `append(layer, k, v)`, which stores a layer's keys and values of
         the pass [1, kv_heads, m+n, d] and returns that layer's whole keys and values. Afterwards the
         cache holds every node, as after `forward_tree`."""
-        ids, positions, mask = self._tree_inputs(new_tokens, tree_tokens, parents)
-        out = tree_pass(ids, positions, mask, lambda layer, k, v: self._dynamic().update(k, v, layer))
+        ids, positions, allowed = self._tree_inputs(new_tokens, tree_tokens, parents)
+        mask = additive(allowed, self.model.dtype, self.device)[None, None]  # [1, 1, m+n, past+m+n]
+        if isinstance(self.cache, StaticKV):
+            out = tree_pass(ids, positions, mask, self.cache.append)
+            self.cache.advance(ids.shape[1])
+        else:
+            out = tree_pass(ids, positions, mask, lambda layer, k, v: self._dynamic().update(k, v, layer))
         self.tokens.extend(new_tokens + tree_tokens)
         return out
 
     def _tree_inputs(
         self, new_tokens: list[int], tree_tokens: list[int], parents: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """ids [1, m+n], position ids [m+n] and the additive tree mask [1, 1, m+n, past+m+n], on the model's device."""
+        """ids [1, m+n] and position ids [m+n] on the model's device, and which of the past+m+n
+        positions each row sees: bool [m+n, past+m+n] on the host."""
         if self.lean is not None:
-            raise ValueError("tree passes run through Hugging Face's forward: not on a lean-decoding model")
-        if not new_tokens:
-            raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
-        past, m = len(self.tokens), len(new_tokens)
-        mask = tree_attention_mask(past, m, parents, self.model.dtype, self.device)  # [1, 1, m+n, past+m+n]
-        position_ids = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
+            raise ValueError("tree passes run through a target's forward: not on a lean-decoding model")
+        position_ids, allowed = self._tree_layout(len(new_tokens), parents)
         ids_positions = to_device(
             torch.tensor([new_tokens + tree_tokens, position_ids], dtype=torch.long, device=HOST), self.device
         )
-        return ids_positions[:1], ids_positions[1], mask  # [1, m+n], [m+n], mask
+        return ids_positions[:1], ids_positions[1], allowed
+
+    def _tree_layout(self, m: int, parents: list[int]) -> tuple[list[int], torch.Tensor]:
+        """m committed tokens then a tree after the cache: each row's position id, and which of the
+        past+m+n positions each row sees (bool [m+n, past+m+n], on the host)."""
+        if not m:
+            raise ValueError("forward_tree needs at least one new (committed) token to hang the tree on")
+        past = len(self.tokens)
+        positions = [past + i for i in range(m)] + [past + m - 1 + d for d in tree_depths(parents)]
+        return positions, tree_allowed(past, m, parents)
+
+    def _fast_tree_pass(
+        self, new_tokens: list[int], tree_tokens: list[int], parents: list[int], layer: int | None, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`_tree_pass` on the fast step: RoPE positions from the host, no device read."""
+        assert self.fast is not None and isinstance(self.cache, StaticKV)  # the fast forward's cache
+        positions, allowed = self._tree_layout(len(new_tokens), parents)
+        ids = torch.tensor([new_tokens + tree_tokens], device=self.device)
+        visible = to_device(allowed, self.device)[None]  # [1, m+n, past+m+n]
+        logits, hidden = self.fast.forward(ids, self.cache, positions, visible, len(tree_tokens) + 1, layer)
+        self.tokens.extend(new_tokens + tree_tokens)
+        return logits[0], None if hidden is None else hidden[0, -rows:]
 
     @torch.inference_mode()
     def _tree_pass(
@@ -135,11 +171,14 @@ class CachedLM:
         layer: int | None,
         all_rows: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ids, positions, mask = self._tree_inputs(new_tokens, tree_tokens, parents)
         m, n = len(new_tokens), len(tree_tokens)
+        rows = m + n if all_rows else n + 1
+        if self.fast is not None:
+            return self._fast_tree_pass(new_tokens, tree_tokens, parents, layer, rows)
+        ids, positions, allowed = self._tree_inputs(new_tokens, tree_tokens, parents)
         out = self.model(
             input_ids=ids,
-            attention_mask=mask,
+            attention_mask=additive(allowed, self.model.dtype, self.device)[None, None],
             position_ids=positions[None],
             past_key_values=self.cache,
             use_cache=True,
@@ -147,9 +186,7 @@ class CachedLM:
             output_hidden_states=layer is not None,
         )
         self.tokens.extend(new_tokens + tree_tokens)
-        rows = m + n if all_rows else n + 1
-        hidden = out.hidden_states[layer][0, -rows:] if layer is not None else None  # [rows, H]
-        return out.logits[0], hidden  # [n+1, V]
+        return out.logits[0], out.hidden_states[layer][0, -rows:] if layer is not None else None  # [n+1, V], [rows, H]
 
     def keep_path(self, tree_start: int, path: list[int]) -> None:
         """Keep the first `tree_start` cached tokens and then the tree nodes `path` (indices into
@@ -161,30 +198,28 @@ class CachedLM:
         """Keep only the cached entries at `indices` (increasing), in that order: keep-indices."""
         if any(b <= a for a, b in itertools.pairwise(indices)) or (indices and indices[-1] >= len(self.tokens)):
             raise ValueError("keep needs increasing indices of cached tokens")
-        same = next((j for j, i in enumerate(indices) if i != j), len(indices))  # entries already in place
-        if same < len(indices):
-            src = {}  # the indices on each device that holds a layer (a device_map spreads them)
-            for layer in self._dynamic().layers:
-                for name in ("keys", "values"):
-                    t = getattr(layer, name)  # [B, H, T, D]
-                    if t.device not in src:
-                        src[t.device] = to_device(torch.tensor(indices[same:], device=HOST), t.device)
-                    t[:, :, same : len(indices)] = t.index_select(2, src[t.device])
         kept = [self.tokens[i] for i in indices]
-        self.truncate(len(indices))
+        if isinstance(self.cache, StaticKV):
+            self.cache.keep(indices)
+        else:
+            keep_dynamic(self._dynamic(), indices)
+            self.truncate(len(indices))
         self.tokens = kept
 
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The cached keys and values of decoder layer `layer` (rotary applied): [1, kv_heads, len(self), d] each."""
+        if self.fast is not None:
+            assert isinstance(self.cache, StaticKV)  # the fast forward's cache
+            return self.cache.layer(layer)
         entry = self._dynamic().layers[layer]
         if not isinstance(entry, CacheLayerMixin) or entry.keys is None or entry.values is None:
             raise ValueError(f"layer {layer} holds no keys and values (a linear-attention layer, or an empty cache)")
         return entry.keys, entry.values
 
     def _dynamic(self) -> DynamicCache:
-        """The Hugging Face cache, which trees and per-layer reads need (not a lean-decoding model's)."""
+        """The transformers cache, which per-layer reads need here (not a lean-decoding model's)."""
         if not isinstance(self.cache, DynamicCache):
-            raise ValueError("per-layer cache access runs on Hugging Face's cache: not on a lean-decoding model")
+            raise ValueError("per-layer cache access runs on a target's cache: not on a lean-decoding model")
         return self.cache
 
     def truncate(self, length: int) -> None:
@@ -197,6 +232,21 @@ class CachedLM:
     def cache_length(self) -> int:
         """Tokens held by the cache tensors themselves (equals len(self) unless something is broken)."""
         return self.cache.get_seq_length()
+
+
+def keep_dynamic(cache: DynamicCache, indices: list[int]) -> None:
+    """Move the entries at `indices` (increasing) of every layer to the front, in that order (the
+    caller then crops to len(indices))."""
+    same = next((j for j, i in enumerate(indices) if i != j), len(indices))  # entries already in place
+    if same == len(indices):
+        return
+    src = {}  # the indices on each device that holds a layer (a device_map spreads them)
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name)  # [B, H, T, D]
+            if t.device not in src:
+                src[t.device] = to_device(torch.tensor(indices[same:], device=HOST), t.device)
+            t[:, :, same : len(indices)] = t.index_select(2, src[t.device])
 
 
 def tree_depths(parents: list[int]) -> list[int]:
@@ -228,14 +278,18 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype, device: torch.device) ->
     return to_device(mask, device)
 
 
+def tree_allowed(past: int, m: int, parents: list[int]) -> torch.Tensor:
+    """Bool [m+n, past+m+n] on the host: `past` cached tokens, then m committed tokens (causal), then
+    n tree nodes that each see the prefix, themselves and their ancestors (True: may attend)."""
+    block = tree_visibility(m, parents)
+    return torch.cat([torch.ones(len(block), past, dtype=torch.bool, device=HOST), block], dim=1)
+
+
 def tree_attention_mask(
     past: int, m: int, parents: list[int], dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """Additive mask [1, 1, m+n, past+m+n]: `past` cached tokens, then m committed tokens (causal),
-    then n tree nodes that each see the prefix, themselves and their ancestors (0: attend, min: not)."""
-    block = tree_visibility(m, parents)
-    allowed = torch.cat([torch.ones(len(block), past, dtype=torch.bool, device=HOST), block], dim=1)
-    return additive(allowed, dtype, device)[None, None]
+    """`tree_allowed` as the additive mask [1, 1, m+n, past+m+n] attention adds (0: attend, min: not)."""
+    return additive(tree_allowed(past, m, parents), dtype, device)[None, None]
 
 
 def new_cache(config: PreTrainedConfig) -> DynamicCache:
@@ -252,24 +306,36 @@ def crop_to(cache: DynamicCache | StaticKV, length: int) -> None:
 
 class StaticKV:
     """Keys and values of every layer in tensors allocated once (gpt-fast's static cache): appending
-    writes in place, rolling back only moves `length`. Grows by doubling when full."""
+    writes in place, rolling back only moves `length`, `keep` compacts (a tree's accepted path).
+    Grows by doubling when full. keys[l] [B, Hkv, capacity, hd]."""
 
     def __init__(
-        self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, capacity: int = 512
+        self,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        capacity: int = 512,
+        batch: int = 1,
     ):
-        self.keys = torch.zeros(layers, kv_heads, capacity, head_dim, dtype=dtype, device=device)  # [L, Hkv, C, hd]
+        self.keys = torch.zeros(layers, batch, kv_heads, capacity, head_dim, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.length = 0  # positions held
 
+    @property
+    def device(self) -> torch.device:
+        return self.keys.device
+
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [Hkv, T, hd] of `layer` after the held positions; its keys and values so far:
-        [Hkv, length + T, hd] each. Call `advance(T)` once every layer has appended."""
-        end = self.length + k.shape[1]
-        if end > self.keys.shape[2]:
+        """Write k, v [B, Hkv, T, hd] of `layer` after the held positions; its keys and values so far:
+        [B, Hkv, length + T, hd] each (a `KVAppend`). Call `advance(T)` once every layer has appended."""
+        end = self.length + k.shape[2]
+        if end > self.keys.shape[3]:
             self._grow(end)
-        self.keys[layer, :, self.length : end] = k
-        self.values[layer, :, self.length : end] = v
-        return self.keys[layer, :, :end], self.values[layer, :, :end]
+        self.keys[layer, :, :, self.length : end] = k
+        self.values[layer, :, :, self.length : end] = v
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
 
     def advance(self, n: int) -> None:
         self.length += n
@@ -278,16 +344,34 @@ class StaticKV:
         """As `DynamicCache.crop`: n < 0 drops the last -n positions, n >= 0 keeps the first n."""
         self.length = max(0, self.length + n) if n < 0 else min(self.length, n)
 
+    def keep(self, indices: list[int]) -> None:
+        """Keep only the positions at `indices` (increasing), in that order."""
+        same = next((j for j, i in enumerate(indices) if i != j), len(indices))  # positions already in place
+        if same < len(indices):
+            src = to_device(torch.tensor(indices[same:], device=HOST), self.device)
+            for t in (self.keys, self.values):
+                t[:, :, :, same : len(indices)] = t.index_select(3, src)
+        self.length = len(indices)
+
+    def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held keys and values of `layer`: [B, Hkv, length, hd] each."""
+        return self.keys[layer, :, :, : self.length], self.values[layer, :, :, : self.length]
+
     def get_seq_length(self) -> int:
         return self.length
 
     def _grow(self, end: int) -> None:
-        size = max(end, 2 * self.keys.shape[2])
+        size = max(end, 2 * self.keys.shape[3])
         for name in ("keys", "values"):
             old = getattr(self, name)
-            new = old.new_zeros(*old.shape[:2], size, old.shape[3])
-            new[:, :, : old.shape[2]] = old
+            new = old.new_zeros(*old.shape[:3], size, old.shape[4])
+            new[:, :, :, : old.shape[3]] = old
             setattr(self, name, new)
+
+    @classmethod
+    def of(cls, fast: FastLlama, batch: int = 1) -> StaticKV:
+        """An empty cache for `fast`'s model."""
+        return cls(fast.n_layers, fast.n_kv, fast.head_dim, fast.dtype, fast.device, batch=batch)
 
 
 class BatchCachedLM:
@@ -385,16 +469,23 @@ class BatchCachedLM:
 class BatchedLM:
     """B sequences of equal length in one KV cache, fed [B, T] at a time (no trees, no masks): what
     a server batching B requests does. Times batched forward passes for the cost model
-    (`specviz.cost.measure`); `BatchCachedLM` is the one for decoding batches of token trees."""
+    (`specviz.cost.measure`) through the forward `CachedLM` would use (fast or transformers');
+    `BatchCachedLM` is the one for decoding batches of token trees."""
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
-        self.cache = new_cache(model.config)
+        self.fast = fast_decoder(model)
+        self.cache: StaticKV | DynamicCache | None = None if self.fast is not None else new_cache(model.config)
         self.device = input_embeddings(model).device
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, n_logits: int = 1) -> torch.Tensor:
         """Append `ids` [B, T] to every sequence's cache; return logits of the last `n_logits`: [B, n, V]."""
+        if self.fast is not None:
+            if self.cache is None:
+                self.cache = StaticKV.of(self.fast, batch=ids.shape[0])
+            assert isinstance(self.cache, StaticKV)  # the fast forward's cache
+            return self.fast.forward(ids.to(self.device), self.cache, n_logits=n_logits)[0]
         out = self.model(
             input_ids=ids.to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=n_logits
         )
@@ -402,7 +493,8 @@ class BatchedLM:
 
     def truncate(self, length: int) -> None:
         """Keep only the first `length` positions of every sequence."""
-        crop_to(self.cache, length)
+        if self.cache is not None:
+            crop_to(self.cache, length)
 
     def cache_length(self) -> int:
-        return self.cache.get_seq_length()
+        return 0 if self.cache is None else self.cache.get_seq_length()

@@ -174,6 +174,7 @@ class LoadedPairs:
         self._pairs: OrderedDict[tuple, ModelPair] = OrderedDict()
 
     def __call__(self, name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
+        from specviz.models import fast
         from specviz.models.cpu import prepack_linears
 
         key = (name, target, draft, device, dtype, device_map, trust_remote_code)
@@ -186,6 +187,8 @@ class LoadedPairs:
         pair = _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code)
         prepack_linears(pair.target)  # float32 on CPU only: few-token forwards get much cheaper
         prepack_linears(pair.draft)
+        fast.decoder(pair.target)  # the fast step's weights, laid out now rather than in the first race
+        pair.info["engine"] = fast.engine_name(pair.target)
         self._pairs[key] = pair
         kept = [k for k in self._pairs if k[0] in OFFLINE_PAIRS]
         self._let_go(kept[: max(0, len(kept) - MOST_OFFLINE_PAIRS)])
@@ -239,7 +242,8 @@ def free_memory(device: torch.device) -> int | None:
 
 def fits_here(name: str, device: str = "auto", dtype: str = "auto", free: int | None = None) -> bool:
     """Whether the pair called `name` can be held here: an offline pair always; a preset when its
-    weights, in the dtype it would load in, take at most 1/MEMORY_HEADROOM of `free` bytes (default:
+    weights, in the dtype it would load in (twice in float32 on a CPU, where the matmuls read oneDNN's
+    packed copies: `cpu.pack_weight`), take at most 1/MEMORY_HEADROOM of `free` bytes (default:
     measured now). A preset whose size or the free memory cannot be read does not fit."""
     if name in OFFLINE_PAIRS:
         return True
@@ -249,7 +253,8 @@ def fits_here(name: str, device: str = "auto", dtype: str = "auto", free: int | 
     if params is None or free is None:
         return False
     element = torch.empty((), dtype=resolve_dtype(dtype, dev, params)).element_size()
-    return MEMORY_HEADROOM * params * element <= free
+    copies = 2 if dev.type == "cpu" and element == 4 else 1  # float32 on a CPU: matmuls read oneDNN's copies too
+    return MEMORY_HEADROOM * copies * params * element <= free
 
 
 def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:

@@ -89,6 +89,8 @@ def describe_pair(pair: Any, notice: str | None = None) -> str:
         f"Pair **{pair.name}**: target **{info.get('target')}** ({size(info.get('target_params', 0))}), {draft}, "
         f"on {info.get('device', '?')} / {info.get('dtype', '?')}."
     )
+    if "engine" in info:
+        line += f" The target decodes through {info['engine']}."
     # measured_pair: the load checked the target's fingerprint against the one the shipped assets record
     # (the default pair); a target from the hub is never the measured one (full precision, not the wheel's Q4_1)
     measured = info.get("measured_pair")
