@@ -48,6 +48,13 @@ STEP = {  # a `python -m specviz.tools.target_step` result (made-up numbers, all
     },
     "copy_gb_per_s": 22.0,
     "copy_cpu_gb_per_s": 22.0,
+    "engine": "specviz's fast Llama step",
+    "eager": {
+        "engine": "transformers' eager forward",
+        "race_step": {"median_ms": 125.0, "mean_ms": 126.0, "cpu_ms": 120.0},
+        "forward": {"median_ms": 118.0, "mean_ms": 119.0, "cpu_ms": 112.0},
+        "torch_calls_per_forward": 2798,
+    },
 }
 
 
@@ -68,7 +75,10 @@ def test_the_page_says_what_the_line_leaves_out_of_a_race_step(tmp_path, monkeyp
     hw = theory.this_machine(shape)[0]
     t1 = forward_time(shape, hw, 1, 1, 44 + 63 // 2) * 1e3
     assert f"at {t1:.1f} ms (context 75)" in note  # the line's own T(1), at the timed steps' mean context
+    assert "on specviz's fast Llama step, one step of a race" in note
     assert "took **87 ms** of CPU time and the bare forward pass on the same tokens 80 ms" in note
+    assert "On transformers' eager forward (SPECVIZ_FAST=0) the same step took **120 ms** and its pass 112 ms" in note
+    assert "torch 2798 times a pass: those 33 ms a step are the engine's, not the CPU's" in note
     assert (
         "211 weight matrices alone took 50 ms (10.8 GB/s, where a plain copy on the same thread reached 22 GB/s)"
         in note

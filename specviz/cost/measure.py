@@ -12,6 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specviz.cost.shapes import ModelShape
+from specviz.models.cpu import prepack_linears
 from specviz.models.devices import moved
 from specviz.models.kv import BatchedLM
 
@@ -47,7 +48,9 @@ def random_model(shape: ModelShape, seed: int = 0) -> PreTrainedModel:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    return moved(model, dtype=dtype).eval()
+    model = moved(model, dtype=dtype).eval()
+    prepack_linears(model)  # as a loaded pair's (float32 on a CPU): the eager forward the races run
+    return model
 
 
 @torch.inference_mode()

@@ -1,8 +1,9 @@
 """Where a race's target step goes on this CPU: the roofline's T(1) prices one decoding step as reading every
 weight once at the copy rate plus the FLOPs at the matmul rate; a race's step is longer. This times, for the
-default pair's target on one thread, the race's own step (the autoregressive method's `verify_ms`), the bare
-forward pass on the same tokens, the weight matmuls alone (every Linear of the pass on one token) and the copy
-the roofline's bandwidth comes from, in wall time and in this process's CPU time (which does not count the
+default pair's target on one thread, on the engine the app runs and on transformers' eager forward, the race's
+own step (the autoregressive method's `verify_ms`), the bare forward pass on the same tokens, the weight
+matmuls alone (every matrix of the pass on one token, as the engine multiplies it) and the copy the
+roofline's bandwidth comes from, in wall time and in this process's CPU time (which does not count the
 time other processes held the core), with the load average before and after.
 
     python -m specviz.tools.target_step --out benchmarks/roofline/target_step.json
@@ -103,15 +104,28 @@ def _forward_passes(
 
 
 def _weight_matmuls(target: PreTrainedModel, repeats: int) -> dict[str, Any]:
-    """Every weight matrix of the pass times one token's activations: the weight reads the roofline prices,
-    without the rest of the pass."""
+    """Every weight matrix of the pass times one token's activations, as the step multiplies them (the fast
+    step's fused, oneDNN-packed matrices; on the eager path the model's Linear layers): the weight reads the
+    roofline prices, without the rest of the pass."""
+    from specviz.models import fast
+
     weights = list({id(m.weight): m.weight for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
     n_bytes = sum(w.numel() * w.element_size() for w in weights)
-    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
+    step = fast.decoder(target)
+    if step is not None:
+        c = target.config
+        d, attn = torch.randn(1, c.hidden_size), torch.randn(1, step.n_heads * step.head_dim)
+        ffn = torch.randn(1, c.intermediate_size)
+        calls: list[tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]]
+        calls = [(m, x) for layer in step.layers for m, x in zip(layer.products(), (d, attn, d, ffn), strict=True)]
+        calls.append((step.head, d))
+    else:
+        linears = list({id(m.weight): m for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
+        calls = [(m, torch.randn(1, m.in_features)) for m in linears]
 
     def matmuls() -> None:
-        for w in weights:
-            torch.nn.functional.linear(inputs[w.shape[1]], w)
+        for product, x in calls:
+            product(x)
 
     matmuls()  # warm-up
     mm = [_clocks(matmuls) for _ in range(5 * repeats)]
@@ -121,6 +135,7 @@ def _weight_matmuls(target: PreTrainedModel, repeats: int) -> dict[str, Any]:
         "best_ms": min(mm_wall) * 1e3,
         "cpu_ms": statistics.median(mm_cpu) * 1e3,
         "n_matrices": len(weights),
+        "n_products": len(calls),
         "bytes": n_bytes,
         "gb_per_s": n_bytes / min(mm_wall) / 1e9,  # best wall time
         "cpu_gb_per_s": n_bytes / statistics.median(mm_cpu) / 1e9,  # median CPU time
@@ -139,20 +154,38 @@ def _copy_rates() -> dict[str, float]:
     }
 
 
+def _engine(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, repeats: int) -> dict[str, Any]:
+    """The race's step, the bare pass and the weight matmuls on the engine SPECVIZ_FAST selects now."""
+    from specviz.models.kv import CachedLM
+
+    steps_wall, steps_cpu, emitted = _race_steps(pair, max_new_tokens, repeats)
+    fwd_wall, fwd_cpu, calls = _forward_passes(pair.target, prompt_ids, emitted, repeats)
+    return {
+        "engine": CachedLM(pair.target).engine,
+        "steps": len(steps_wall) // repeats,
+        "race_step": {**_ms(steps_wall), "cpu_ms": statistics.median(steps_cpu) * 1e3},
+        "forward": {**_ms(fwd_wall), "cpu_ms": statistics.median(fwd_cpu) * 1e3},
+        "torch_calls_per_forward": calls,
+        "weight_matmuls": _weight_matmuls(pair.target, repeats),
+    }
+
+
 @torch.inference_mode()
 def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int = 1, repeats: int = 2) -> dict[str, Any]:
-    """The race's target step and its parts for `pair_name`'s target, `threads` torch threads (plain dicts)."""
+    """The race's target step and its parts for `pair_name`'s target, `threads` torch threads (plain dicts):
+    on the engine the app runs (top level) and on transformers' eager forward ("eager")."""
     from specviz.models.pair import encode_prompt, load_pair
 
     before_threads = torch.get_num_threads()
+    before_fast = os.environ.get("SPECVIZ_FAST")
     torch.set_num_threads(threads)
     try:
         load_before = list(os.getloadavg())
         pair = load_pair(pair_name)
         prompt_ids = encode_prompt(pair, PROMPT)
-        steps_wall, steps_cpu, emitted = _race_steps(pair, max_new_tokens, repeats)
-        fwd_wall, fwd_cpu, calls = _forward_passes(pair.target, prompt_ids, emitted, repeats)
-        weight_matmuls = _weight_matmuls(pair.target, repeats)
+        default = _engine(pair, prompt_ids, max_new_tokens, repeats)
+        os.environ["SPECVIZ_FAST"] = "0"
+        eager = _engine(pair, prompt_ids, max_new_tokens, repeats)
         copy_rates = _copy_rates()
         return {
             "command": f"python -m specviz.tools.target_step --threads {threads} --max-new-tokens {max_new_tokens}",
@@ -163,15 +196,16 @@ def measure(pair_name: str = "default", max_new_tokens: int = 64, threads: int =
             "load_average_before": load_before,
             "load_average_after": list(os.getloadavg()),
             "prompt_tokens": len(prompt_ids),
-            "steps": len(steps_wall) // repeats,
-            "race_step": {**_ms(steps_wall), "cpu_ms": statistics.median(steps_cpu) * 1e3},
-            "forward": {**_ms(fwd_wall), "cpu_ms": statistics.median(fwd_cpu) * 1e3},
-            "torch_calls_per_forward": calls,
-            "weight_matmuls": weight_matmuls,
+            **default,
+            "eager": eager,
             **copy_rates,
         }
     finally:
         torch.set_num_threads(before_threads)
+        if before_fast is None:
+            os.environ.pop("SPECVIZ_FAST", None)
+        else:
+            os.environ["SPECVIZ_FAST"] = before_fast
 
 
 def main(argv: list[str] | None = None) -> int:

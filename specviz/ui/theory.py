@@ -2,7 +2,7 @@
 
 1. what-if: α, γ and tree-size sliders -> speedup curves with this pair's draft cost c and verify cost
    T(γ+1)/T(1) (measured in the last race, else the cost model's for the default pair), the race's own
-   methods drawn on them, and why verifying γ tokens is nearly free on a GPU and not on this CPU;
+   methods drawn on them, and why verifying γ tokens is nearly free on a GPU and what it costs on this CPU;
 2. roofline: hardware, engine, model, batch sizes, context -> forward time vs tokens per sequence,
    the memory- and compute-bound parts, the knee, the speculation budget; this machine's measured
    points overlaid when it is selected; what the GPU engines were calibrated on and their error;
@@ -49,6 +49,7 @@ TAB_ORDER = 55  # after PEARL's tab
 LOADED_PAIR = "the loaded pair's target"
 MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `python -m specviz.bench roofline`
 TARGET_STEP = MEASURED.with_name("target_step.json")  # from `python -m specviz.tools.target_step`
+STEPS = ASSETS.parent / "benchmarks" / "fast-target" / "steps-fast"  # T(n) per engine (its README's commands)
 NO_ENGINE = "none (datasheet roofline)"
 BATCH_CHOICES = [1, 4, 16, 64, 256]
 TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
@@ -173,23 +174,48 @@ def measured_cost(race: Any) -> PairCost | None:
 
 
 def gpu_vs_cpu(context: int = DEFAULT_CONTEXT) -> str:
-    """Why verifying γ drafts costs almost nothing on a GPU at batch 1 and more on this CPU: intensity vs ridge."""
+    """Why verifying γ drafts costs almost nothing on a GPU at batch 1, and what it costs on this CPU: timed, and
+    in the cost model (intensity vs ridge)."""
     target = get_shape(DEFAULT_TARGET)
     gpu = get_hardware(GPU, None)
     cpu, _, _ = this_machine(target.with_dtype("float32"))
     i16, i32 = (arithmetic_intensity(target.with_dtype(d), 1, 5, context) for d in ("bfloat16", "float32"))
     return (
-        "**Why verifying drafts is almost free on a GPU and not here.** One decoding step reads every weight once "
-        "and does 2 FLOPs per weight per token; verifying γ drafts reads the same weights once for all γ + 1 "
-        f"tokens. For {DEFAULT_TARGET} at 5 tokens that is {i16:.1f} FLOP per byte read in bfloat16; an {GPU} "
+        "**Why verifying drafts is almost free on a GPU, and what it costs here.** One decoding step reads every "
+        "weight once and does 2 FLOPs per weight per token; verifying γ drafts reads the same weights once for all "
+        f"γ + 1 tokens. For {DEFAULT_TARGET} at 5 tokens that is {i16:.1f} FLOP per byte read in bfloat16; an {GPU} "
         f"reaches its ridge (compute time = memory time) only at {gpu.ridge_point('bfloat16'):.0f} FLOP/byte, so "
         "the pass still waits on memory and the 4 extra tokens add almost no time "
         f"(T(5)/T(1) = {verify_cost_ratio(target, gpu.ideal(), 4, 1, context):.2f} on its datasheet roofline). "
         f"This CPU in float32: {i32:.1f} FLOP/byte against a ridge of {cpu.ridge_point('float32'):.1f} "
-        f"({cpu.flops_per_s('float32') / 1e9:.0f} GFLOP/s ÷ {cpu.memory_bandwidth / 1e9:.0f} GB/s), and its "
-        "cores do not hide the arithmetic behind the memory reads, so every token's arithmetic adds to the pass: "
-        f"T(5)/T(1) = {verify_cost_ratio(target.with_dtype('float32'), cpu, 4, 1, context):.2f} decoding steps "
-        f"for 4 drafts, {verify_cost_ratio(target.with_dtype('float32'), cpu, 6, 1, context):.2f} for 6."
+        f"({cpu.flops_per_s('float32') / 1e9:.0f} GFLOP/s ÷ {cpu.memory_bandwidth / 1e9:.0f} GB/s): the pass "
+        "waits on memory here too. "
+        + measured_verify_note()
+        + "The cost model adds this CPU's compute time to its memory time (its cores hide little arithmetic "
+        "behind the reads, a fit to every batch size) and prices 4 drafts at "
+        f"T(5)/T(1) = {verify_cost_ratio(target.with_dtype('float32'), cpu, 4, 1, context):.2f} decoding steps, "
+        f"6 at {verify_cost_ratio(target.with_dtype('float32'), cpu, 6, 1, context):.2f}; once a race has run, "
+        "the what-if uses the verify cost its methods measured."
+    )
+
+
+def measured_verify_note() -> str:
+    """T(5)/T(1) as timed here on each engine (`benchmarks/fast-target/steps-*`), or nothing when not timed."""
+    ratios = {}
+    for engine, name in (("fast", "specviz's fast step"), ("eager", "transformers' eager forward")):
+        path = STEPS.with_name(f"steps-{engine}") / "roofline.json"
+        if path.exists():
+            points = {
+                p["n_tokens"]: p["seconds"] for p in json.loads(path.read_text())["points"] if p["batch_size"] == 1
+            }
+            if 1 in points and 5 in points:
+                ratios[name] = points[5] / points[1]
+    if not ratios:
+        return ""
+    timed = " and ".join(f"{r:.2f} on {name}" for name, r in ratios.items())
+    return (
+        f"Timed here, verifying 4 drafts costs T(5)/T(1) = {timed} (batch 1, context 256: nearly free, as the "
+        "bytes say; what the two differ by is the engine's). "
     )
 
 
@@ -339,13 +365,15 @@ def target_step_note(shape: ModelShape, hw: Hardware) -> str:
         f"{shape.name} at {t1:.1f} ms (context {context}): its {weights_mb:.0f} MB of weights read once at "
         f"{hw.memory_bandwidth / 1e9:.0f} GB/s and its FLOPs at {hw.flops_per_s(shape.dtype) / 1e12:.3g} TFLOP/s"
         + (f", plus {overhead:.1f} ms a pass. " if overhead >= 0.05 else ", nothing else. ")
-        + f"Timed here on {m['threads']} thread{'s' if m['threads'] > 1 else ''}, one "
-        f"step of a race on the default pair took **{step:.0f} ms** of CPU time and the bare forward pass on the "
-        f"same tokens {fwd:.0f} ms. Of the pass, the {mm['n_matrices']} weight matrices alone took "
+        + f"Timed here on {m['threads']} thread{'s' if m['threads'] > 1 else ''}"
+        + (f", on {m['engine']}" if "engine" in m else "")
+        + f", one step of a race on the default pair took **{step:.0f} ms** of CPU time and the bare forward pass "
+        f"on the same tokens {fwd:.0f} ms. Of the pass, the {mm['n_matrices']} weight matrices alone took "
         f"{mm['cpu_ms']:.0f} ms ({mm['cpu_gb_per_s']:.1f} GB/s, where a plain copy on the same thread reached "
         f"{m['copy_cpu_gb_per_s']:.0f} GB/s) and the other {fwd - mm['cpu_ms']:.0f} ms went to what the line leaves "
         "out: attention, norms, rotary embeddings, the cache's update and Python calling torch "
         f"{m['torch_calls_per_forward']} times a pass. "
+        + engines_note(m)
         + (
             f"The step's other {step - fwd:.0f} ms are outside the pass (the acceptance test, the record). "
             if step - fwd >= 1
@@ -356,6 +384,20 @@ def target_step_note(shape: ModelShape, hw: Hardware) -> str:
         "CPU time leaves out the waiting for a core, not the memory the other processes competed for, so on a "
         "quiet machine these figures may be lower. The app's races run on torch's default of "
         f"{m['default_threads']} threads. Measured with `{m['command']}`."
+    )
+
+
+def engines_note(m: dict[str, Any]) -> str:
+    """What the engine costs beside the physics: the eager forward's step in the same timing run, if it has one."""
+    eager = m.get("eager")
+    if not eager or m.get("engine") == eager.get("engine"):
+        return ""
+    step, fwd = eager["race_step"]["cpu_ms"], eager["forward"]["cpu_ms"]
+    gap = step - m["race_step"]["cpu_ms"]
+    return (
+        f"On {eager['engine']} (SPECVIZ_FAST=0) the same step took **{step:.0f} ms** and its pass {fwd:.0f} ms, "
+        f"Python calling torch {eager['torch_calls_per_forward']} times a pass: those {gap:.0f} ms a step are the "
+        "engine's, not the CPU's. "
     )
 
 
