@@ -43,6 +43,8 @@ def test_the_app_shares_its_models_fairly_and_stops_what_is_left(tmp_path, monke
     hostile = {row["probe"]: row for row in result["hostile"]}
     unexpected = [row for row in result["hostile"] if row["probe"] in result["hostile_unexpected"]]
     assert result["hostile_rounds"] == 1 and not unexpected, unexpected  # each row with its message
+    # the 16 MB rows' speed goal is the benchmark's figure (hostile_missed_goals), judged there, not here
+    assert all(isinstance(row["within_goal"], bool) for row in result["hostile"] if "16 MB" in row["probe"])
     assert hostile["upload past the bound"]["message"].startswith("SpecvizError: HTTP 413")
     assert "nested too deep" in hostile["saved race nested 100k deep"]["message"]
     assert "'Seed' must be a number" in hostile['race with seed "abc"']["message"]

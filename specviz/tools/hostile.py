@@ -172,8 +172,9 @@ def saved_race_rows(url: str, cfg: Any, files: dict[str, Path], r: int) -> list[
                 ),
             )
             row.update(beside_figures(alone, beside))
-            # held up on the models: beside honest visitors the call's time is mostly its wait in their line
-            row["ok"] = row["ok"] and row["seconds"] <= 10 and beside[1] - alone[1] <= 2
+            # held up on the models: beside honest visitors the call's time is mostly its wait in their line.
+            # A speed goal, reported (load's `hostile_missed_goals`), not a fault: `ok` stays the answer's
+            row["within_goal"] = row["seconds"] <= 10 and beside[1] - alone[1] <= 2
         elif name == "HTML in a label":  # loaded, the label shown as text
             row = probe(
                 f"saved race: {name}", "done", lambda path=path: "escaped" if _escaped(load(path)) else "AS HTML"

@@ -593,6 +593,7 @@ def build_result(
         "hostile_rounds": len({h["round"] for h in hostile}),
         "hostile_probes": len(hostile),
         "hostile_unexpected": sorted({h["probe"] for h in hostile if not h["ok"]}),
+        "hostile_missed_goals": sorted({h["probe"] for h in hostile if h.get("within_goal") is False}),
         "hostile_stop_s": [h["seconds"] for h in hostile if h["probe"] == "Stop on an online stream"],
         "visitor_left_logged": bool(logged(LEFT_LOG, text)),
         "tracebacks_in_log": text.count("Traceback (most recent call last)"),
