@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.models.kv import BatchCachedLM, CachedLM, tree_attention_mask, tree_depths
+from specviz.models.kv import BatchCachedLM, CachedLM, tree_allowed, tree_depths
 from specviz.sampling import SamplingConfig
 from specviz.verify import verify_tree
 from tests.test_verify import T1, N, assert_distributed_as, logits_of
@@ -20,8 +20,9 @@ PATHS = {0: [10], 1: [10, 11], 2: [12], 3: [10, 11, 13], 4: [12, 14]}  # tokens 
 
 
 def test_mask_lets_each_node_see_the_prefix_and_its_ancestors_only():
-    mask = tree_attention_mask(past=2, m=1, parents=PARENTS, dtype=torch.float32, device=torch.device("cpu"))
-    seen = (mask[0, 0] == 0).int().tolist()  # rows: pending token, then nodes; cols: 2 cached, 1 pending, 5 nodes
+    seen = (
+        tree_allowed(past=2, m=1, parents=PARENTS).int().tolist()
+    )  # rows: pending token, then nodes; cols: 2 cached, 1 pending, 5 nodes
     assert seen == [
         [1, 1, 1, 0, 0, 0, 0, 0],
         [1, 1, 1, 1, 0, 0, 0, 0],  # a

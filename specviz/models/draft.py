@@ -30,6 +30,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specviz.models.cpu import version_stamp
+from specviz.models.fast import rope_table, rotate_half
 from specviz.models.kv import StaticKV
 
 
@@ -167,9 +168,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
             or (self._rope[0].dtype, self._rope[0].device) != (w.dtype, w.device)
         ):
             size = max(end, 2 * (self._rope[0].shape[0] if self._rope else 256))
-            positions = torch.arange(size, device=w.device)[None]  # [1, P]
-            cos, sin = self.model.rotary_emb(w.new_zeros(1), positions)  # [1, P, head_dim]
-            self._rope = (cos[0], sin[0])
+            self._rope = rope_table(self.model.rotary_emb, w, size)
         return self._rope
 
     def _lean_weights(self) -> tuple[list[tuple], object]:
@@ -221,7 +220,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
                 t.reshape(T, -1, hd).transpose(0, 1)
                 for t in qkv.split([qkv.shape[1] - 2 * kv_width, kv_width, kv_width], -1)
             )
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin  # [H, T, hd], [Hkv, T, hd]
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin  # [H, T, hd], [Hkv, T, hd]
             keys, values = cache.append(i, k[None], v[None])  # [1, Hkv, start+T, hd]
             o = grouped_attention(q, keys[0], values[0], attn.scaling, start)  # [T, H*hd]
             x = x + lean_matmul(o.to(dt), o_w).to(x.dtype)
@@ -269,8 +268,3 @@ def grouped_attention(
         scores = scores.view(Hkv, -1, T, S).masked_fill(~visible, float("-inf")).view(Hkv, -1, S)
     out = torch.softmax(scores, dim=-1) @ values  # [Hkv, G*T, hd]
     return out.view(H, T, hd).transpose(0, 1).reshape(T, H * hd)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

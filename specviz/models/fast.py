@@ -165,9 +165,7 @@ class FastLlama:
     def rope(self, end: int) -> None:
         """The RoPE table for positions 0..end-1 (doubling)."""
         if self.cos.shape[0] < end:
-            positions = torch.arange(max(end, 2 * self.cos.shape[0], 256), device=self.device)[None]  # [1, P]
-            cos, sin = self.rotary(self.embed[:1], positions)  # [1, P, hd], attention scaling in
-            self.cos, self.sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
+            self.cos, self.sin = rope_table(self.rotary, self.embed, max(end, 2 * self.cos.shape[0], 256))
 
     def step(self, ids: list[int], cache: KVSlots, n_logits: int = 1) -> torch.Tensor:
         """Append `ids` (a chain) to `cache`; logits [n_logits, V] of the last of them (`kv.LeanDecoder`)."""
@@ -225,6 +223,13 @@ class FastLlama:
             hidden = x = F.rms_norm(x, d, self.norm, self.eps)
             return self.head(x[:, -n_logits:]), hidden
         return self.head(F.rms_norm(x[:, -n_logits:], d, self.norm, self.eps)), hidden
+
+
+def rope_table(rotary: nn.Module, like: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [size, head_dim] of positions 0..size-1 from a model's rotary embedding (transformers'
+    own: every rope type, its scaling), in `like`'s dtype and on its device."""
+    cos, sin = rotary(like[:1], torch.arange(size, device=like.device)[None])  # [1, size, head_dim]
+    return cos[0], sin[0]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ class CachedLM:
 
     @property
     def engine(self) -> str:
-        """Which forward this runs, in words (`fast.engine_name`; a draft's own pass: 'lean')."""
+        """Which forward this runs, in words (`fast.engine_name`, or the lean model's own step)."""
         return "the model's own lean step" if self.lean is not None else engine_name(self.model)
 
     @torch.inference_mode()
@@ -237,7 +237,7 @@ class CachedLM:
 def keep_dynamic(cache: DynamicCache, indices: list[int]) -> None:
     """Move the entries at `indices` (increasing) of every layer to the front, in that order (the
     caller then crops to len(indices))."""
-    same = next((j for j, i in enumerate(indices) if i != j), len(indices))  # entries already in place
+    same = in_place(indices)
     if same == len(indices):
         return
     src = {}  # the indices on each device that holds a layer (a device_map spreads them)
@@ -247,6 +247,11 @@ def keep_dynamic(cache: DynamicCache, indices: list[int]) -> None:
             if t.device not in src:
                 src[t.device] = to_device(torch.tensor(indices[same:], device=HOST), t.device)
             t[:, :, same : len(indices)] = t.index_select(2, src[t.device])
+
+
+def in_place(indices: list[int]) -> int:
+    """How many of the kept `indices` (increasing) are already where keeping puts them: 0, 1, 2, ..."""
+    return next((j for j, i in enumerate(indices) if i != j), len(indices))
 
 
 def tree_depths(parents: list[int]) -> list[int]:
@@ -283,13 +288,6 @@ def tree_allowed(past: int, m: int, parents: list[int]) -> torch.Tensor:
     n tree nodes that each see the prefix, themselves and their ancestors (True: may attend)."""
     block = tree_visibility(m, parents)
     return torch.cat([torch.ones(len(block), past, dtype=torch.bool, device=HOST), block], dim=1)
-
-
-def tree_attention_mask(
-    past: int, m: int, parents: list[int], dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    """`tree_allowed` as the additive mask [1, 1, m+n, past+m+n] attention adds (0: attend, min: not)."""
-    return additive(tree_allowed(past, m, parents), dtype, device)[None, None]
 
 
 def new_cache(config: PreTrainedConfig) -> DynamicCache:
@@ -346,7 +344,7 @@ class StaticKV:
 
     def keep(self, indices: list[int]) -> None:
         """Keep only the positions at `indices` (increasing), in that order."""
-        same = next((j for j, i in enumerate(indices) if i != j), len(indices))  # positions already in place
+        same = in_place(indices)
         if same < len(indices):
             src = to_device(torch.tensor(indices[same:], device=HOST), self.device)
             for t in (self.keys, self.values):

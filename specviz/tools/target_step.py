@@ -109,8 +109,8 @@ def _weight_matmuls(target: PreTrainedModel, repeats: int) -> dict[str, Any]:
     roofline prices, without the rest of the pass."""
     from specviz.models import fast
 
-    weights = list({id(m.weight): m.weight for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
-    n_bytes = sum(w.numel() * w.element_size() for w in weights)
+    linears = list({id(m.weight): m for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
+    n_bytes = sum(m.weight.numel() * m.weight.element_size() for m in linears)
     step = fast.decoder(target)
     if step is not None:
         c = target.config
@@ -120,7 +120,6 @@ def _weight_matmuls(target: PreTrainedModel, repeats: int) -> dict[str, Any]:
         calls = [(m, x) for layer in step.layers for m, x in zip(layer.products(), (d, attn, d, ffn), strict=True)]
         calls.append((step.head, d))
     else:
-        linears = list({id(m.weight): m for m in target.modules() if isinstance(m, torch.nn.Linear)}.values())
         calls = [(m, torch.randn(1, m.in_features)) for m in linears]
 
     def matmuls() -> None:
@@ -134,7 +133,7 @@ def _weight_matmuls(target: PreTrainedModel, repeats: int) -> dict[str, Any]:
         **_ms(mm_wall),
         "best_ms": min(mm_wall) * 1e3,
         "cpu_ms": statistics.median(mm_cpu) * 1e3,
-        "n_matrices": len(weights),
+        "n_matrices": len(linears),
         "n_products": len(calls),
         "bytes": n_bytes,
         "gb_per_s": n_bytes / min(mm_wall) / 1e9,  # best wall time
@@ -156,12 +155,12 @@ def _copy_rates() -> dict[str, float]:
 
 def _engine(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, repeats: int) -> dict[str, Any]:
     """The race's step, the bare pass and the weight matmuls on the engine SPECVIZ_FAST selects now."""
-    from specviz.models.kv import CachedLM
+    from specviz.models.fast import engine_name
 
     steps_wall, steps_cpu, emitted = _race_steps(pair, max_new_tokens, repeats)
     fwd_wall, fwd_cpu, calls = _forward_passes(pair.target, prompt_ids, emitted, repeats)
     return {
-        "engine": CachedLM(pair.target).engine,
+        "engine": engine_name(pair.target),
         "steps": len(steps_wall) // repeats,
         "race_step": {**_ms(steps_wall), "cpu_ms": statistics.median(steps_cpu) * 1e3},
         "forward": {**_ms(fwd_wall), "cpu_ms": statistics.median(fwd_cpu) * 1e3},

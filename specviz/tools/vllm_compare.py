@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "command": " ".join(["python -m specviz.tools.vllm_compare", *(argv or sys.argv[1:])]),
         "cores": os.cpu_count(),
-        "load_average_before": list(os.getloadavg()),
+        "load_average_after_vllm": list(os.getloadavg()),  # as specviz's runs start
         "prompts": [
             {"suite": name, "id": q.id, "prompt_tokens": len(i)} for (name, q), i in zip(chosen, ids, strict=True)
         ],

@@ -49,7 +49,7 @@ TAB_ORDER = 55  # after PEARL's tab
 LOADED_PAIR = "the loaded pair's target"
 MEASURED = ASSETS.parent / "benchmarks" / "roofline" / "roofline.json"  # from `python -m specviz.bench roofline`
 TARGET_STEP = MEASURED.with_name("target_step.json")  # from `python -m specviz.tools.target_step`
-STEPS = ASSETS.parent / "benchmarks" / "fast-target" / "steps-fast"  # T(n) per engine (its README's commands)
+STEPS = ASSETS.parent / "benchmarks" / "fast-target"  # steps-<engine>/roofline.json: T(n) per engine (its README)
 NO_ENGINE = "none (datasheet roofline)"
 BATCH_CHOICES = [1, 4, 16, 64, 256]
 TOLERANCE = 0.1  # "almost free": at most 10% over one decoding step
@@ -203,7 +203,7 @@ def measured_verify_note() -> str:
     """T(5)/T(1) as timed here on each engine (`benchmarks/fast-target/steps-*`), or nothing when not timed."""
     ratios = {}
     for engine, name in (("fast", "specviz's fast step"), ("eager", "transformers' eager forward")):
-        path = STEPS.with_name(f"steps-{engine}") / "roofline.json"
+        path = STEPS / f"steps-{engine}" / "roofline.json"
         if path.exists():
             points = {
                 p["n_tokens"]: p["seconds"] for p in json.loads(path.read_text())["points"] if p["batch_size"] == 1
