@@ -233,11 +233,7 @@ def build_tab(ctx: Any) -> None:
         try:
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
             st = streamed(pair_name, text, int(n), int(k), int(w), float(p))
-        except (
-            SpecvizError,
-            OSError,
-            ValueError,
-        ) as e:  # a user's input (or a pair that cannot load): said in the tab; a fault raises
+        except (SpecvizError, OSError, ValueError) as e:  # bad input, a pair that cannot load: said; a fault raises
             return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, "", None, ""
         first = next((i + 1 for i, r in enumerate(st["records"]) if r["accepted"]), 1)  # counted from 1
         return (
