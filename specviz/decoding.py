@@ -40,6 +40,7 @@ class Decoding:
         self.max_new_tokens = max_new_tokens
         self.eos = frozenset(pair.eos_token_ids)
         self.device = pair.device
+        self.seed = seed  # what an outside engine is given to sample with (specviz's own draws use `generator`)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.iteration = 0
         self.done = False
@@ -75,9 +76,11 @@ class Decoding:
         draft_forwards: int,
         target_forwards: int = 1,
         extra: dict[str, Any] | None = None,
+        t_end: float | None = None,
     ) -> IterationRecord:
         """Append drafted[:accepted] + the target's token, cut at EOS or the token budget, and record it.
-        A verdict without a target token (every draft accepted, no bonus row) appends the drafts alone."""
+        A verdict without a target token (every draft accepted, no bonus row) appends the drafts alone.
+        `t_end`: when the step ended, where its clock was read elsewhere (an engine's tokens arriving); None: now."""
         if verdict.next_token is None and verdict.accepted != len(drafted):
             raise ValueError("a verdict without the target's token must accept every drafted token")
         emitted = [*drafted[: verdict.accepted], *([verdict.next_token] if verdict.next_token is not None else [])]
@@ -94,7 +97,7 @@ class Decoding:
         position = len(self.ids)
         self.ids.extend(emitted)
         self.done = stop is not None
-        t_end = self.now()
+        t_end = self.now() if t_end is None else t_end
         record = IterationRecord(
             method=self.method,
             iteration=self.iteration,
@@ -103,7 +106,7 @@ class Decoding:
             drafted=tuple(drafted[:kept]),
             accepted=accepted,
             emitted=tuple(emitted),
-            p_target=verdict.p_drafted[:kept] if drafted else None,
+            p_target=verdict.p_drafted[:kept] if drafted and verdict.p_drafted is not None else None,
             q_draft=verdict.q_drafted[:kept] if verdict.q_drafted is not None and drafted else None,
             draft_forwards=draft_forwards,
             target_forwards=target_forwards,

@@ -223,6 +223,29 @@ class ConfidenceExtra(Extra):
     ]  # the draft's top-1 probability after each drafted token; drafting stopped below the threshold
 
 
+@dataclass(frozen=True)
+class EngineExtra(Extra):
+    """A step of an inference engine that specviz drives from outside (`methods.vllm`): what its API
+    reports, and what it does not."""
+
+    # drafts the engine drafted and rejected this step: it reports how many, never which ids ('drafted' holds
+    # the accepted ones only)
+    unreported: int
+    # engine steps whose tokens arrived in the same network chunk as this one (1: the step was timed alone;
+    # more: the chunk's time is shared out evenly among them)
+    steps_in_chunk: int = 1
+    # False: a one-token step that the engine's per-step counts cannot place for certain (a step that
+    # drafted nothing and one whose every draft was rejected both emit one token)
+    placed: bool = True
+
+    def check(self, record: Any) -> str | None:
+        if self.unreported < 0 or self.steps_in_chunk < 1:
+            return "extra 'unreported' must be at least 0 and 'steps_in_chunk' at least 1"
+        if record.accepted + self.unreported > record.speculation_length:
+            return "extra 'unreported' and the accepted drafts exceed 'speculation_length'"
+        return None
+
+
 FAMILIES: tuple[type[Extra], ...] = (
     CommitExtra,
     TreeExtra,
@@ -232,6 +255,7 @@ FAMILIES: tuple[type[Extra], ...] = (
     NgramExtra,
     DiscoExtra,
     ConfidenceExtra,
+    EngineExtra,
 )
 F = TypeVar("F", bound=Extra)
 

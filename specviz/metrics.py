@@ -34,7 +34,7 @@ def acceptance_rate(accepted: int, drafted: int) -> float | None:
 def tested(record: IterationRecord) -> int:
     """Draft tokens the target judged in one iteration: the accepted ones and the first refused one
     (none refused when the whole draft was kept, or when the budget ended the step first)."""
-    refused = record.accepted < len(record.drafted) and record.accepted < len(record.emitted)
+    refused = record.accepted < record.drafted_count and record.accepted < len(record.emitted)
     return record.accepted + refused
 
 
@@ -71,7 +71,7 @@ def summarize(records: Sequence[IterationRecord]) -> RunSummary:
         new_tokens=len(output),
         iterations=len(records),
         wall_s=records[-1].t_end,
-        drafted=sum(len(r.drafted) for r in records),
+        drafted=sum(r.drafted_count for r in records),
         accepted=sum(r.accepted for r in records),
         target_forwards=sum(r.target_forwards for r in records),
         draft_forwards=sum(r.draft_forwards for r in records),

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from specviz import extras
 from specviz.errors import SpecvizError
-from specviz.extras import MOST_RUN_S, CommitExtra, PearlExtra, TreeExtra
+from specviz.extras import MOST_RUN_S, CommitExtra, EngineExtra, PearlExtra, TreeExtra
 
 F = TypeVar("F", bound=extras.Extra)
 
@@ -67,6 +67,13 @@ class IterationRecord:
     def rejected(self) -> tuple[int, ...]:
         """Drafted tokens the target turned down (shown struck through in the app)."""
         return self.drafted[self.accepted :]
+
+    @property
+    def drafted_count(self) -> int:
+        """Tokens drafted in this iteration: `drafted`, and the rejected drafts of an outside engine, which it
+        counts but does not name (`EngineExtra.unreported`)."""
+        engine = self.extras(EngineExtra)
+        return len(self.drafted) + (engine.unreported if engine is not None else 0)
 
     def to_dict(self) -> dict[str, Any]:
         """`asdict(self)` without its copy of every tuple (immutable; a 16 MB saved race's download spent

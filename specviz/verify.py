@@ -33,7 +33,7 @@ class Verdict:
     accepted: int  # n: drafted[:n] survive
     next_token: int | None  # the target's own token: correction after a rejection, or bonus after all
     #                         accepted; None when all were accepted and no row scored the token after them
-    p_drafted: tuple[float, ...]  # p(x_i) for each drafted x_i
+    p_drafted: tuple[float, ...] | None  # p(x_i) for each drafted x_i; None: not reported (an outside engine)
     q_drafted: tuple[float, ...] | None  # q(x_i) for each drafted x_i; None for a one-hot drafter
     uniforms: tuple[float, ...] | None = None  # sampling: the u_i each x_i was tested with (u_i < p/q accepts)
 

@@ -40,13 +40,18 @@ def _nothing(records: Sequence[Any], t1: float) -> None:
     return None
 
 
+def _drafting(records: Sequence[Any]) -> tuple[list[Any], float | None]:
+    """The iterations that drafted, and α estimated from them (None: nothing was judged)."""
+    drafting = [r for r in records if r.drafted_count]
+    return drafting, estimate_alpha(drafting) if drafting else None
+
+
 def _chain(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
     """Leviathan's quantities: α from where each block stopped, mean γ, c = draft ms per drafted token / T(1)."""
-    drafting = [r for r in records if r.drafted]
-    alpha = estimate_alpha(drafting)
-    if not drafting or alpha is None:
+    drafting, alpha = _drafting(records)
+    if alpha is None:
         return None
-    drafted = sum(len(r.drafted) for r in drafting)
+    drafted = sum(r.drafted_count for r in drafting)
     gamma, c = drafted / len(drafting), sum(r.draft_ms for r in drafting) / drafted / t1
     ratio = sum(r.verify_ms for r in drafting) / len(drafting) / t1
     g = max(1, round(gamma))
@@ -60,6 +65,28 @@ def _chain(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
         "iteration_cost": g * c + ratio,
         "cost_terms": f"{g}×{c:.3f} drafting + {ratio:.2f} verifying",
         "predicted_speedup": speedup_with_verify_cost(alpha, g, c, ratio),
+    }
+
+
+def _engine_chain(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
+    """An outside engine's chain (vLLM): α and γ from its per-step counts; its step is timed at the client as a
+    whole (drafting inside it), so the cost is the measured step over T(1), with no split into γc and a verify."""
+    drafting, alpha = _drafting(records)
+    if alpha is None:
+        return None
+    gamma = sum(r.drafted_count for r in drafting) / len(drafting)
+    ratio = sum(r.t_end - r.t_start for r in drafting) * 1e3 / len(drafting) / t1
+    g = max(1, round(gamma))
+    return {
+        "alpha": alpha,
+        "length": gamma,
+        "length_text": f"γ = {gamma:.1f}",
+        "c": None,
+        "verify_ratio": ratio,
+        "expected_tokens": expected_tokens(alpha, g),
+        "iteration_cost": ratio,
+        "cost_terms": f"{ratio:.2f} steps of T(1) per engine step, drafting included (timed at the client)",
+        "predicted_speedup": expected_tokens(alpha, g) / ratio if ratio > 0 else None,
     }
 
 
@@ -108,6 +135,11 @@ def _head_tree(records: Sequence[Any], t1: float) -> dict[str, Any] | None:
         "cost_terms": f"{per_tree:.1f} head passes×{c:.3f} drafting + {row['verify_ratio']:.2f} verifying",
         "predicted_speedup": row["expected_tokens"] / cost,
     }
+
+
+def c_text(row: dict[str, Any], digits: int = 3) -> str:
+    """ "c = 0.123" for a family's reading; an engine's chain has no c of its own (drafting is inside its step)."""
+    return f"c = {row['c']:.{digits}f}" if row["c"] is not None else "c inside the engine's step"
 
 
 def tree_speedup(alpha: float, depth: float, size: float, c: float, verify_ratio: float) -> float:
@@ -173,4 +205,11 @@ HEAD_TREE = Family(
     _head_tree,
 )
 PARALLEL = Family("parallel", "E_PEARL(α, γ) / max(γc, T(pass)/T(1)) (PEARL)", "step", "T(pass)/T(1)", _parallel)
-FAMILIES = (TARGET_ALONE, CHAIN, TREE, SELF_DRAFTING_TREE, HEAD_TREE, PARALLEL)
+ENGINE_CHAIN = Family(
+    "engine chain",
+    "E[tokens](α, γ) / (T(step)/T(1)), T(step) an engine step timed at the client, drafting included (vLLM)",
+    "step",
+    "T(step)/T(1)",
+    _engine_chain,
+)
+FAMILIES = (TARGET_ALONE, CHAIN, TREE, SELF_DRAFTING_TREE, HEAD_TREE, PARALLEL, ENGINE_CHAIN)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from specviz.cost.families import tree_speedup
+from specviz.cost.families import c_text, tree_speedup
 from specviz.cost.formulas import optimal_gamma, speedup_curve, speedup_with_verify_cost
 from specviz.plots.roofline import PALETTE
 from specviz.plots.theme import ALPHA, MARKERS, baseline, finish, plain, wrap
@@ -186,7 +186,7 @@ def predicted_vs_measured_speedup_figure(rows: Sequence[dict[str, Any]]) -> go.F
     the formula's inputs are in the hover and in the table under the plot (written over the bars, three
     lines a bar, they overlapped their neighbours and shrank to specks on a phone)."""
     methods = [wrap(plain(r["method"]), 10) for r in rows]  # "SSSD (n-gram tree)" turned ran off a phone's plot
-    inputs = [f"{plain(r['method'])}: α = {r['alpha']:.2f}, {r['length_text']}, c = {r['c']:.2f}" for r in rows]
+    inputs = [f"{plain(r['method'])}: α = {r['alpha']:.2f}, {r['length_text']}, {c_text(r, 2)}" for r in rows]
     fig = go.Figure()
     for name, key, colour in (
         ("predicted", "predicted_speedup", PALETTE[0]),

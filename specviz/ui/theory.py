@@ -24,7 +24,7 @@ from typing import Any
 
 from specviz.cost import ENGINES, HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
 from specviz.cost.calibrate import fit_disturbed, hardware_from_result, load_words, roofline_from_result
-from specviz.cost.families import tree_speedup
+from specviz.cost.families import c_text, tree_speedup
 from specviz.cost.formulas import expected_tokens, optimal_gamma, speedup_with_verify_cost
 from specviz.cost.hardware import Hardware
 from specviz.cost.roofline import (
@@ -149,7 +149,7 @@ def measured_cost(race: Any) -> PairCost | None:
     if race is None:
         return None
     flagged = {r.name for r in race.runs if r.flags}
-    drafting = [r for r in explain_race(race) if r["family"] != "parallel"]
+    drafting = [r for r in explain_race(race) if r["family"] != "parallel" and r["c"] is not None]
     rows = [r for r in drafting if r["name"] not in flagged] or drafting  # disturbed ones only when all are
     if not rows:
         return None
@@ -275,7 +275,7 @@ def _point(row: dict[str, Any], x: float) -> dict[str, Any]:
         "x": x,
         "y": row["measured_speedup"],
         "label": f"{row['method']} α={row['alpha']:.2f}",
-        "hover": f"{row['method']}: α = {row['alpha']:.2f}, {row['length_text']}, c = {row['c']:.3f}, "
+        "hover": f"{row['method']}: α = {row['alpha']:.2f}, {row['length_text']}, {c_text(row)}, "
         f"{row['verify_label']} = {row['verify_ratio']:.2f}; measured {row['measured_speedup']:.2f}×, "
         f"its formula {row['predicted_speedup']:.2f}×",
     }

@@ -151,7 +151,8 @@ class SpanBuilder:
             shown = text
             i = r.accepted + j
             new.append(self._draft(r, i, own, "rejected", tested=i < judged))
-        role = "next token" if not r.drafted else "correction" if rejected else "bonus"
+        # an outside engine counts the drafts it rejected without naming them: its correction follows them unseen
+        role = "next token" if not r.drafted_count else "correction" if r.drafted_count > r.accepted else "bonus"
         new.extend(
             TokenSpan(self.detok.push(token), "target", r.iteration, token, role=role, greedy=self.greedy)
             for token in r.emitted[r.accepted :]

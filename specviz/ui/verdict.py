@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from specviz.cost.families import c_text
 from specviz.methods import BASELINE, get_method
 from specviz.plots.summary import NOISE, Standing, standings
 from specviz.ui.panels import DISTURBED, MethodRun, Race, md_text
@@ -239,7 +240,7 @@ def why_sentence(run: MethodRun, baseline: MethodRun, speedup: float | None) -> 
     apart = (tokens >= cost) != (speedup >= 1)  # the counts and the clock on two sides of 1
     return (
         f"{verb}: each {row['unit']} emitted {tokens:.2f} tokens (α = {row['alpha']:.2f}) for the time of "
-        f"{cost:.2f} target steps ({row['cost_terms']}; c = {row['c']:.3f}), {tokens / cost:.2f}× by these counts"
+        f"{cost:.2f} target steps ({row['cost_terms']}; {c_text(row)}), {tokens / cost:.2f}× by these counts"
         + (" (the rest: time outside the models' passes, which the counts leave out, or noise)." if apart else ".")
     )
 

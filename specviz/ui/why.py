@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specviz.cost.families import FAMILIES, TARGET_ALONE
+from specviz.cost.families import FAMILIES, TARGET_ALONE, c_text
 from specviz.cost.from_records import explain_run
 from specviz.methods import get_method
 from specviz.ui.panels import BASELINE, DISTURBED, Race, md_text
@@ -141,7 +141,8 @@ def why_markdown(race: Race | None) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {md_text(r['method'])} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | {r['c']:.3f} | "
+        f"| {md_text(r['method'])} | {r['family']} | {r['alpha']:.2f} | {r['length_text']} | "
+        f"{c_text(r).removeprefix('c = ')} | "
         f"{r['verify_label'].replace('/', ' / ')} = {r['verify_ratio']:.2f} | {r['predicted_speedup']:.2f}× | "
         f"{r['measured_speedup']:.2f}× |"
         for r in rows
