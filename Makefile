@@ -33,7 +33,8 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: setup browser lint
+# The vLLM rows' tests start real vLLM servers (tests/test_vllm.py): make test builds vLLM's environment too.
+test: setup browser lint vllm
 	$(BIN)/python -m pytest
 
 bench: setup

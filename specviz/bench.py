@@ -144,7 +144,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "with EXPERIMENT one of: " + (", ".join(subcommands()) or "none yet"),
     )
     p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")
-    p.add_argument("--methods", default="autoregressive,vanilla", help="comma-separated registry names, or 'all'")
+    p.add_argument(
+        "--methods",
+        default="autoregressive,vanilla",
+        help="comma-separated registry names, or 'all' (every method specviz decodes; vLLM's rows by name)",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--suite", help=f"comma-separated suites: {', '.join(SUITES)}")
@@ -206,21 +210,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="write results.json, summary.csv, summary.md and report.html (plotly figures) into DIR",
     )
+    p.add_argument(
+        "--vllm-url",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="run the vLLM row NAME (vllm, vllm_ngram, vllm_draft) on the vLLM server at URL; repeatable",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    from specviz.methods import get_method, method_names
+    from specviz.methods import all_methods, get_method, method_names
     from specviz.peers import peers_for
 
     methods = (
-        method_names()
+        [s.name for s in all_methods() if not s.engine]  # vLLM's rows run where vLLM is installed: by name
         if args.methods == "all"
         else listed("--methods", args.methods, "method", f"or 'all' ({', '.join(method_names())})")
     )
     for name in methods:
         get_method(name)  # an unknown name fails now, before any model loads
+    from specviz.engines.vllm import give_urls
+
+    give_urls(args.vllm_url)
     if args.json is not None:
         check_writable(args.json)
     if args.report is not None:

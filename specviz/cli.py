@@ -67,6 +67,13 @@ def main(argv: list[str] | None = None) -> None:
         help="auto (float32 unless the pair is too big for it: greedy output then equals the target's "
         "token for token), float32, bfloat16 or float16",
     )
+    parser.add_argument(
+        "--vllm-url",
+        action="append",
+        metavar="NAME=URL",
+        help="race the vLLM row NAME (vllm, vllm_ngram, vllm_draft) on the vLLM server at URL instead of one "
+        "specviz starts; repeatable (or SPECVIZ_VLLM_URLS=NAME=URL,...)",
+    )
     args = parser.parse_args(argv)
     log_lines()
     gpu = zerogpu()  # before torch is imported (ZeroGPU patches it)
@@ -74,6 +81,9 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         port = port_number(args.port)
+        from specviz.engines.vllm import give_urls, urls_from_env
+
+        give_urls(args.vllm_url or urls_from_env())
         limits = app_limits()
         resolve_dtype(args.dtype, resolve_device(args.device))  # a bad --device or --dtype fails here, not on the page
         if gpu is None:  # on ZeroGPU build_app loads the pairs it serves, now

@@ -26,6 +26,15 @@ settings.register_profile("deterministic", derandomize=True, deadline=None, prin
 settings.register_profile("explore", derandomize=False, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
+
+def own_methods() -> list:
+    """The registry's methods that specviz decodes itself: vLLM's rows run in vLLM's servers, on a model whose heads
+    vLLM's CPU attention runs (tests/test_vllm.py), not on the tiny pairs here."""
+    from specviz.methods import all_methods
+
+    return [s for s in all_methods() if not s.engine]
+
+
 tiny_pair = functools.partial(
     tiny.tiny_pair,
     device=torch.device(os.environ.get("SPECVIZ_TEST_DEVICE", "cpu")),

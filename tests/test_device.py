@@ -21,8 +21,9 @@ import pytest
 import torch
 
 import specviz
-from specviz.methods import all_methods, get_method
+from specviz.methods import get_method
 from specviz.models.tiny import tiny_pair
+from tests.conftest import own_methods
 
 DEVICE = torch.device(os.environ.get("SPECVIZ_TEST_DEVICE", "cpu"))
 DTYPE = getattr(torch, os.environ.get("SPECVIZ_TEST_DTYPE", "float32"))
@@ -52,7 +53,7 @@ def test_a_stray_tensor_fails_beside_the_models():
 
 
 @pytest.mark.parametrize(
-    ("method", "temperature"), [(s.name, t) for s in all_methods() for t in (0.0, 0.8) if not t or s.supports_sampling]
+    ("method", "temperature"), [(s.name, t) for s in own_methods() for t in (0.0, 0.8) if not t or s.supports_sampling]
 )
 def test_every_method_keeps_its_tensors_on_the_models_device(method, temperature):
     spec = get_method(method)

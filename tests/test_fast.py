@@ -10,10 +10,11 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
 import specviz
-from specviz.methods import all_methods, get_method
+from specviz.methods import get_method
 from specviz.models import fast
 from specviz.models.kv import BatchedLM, CachedLM
 from specviz.models.tiny import tiny_pair
+from tests.conftest import own_methods
 
 PROMPT = "def fibonacci(n): return fibonacci(n - 1) + fibonacci(n - 2)"
 TREE, PARENTS = [11, 12, 13, 14, 15, 16], [-1, 0, 0, 1, -1, 4]
@@ -84,7 +85,7 @@ def test_batched_passes_give_transformers_logits(monkeypatch):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("method", [s.name for s in all_methods()])
+@pytest.mark.parametrize("method", [s.name for s in own_methods()])
 def test_every_method_emits_the_same_tokens_on_both_engines(method, monkeypatch):
     options = get_method(method).select({"speculation_length": 4})
     outputs = {}

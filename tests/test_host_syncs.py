@@ -15,10 +15,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import specviz
-from specviz.methods import all_methods, get_method
+from specviz.methods import get_method
 from specviz.models.tiny import tiny_pair
 from specviz.sampling import SamplingConfig
 from specviz.verify import verify, verify_tree
+from tests.conftest import own_methods
 
 READS = frozenset({"item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy", "nonzero"})
 PROMPT = "def fibonacci(n): return fibonacci(n - 1) + fibonacci(n - 2)"
@@ -72,7 +73,7 @@ def test_a_tree_verification_reads_once_greedy_and_once_per_sibling_tried_sampli
 
 @pytest.mark.parametrize(
     ("method", "temperature"),
-    [(s.name, t) for s in all_methods() if not s.is_oracle for t in (0.0, 1.0) if not t or s.supports_sampling],
+    [(s.name, t) for s in own_methods() if not s.is_oracle for t in (0.0, 1.0) if not t or s.supports_sampling],
 )
 def test_a_method_reads_the_device_about_once_an_iteration_plus_once_per_draft_token(method, temperature):
     """Reads per run <= the draft model's forward passes (each drafted token is fed back) + 3 per

@@ -13,10 +13,11 @@ import dataclasses
 import pytest
 
 import specviz
-from specviz.methods import all_methods, get_method
+from specviz.methods import get_method
+from tests.conftest import own_methods
 
 PROMPTS = ["def fibonacci(n):", "Janet's ducks lay 16 eggs per day.", "x", [5, 17, 300, 42, 42, 42, 7]]
-METHODS = [s.name for s in all_methods()]
+METHODS = [s.name for s in own_methods()]
 
 
 def outputs(method, pair, prompt, **kw):

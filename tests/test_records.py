@@ -12,9 +12,10 @@ from specviz import extras, metrics
 from specviz.errors import SpecvizError
 from specviz.methods import all_methods, get_method, new_session
 from specviz.records import IterationRecord, RunBounds
+from tests.conftest import own_methods
 
 
-@pytest.mark.parametrize("method", [s.name for s in all_methods()])
+@pytest.mark.parametrize("method", [s.name for s in own_methods()])
 def test_every_methods_records_serialise_and_round_trip(method, perturbed_pair):
     opts = get_method(method).select({"speculation_length": 3})
     result = specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=20, **opts)
@@ -52,7 +53,7 @@ def test_oracle_sl_counts_the_drafts_future_hits(self_pair, random_pair):
         assert 0 <= r.oracle_sl <= n - (r.position - len(result.prompt_ids))
 
 
-@pytest.mark.parametrize("method", [s.name for s in all_methods()])
+@pytest.mark.parametrize("method", [s.name for s in own_methods()])
 def test_every_methods_records_carry_exactly_its_declared_extra_fields(method, perturbed_pair):
     """The registry says which families of `extra` fields a method writes (specviz.extras); its records
     hold those keys and no other, each family whole, and come back from JSON through the checked

@@ -17,7 +17,7 @@ import torch
 
 import specviz
 from specviz import methods
-from specviz.cost.families import CHAIN, HEAD_TREE, PARALLEL, SELF_DRAFTING_TREE, TARGET_ALONE, TREE
+from specviz.cost.families import CHAIN, ENGINE_CHAIN, HEAD_TREE, PARALLEL, SELF_DRAFTING_TREE, TARGET_ALONE, TREE
 from specviz.cost.formulas import pearl_speedup, pearl_speedup_with_verify_cost, pearl_tokens_per_step
 from specviz.cost.from_records import explain_run
 from specviz.methods import all_methods, default_race, get_method, method_names
@@ -43,6 +43,7 @@ ALLOWED = {
     "train/disco.py": "'oracle' keys DISCO's replay of the oracle speculation length, a row of the paper's table",
     "train/streaming.py": "'streaming' keys the adapter's shape in a training checkpoint",
     "eagle/train.py": "'eagle' names the head trainer's progress line, not a run of the method",
+    "tools/vllm_compare.py": "'vllm' keys vLLM's own run of the target alone in that tool's file (issue 51's figure)",
     "tools/hostile.py": "the hostile client sends what a stranger would: its probes' method options are data",
 }
 
@@ -116,6 +117,9 @@ def test_each_entry_says_its_family_and_the_defaults_are_unchanged():
         "eagle": HEAD_TREE,
         "streaming": SELF_DRAFTING_TREE,
         "oracle": CHAIN,
+        "vllm": TARGET_ALONE,
+        "vllm_ngram": ENGINE_CHAIN,
+        "vllm_draft": ENGINE_CHAIN,
     }
     # the Race tab's defaults before the registry held them, in registry order
     before = ("autoregressive", "vanilla", "prompt_lookup", "pearl", "sssd", "disco", "osd")
@@ -129,10 +133,12 @@ def test_each_entry_says_its_family_and_the_defaults_are_unchanged():
         "pearl-no-post",
         "oracle",
     }
-    # what the step-through inferred before (needs the draft, carries no session): now said by each entry
+    # what the step-through inferred before (needs the draft, carries no session): now said by each entry; an
+    # outside engine's draft runs in its server, where the step-through cannot rerun it
     assert {s.name for s in all_methods() if s.drafts_with_pair_draft} == {
-        s.name for s in all_methods() if s.needs_draft and s.session is None
+        s.name for s in all_methods() if s.needs_draft and s.session is None and not s.engine
     }
+    assert {s.name for s in all_methods() if s.engine} == {"vllm", "vllm_ngram", "vllm_draft"}
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ import torch
 
 import specviz
 from specviz import verify as verify_module
-from specviz.methods import all_methods, get_method, speculative
+from specviz.methods import get_method, speculative
 from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig, probabilities, sample
+from tests.conftest import own_methods
 from tests.test_verify import chi_square_pvalue
 
 CFG = SamplingConfig(temperature=0.5, top_k=3)
@@ -58,7 +59,7 @@ OWN_OPTIONS = {
     "sssd": {"speculation_length": 8, "max_depth": GAMMA, "sources": "input"},
     "eagle": {"depth": GAMMA},
 }
-METHODS = [s.name for s in all_methods() if s.supports_sampling]
+METHODS = [s.name for s in own_methods() if s.supports_sampling]
 DRAFTS_NOTHING = {"autoregressive": "the baseline drafts nothing: every token is the target's own"}
 
 LONG_DRAFT = "a draft of 2 or more tokens"

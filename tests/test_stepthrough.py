@@ -9,12 +9,13 @@ import pytest
 
 import specviz
 from specviz.errors import SpecvizError
-from specviz.methods import get_method, method_names
+from specviz.methods import get_method
 from specviz.plots.animation import iteration_animation
 from specviz.plots.step import panel_grid, step_distributions
 from specviz.plots.tree import record_tree_figure
 from specviz.stepthrough import explain_iteration, recompute_for
 from specviz.ui.stepthrough import step_html
+from tests.conftest import own_methods
 
 PROMPT = "def fibonacci(n):"
 
@@ -24,7 +25,7 @@ def run(pair, method, **kw):
     return ids, list(specviz.run(method, pair, ids, max_new_tokens=24, **kw))
 
 
-@pytest.mark.parametrize("method", method_names())
+@pytest.mark.parametrize("method", [s.name for s in own_methods()])
 def test_every_iteration_of_every_method_is_explained_as_it_ran(perturbed_pair, method):
     ids, records = run(perturbed_pair, method)
     mode = recompute_for(get_method(method), perturbed_pair, {})

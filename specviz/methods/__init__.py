@@ -57,6 +57,9 @@ class MethodSpec:
     session: Callable[[Any], Any] | None = None
     # the families of extra fields its records carry besides Decoding.commit's (specviz.extras), e.g. (TreeExtra,)
     extras: tuple[type, ...] = ()
+    # "": specviz's own decoding, in this process; else the name of the outside engine that decodes it, in a server
+    # of its own ("vLLM": specviz.engines.vllm), whose records say what that engine does not report (EngineExtra)
+    engine: str = ""
 
     def __post_init__(self) -> None:
         if not self.short_label:
@@ -65,7 +68,7 @@ class MethodSpec:
     @property
     def drafts_with_pair_draft(self) -> bool:
         """Its q is the pair's draft model as loaded (the step-through reruns it); not a learner's copy (OSD)."""
-        return self.needs_draft and self.session is None
+        return self.needs_draft and self.session is None and not self.engine
 
     def extra_families(self) -> tuple[type, ...]:
         """Every family of extra fields its records may carry: Decoding.commit's, then its own."""

@@ -120,6 +120,13 @@ def app_options(method: str, values: dict[str, Any], limits: AppLimits = DEFAULT
     return out
 
 
+ENGINE_NOTE = (
+    "Decoded by {engine} in its own server (started on first use: a minute or two), timed at this end: a step ends "
+    "when its tokens arrive. {engine} counts the drafts it rejects but does not name them, and reports no p or q: "
+    "rejected drafts are counted, not shown; a speculative row's tokens appear when its request ends."
+)
+
+
 def skip_reason(spec: Any, pair: Any, settings: RaceSettings) -> str | None:
     """Why a method cannot take part with this pair and these settings (None: it can)."""
     if spec.needs_draft and pair.draft is None:
@@ -313,8 +320,9 @@ def _enter_runs(
         if against:
             lossy.add(spec.name)
         restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
+        outside = ENGINE_NOTE.format(engine=spec.engine) if spec.engine else ""
         run.note = " ".join(
-            filter(None, [lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts])
+            filter(None, [outside, lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts])
         )
         runnable.add(spec.name)
     return runnable, lossy

@@ -1,0 +1,242 @@
+"""vLLM's own decoding, raced beside specviz's methods: the target alone, n-gram speculation (prompt
+lookup) and a draft model, each a server of vLLM's (`specviz.engines.vllm`), read over HTTP.
+
+One record per engine step. The tokens come from the stream; how many a step drafted and accepted
+from vLLM's per-step counts, which arrive with the last chunk, so a speculative run's records are
+written when its request ends (the target alone's stream token by token). A step's accepted drafts
+are its first tokens; vLLM counts the drafts it rejected but does not name them, and reports no p or
+q: the records say so (`EngineExtra`) instead of inventing them. Times are the client's: a step ends
+when its tokens arrive, drafting and verifying together, the HTTP round trip included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from specviz.cost.families import ENGINE_CHAIN, TARGET_ALONE
+from specviz.decoding import Decoding
+from specviz.engines import vllm as engine
+from specviz.errors import SpecvizError
+from specviz.extras import EngineExtra
+from specviz.methods import BASELINE, register
+from specviz.methods.autoregressive import NoOptions
+from specviz.methods.options import check_fields, count
+from specviz.records import IterationRecord
+from specviz.verify import Verdict
+
+PROBE_TOKENS = 8  # greedy tokens a user's server must agree on with the pair's target before it is raced
+PAPER = "vLLM 0.32 (Kwon et al. 2023), its speculative decoding"
+
+
+@dataclass(frozen=True)
+class Step:
+    tokens: tuple[int, ...]
+    accepted: int
+    drafted: int  # as vLLM counts them (0: a step that verified no drafts)
+    rejected: int  # of them, the ones its target turned down (0 as well where the budget cut the step short)
+    t_start: float
+    t_end: float
+    steps_in_chunk: int = 1
+    placed: bool = True
+
+
+def engine_steps(chunks: list[engine.Chunk], counts: engine.StepCounts | None, t0: float) -> list[Step]:
+    """The engine's steps from the chunks' tokens and its per-step counts, in order.
+
+    The first token is the prompt's pass (no drafts). vLLM counts only the steps that verified drafts;
+    a step of a+1 tokens is the next counted step when it has a accepted drafts, and a one-token step
+    that drafted nothing (no n-gram matched) is absent from the counts. A one-token step and a counted
+    step that accepted nothing look alike: where a run has both, its one-token steps are marked `placed=False`.
+    Several steps in one chunk share its time evenly."""
+    counted = deque(zip(counts.accepted, counts.drafted, strict=True)) if counts is not None else deque()
+    total = sum(len(c.tokens) for c in chunks)
+    uncounted = total - 1 - sum(a + 1 for a, _ in counted)  # one-token steps with no drafts, besides the first
+    certain = uncounted <= 0 or all(a > 0 for a, _ in counted)  # no one-token step of each kind to mistake
+    steps: list[Step] = []
+    t_prev, first = t0, True
+    for n, chunk in enumerate(chunks):
+        rest, pieces = list(chunk.tokens), []
+        last_chunk = n == len(chunks) - 1
+        while rest:
+            if first:
+                pieces.append((rest[:1], 0, 0, 0, True))
+                rest, first = rest[1:], False
+            elif counted and (counted[0][0] + 1 <= len(rest) or last_chunk):
+                a, k = counted.popleft()
+                take = min(a + 1, len(rest))
+                pieces.append((rest[:take], min(a, take), k, k - a if take == a + 1 else 0, certain or take > 1))
+                rest = rest[take:]
+            else:
+                pieces.append((rest[:1], 0, 0, 0, certain))
+                rest = rest[1:]
+        share = (chunk.t - t_prev) / max(1, len(pieces))
+        for i, (tokens, a, k, rejected, placed) in enumerate(pieces):
+            start = t_prev + i * share
+            steps.append(Step(tuple(tokens), a, k, rejected, start, start + share, len(pieces), placed))
+        t_prev = chunk.t
+    return steps
+
+
+def step_record(dec: Decoding, step: Step, draft_forwards: int) -> IterationRecord:
+    """One engine step through `Decoding.commit`: its accepted drafts, then its own token."""
+    a = step.accepted
+    drafted = list(step.tokens[:a])
+    verdict = Verdict(
+        accepted=a, next_token=step.tokens[a] if len(step.tokens) > a else None, p_drafted=None, q_drafted=None
+    )
+    extra = EngineExtra(unreported=step.rejected, steps_in_chunk=step.steps_in_chunk, placed=step.placed)
+    return dec.commit(
+        drafted=drafted,
+        verdict=verdict,
+        speculation_length=step.drafted,
+        t_start=step.t_start,
+        t_drafted=step.t_start,
+        draft_forwards=draft_forwards if step.drafted else 0,
+        extra=extra.to_extra(),
+        t_end=step.t_end,
+    )
+
+
+def serve(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> Iterator[IterationRecord]:
+    """Run `dec`'s request on vLLM's server for this pair and config; yield its steps' records."""
+    server = _server(dec, speculative, method)
+    t0 = dec.now()
+    chunks: list[engine.Chunk] = []
+    counts = None
+    sampling = dataclasses.asdict(dec.sampling)
+    items = engine.stream(server, dec.ids, dec.remaining, sampling, tuple(sorted(dec.eos)), dec.seed, dec.now)
+    try:
+        for item in items:
+            if isinstance(item, engine.StepCounts):
+                counts = item
+            elif speculative is None:  # one token a step: its records need no counts, and stream as they come
+                for step in engine_steps([item], None, chunks[-1].t if chunks else t0):
+                    yield step_record(dec, step, 0)
+                chunks.append(item)
+            else:
+                chunks.append(item)
+    finally:
+        items.close()
+    if speculative is None:
+        return
+    if counts is None:
+        raise SpecvizError(f"{server.url} runs no speculation, or reports no per-step counts: {engine.DETAILED}")
+    forwards = int(speculative["num_speculative_tokens"]) if speculative["method"] == "draft_model" else 0
+    for step in engine_steps(chunks, counts, t0):
+        yield step_record(dec, step, forwards)
+        if dec.done:
+            return
+
+
+def _server(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> engine.Server:
+    pair = dec.pair
+    given = engine.SERVERS.given.get(method)
+    if given is not None:
+        if not given.checked:  # it must serve this pair's target: its greedy tokens for this prompt are the pair's
+            from specviz.runner import generate
+
+            expected = generate(BASELINE, pair, dec.ids, max_new_tokens=PROBE_TOKENS).summary.output_ids
+            engine.check_server(given, dec.ids, list(expected), speculative is not None)
+            given.checked = True
+        return given
+    _check_head_size(pair.target)
+    from specviz.engines.export import model_folder
+
+    folder = model_folder(pair.target, pair.tokenizer)
+    spec_json = ""
+    if speculative is not None:
+        config = dict(speculative)
+        if config.get("method") == "draft_model":
+            _check_head_size(pair.draft_model)
+            config["model"] = model_folder(pair.draft_model, pair.tokenizer)
+        spec_json = json.dumps(config, sort_keys=True)
+    server = engine.ServerConfig(
+        model=folder, served_name=pair.name, max_model_len=pair.max_context, speculative_config=spec_json
+    )
+    return engine.SERVERS.get(server)
+
+
+def _check_head_size(model: Any) -> None:
+    c = model.config
+    head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    if model.device.type == "cpu" and head not in engine.CPU_HEAD_SIZES:
+        raise SpecvizError(
+            f"vLLM's CPU backend does not run attention heads of size {head} (this pair's); it runs "
+            + ", ".join(map(str, engine.CPU_HEAD_SIZES))
+        )
+
+
+@dataclass(frozen=True)
+class NgramOptions:
+    num_speculative_tokens: int = count(4)  # vLLM's γ: most tokens copied per step
+    prompt_lookup_max: int = count(4)  # longest suffix vLLM matches
+    prompt_lookup_min: int = count(1, at_most="prompt_lookup_max")  # shortest suffix it falls back to
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class DraftOptions:
+    num_speculative_tokens: int = count(4)  # vLLM's γ: tokens the draft model proposes per step
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@register(
+    "vllm",
+    label="vLLM, target alone",
+    short_label="vLLM",
+    description="vLLM's engine decoding the target alone, in its own process, read over HTTP (its OpenAI server).",
+    paper=PAPER,
+    options=NoOptions,
+    family=TARGET_ALONE,
+    needs_draft=False,
+    rank=90,
+    extras=(EngineExtra,),
+    engine="vLLM",
+)
+def vllm_target(dec: Decoding, opts: NoOptions) -> Iterator[IterationRecord]:
+    return serve(dec, None, "vllm")
+
+
+@register(
+    "vllm_ngram",
+    label="vLLM n-gram",
+    short_label="vLLM n-gram",
+    description="vLLM's n-gram speculation (prompt lookup): drafts copied from the prompt and output, verified by "
+    "its engine.",
+    paper=PAPER,
+    options=NgramOptions,
+    family=ENGINE_CHAIN,
+    needs_draft=False,
+    rank=91,
+    extras=(EngineExtra,),
+    engine="vLLM",
+)
+def vllm_ngram(dec: Decoding, opts: NgramOptions) -> Iterator[IterationRecord]:
+    config = {"method": "ngram", **{k: getattr(opts, k) for k in ("num_speculative_tokens", "prompt_lookup_max")}}
+    return serve(dec, {**config, "prompt_lookup_min": opts.prompt_lookup_min}, "vllm_ngram")
+
+
+@register(
+    "vllm_draft",
+    label="vLLM draft model",
+    short_label="vLLM draft",
+    description="vLLM's speculative decoding with the pair's draft model (exported to a folder vLLM loads).",
+    paper=PAPER,
+    options=DraftOptions,
+    family=ENGINE_CHAIN,
+    needs_draft=True,
+    rank=92,
+    extras=(EngineExtra,),
+    engine="vLLM",
+)
+def vllm_draft(dec: Decoding, opts: DraftOptions) -> Iterator[IterationRecord]:
+    return serve(dec, {"method": "draft_model", "num_speculative_tokens": opts.num_speculative_tokens}, "vllm_draft")
