@@ -41,6 +41,13 @@ INSTALL = (
     f"process), or set {PYTHON_ENV} to a python with vllm, or give a running server with --vllm-url NAME=URL"
 )
 DETAILED = "start it with --per-request-spec-decode-metrics detailed (and --speculative-config)"
+# vLLM's server, started through this line (Linux): it asks for SIGTERM when the thread that started it ends, so
+# that a specviz killed without its exit handlers (SIGTERM, SIGKILL) leaves no server behind; elsewhere atexit only
+LAUNCH = (
+    "import ctypes, runpy, signal, sys\n"
+    "if sys.platform == 'linux': ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "sys.argv[0] = 'vllm'; runpy.run_module('vllm.entrypoints.openai.api_server', run_name='__main__')"
+)
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -65,7 +72,7 @@ class ServerConfig:
     tensor_parallel_size: int = 1
 
     def command(self, python: str, port: int) -> list[str]:
-        args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
+        args = [python, "-c", LAUNCH, "--model", self.model]
         args += ["--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(port)]
         args += ["--dtype", self.dtype, "--max-model-len", str(self.max_model_len), "--max-num-seqs", "1"]
         args += ["--disable-uvicorn-access-log"]
@@ -169,7 +176,11 @@ def start(config: ServerConfig, progress: Callable[[str], None]) -> Server:
     env = {**CPU_ENV, **os.environ}
     with log.open("w") as out:
         process = subprocess.Popen(
-            config.command(python, port), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            config.command(python, port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # the terminal's Ctrl-C reaches specviz, which stops it (atexit)
         )
     server = Server(f"http://127.0.0.1:{port}", config.served_name, process, log)
     t0, most = time.monotonic(), float(os.environ.get(START_S_ENV, "900"))
