@@ -232,7 +232,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     )
     for name in methods:
         get_method(name)  # an unknown name fails now, before any model loads
-    from specviz.engines.vllm import give_urls
+    from specviz.methods.vllm import give_urls
 
     give_urls(args.vllm_url)
     if args.json is not None:

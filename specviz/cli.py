@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         port = port_number(args.port)
-        from specviz.engines.vllm import give_urls, urls_from_env
+        from specviz.engines.vllm import urls_from_env
+        from specviz.methods.vllm import give_urls
 
         give_urls(args.vllm_url or urls_from_env())
         limits = app_limits()

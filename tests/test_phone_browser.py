@@ -241,6 +241,7 @@ def test_a_race_of_every_method_keeps_its_summary_on_a_phones_screen(phone):
     boxes = phone.locator("#sv-methods label").all()
     ticked = [box.inner_text().strip() for box in boxes if box.locator("input").is_checked()]
     assert len(ticked) > 2 * PHONE_METHODS, ticked
+    assert not [t for t in ticked if t.startswith("vLLM")], "All ticks specviz's own methods, no vLLM server"
     phone.click("#sv-run")
     phone.wait_for_function("() => !document.querySelector('#sv-race-status').innerText.includes('Race finished')")
     phone.wait_for_selector("#sv-race-status:has-text('Race finished')")  # this race's, not the last one's

@@ -16,7 +16,7 @@ from specviz.engines import vllm as engine
 from specviz.errors import SpecvizError
 from specviz.extras import EngineExtra
 from specviz.methods import get_method
-from specviz.methods.vllm import Step, engine_steps
+from specviz.methods.vllm import Step, engine_steps, give_urls
 from specviz.metrics import summarize
 from specviz.models.modelpair import ModelPair
 from specviz.models.tiny import perturbed_copy, tiny_model, tiny_tokenizer
@@ -74,9 +74,9 @@ def test_a_pair_whose_heads_vllm_cannot_run_is_refused_before_a_server_starts(pe
 
 def test_a_vllm_url_must_name_a_vllm_row():
     with pytest.raises(SpecvizError, match="NAME one of vllm, vllm_ngram, vllm_draft"):
-        engine.give_urls(["vanilla=http://127.0.0.1:1"])
+        give_urls(["vanilla=http://127.0.0.1:1"])
     with pytest.raises(SpecvizError, match="http"):
-        engine.give_urls(["vllm=127.0.0.1:8000"])
+        give_urls(["vllm=127.0.0.1:8000"])
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_a_server_of_another_model_is_refused(servers, head32_pair):
     (server,) = [s for c, s in engine.SERVERS.started.items() if not c.speculative_config]
     other = tiny_model(seed=2, hidden=64, layers=4, heads=2, kv_heads=1)
     stranger = dataclasses.replace(head32_pair, target=other, name="another")
-    engine.give_urls([f"vllm={server.url}"])
+    give_urls([f"vllm={server.url}"])
     try:
         with pytest.raises(SpecvizError, match="not this pair's target"):
             list(specviz.run("vllm", stranger, ids, max_new_tokens=4))

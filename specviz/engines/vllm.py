@@ -148,19 +148,6 @@ SERVERS = Servers()
 atexit.register(SERVERS.stop_all)
 
 
-def give_urls(items: list[str]) -> None:
-    """`--vllm-url NAME=URL` (repeatable; or $SPECVIZ_VLLM_URLS, comma-separated): the method NAME (one of the
-    vLLM rows) is served by the vLLM server at URL instead of one specviz starts."""
-    from specviz.methods import all_methods
-
-    names = [s.name for s in all_methods() if s.engine == "vLLM"]
-    for item in items:
-        name, sep, url = item.partition("=")
-        if not sep or name.strip() not in names:
-            raise SpecvizError(f"--vllm-url takes NAME=URL, NAME one of {', '.join(names)}; got {item!r}")
-        SERVERS.give(name.strip(), url.strip())
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -23,10 +23,11 @@ from specviz.decoding import Decoding
 from specviz.engines import vllm as engine
 from specviz.errors import SpecvizError
 from specviz.extras import EngineExtra
-from specviz.methods import BASELINE, register
+from specviz.methods import BASELINE, all_methods, get_method, register
 from specviz.methods.autoregressive import NoOptions
 from specviz.methods.options import check_fields, count
 from specviz.records import IterationRecord
+from specviz.sampling import SamplingConfig
 from specviz.verify import Verdict
 
 PROBE_TOKENS = 8  # greedy tokens a user's server must agree on with the pair's target before it is raced
@@ -138,10 +139,7 @@ def _server(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> e
     given = engine.SERVERS.given.get(method)
     if given is not None:
         if not given.checked:  # it must serve this pair's target: its greedy tokens for this prompt are the pair's
-            from specviz.runner import generate
-
-            expected = generate(BASELINE, pair, dec.ids, max_new_tokens=PROBE_TOKENS).summary.output_ids
-            engine.check_server(given, dec.ids, list(expected), speculative is not None)
+            engine.check_server(given, dec.ids, _target_greedy(dec), speculative is not None)
             given.checked = True
         return given
     _check_head_size(pair.target)
@@ -159,6 +157,14 @@ def _server(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> e
         model=folder, served_name=pair.name, max_model_len=pair.max_context, speculative_config=spec_json
     )
     return engine.SERVERS.get(server)
+
+
+def _target_greedy(dec: Decoding) -> list[int]:
+    """The pair's target's first PROBE_TOKENS greedy tokens for the prompt, by specviz's own baseline."""
+    probe = Decoding(dec.pair, dec.ids, BASELINE, PROBE_TOKENS, SamplingConfig(), dec.seed)
+    for _ in get_method(BASELINE).generate(probe, NoOptions()):
+        pass
+    return probe.ids[probe.prompt_len :]
 
 
 def _check_head_size(model: Any) -> None:
@@ -240,3 +246,14 @@ def vllm_ngram(dec: Decoding, opts: NgramOptions) -> Iterator[IterationRecord]:
 )
 def vllm_draft(dec: Decoding, opts: DraftOptions) -> Iterator[IterationRecord]:
     return serve(dec, {"method": "draft_model", "num_speculative_tokens": opts.num_speculative_tokens}, "vllm_draft")
+
+
+def give_urls(items: list[str]) -> None:
+    """`--vllm-url NAME=URL` (repeatable; or $SPECVIZ_VLLM_URLS, comma-separated): the method NAME (one of the
+    vLLM rows) is served by the vLLM server at URL instead of one specviz starts."""
+    names = [s.name for s in all_methods() if s.engine == "vLLM"]
+    for item in items:
+        name, sep, url = item.partition("=")
+        if not sep or name.strip() not in names:
+            raise SpecvizError(f"--vllm-url takes NAME=URL, NAME one of {', '.join(names)}; got {item!r}")
+        engine.SERVERS.give(name.strip(), url.strip())

@@ -241,7 +241,7 @@ def _settings(ui: SimpleNamespace) -> None:
     """Prompt, Run and Stop, examples, methods and decoding settings."""
     # ticked when the page opens (the registry's default race: the baseline and one method per paper, so the first
     # race is short)
-    defaults = default_race() or [s.name for s in ui.specs if not s.is_oracle]
+    defaults = default_race() or [s.name for s in ui.specs if not (s.is_oracle or s.engine)]
     limits = ui.limits
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
@@ -271,7 +271,8 @@ def _settings(ui: SimpleNamespace) -> None:
                 value=defaults,
                 label="Methods",
                 elem_id="sv-methods",
-                info="Every registered method. Each runs alone, one after another.",
+                info="Every registered method. Each runs alone, one after another. All ticks specviz's own; a vLLM "
+                "row starts a vLLM server first (minutes).",
             )
             with gr.Row():
                 ui.all_btn = gr.Button("All", size="sm", min_width=60)
@@ -591,7 +592,9 @@ def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
     # the slider's number box sets a number typed outside its range to the nearest bound without a word; the
     # release event sends the typed number first, so gradio's own range check says so on the page
     ui.max_new.release(lambda n: None, ui.max_new, None, api_visibility="private", show_progress="hidden")
-    ui.all_btn.click(lambda: [s.name for s in ui.specs if not s.is_oracle], None, ui.methods, api_visibility="private")
+    ui.all_btn.click(
+        lambda: [s.name for s in ui.specs if not (s.is_oracle or s.engine)], None, ui.methods, api_visibility="private"
+    )
     ui.none_btn.click(lambda: [], None, ui.methods, api_visibility="private")
     own = ctx.state(())  # the visitor's uploaded prompts (texts); a suite name never reaches the file system
 
