@@ -113,6 +113,15 @@ def test_unknown_method_and_option(random_pair):
         specviz.run("vanilla", random_pair, "hi", gamma=3)
 
 
+def test_a_method_name_reads_the_same_with_hyphens_or_underscores():
+    from specviz.methods import get_method
+
+    assert get_method("vllm-ngram").name == "vllm_ngram" and get_method("prompt-lookup").name == "prompt_lookup"
+    assert get_method("pearl_no_pre").name == "pearl-no-pre"
+    with pytest.raises(SpecvizError, match="unknown method 'vllm ngram'"):
+        get_method("vllm ngram")
+
+
 def test_unavailable_model_fails_fast_with_advice(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from specviz.models import hub

@@ -136,7 +136,11 @@ def method_names() -> list[str]:
 
 
 def get_method(name: str) -> MethodSpec:
+    """The method registered as `name`; "-" and "_" are one letter in it (vllm-ngram is vllm_ngram)."""
     _load_all()
-    if not isinstance(name, str) or name not in _REGISTRY:
+    spec = _REGISTRY.get(name) if isinstance(name, str) else None
+    if spec is None and isinstance(name, str):
+        spec = next((s for n, s in _REGISTRY.items() if n.replace("-", "_") == name.replace("-", "_")), None)
+    if spec is None:
         raise SpecvizError(f"unknown method {name!r}. Known methods: {', '.join(method_names())}")
-    return _REGISTRY[name]
+    return spec
