@@ -136,6 +136,28 @@ def format_table(summary: list[dict[str, Any]]) -> str:
     return df.to_string(float_format=lambda x: f"{x:.3f}", na_rep="-")
 
 
+def format_positions(summary: list[dict[str, Any]]) -> str:
+    """Each chain method's acceptance per draft position (conditional on the previous accepted, as
+    `specviz.metrics` defines it) and, raced at one γ, which γ its figures favour; "" with none."""
+    rows = [r for r in summary if r.get("acceptance_by_position")]
+    if not rows:
+        return ""
+    width = max(len(r["method"]) for r in rows)
+    lines = ["acceptance per draft position (accepted / reached, given the previous accepted):"]
+    for r in rows:
+        rates = " ".join("  -  " if a is None else f"{a:.3f}" for a in r["acceptance_by_position"])
+        lines.append(f"  {r['method']:<{width}}  {rates}")
+    for r in rows:
+        answer = r.get("which_gamma")
+        if answer:
+            speeds = ", ".join(f"{g}: {s:.2f}x" for g, _, _, s in answer["rows"])
+            lines.append(
+                f"which γ, {r['method']} (raced at {answer['gamma']}, a pass {answer['pass_ratio']:.2f} "
+                f"of {answer['baseline']}'s steps): {speeds} -> γ = {answer['best']}"
+            )
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m specviz.bench",
@@ -230,8 +252,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         if args.methods == "all"
         else listed("--methods", args.methods, "method", f"or 'all' ({', '.join(method_names())})")
     )
-    for name in methods:
-        get_method(name)  # an unknown name fails now, before any model loads
+    methods = [get_method(name).name for name in methods]  # an unknown name fails now, before any model loads
+    check_unique("--methods", methods)  # vllm-ngram and vllm_ngram are one method
     from specviz.methods.vllm import give_urls
 
     give_urls(args.vllm_url)
@@ -389,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         f"max {cfg.max_new_tokens} new tokens, {'greedy' if cfg.temperature == 0 else f'T={cfg.temperature}'}"
     )
     print(format_table(result["summary"]))
+    positions = format_positions(result["summary"])
+    if positions:
+        print(positions)
     from specviz.reports import write_atomically, write_report
 
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specviz import metrics
+from specviz.cost.from_records import best_gamma, fixed_gamma, median_pass_s
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.methods import BASELINE
@@ -67,6 +68,9 @@ class RunRow:
     iterations: int
     stop_reason: str  # "eos" | "max_new_tokens"
     oracle_sl_mean: float | None  # mean oracle speculation length over the iterations (None: none had one)
+    positions: list[list[int]] | None = None  # (tested, accepted) per draft position (metrics.position_counts)
+    gamma: int | None = None  # drafts per pass when every pass drafted as many (cost.from_records.fixed_gamma)
+    pass_s: float | None = None  # median seconds of a target pass, drafting included
     suite: str = ""
     category: str = ""  # Spec-Bench's category, or a prompt file's; "" for none
     prompt_id: str = ""
@@ -100,6 +104,9 @@ class RunRow:
             iterations=s.iterations,
             stop_reason=s.stop_reason,
             oracle_sl_mean=sum(oracle) / len(oracle) if oracle else None,
+            positions=[list(c) for c in metrics.position_counts(result.records)],
+            gamma=fixed_gamma(result.records),
+            pass_s=median_pass_s(result.records),
             **_where(variant, prompt, repeat),
             records=tuple(result.records) if keep_records else (),
         )
@@ -271,6 +278,8 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
                 "differs": sum(r.parity == "differs" for r in mine),  # ... at a real difference: a fault
             }
         )
+    for row in out:
+        row.update(_by_position(rows, row["method"]))
     ar = next((r["tokens_per_s"] for r in out if r["method"] == REFERENCE), None)
     for row in out:
         row["speedup_vs_autoregressive"] = metrics.speedup(ar, row["tokens_per_s"])
@@ -284,6 +293,38 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
         )  # HF's own defaults are a different algorithm: not a peer
         row["peer"] = peer
         row["ratio_to_peer"] = _median_paired_ratio(rows, row["method"], peer) if peer else None
+    return out
+
+
+def _by_position(rows: Sequence[RunRow], method: str) -> dict[str, Any]:
+    """A chain method's acceptance per draft position over its runs and, raced at one fixed γ, which γ
+    would have done best (`cost.from_records.best_gamma`) against its engine's target alone's pass."""
+    from specviz.cost.families import CHAINS, TARGET_ALONE
+    from specviz.methods import all_methods
+
+    spec = next((s for s in all_methods() if s.name == method), None)
+    mine = [r for r in rows if r.method == method and r.positions is not None]
+    if spec is None or spec.family not in CHAINS or not mine:
+        return {}
+    counts = [[0, 0] for _ in range(max(len(r.positions or ()) for r in mine))]
+    for r in mine:
+        for k, (t, a) in enumerate(r.positions or ()):
+            counts[k][0] += t
+            counts[k][1] += a
+    out: dict[str, Any] = {
+        "tested_by_position": [t for t, _ in counts],
+        "acceptance_by_position": [a / t if t else None for t, a in counts],
+    }
+    base = next((s.name for s in all_methods() if s.family is TARGET_ALONE and s.engine == spec.engine), None)
+    gammas = {r.gamma for r in mine}
+    gamma0 = gammas.pop() if len(gammas) == 1 else None
+    passes = [r.pass_s for r in mine if r.pass_s]
+    steps = [r.pass_s for r in rows if r.method == base and r.pass_s]
+    if gamma0 is not None and passes and steps:
+        ratio = statistics.median(passes) / statistics.median(steps)
+        answer = best_gamma([(t, a) for t, a in counts], gamma0, ratio)
+        if answer is not None:
+            out["which_gamma"] = {**answer, "baseline": base}
     return out
 
 

@@ -6,6 +6,11 @@
                          turned down (the drafts the target actually judged: after the first refusal
                          the rest of a draft is never tested). Each tested draft is a Bernoulli(α)
                          trial, so this estimates Leviathan et al.'s α (OSD's y-axis) whatever γ is.
+- acceptance at draft position k = accepted at k / tested at k, over the passes that drafted k or
+                         more tokens and accepted the first k-1 (so reached k): conditional on the
+                         previous position accepted, the same for specviz's chains and vLLM's rows.
+                         vLLM's own `acceptance per position` divides by every draft instead: the
+                         product of these over positions 1..k.
 - mean accepted length = emitted tokens / target forward passes
                          (tokens gained per target call, the bonus/correction token included, as in
                          vLLM's "mean acceptance length"; autoregressive decoding scores exactly 1)
@@ -36,6 +41,18 @@ def tested(record: IterationRecord) -> int:
     (none refused when the whole draft was kept, or when the budget ended the step first)."""
     refused = record.accepted < record.drafted_count and record.accepted < len(record.emitted)
     return record.accepted + refused
+
+
+def position_counts(records: Sequence[IterationRecord]) -> tuple[tuple[int, int], ...]:
+    """(tested, accepted) at draft positions 1, 2, ... over the records (see the module's definition).
+    A pass tests positions 1..tested(record) and accepts 1..accepted."""
+    longest = max((tested(r) for r in records), default=0)
+    counts = [[0, 0] for _ in range(longest)]
+    for r in records:
+        for k in range(tested(r)):
+            counts[k][0] += 1
+            counts[k][1] += k < r.accepted
+    return tuple((t, a) for t, a in counts)
 
 
 def mean_accepted_length(new_tokens: int, target_forwards: int) -> float | None:

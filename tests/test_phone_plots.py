@@ -144,3 +144,16 @@ def test_the_accepted_histograms_bars_stay_readable_on_a_phone_with_every_method
     for a in fig.layout.annotations:  # each panel named above it, in lines that fit a panel
         for line in a.text.split("<br>"):
             assert text_px(line, a.font.size) <= plot_px / 2, line
+
+
+def test_the_acceptance_per_position_plot_fits_a_phone():
+    from specviz.plots.positions import acceptance_by_position
+
+    fig = acceptance_by_position([("vLLM draft model", 0, ((10, 6), (6, 3), (3, 1))), ("Vanilla SD", 1, ((9, 5),))])
+    font = fig.layout.font.size
+    assert text_px(fig.layout.title.text, font * 1.4) <= PHONE_PX
+    assert text_px(fig.layout.xaxis.title.text, font) <= PHONE_PX - 80  # the plot's width less its y axis
+    assert text_px(fig.layout.yaxis.title.text, font) <= 300  # up the side of a 420-pixel plot
+    legend_font = fig.layout.legend.font.size or font
+    for t in fig.data:
+        assert 40 + text_px(t.name, legend_font) <= PHONE_PX, t.name

@@ -213,3 +213,4 @@ ENGINE_CHAIN = Family(
     _engine_chain,
 )
 FAMILIES = (TARGET_ALONE, CHAIN, TREE, SELF_DRAFTING_TREE, HEAD_TREE, PARALLEL, ENGINE_CHAIN)
+CHAINS = (CHAIN, ENGINE_CHAIN)  # one draft a pass, verified left to right: its positions are one line

@@ -24,6 +24,33 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
+def expected_tokens_by_position(rates: Sequence[float], gamma: int) -> float:
+    """E[tokens per iteration] with an acceptance measured per draft position: 1 + Σ_{k≤γ} Π_{j≤k} α_j,
+    α_j conditional on position j-1 accepted (`specviz.metrics.position_counts`); with every α_j = α
+    it is `expected_tokens`. Needs a rate for each of the γ positions."""
+    if gamma > len(rates):
+        raise ValueError(f"γ = {gamma} needs the acceptance at {gamma} positions, got {len(rates)}")
+    total, reach = 1.0, 1.0
+    for alpha in rates[:gamma]:
+        _check_alpha(alpha)
+        reach *= alpha
+        total += reach
+    return total
+
+
+def which_gamma(rates: Sequence[float], pass_ratio: float, gamma0: int) -> list[tuple[int, float, float, float]]:
+    """(γ, E[tokens per pass], pass cost in target steps, speedup) for γ = 1..len(rates), from a run at γ0
+    whose pass cost `pass_ratio` target steps (drafting and verifying, measured). A pass's cost is taken
+    as linear in γ through the two measured points: 1 step at γ = 0 (the target alone) and pass_ratio
+    at γ0. Positions past the measured ones are not guessed."""
+    rows = []
+    for g in range(1, len(rates) + 1):
+        cost = 1.0 + (pass_ratio - 1.0) * g / gamma0
+        tokens = expected_tokens_by_position(rates, g)
+        rows.append((g, tokens, cost, tokens / cost))
+    return rows
+
+
 def improvement_factor(alpha: float, gamma: int, c: float) -> float:
     """Expected walltime improvement (1 - α^(γ+1)) / ((1 - α)(γc + 1))  (Leviathan et al., Thm 3.8).
 

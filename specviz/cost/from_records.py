@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specviz.metrics import tested
+from specviz.cost.formulas import which_gamma
+from specviz.metrics import position_counts, tested
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,39 @@ def explain_run(records: Sequence[Any], baseline_records: Sequence[Any], family:
         "measured_tokens_per_iteration": sum(len(r.emitted) for r in records) / len(records),
         "measured_speedup": tps / base_tps,
     }
+
+
+def fixed_gamma(records: Sequence[Any]) -> int | None:
+    """The one number of drafts every pass made (the last may draft fewer, or none: the budget ended); None
+    when passes drafted different lengths (a dynamic γ, an n-gram that found no match) or nothing."""
+    counts = [r.drafted_count for r in records]
+    drafting = counts[:-1] if len(counts) > 1 and counts[-1] < max(counts) else counts
+    return drafting[0] if drafting and drafting[0] and len(set(drafting)) == 1 else None
+
+
+def median_pass_s(records: Sequence[Any]) -> float | None:
+    """Median seconds of a pass (drafting and verifying): the prompt's prefill, in the first, does not weigh."""
+    spans = sorted(r.t_end - r.t_start for r in records if r.target_forwards)
+    return spans[len(spans) // 2] if spans else None
+
+
+def gamma_answer(records: Sequence[Any], baseline_records: Sequence[Any]) -> dict[str, Any] | None:
+    """Which γ this run's drafts would have done best with (`best_gamma`), from its records and the
+    records of its engine's target alone; None for a run whose passes drafted different lengths, or
+    without a baseline run."""
+    gamma0 = fixed_gamma(records)
+    t1, pass_s = median_pass_s(baseline_records), median_pass_s(records)
+    if gamma0 is None or not t1 or not pass_s:
+        return None
+    return best_gamma(position_counts(records), gamma0, pass_s / t1)
+
+
+def best_gamma(counts: Sequence[tuple[int, int]], gamma0: int, pass_ratio: float) -> dict[str, Any] | None:
+    """`formulas.which_gamma` from (tested, accepted) per position of passes that drafted gamma0 tokens,
+    each `pass_ratio` target steps; None when a position up to gamma0 was never reached."""
+    if len(counts) < gamma0 or not all(t for t, _ in counts[:gamma0]):
+        return None
+    rates = [a / t for t, a in counts[:gamma0]]
+    rows = which_gamma(rates, pass_ratio, gamma0)
+    best = max(rows, key=lambda row: row[3])
+    return {"gamma": gamma0, "rates": rates, "pass_ratio": pass_ratio, "rows": rows, "best": best[0]}

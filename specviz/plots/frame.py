@@ -62,7 +62,7 @@ def records_frame(records: Iterable[IterationRecord], labels: Mapping[str, str] 
             "position": r.position,
             "speculation_length": r.speculation_length,
             "oracle_sl": r.oracle_sl,
-            "n_drafted": len(r.drafted),
+            "n_drafted": r.drafted_count,  # an engine step counts drafts it rejected without naming them
             "accepted": r.accepted,
             "n_emitted": len(r.emitted),
             "draft_forwards": r.draft_forwards,

@@ -20,7 +20,9 @@ from specviz.plots.acceptance import TITLE as ACCEPTANCE_TITLE
 from specviz.plots.acceptance import running_acceptance
 from specviz.plots.accepted_histogram import TITLE as HISTOGRAM_TITLE
 from specviz.plots.accepted_histogram import accepted_histogram
-from specviz.plots.frame import records_frame
+from specviz.plots.frame import method_order, records_frame
+from specviz.plots.positions import TITLE as POSITIONS_TITLE
+from specviz.plots.positions import acceptance_by_position
 from specviz.plots.speculation_length import TITLE as SL_TITLE
 from specviz.plots.speculation_length import speculation_length_vs_oracle
 from specviz.plots.summary import summary_table
@@ -39,7 +41,7 @@ from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
 from specviz.ui.turns import stopped_on_leave
 from specviz.ui.verdict import first_place, timing_flags, verdict_markdown
-from specviz.ui.why import glossary_html, why_markdown
+from specviz.ui.why import gamma_markdown, glossary_html, position_rows, why_markdown
 
 TAB_TITLE = "Race"
 TAB_ORDER = 0
@@ -166,6 +168,8 @@ def race_outputs(race: Race) -> dict[str, Any]:
         "time": tokens_vs_time(df),
         "acceptance": running_acceptance(df),
         "histogram": accepted_histogram(df),
+        "positions": acceptance_by_position(position_rows(race, method_order(df))),
+        "gamma": gamma_markdown(race),
         "sl_choices": gr.update(choices=[(r.label, r.name) for r in drafting], value=chosen),
         "sl": speculation_length_vs_oracle(df, chosen or ""),
         "frame": df,
@@ -349,6 +353,11 @@ def _plots(ui: SimpleNamespace) -> None:
                 blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl", show_label=False
             )
     with gr.Row():
+        ui.plot_positions = gr.Plot(
+            blank(POSITIONS_TITLE), label="Acceptance per draft position", elem_id="sv-plot-positions", show_label=False
+        )
+        ui.gamma = gr.Markdown(elem_id="sv-gamma")
+    with gr.Row():
         ui.files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False, scale=2)
         ui.saved = gr.File(
             label="Load a saved race (race_records.json, recorded here or elsewhere)",
@@ -498,6 +507,8 @@ def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
         ui.plot_time,
         ui.plot_acceptance,
         ui.plot_hist,
+        ui.plot_positions,
+        ui.gamma,
         ui.sl_method,
         ui.plot_sl,
         ui.files,
@@ -536,6 +547,8 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
             ui.plot_time: out["time"],
             ui.plot_acceptance: out["acceptance"],
             ui.plot_hist: out["histogram"],
+            ui.plot_positions: out["positions"],
+            ui.gamma: out["gamma"],
             ui.sl_method: out["sl_choices"],
             ui.plot_sl: out["sl"],
             ui.files: write_downloads(race, out["frame"], Path(folder)) if race.finished() else None,

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from specviz.cost.families import FAMILIES, TARGET_ALONE, c_text
-from specviz.cost.from_records import explain_run
+from specviz.cost.families import CHAINS, FAMILIES, TARGET_ALONE, c_text
+from specviz.cost.from_records import explain_run, gamma_answer
 from specviz.methods import get_method
+from specviz.metrics import position_counts
 from specviz.ui.panels import BASELINE, DISTURBED, Race, md_text
 
 # Shown in the Race tab; every metric label of a panel links to its entry (#sv-term-<key>).
@@ -151,3 +152,60 @@ def why_markdown(race: Race | None) -> str:
     lines += ["", *(f"- **{md_text(r['method'])}**: {reading(r, flags.get(r['name']))}." for r in rows)]
     lines += ["", "Predicted by " + "; ".join(dict.fromkeys(f"{r['family']}: {r['formula']}" for r in rows)) + "."]
     return "\n".join(lines)
+
+
+def chain_runs(race: Race) -> list[Any]:
+    """The race's finished runs of a chain method (one draft a pass: `families.CHAINS`), in the race's order."""
+    return [r for r in race.finished() if r.records and get_method(r.name).family in CHAINS]
+
+
+def position_rows(race: Race, order: list[str]) -> list[tuple[str, int, tuple[tuple[int, int], ...]]]:
+    """(label, colour index in `order`, tested and accepted per draft position) of each chain run:
+    what `plots.positions.acceptance_by_position` draws."""
+    return [(r.label, order.index(r.name), position_counts(r.records)) for r in chain_runs(race) if r.name in order]
+
+
+def _engine_baseline(race: Race, name: str) -> Any:
+    """The finished target-alone run of the engine that ran `name` (specviz's autoregressive for its own)."""
+    engine = get_method(name).engine
+    return next(
+        (
+            r
+            for r in race.finished()
+            if r.status == "done" and get_method(r.name).family is TARGET_ALONE and get_method(r.name).engine == engine
+        ),
+        None,
+    )
+
+
+def gamma_markdown(race: Race | None) -> str:
+    """'Which γ' for each chain run of a fixed γ: the speedup each shorter or equal γ would have had, from the
+    race's acceptance per position and its passes' cost against the same engine's target alone."""
+    if race is None or not race.finished():
+        return ""
+    lines = []
+    for run in chain_runs(race):
+        base = _engine_baseline(race, run.name)
+        answer = gamma_answer(run.records, base.records) if base is not None else None
+        if answer is None:
+            continue
+        best = answer["best"]
+        figures = ", ".join((f"**{g}: {s:.2f}×**" if g == best else f"{g}: {s:.2f}×") for g, _, _, s in answer["rows"])
+        lines.append(
+            f"- **{md_text(run.label)}** (raced at γ = {answer['gamma']}, a pass {answer['pass_ratio']:.2f} of "
+            f"{md_text(base.label)}'s steps): γ = {figures}; by these figures γ = {best}"
+            + (" is already the best." if best == answer["gamma"] else ".")
+        )
+    if not lines:
+        return (
+            "**Which γ:** race a chain method of a fixed γ beside its engine's target alone (specviz's "
+            "autoregressive for specviz's methods, vLLM's target alone for vLLM's) to see which γ its acceptance "
+            "per position pays for."
+        )
+    head = (
+        "**Which γ** — the speedup a shorter γ would have had: E[tokens per pass] from the acceptance per "
+        "position (the plot), over a pass's cost, taken as linear in γ from 1 step at γ = 0 (the engine's "
+        "target alone) to the measured pass at the raced γ; a longer γ needs positions not measured. "
+        "Client-side times: a remote server's network is in them."
+    )
+    return "\n".join([head, "", *lines])
