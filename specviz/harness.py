@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -120,6 +122,20 @@ class RunRow:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
+def every_s(seconds: float, say: Callable[[str], None]) -> Callable[[str], None]:
+    """`say`, except that a line which only updates the last one said (the same text before its ":", e.g. a
+    wait's seconds) is said at most every `seconds`: a terminal's progress, not a log."""
+    last: list[Any] = ["", 0.0]  # the topic last said, and when
+
+    def maybe(line: str) -> None:
+        topic, now = line.partition(":")[0], time.monotonic()
+        if topic != last[0] or now - last[1] >= seconds:
+            last[:] = [topic, now]
+            say(line)
+
+    return maybe
+
+
 def _where(variant: Variant, prompt: Prompt, repeat: int) -> dict[str, Any]:
     """A row's fields that say which run it is."""
     return {
@@ -188,11 +204,20 @@ def _runner(pair, v: Variant, keep_records: bool, lane: Any = None) -> Callable[
 
         return peer
     from specviz.methods import get_method, new_session
+    from specviz.models.pair import encode_prompt
     from specviz.runner import generate
 
-    session = new_session(get_method(v.method), pair)
+    spec = get_method(v.method)
+    session = new_session(spec, pair)
+    prepared: list[bool] = []
 
     def method(prompt: Prompt, sampling: dict, seed: int, repeat: int) -> RunRow:
+        if spec.prepare is not None and not prepared:  # a vLLM row's server, before its first run's clock
+            ids = encode_prompt(pair, prompt.text)
+            spec.prepare(
+                pair, ids, spec.make_options(**v.options), every_s(30, lambda line: print(line, file=sys.stderr))
+            )
+            prepared.append(True)
         result = generate(
             v.method, pair, prompt.text, seed=seed, **sampling, **v.options, session=session, executor=lane
         )
@@ -279,7 +304,7 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
             }
         )
     for row in out:
-        row.update(_by_position(rows, row["method"]))
+        row.update(by_position(rows, row["method"]))
     ar = next((r["tokens_per_s"] for r in out if r["method"] == REFERENCE), None)
     for row in out:
         row["speedup_vs_autoregressive"] = metrics.speedup(ar, row["tokens_per_s"])
@@ -296,7 +321,7 @@ def summary_rows(rows: Sequence[RunRow], methods: Sequence[str]) -> list[dict[st
     return out
 
 
-def _by_position(rows: Sequence[RunRow], method: str) -> dict[str, Any]:
+def by_position(rows: Sequence[RunRow], method: str) -> dict[str, Any]:
     """A chain method's acceptance per draft position over its runs and, raced at one fixed γ, which γ
     would have done best (`cost.from_records.best_gamma`) against its engine's target alone's pass."""
     from specviz.cost.families import CHAINS, TARGET_ALONE

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specviz.errors import SpecvizError
-from specviz.extras import OnlineExtra
+from specviz.extras import EngineExtra, OnlineExtra
 from specviz.metrics import tested
 from specviz.records import IterationRecord
 
@@ -399,6 +399,19 @@ def _notes(r: IterationRecord) -> tuple[str, ...]:
         notes.append(f"PEARL mode: {pearl.mode}")
     if online is not None:
         notes.append(f"the online draft after {online.draft_version} update(s) drafted this iteration")
+    engine = r.extras(EngineExtra)
+    if engine is not None:
+        notes.append(
+            f"an outside engine's step: it drafted {r.speculation_length} and reports how many it kept, not p or q, "
+            f"nor the ids of the {engine.unreported} it rejected; shown: its kept drafts, and the target's p of them "
+            "where it was recomputed here"
+            + ("" if engine.placed else "; which step this one-token step was is not certain from its counts")
+            + (
+                f"; {engine.steps_in_chunk} steps arrived together and share their time"
+                if engine.steps_in_chunk > 1
+                else ""
+            )
+        )
     return tuple(notes)
 
 

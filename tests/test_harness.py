@@ -119,3 +119,19 @@ def test_an_experiments_bad_flag_is_refused_in_one_line_before_any_work(experime
     code = bench.main([experiment, "--pair", "tiny-random", "--quiet", *args])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+
+
+def test_a_progress_line_that_only_updates_the_last_is_said_at_most_every_so_often():
+    from specviz.harness import every_s
+
+    said: list[str] = []
+    say = every_s(30, said.append)
+    for s in range(0, 60, 5):
+        say(f"starting vLLM for default: {s} s (loading, then compiling)")
+    say("vLLM is serving default (started in 60 s)")
+    say("starting vLLM for default: 1 s (loading, then compiling)")  # another wait: said again
+    assert said == [
+        "starting vLLM for default: 0 s (loading, then compiling)",
+        "vLLM is serving default (started in 60 s)",
+        "starting vLLM for default: 1 s (loading, then compiling)",
+    ]

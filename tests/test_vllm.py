@@ -6,8 +6,10 @@ CPU attention runs no smaller head; the tiny-random pair's is 16)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +88,24 @@ def head32_pair():
     return ModelPair("tiny-head32", target, draft, tiny_tokenizer(), True, (0,), {"device": "cpu", "dtype": "float32"})
 
 
+def group_alive(pgid: int, within_s: float = 10.0) -> bool:
+    """Whether a process of group `pgid` is still running (not a zombie) after `within_s` seconds."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        states = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                fields = stat.read_text().rpartition(")")[2].split()
+                if int(fields[2]) == pgid:
+                    states.append(fields[0])
+        if all(s == "Z" for s in states):
+            return False
+        time.sleep(0.5)
+    return True
+
+
 @pytest.fixture(scope="module")
 def servers(head32_pair):
     """vLLM's servers for every row (started by the first run of each), stopped when this file ends."""
@@ -126,6 +146,7 @@ def test_a_server_killed_mid_race_is_one_error_then_starts_again(servers, head32
     server.process.wait()
     with pytest.raises(SpecvizError, match="exited"):
         list(specviz.run("vllm", head32_pair, ids, max_new_tokens=4))
+    assert not group_alive(server.process.pid), "its engine's processes outlived it"
     records = list(specviz.run("vllm", head32_pair, ids, max_new_tokens=8))  # a new server
     assert [t for r in records for t in r.emitted] == reference[:8]
 
@@ -155,3 +176,54 @@ def test_a_server_of_another_model_is_refused(servers, head32_pair):
         assert len(records) == 4
     finally:
         engine.SERVERS.given.clear()
+
+
+def test_a_race_says_its_server_is_starting_then_streams_vllm_beside_specviz(servers, head32_pair):
+    """The Race path of the vLLM rows: a row whose server is not up says so on its panel while it starts (a
+    config of its own: γ = 2), then its tokens are the target alone's; the why-γ answer reads it against vLLM's
+    target alone, and the plot of acceptance per position draws it."""
+    import threading
+
+    from specviz.ui.race import race_outputs
+    from specviz.ui.racing import RaceSettings, run_race
+    from specviz.ui.why import gamma_markdown
+
+    _, reference = servers
+    methods = ("autoregressive", "vllm", "vllm_draft")
+    settings = RaceSettings(PROMPT, methods, max_new_tokens=24, options={"vllm_draft.num_speculative_tokens": 2})
+    messages = []
+    for race in run_race(head32_pair, settings, {}, threading.Event()):
+        messages += [r.message for r in race.runs if r.name == "vllm_draft" and r.message]
+    runs = {r.name: r for r in race.runs}
+    assert all(r.status == "done" for r in runs.values()), [(r.name, r.status, r.message) for r in race.runs]
+    assert any(m.startswith("starting vLLM for tiny-head32") for m in messages), messages
+    assert runs["vllm_draft"].message.startswith("vLLM is serving tiny-head32 (started in ")
+    for name in methods:
+        assert [t for r in runs[name].records for t in r.emitted] == reference[:24], name
+    assert "raced at γ = 2" in gamma_markdown(race) and "vLLM, target alone" in gamma_markdown(race)
+    (trace,) = race_outputs(race)["positions"].data  # the one chain row
+    assert trace.name == "vLLM draft model" and len(trace.x) <= 2
+    from specviz.stepthrough import explain_iteration
+
+    step = explain_iteration(runs["vllm_draft"].records, 1, race.prompt_ids, race.options, token_text=str)
+    assert any(n.startswith("an outside engine's step: it drafted 2") for n in step.notes), step.notes
+
+
+def test_two_tensor_parallel_ranks_emit_what_one_does(servers, head32_pair, monkeypatch):
+    """vLLM's CPU backend splits the model over two ranks (one core each, over shared memory): the same tokens."""
+    ids, reference = servers
+    monkeypatch.setenv(engine.TP_ENV, "2")
+    records = list(specviz.run("vllm", head32_pair, ids, max_new_tokens=24))
+    assert [t for r in records for t in r.emitted] == reference[:24]
+    (config,) = [c for c in engine.SERVERS.started if c.tensor_parallel_size == 2]
+    command = config.command("python", 1)
+    assert command[command.index("--tensor-parallel-size") + 1] == "2"
+    first, second = (set(part.split(",")) for part in engine.rank_cores(2).split("|"))
+    assert first and second and not first & second  # a core or more each, none shared
+    three = tiny_model(seed=4, hidden=96, layers=2, heads=3, kv_heads=1)  # heads of 32, but three of them
+    odd = dataclasses.replace(head32_pair, target=three, name="three-heads")
+    with pytest.raises(SpecvizError, match="this pair's target has 3"):  # said before a server starts
+        list(specviz.run("vllm", odd, ids, max_new_tokens=2))
+    monkeypatch.setenv(engine.TP_ENV, str(len(os.sched_getaffinity(0)) + 1))
+    with pytest.raises(SpecvizError, match="must be a whole number from 1 to this machine's"):
+        list(specviz.run("vllm", head32_pair, ids, max_new_tokens=2))

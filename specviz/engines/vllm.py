@@ -11,10 +11,12 @@ it drafted and rejected, nor p or q.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import http.client
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import threading
@@ -33,6 +35,7 @@ ARGS_ENV = "SPECVIZ_VLLM_ARGS"  # more `vllm serve` arguments for every server s
 START_S_ENV = "SPECVIZ_VLLM_START_S"  # how long a server may take to start (default 900 s)
 # vLLM's CPU backend: its KV cache in GiB, and its OpenMP threads bound to the cores, one core kept back for its
 # scheduler process (on 2 cores: 1 thread); each left as the user set it
+TP_ENV = "SPECVIZ_VLLM_TP"  # tensor-parallel ranks of every server specviz starts (default 1)
 URLS_ENV = "SPECVIZ_VLLM_URLS"  # the app's --vllm-url items, comma-separated
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "auto"}
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # what vLLM 0.32's CPU attention runs
@@ -58,6 +61,24 @@ def vllm_python() -> str:
     if not python.is_file():
         raise SpecvizError(INSTALL if not given else f"{PYTHON_ENV}={given} is not a file")
     return str(python)
+
+
+def tensor_parallel() -> int:
+    """$SPECVIZ_VLLM_TP: the ranks a server specviz starts splits the model over (vLLM's CPU backend: one core each)."""
+    text = os.environ.get(TP_ENV, "1").strip()
+    cores = len(os.sched_getaffinity(0))
+    if not text.isdigit() or not 1 <= int(text) <= cores:
+        raise SpecvizError(f"{TP_ENV} must be a whole number from 1 to this machine's {cores} cores, got {text!r}")
+    return int(text)
+
+
+def rank_cores(ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `ranks` CPU workers on one NUMA node: the allowed cores split evenly
+    ("0|1" for two ranks on two cores). vLLM's "auto" binds a rank a NUMA node and keeps a core per rank for
+    its scheduler: a 2-core, 1-node machine has none to give two ranks."""
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // ranks
+    return "|".join(",".join(map(str, cores[r * share : (r + 1) * share])) for r in range(ranks))
 
 
 @dataclass(frozen=True)
@@ -104,12 +125,18 @@ class Server:
         return f"vLLM's server exited (code {code}): {last[-300:]} (log: {self.log})"
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        """Its API server asked to end (it stops its engine), then its whole process group killed: an engine
+        process left by a server that crashed or hung must not hold the cores and memory."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
             self.process.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # its own session (start_new_session): its group id is its pid
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
 
 
 @dataclass
@@ -127,6 +154,7 @@ class Servers:
             server = self.started.get(config)
             if server is not None and not server.alive():
                 del self.started[config]
+                server.stop()  # what it left of its engine's processes
                 raise SpecvizError(server.failure())
             if server is None:
                 server = self.started[config] = start(config, progress)
@@ -161,6 +189,8 @@ def start(config: ServerConfig, progress: Callable[[str], None]) -> Server:
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{config.served_name}-{port}.log"
     env = {**CPU_ENV, **os.environ}
+    if config.tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = rank_cores(config.tensor_parallel_size)
     with log.open("w") as out:
         process = subprocess.Popen(
             config.command(python, port),

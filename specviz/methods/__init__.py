@@ -60,6 +60,9 @@ class MethodSpec:
     # "": specviz's own decoding, in this process; else the name of the outside engine that decodes it, in a server
     # of its own ("vLLM": specviz.engines.vllm), whose records say what that engine does not report (EngineExtra)
     engine: str = ""
+    # (pair, prompt_ids, options, progress) -> None: what must be ready before a run and may take minutes (a vLLM
+    # row's server), each stage said as progress(line); the Race and the bench call it before the run's clock starts
+    prepare: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
         if not self.short_label:

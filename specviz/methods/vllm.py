@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +30,13 @@ from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
 from specviz.verify import Verdict
 
+Progress = Callable[[str], None]
 PROBE_TOKENS = 8  # greedy tokens a user's server must agree on with the pair's target before it is raced
 PAPER = "vLLM 0.32 (Kwon et al. 2023), its speculative decoding"
+
+
+def print_nothing(line: str) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ def step_record(dec: Decoding, step: Step, draft_forwards: int) -> IterationReco
 
 def serve(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> Iterator[IterationRecord]:
     """Run `dec`'s request on vLLM's server for this pair and config; yield its steps' records."""
-    server = _server(dec, speculative, method)
+    server = _server(dec.pair, dec.ids, speculative, method)
     t0 = dec.now()
     chunks: list[engine.Chunk] = []
     counts = None
@@ -134,15 +139,29 @@ def serve(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> Ite
             return
 
 
-def _server(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> engine.Server:
-    pair = dec.pair
+def _server(
+    pair: Any,
+    prompt_ids: list[int],
+    speculative: dict[str, Any] | None,
+    method: str,
+    progress: Progress = print_nothing,
+) -> engine.Server:
+    """The server that runs `method` for this pair: the user's (vetted once against the pair's target on this
+    prompt), or one specviz starts (or has running) for the pair and the speculative config."""
     given = engine.SERVERS.given.get(method)
     if given is not None:
         if not given.checked:  # it must serve this pair's target: its greedy tokens for this prompt are the pair's
-            engine.check_server(given, dec.ids, _target_greedy(dec), speculative is not None)
+            progress(f"checking the vLLM server at {given.url}")
+            engine.check_server(given, prompt_ids, _target_greedy(pair, prompt_ids), speculative is not None)
             given.checked = True
         return given
     _check_head_size(pair.target)
+    ranks = engine.tensor_parallel()
+    if pair.target.config.num_attention_heads % ranks:
+        raise SpecvizError(
+            f"{engine.TP_ENV}={ranks}: vLLM splits the attention heads over the ranks, and this pair's target has "
+            f"{pair.target.config.num_attention_heads}"
+        )
     from specviz.engines.export import model_folder
 
     folder = model_folder(pair.target, pair.tokenizer)
@@ -154,17 +173,30 @@ def _server(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> e
             config["model"] = model_folder(pair.draft_model, pair.tokenizer)
         spec_json = json.dumps(config, sort_keys=True)
     server = engine.ServerConfig(
-        model=folder, served_name=pair.name, max_model_len=pair.max_context, speculative_config=spec_json
+        model=folder,
+        served_name=pair.name,
+        max_model_len=pair.max_context,
+        speculative_config=spec_json,
+        tensor_parallel_size=ranks,
     )
-    return engine.SERVERS.get(server)
+    return engine.SERVERS.get(server, progress)
 
 
-def _target_greedy(dec: Decoding) -> list[int]:
+def _target_greedy(pair: Any, prompt_ids: list[int]) -> list[int]:
     """The pair's target's first PROBE_TOKENS greedy tokens for the prompt, by specviz's own baseline."""
-    probe = Decoding(dec.pair, dec.ids, BASELINE, PROBE_TOKENS, SamplingConfig(), dec.seed)
+    probe = Decoding(pair, prompt_ids, BASELINE, PROBE_TOKENS, SamplingConfig(), 0)
     for _ in get_method(BASELINE).generate(probe, NoOptions()):
         pass
     return probe.ids[probe.prompt_len :]
+
+
+def preparer(method: str, config: Callable[[Any], dict[str, Any]] | None) -> Callable[..., None]:
+    """A row's `prepare` hook: its server up (started, or the user's vetted) before its run, saying how it goes."""
+
+    def prepare(pair: Any, prompt_ids: list[int], opts: Any, progress: Progress) -> None:
+        _server(pair, prompt_ids, config(opts) if config else None, method, progress)
+
+    return prepare
 
 
 def _check_head_size(model: Any) -> None:
@@ -195,6 +227,15 @@ class DraftOptions:
         check_fields(self)
 
 
+def ngram_config(opts: NgramOptions) -> dict[str, Any]:
+    names = ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
+    return {"method": "ngram", **{k: getattr(opts, k) for k in names}}
+
+
+def draft_config(opts: DraftOptions) -> dict[str, Any]:
+    return {"method": "draft_model", "num_speculative_tokens": opts.num_speculative_tokens}
+
+
 @register(
     "vllm",
     label="vLLM, target alone",
@@ -207,6 +248,7 @@ class DraftOptions:
     rank=90,
     extras=(EngineExtra,),
     engine="vLLM",
+    prepare=preparer("vllm", None),
 )
 def vllm_target(dec: Decoding, opts: NoOptions) -> Iterator[IterationRecord]:
     return serve(dec, None, "vllm")
@@ -225,10 +267,10 @@ def vllm_target(dec: Decoding, opts: NoOptions) -> Iterator[IterationRecord]:
     rank=91,
     extras=(EngineExtra,),
     engine="vLLM",
+    prepare=preparer("vllm_ngram", ngram_config),
 )
 def vllm_ngram(dec: Decoding, opts: NgramOptions) -> Iterator[IterationRecord]:
-    config = {"method": "ngram", **{k: getattr(opts, k) for k in ("num_speculative_tokens", "prompt_lookup_max")}}
-    return serve(dec, {**config, "prompt_lookup_min": opts.prompt_lookup_min}, "vllm_ngram")
+    return serve(dec, ngram_config(opts), "vllm_ngram")
 
 
 @register(
@@ -243,9 +285,10 @@ def vllm_ngram(dec: Decoding, opts: NgramOptions) -> Iterator[IterationRecord]:
     rank=92,
     extras=(EngineExtra,),
     engine="vLLM",
+    prepare=preparer("vllm_draft", draft_config),
 )
 def vllm_draft(dec: Decoding, opts: DraftOptions) -> Iterator[IterationRecord]:
-    return serve(dec, {"method": "draft_model", "num_speculative_tokens": opts.num_speculative_tokens}, "vllm_draft")
+    return serve(dec, draft_config(opts), "vllm_draft")
 
 
 def give_urls(items: list[str]) -> None:

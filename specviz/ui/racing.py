@@ -14,6 +14,7 @@ worker, or this process), which takes and yields plain data only. Nothing here i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -122,8 +123,9 @@ def app_options(method: str, values: dict[str, Any], limits: AppLimits = DEFAULT
 
 ENGINE_NOTE = (
     "Decoded by {engine} in its own server (started on first use: a minute or two), timed at this end: a step ends "
-    "when its tokens arrive. {engine} counts the drafts it rejects but does not name them, and reports no p or q: "
-    "rejected drafts are counted, not shown; a speculative row's tokens appear when its request ends."
+    "when its tokens arrive, so a remote server's network time is in every step. {engine} counts the drafts it "
+    "rejects but does not name them, and reports no p or q: rejected drafts are counted, not shown; a speculative "
+    "row's tokens appear when its request ends."
 )
 
 
@@ -353,6 +355,9 @@ def _run_method(
                 yield race
             elif kind == "oracle":
                 run.records = value
+            elif kind == "status":  # what the run waits for before it starts (a vLLM row: its server)
+                run.message = value
+                yield race
             elif kind == "probe":
                 run.probe_ms = value
             elif kind == "parity":
@@ -427,6 +432,11 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tu
         try:
             # made on the models' thread as the run is stepped there: a method's caches and an online learner's
             # copy are tensor work, and tensor work on a second thread slows every later step (serving.threads)
+            spec = get_method(method)
+            if spec.prepare is not None:  # a vLLM row's server: minutes, said on its panel as it goes
+                opts = spec.make_options(**options)
+                for line in _prepare(spec.prepare, lambda: load_pair(pair_name), prompt_ids, opts):
+                    yield "status", line
             pair, gen = threads.on(MODELS).call(start)
             if warm_up or pair.name not in _WARMED:
                 threads.on(MODELS).call(_warm_up, pair, prompt_ids)
@@ -454,6 +464,17 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tu
             yield "parity", {"verdict": parity.verdict, "first_difference": parity.first_difference}
 
     return run_method
+
+
+def _prepare(hook: Callable[..., None], pair: Callable[[], Any], prompt_ids: list[int], opts: Any) -> Iterator[str]:
+    """Run a method's `prepare` hook on the models' thread (`pair()` loads the pair there); yield its progress
+    lines as they come (a failure is raised here)."""
+    lines: queue.Queue = queue.Queue()
+    done = threads.on(MODELS).submit(lambda: hook(pair(), prompt_ids, opts, lines.put))
+    while not (done.done() and lines.empty()):
+        with contextlib.suppress(queue.Empty):
+            yield lines.get(timeout=REFRESH_S)
+    done.result()
 
 
 def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
