@@ -47,9 +47,10 @@ def test_a_position_counts_the_passes_that_reached_it():
     assert [metrics.tested(r) for r in records] == [4, 2, 1, 2, 0]
     assert position_counts(records) == ((4, 3), (3, 2), (1, 1), (1, 1))
     assert position_counts([]) == ()
-    assert fixed_gamma(records[:4]) == 4 and fixed_gamma(records) == 4  # the last pass: the budget's end
-    assert fixed_gamma([records[4], *records[:4]]) is None  # a pass of no drafts before the end: another length
-    assert fixed_gamma([*records[:3], record(5, 2, 2, 2)]) == 4  # the last pass drafts less: the budget's end
+    assert fixed_gamma(records) == 4  # the last two passes drafted fewer: the budget's end
+    assert fixed_gamma([record(9, 0, 0, 1), *records]) == 4  # the first: an engine's prompt pass
+    assert fixed_gamma([*records[:2], records[4], *records[2:]]) is None  # a pass of no drafts mid-run
+    assert fixed_gamma([record(9, 0, 0, 1)] * 4) is None  # nothing drafted
 
 
 def test_expected_tokens_by_position_is_leviathans_for_one_alpha():
@@ -76,7 +77,7 @@ def test_gamma_answer_reads_a_run_against_its_baseline():
     assert answer["rates"] == pytest.approx([3 / 4, 2 / 3])
     assert answer["best"] in (1, 2) and len(answer["rows"]) == 2
     assert gamma_answer(run, []) is None  # no baseline: no step to compare with
-    assert gamma_answer([record(9, 0, 0, 1), *run], base) is None  # passes of different lengths
+    assert gamma_answer([*run[:2], record(9, 0, 0, 1), *run[2:]], base) is None  # passes of different lengths
 
 
 def test_the_plot_draws_accepted_over_tested_per_position():
@@ -102,3 +103,29 @@ def test_a_race_draws_its_chains_positions_and_answers_which_gamma(perturbed_pai
     alone = RaceSettings("def fibonacci(n):", ("vanilla",), max_new_tokens=8)
     no_base = list(run_race(perturbed_pair, alone, {}, threading.Event()))[-1]
     assert "beside its engine's target alone" in gamma_markdown(no_base)
+
+
+def test_which_gamma_reads_a_bench_file_again(tmp_path, capsys):
+    import json
+
+    from specviz.harness import RunRow
+    from specviz.tools.which_gamma import main
+
+    def row(method, prompt, wall, passes, positions, pass_s, drafted):
+        return RunRow(method, "method", [1] * 20, 20, wall, passes, 0, drafted, 0, passes, "max_new_tokens", None,
+                      positions=positions, pass_s=pass_s, prompt_id=prompt).to_dict()  # fmt: skip
+
+    runs = []
+    for prompt in ("p/1", "p/2"):
+        runs.append(row("autoregressive", prompt, 1.0, 20, [], 0.05, 0))
+        runs.append(row("vanilla", prompt, 0.8, 10, [[10, 8], [8, 5]], 0.07, 20))  # gamma: not recorded
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"runs": runs}))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"runs": runs[:2]}))
+    assert main([str(path)]) == 0 and "vanilla" not in capsys.readouterr().out  # no γ known: no answer
+    assert main([str(path), "--gamma", "vanilla=2", "--prompts-of", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 prompts of") and "vanilla (γ = 2, a pass 1.400 of autoregressive's steps" in out
+    assert "accepted per position 0.800 0.625): measured 1.250x autoregressive" in out
+    assert f"γ = 2: {expected_tokens_by_position([0.8, 0.625], 2):.3f} tokens a pass for 1.400 steps" in out

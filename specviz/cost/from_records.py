@@ -67,11 +67,12 @@ def explain_run(records: Sequence[Any], baseline_records: Sequence[Any], family:
 
 
 def fixed_gamma(records: Sequence[Any]) -> int | None:
-    """The one number of drafts every pass made (the last may draft fewer, or none: the budget ended); None
-    when passes drafted different lengths (a dynamic γ, an n-gram that found no match) or nothing."""
+    """The number of drafts a run's passes made when it is one number: every pass drafted the most any did,
+    except the first (an engine's prompt pass drafts nothing) and the last two (the budget's end drafts
+    fewer); None when passes drafted different lengths (a dynamic γ, an n-gram that found no match) or none."""
     counts = [r.drafted_count for r in records]
-    drafting = counts[:-1] if len(counts) > 1 and counts[-1] < max(counts) else counts
-    return drafting[0] if drafting and drafting[0] and len(set(drafting)) == 1 else None
+    gamma = max(counts, default=0)
+    return gamma if gamma and all(c == gamma for c in counts[1:-2]) else None
 
 
 def median_pass_s(records: Sequence[Any]) -> float | None:
