@@ -129,3 +129,15 @@ def test_which_gamma_reads_a_bench_file_again(tmp_path, capsys):
     assert out.startswith("1 prompts of") and "vanilla (γ = 2, a pass 1.400 of autoregressive's steps" in out
     assert "accepted per position 0.800 0.625): measured 1.250x autoregressive" in out
     assert f"γ = 2: {expected_tokens_by_position([0.8, 0.625], 2):.3f} tokens a pass for 1.400 steps" in out
+
+
+def test_which_gamma_says_when_a_timing_was_disturbed(perturbed_pair):
+    from specviz.ui.panels import DISTURBED
+
+    settings = RaceSettings("def fibonacci(n):", ("autoregressive", "vanilla"), max_new_tokens=24)
+    race = list(run_race(perturbed_pair, settings, {}, threading.Event()))[-1]
+    for run in race.runs:
+        run.flags = []  # timed as their own (a tiny model's race on a busy machine may be flagged)
+    assert DISTURBED not in gamma_markdown(race)
+    race.runs[0].flags = ["its step ran at twice the probe's"]  # the baseline's clock was not its own
+    assert f"⚠️ {DISTURBED} ({race.runs[0].label})." in gamma_markdown(race)

@@ -203,6 +203,9 @@ def test_a_race_says_its_server_is_starting_then_streams_vllm_beside_specviz(ser
     assert "raced at γ = 2" in gamma_markdown(race) and "vLLM, target alone" in gamma_markdown(race)
     (trace,) = race_outputs(race)["positions"].data  # the one chain row
     assert trace.name == "vLLM draft model" and len(trace.x) <= 2
+    from specviz.ui.panels import nothing_drafted
+
+    assert nothing_drafted(runs["vllm"]) == ""  # a target alone drafts nothing by design: no note of it
     from specviz.stepthrough import explain_iteration
 
     step = explain_iteration(runs["vllm_draft"].records, 1, race.prompt_ids, race.options, token_text=str)

@@ -10,8 +10,9 @@ import html
 import re
 from dataclasses import dataclass, field
 
+from specviz.cost.families import TARGET_ALONE
 from specviz.extras import DiscoExtra
-from specviz.methods import BASELINE
+from specviz.methods import BASELINE, get_method
 from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
 from specviz.ui.tokens import TokenSpan, tokens_html
@@ -175,8 +176,8 @@ NOTHING_DRAFTED = "none drafted"  # the accepted ÷ drafted of a run that drafte
 
 def nothing_drafted(run: MethodRun) -> str:
     """What a drafting method's panel says when its finished run drafted nothing ('' where it drafted)."""
-    if run.name == BASELINE or run.status not in ("done", "stopped") or not run.records:
-        return ""
+    if get_method(run.name).family is TARGET_ALONE or run.status not in ("done", "stopped") or not run.records:
+        return ""  # a target alone (specviz's or an engine's) drafts nothing by design
     if any(r.drafted or _tree_tokens(r) for r in run.records):
         return ""
     why = (

@@ -191,10 +191,12 @@ def gamma_markdown(race: Race | None) -> str:
             continue
         best = answer["best"]
         figures = ", ".join((f"**{g}: {s:.2f}×**" if g == best else f"{g}: {s:.2f}×") for g, _, _, s in answer["rows"])
+        disturbed = run.flags or base.flags  # a pass or a step slowed by other load: not the method's cost
         lines.append(
             f"- **{md_text(run.label)}** (raced at γ = {answer['gamma']}, a pass {answer['pass_ratio']:.2f} of "
             f"{md_text(base.label)}'s steps): γ = {figures}; by these figures γ = {best}"
             + (" is already the best." if best == answer["gamma"] else ".")
+            + (f" ⚠️ {DISTURBED} ({md_text(run.label if run.flags else base.label)})." if disturbed else "")
         )
     if not lines:
         return (
