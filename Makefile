@@ -18,7 +18,8 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
-app: setup
+# vLLM's environment too: its rows in the Race start its servers from it (2 minutes, once)
+app: setup vllm
 	$(BIN)/python app.py
 
 # The browser tests drive Debian's Chromium with Playwright.
@@ -40,8 +41,8 @@ test: setup browser lint vllm
 bench: setup
 	$(BIN)/python -m specviz.bench --pair default --methods all --suite humaneval,gsm8k,mtbench --limit 20
 
-# vLLM's CPU engine in its own environment (its pins differ from ours; specviz never imports it):
-# python -m specviz.tools.vllm_compare --vllm-python $(VLLM_VENV)/bin/python. torchvision's wheel
+# vLLM's CPU engine in its own environment (its pins differ from ours; specviz never imports it; its rows
+# start their servers from it). torchvision's wheel
 # fails at import there, and text models need none of the three.
 VLLM_VENV ?= .venv-vllm
 
