@@ -34,9 +34,12 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The vLLM rows' tests start real vLLM servers (tests/test_vllm.py): make test builds vLLM's environment too.
+# The vLLM rows' tests start real vLLM servers (tests/test_vllm.py): make test builds vLLM's environment too,
+# and runs them after the rest, in one process: a server binds its workers to the cores, and a browser test
+# beside one waited past its timeout.
 test: setup browser lint vllm
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not vllm"
+	$(BIN)/python -m pytest -m vllm -n 0
 
 bench: setup
 	$(BIN)/python -m specviz.bench --pair default --methods all --suite humaneval,gsm8k,mtbench --limit 20

@@ -88,7 +88,6 @@ def tab_context(pair_name: str = "tiny-random", **overrides):
 # hands a whole file to a worker, and such a file begun last kept one worker busy for minutes after
 # the other had finished.
 LONGEST_FIRST = (
-    "test_vllm.py",  # real vLLM servers: ~3 min, mostly their start
     "test_sampling_methods.py",
     "test_space.py",
     "test_load.py",
