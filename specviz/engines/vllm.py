@@ -348,7 +348,10 @@ def served_model(server: Server) -> str:
 def check_server(server: Server, prompt_ids: list[int], expected: list[int], speculative: bool) -> None:
     """A server the user runs must serve the pair's target: its greedy tokens for `prompt_ids` are `expected`
     (the pair's own), and a speculative one reports its per-step counts. Raises SpecvizError otherwise."""
-    server.served_name = server.served_name or served_model(server)
+    try:
+        server.served_name = server.served_name or served_model(server)
+    except OSError as e:  # nothing listens there, or the network is down: one line, not a traceback
+        raise SpecvizError(f"cannot reach the vLLM server at {server.url}: {e}") from None
     chunks: list[int] = []
     counts = None
     for item in stream(server, prompt_ids, len(expected), {"temperature": 0.0}, (), 0, time.perf_counter):
