@@ -79,7 +79,7 @@ def test_a_pair_whose_heads_vllm_cannot_run_is_refused_before_a_server_starts(pe
 def test_a_vllm_url_where_nothing_listens_is_one_clear_error(head32_pair):
     give_urls([f"vllm=http://127.0.0.1:{engine.free_port()}"])
     try:
-        with pytest.raises(SpecvizError, match="cannot reach the vLLM server at http://127.0.0.1:"):
+        with pytest.raises(SpecvizError, match=r"cannot reach the vLLM server at http://127\.0\.0\.1:"):
             list(specviz.run("vllm", head32_pair, [1, 2, 3], max_new_tokens=2))
     finally:
         engine.SERVERS.given.clear()
