@@ -266,11 +266,7 @@ def test_sixteen_drafts_in_the_app_at_1440_and_on_a_phone(page):
     of the frames (18 of 25) once a figure of more than 10 frames replaced another (Plotly.deleteFrames sorts
     its indices as strings)."""
     app_browser.set_race(page, "def fibonacci(n):", {"Vanilla SD": "vanilla"}, 32)
-    page.click("#sv-method-options")
-    box = page.locator("#sv-method-options").get_by_label("number input for speculation_length").first
-    box.wait_for(state="visible")
-    box.fill("16")
-    box.press("Enter")
+    app_browser.set_option(page, "vanilla", "speculation_length", "16")
     page.click("#sv-run")
     page.wait_for_selector("#sv-race-status:has-text('Race finished')")
     page.wait_for_selector("#sv-board .sv-panel[data-method=vanilla] .sv-paper:has-text('speculation_length = 16')")

@@ -67,6 +67,25 @@ def set_race(page, prompt: str, methods: dict[str, str], max_new: int) -> None:
     number.press("Enter")
 
 
+def set_option(page, method: str, label: str, value: str) -> None:
+    """Types `value` into `method`'s `label` box of the options accordion and leaves the box, then waits
+    until the slider holds it: the box's change reaches the race's options a tick later, and a Run race
+    pressed at once under load raced the old value (CI, 2026-12-03)."""
+    group = page.locator(f"#sv-options-{method}")
+    if not page.locator("#sv-method-options button.label-wrap.open").count():
+        page.click("#sv-method-options")  # the accordion
+    box = group.get_by_label(f"number input for {label}", exact=True)
+    box.wait_for(state="visible")  # a ticked method's column shows after a round trip
+    box.fill(value)
+    box.press("Tab")
+    page.wait_for_function(
+        "([id, label, v]) => document.querySelector(`#${id} input[aria-label='range slider for ${label}']`)"
+        "?.value === v",
+        arg=[f"sv-options-{method}", label, value],
+    )
+    page.wait_for_timeout(300)
+
+
 def test_a_newcomer_sees_the_prompt_and_run_race_without_scrolling(page):
     """At 1440x900, the first screen holds the prompt, Run race and the methods (Run race was below the fold)."""
     page.set_viewport_size({"width": 1440, "height": 900})
@@ -338,13 +357,12 @@ def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
     set_race(page, "def add(a, b):", {"Autoregressive": 1, "Vanilla SD": 1, "DISCO": 1}, 12)
     page.click("#sv-method-options")  # the accordion
     group = page.locator("#sv-method-options .block:has-text('Vanilla SD')").first
-    slider = page.locator("#sv-method-options").get_by_label("number input for speculation_length").first
+    slider = page.locator("#sv-options-vanilla").get_by_label("number input for speculation_length")
     slider.wait_for(state="visible")  # the accordion opens and the ticked methods' columns show after a round trip
     assert slider.is_visible() and slider.input_value() == "4"  # vanilla's default γ
     assert not page.locator("#sv-method-options").get_by_text("SSSD (n-gram tree)").is_visible()  # SSSD is not ticked
     assert group.is_visible()
-    slider.fill("2")
-    slider.press("Enter")
+    set_option(page, "vanilla", "speculation_length", "2")
     page.click("#sv-run")
     page.wait_for_selector("#sv-race-status:has-text('Race finished')")
     vanilla = page.locator("#sv-board .sv-panel[data-method=vanilla] .sv-paper")

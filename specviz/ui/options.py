@@ -60,7 +60,9 @@ def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
             fields = option_fields(spec.options)
             if not fields:
                 continue
-            with gr.Column(visible=spec.name in ticked, min_width=300, variant="panel") as ui.option_groups[spec.name]:
+            with gr.Column(
+                visible=spec.name in ticked, min_width=300, variant="panel", elem_id=f"sv-options-{spec.name}"
+            ) as ui.option_groups[spec.name]:
                 gr.Markdown(f"**{spec.label}**: {spec.description}", elem_classes="sv-option-head")
                 if note := fixed_options_note(spec):
                     gr.Markdown(note, elem_classes="sv-option-fixed")
