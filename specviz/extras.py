@@ -60,9 +60,8 @@ class Extra:
 class CommitExtra(Extra):
     """What `Decoding.commit` adds to every record."""
 
-    u: tuple[float, ...] | None = (
-        None  # sampling: the uniform each kept draft was tested with (u < min(1, p/q) accepts)
-    )
+    # sampling: the uniform each kept draft was tested with (u < min(1, p/q) accepts)
+    u: tuple[float, ...] | None = None
     stop: str | None = None  # why the run ended here, on its last record: "eos" or "max_new_tokens"
 
     def check(self, record: Any) -> str | None:
@@ -160,9 +159,8 @@ class PearlExtra(Extra):
     target_intervals: tuple[tuple[float, float], ...]  # the same for the target
     phases: tuple[Phase, ...]  # the rounds, in order
     ideal_s: float  # seconds the record would take with each round's shorter job hidden behind the longer one
-    dropped: tuple[TokenId, ...] | None = (
-        None  # pre-verify: the drafts dropped after the first one (none when it was accepted)
-    )
+    # pre-verify: the drafts dropped after the first one (none when it was accepted)
+    dropped: tuple[TokenId, ...] | None = None
     drafted_ahead: tuple[TokenId, ...] | None = None  # post-verify: the drafts past the pending ones
     ahead_kept: bool | None = None  # post-verify: every pending draft was accepted, so the drafts ahead stand
 

@@ -77,14 +77,12 @@ class RunRow:
     category: str = ""  # Spec-Bench's category, or a prompt file's; "" for none
     prompt_id: str = ""
     repeat: int = 0  # which of the runs of this (variant, prompt); its seed is seed + repeat
-    matches_autoregressive: bool | None = (
-        None  # greedy output == AR's, same prompt and repeat (None: sampled or no AR run)
-    )
+    # greedy output == AR's, same prompt and repeat (None: sampled or no AR run)
+    matches_autoregressive: bool | None = None
     matches_hf_greedy: bool | None = None  # greedy output == Hugging Face greedy's (None: sampled or no such peer)
     parity: str | None = None  # "same" | "tie" | "differs" against AR (specviz.parity); None: not judged
-    first_difference: int | None = (
-        None  # index of the first new token where a "tie" or "differs" output parts from AR's
-    )
+    # index of the first new token where a "tie" or "differs" output parts from AR's
+    first_difference: int | None = None
     variant: str = ""  # the variant's label (in memory only)
     records: tuple[IterationRecord, ...] = ()  # the run's records, where run_interleaved keeps them (in memory only)
 

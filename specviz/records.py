@@ -34,9 +34,8 @@ class RunBounds:
     method: str | None = None  # the run's method: every record's `method`
     records: int | None = None  # how many records the run has: each `iteration` is below it
     prompt_tokens: int | None = None  # the prompt's length: the first position
-    max_new_tokens: int | None = (
-        None  # the run's budget: position + emitted stays within prompt_tokens + max_new_tokens
-    )
+    # the run's budget: position + emitted stays within prompt_tokens + max_new_tokens
+    max_new_tokens: int | None = None
     vocab_size: int | None = None  # token ids are below it
     families: tuple[type, ...] = extras.FAMILIES  # the extra families the method writes (specviz.extras)
 

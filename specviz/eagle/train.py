@@ -51,9 +51,8 @@ class TrainConfig:
     val_sequences: int = 64  # held-out sequences validated on
     depths: int = 4  # agreement measured at depths 1..depths
     limit: int | None = None  # only the first N training sequences
-    init: Path | None = (
-        None  # start from this exported head (weights only: a fresh optimiser), not the target's top layer
-    )
+    # start from this exported head (weights only: a fresh optimiser), not the target's top layer
+    init: Path | None = None
     seed: int = 0
 
 

@@ -36,9 +36,8 @@ class AppLimits:
     admitted_runs: int = 8  # runs in the models' line at once (they take turns); later ones wait in gradio's queue
     # visitors whose session is kept (~1 MB each on the tiny pair); beyond this the least recently active are dropped
     sessions: int = 64
-    session_ttl_s: int = (
-        3600  # a visitor's state (races, learners) and session are dropped this long after their last change or event
-    )
+    # a visitor's state (races, learners) and session are dropped this long after their last change or event
+    session_ttl_s: int = 3600
     # places in the models' line one network address (specviz.serving.visitors) may hold at once, a
     # race taking one: a classroom behind one NAT address shares them, so raise it for a class (its
     # runs then rank as one visitor's: they wait behind every other address's first run)

@@ -32,13 +32,10 @@ from specviz.ui.style import CSS
 from specviz.ui.turns import TURNS, hand_over_quickly, one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
-LEFT_LOG = (
-    "a visitor left: stopped %d running race(s)"  # logged when a closed page stops races (the load tool looks for it)
-)
+# logged when a closed page stops races (the load tool looks for it)
+LEFT_LOG = "a visitor left: stopped %d running race(s)"
 ANYWHERE = Placement()  # the pairs' default placement: the best device found, the dtype it suits
-PAGE_JS = (
-    Path(__file__).with_name("page.js")
-).read_text()  # tooltips, the step-through's keys, the running panel in view
+PAGE_JS = Path(__file__).with_name("page.js").read_text()  # tooltips, the step-through's keys, the running panel
 
 
 @dataclass
@@ -51,17 +48,15 @@ class TabContext:
     # (fn, duration=seconds or fn(*args) -> seconds) -> fn made to run where the GPU is: spaces.GPU on a
     # ZeroGPU Space (a forked worker per call: plain data in and out, specviz.ui.gpu), else the identity
     gpu: Callable[..., Callable] = no_gpu
-    limits: AppLimits = field(
-        default_factory=AppLimits
-    )  # what one visitor may ask for (specviz.serving.limits; environment overrides)
+    # what one visitor may ask for (specviz.serving.limits; environment overrides)
+    limits: AppLimits = field(default_factory=AppLimits)
     allowed_pairs: tuple[str, ...] | None = None  # None: any pair name; else only these (limits.presets_only)
     # name -> (pair, notice) of the pairs loaded at start-up: on ZeroGPU the only ones served (a worker
     # inherits them; a pair loaded later, in a request's thread, could not be moved to the GPU)
     served: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
     forks: bool = False  # True on ZeroGPU: what a model call keeps in memory (an online learner) ends with its worker
-    placement: Placement = field(
-        default_factory=Placement
-    )  # where the pairs run and in which dtype (the command's --device, --dtype)
+    # where the pairs run and in which dtype (the command's --device, --dtype)
+    placement: Placement = field(default_factory=Placement)
     # the Race tab's saved-race loader, (handler, its outputs), set when the Race tab is built (it is built first):
     # another tab puts a saved race on the Race tab's board through it (the Leaderboard's shipped races)
     show_saved: tuple[Callable, list] | None = None
