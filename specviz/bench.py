@@ -38,9 +38,8 @@ class BenchConfig:
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int = 0
-    speculation_length: int | None = (
-        None  # for every method with a speculation_length option (None: each its own default)
-    )
+    # for every method with a speculation_length option (None: each its own default)
+    speculation_length: int | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> its own options (override the above)
     repeats: int = 1  # runs of each (method, prompt); all are reported
     warmup: bool = True  # one short untimed run of each method first
@@ -347,14 +346,14 @@ def parse_options(assignments: list[str], methods: list[str]) -> dict[str, dict[
 
 
 def options_listing() -> str:
-    """Every method's options, their ranges, defaults and help (for --list-options); "text" ones
-    (file paths) are the command line's and the library's only, never the app's."""
+    """Every method's options, their ranges, defaults and help (for --list-options); those that are
+    no widget (file paths, a build to compare) are the command line's and the library's only."""
     from specviz.methods import all_methods
     from specviz.methods.options import option_fields
 
     lines = []
     for spec in all_methods():
-        fields_ = option_fields(spec.options, text=True)
+        fields_ = option_fields(spec.options, every=True)
         if fields_:
             lines.append(f"{spec.name} ({spec.label})")
         for f in fields_:

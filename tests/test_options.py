@@ -1,48 +1,58 @@
-"""Option help texts come from the fields' comments, however the formatter lays the declaration out."""
+"""Every option of every method says what it does: its help is declared with it, as data."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
+from specviz.errors import SpecvizError
 from specviz.methods import all_methods
-from specviz.methods.options import count, number, option_fields
+from specviz.methods.options import MethodOptions, asset, choice, count, number, option_fields
 
 
 def test_every_option_of_every_method_has_its_help():
-    missing = [f"{s.name}.{f.name}" for s in all_methods() for f in option_fields(s.options, text=True) if not f.help]
+    missing = [f"{s.name}.{f.name}" for s in all_methods() for f in option_fields(s.options, every=True) if not f.help]
     assert not missing, f"options without a help text: {missing}"
 
 
-@dataclass(frozen=True)
-class Laid:
-    one: int = count(4)  # on one line
-    split: float = number(
-        0.5, 0.0, 1.0
-    )  # after the closing parenthesis, as the formatter leaves a long line's comment, ....
-    # and on the comment line below
-    inside: str = (
-        "auto"  # inside the parentheses, where the formatter puts a long comment of a plain value, ................
-    )
+def test_each_option_is_declared_with_its_help_and_an_unmarked_field_is_refused():
+    """The help is data on the field (it was parsed from the source's comments, which tied it to where the
+    formatter put them, and gave nothing where the source was missing)."""
 
-    # a comment after a blank line belongs to no field
-    bare: bool = True
+    @dataclass(frozen=True)
+    class Declared(MethodOptions):
+        one: int = count(4, help="on one line")
+        many: str = choice("a", ("a", "b"), help="a or b", widget=False)
+        file: str = asset("auto", help="a file")
 
-
-def test_the_help_is_the_declarations_comments_and_the_comment_lines_below():
-    helps = {f.name: f.help for f in option_fields(Laid, text=True)}
-    assert helps == {
+    assert {f.name: f.help for f in option_fields(Declared, every=True)} == {
         "one": "on one line",
-        "split": "after the closing parenthesis, as the formatter leaves a long line's comment, .... "
-        "and on the comment line below",
-        "inside": "inside the parentheses, where the formatter puts a long comment of a plain value, ................",
-        "bare": "",
+        "many": "a or b",
+        "file": "a file",
     }
+    assert [f.name for f in option_fields(Declared)] == ["one"]  # the others are no widgets
+    with pytest.raises(SpecvizError, match="many must be one of a, b, got 'c'"):
+        Declared(many="c")
+    with pytest.raises(TypeError, match="give it a help text"):
+        number(0.5, 0.0, 1.0, help="")
+
+    @dataclass(frozen=True)
+    class Bare(MethodOptions):
+        plain: bool = True
+
+    with pytest.raises(TypeError, match=r"Bare.plain is no option: mark it"):
+        Bare()
+
+
+def test_every_method_declares_its_options_on_the_base():
+    assert [s.name for s in all_methods() if not issubclass(s.options, MethodOptions)] == []
 
 
 def test_no_option_is_named_alpha_and_each_gamma_help_is_its_own_methods():
     """α is the per-token acceptance everywhere on the page (specviz.ui.why's glossary): SSSD's fusion
     weight was labelled α beside it; vanilla's γ help described the heuristic's schedule."""
-    helps = {(s.name, f.name): f.help for s in all_methods() for f in option_fields(s.options, text=True)}
+    helps = {(s.name, f.name): f.help for s in all_methods() for f in option_fields(s.options, every=True)}
     assert not [key for key, text in helps.items() if "α" in text or "alpha" in text.lower()]
     assert "heuristic" not in helps["vanilla", "speculation_length"]
     assert "2 more after a full acceptance" in helps["heuristic", "speculation_length"]

@@ -2,10 +2,12 @@
 every module here is imported on first use, so a new method file shows up everywhere (the app's
 checkboxes, the benchmark's --methods all, the parity tests) without further changes.
 
-A method describes itself here, so that nothing outside this package and `specviz.ui` names one:
-its family (and with it the formula that explains its speed, `specviz.cost.families`), whether its
-speculation length is dynamic, whether it drafts with the pair's draft model as loaded, whether the
-Race tab ticks it at first, and which Hugging Face setups it is compared with (`specviz.peers`)."""
+A method describes itself here, so that nothing outside this package names one (a lab tab of one
+paper, whose rows are that paper's, aside): its family (and with it the formula that explains its
+speed, `specviz.cost.families`), whether its speculation length is dynamic, whether it drafts with the
+pair's draft model as loaded, whether the Race tab ticks it at first, which Hugging Face setups it is
+compared with (`specviz.peers`), and what its panel says of the values it chose itself or of a run
+that drafted nothing."""
 
 from __future__ import annotations
 
@@ -40,9 +42,8 @@ class MethodSpec:
     # a name short enough for a phone's summary column (~65 px, at most ~7 characters a word); "": the label
     short_label: str = ""
     needs_draft: bool = True  # the pair must have a draft model (it drafts with it, or with a copy that learns)
-    dynamic_length: bool = (
-        False  # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
-    )
+    # its speculation length changes as it goes (a policy, or PEARL's phases); False: a fixed γ
+    dynamic_length: bool = False
     in_default_race: bool = False  # ticked when the Race tab opens (the baseline and one method per paper)
     hf_peers: tuple[str, ...] = ()  # the Hugging Face generate() setups it is compared with (specviz.peers)
     is_oracle: bool = False  # peeks at the target's continuation: an upper bound, not a real method
@@ -63,6 +64,11 @@ class MethodSpec:
     # (pair, prompt_ids, options, progress) -> None: what must be ready before a run and may take minutes (a vLLM
     # row's server), each stage said as progress(line); the Race and the bench call it before the run's clock starts
     prepare: Callable[..., None] | None = None
+    # (records, options with defaults) -> option -> what a run chose itself for an option it left to the method
+    # (PEARL's window 0, DISCO's tuned τ), which its panel shows instead of the option's value
+    chosen: Callable[[list[Any], dict[str, Any]], dict[str, str]] | None = None
+    # why a run of it may draft nothing at all, which its panel says when one did ("": no reason worth naming)
+    drafts_nothing_when: str = ""
 
     def __post_init__(self) -> None:
         if not self.short_label:

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from specviz.cost.families import TARGET_ALONE
 from specviz.decoding import Decoding
 from specviz.methods import BASELINE, register
+from specviz.methods.options import MethodOptions
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
 from specviz.verify import verify
 
 
 @dataclass(frozen=True)
-class NoOptions:
+class NoOptions(MethodOptions):
     pass
 
 

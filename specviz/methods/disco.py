@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ from specviz.decoding import Decoding
 from specviz.extras import ConfidenceExtra, DiscoExtra
 from specviz.methods import register
 from specviz.methods.drafting import Draft, Drafter, ModelDrafter, SpeculationPolicy
-from specviz.methods.options import check_fields, count, number
+from specviz.methods.options import MethodOptions, asset, count, number
 from specviz.methods.speculative import speculative_decoding
 from specviz.models.disco import DiscoModel, classifier_for, load_disco
 from specviz.records import IterationRecord
@@ -93,15 +94,34 @@ class ScoredDrafter:
 
 
 @dataclass(frozen=True)
-class DiscoOptions:
-    threshold: float | None = number(None, 0.0, 1.0)  # τ: draft while the classifier's P(accepted) is at least this;
-    # empty: the value tuned for the pair (in the classifier's card)
-    max_speculation_length: int | None = count(None, limit="speculation_length")  # SL_max: most tokens drafted per
-    # iteration; empty: the tuned value
-    classifier: str = ""  # path to a classifier .safetensors; "": the pair's shipped one
+class DiscoOptions(MethodOptions):
+    threshold: float | None = number(
+        None,
+        0.0,
+        1.0,
+        help="τ: draft while the classifier's P(accepted) is at least this; empty: the value tuned for the pair "
+        "(in the classifier's card)",
+    )
+    max_speculation_length: int | None = count(
+        None, limit="speculation_length", help="SL_max: most tokens drafted per iteration; empty: the tuned value"
+    )
+    classifier: str = asset("", help='path to a classifier .safetensors; "": the pair\'s shipped one')
 
-    def __post_init__(self) -> None:
-        check_fields(self)
+
+def chosen_tuned(records: list[IterationRecord], options: dict[str, Any]) -> dict[str, str]:
+    """The τ and SL_max a run drafted with where its options left them to the pair's tuned classifier, for
+    its panel (a record saved before they were recorded names none)."""
+    disco = next((d for r in records if (d := r.extras(DiscoExtra))), None)
+    if disco is None:
+        return {}
+    tuned = {"threshold": disco.disco_threshold, "max_speculation_length": disco.disco_max_speculation_length}
+    return {
+        name: f"{value} (tuned for this pair, the default)"
+        if value is not None
+        else "tuned (the default; its value is not in this saved race)"
+        for name, value in tuned.items()
+        if options.get(name) is None
+    }
 
 
 @register(
@@ -118,6 +138,7 @@ class DiscoOptions:
     in_default_race=True,
     rank=40,
     extras=(DiscoExtra,),
+    chosen=chosen_tuned,
 )
 def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
     model = load_disco(opts.classifier) if opts.classifier else classifier_for(dec.pair.name)
@@ -130,14 +151,16 @@ def disco(dec: Decoding, opts: DiscoOptions) -> Iterator[IterationRecord]:
 
 
 @dataclass(frozen=True)
-class ConfidenceOptions:
-    threshold: float = number(0.4, 0.0, 1.0)  # stop drafting once the draft's top-1 probability is below
-    # this (HF's default)
-    max_speculation_length: int = count(16, limit="speculation_length")  # SL_max: most tokens drafted per iteration;
-    # the Race's limit of 16, so the default runs there too (Hugging Face's default cap is 20)
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class ConfidenceOptions(MethodOptions):
+    threshold: float = number(
+        0.4, 0.0, 1.0, help="stop drafting once the draft's top-1 probability is below this (HF's default)"
+    )
+    max_speculation_length: int = count(
+        16,
+        limit="speculation_length",
+        help="SL_max: most tokens drafted per iteration; the Race's limit of 16, so the default runs there too "
+        "(Hugging Face's default cap is 20)",
+    )
 
 
 @register(

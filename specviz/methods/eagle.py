@@ -43,7 +43,7 @@ from specviz.extras import TreeExtra
 from specviz.limits import MAX_SPECULATION_LENGTH
 from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
-from specviz.methods.options import check_fields, choice, count
+from specviz.methods.options import MethodOptions, asset, choice, count
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
 from specviz.models.devices import HOST, input_embeddings
@@ -57,23 +57,34 @@ BUDGETS = ("cost model", "fixed")
 
 
 @dataclass(frozen=True)
-class EagleOptions:
+class EagleOptions(MethodOptions):
     # Drafting sized for this 2-core CPU, where a tree pass costs ~0.05 target steps more per node (benchmarks/eagle/
     # README.md, "Tree size"): 2 wide, 3 deep, 10 candidates, of which the cost model verifies the few that pay
     # ("The node budget"). On a GPU, where a pass costs about the same up to 64 nodes, it verifies them all: draft
     # wider and deeper there.
-    tree_nodes: int = count(10, limit="tree_nodes")  # N: most nodes the target verifies per pass (the rerank's
-    # budget; with budget "fixed", this many whenever the tree has them)
-    budget: str = choice("cost model", BUDGETS)  # "cost model": each pass verifies the n <= N best nodes that
-    # maximise expected tokens per unit of cost on this device (the roofline of its preset); "fixed": N
-    tree_width: int = count(2)  # k (EAGLE-2's top-k): children per expanded node, and nodes expanded per level
-    depth: int = count(3, limit="speculation_length")  # most levels drafted: tokens drafted ahead (head passes per
-    # iteration, after the first)
-    head: str = "auto"  # "auto": the shipped head trained for this target, else "untrained" (the target's top
-    # layer, not trained); or a .safetensors path
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+    tree_nodes: int = count(
+        10,
+        limit="tree_nodes",
+        help='N: most nodes the target verifies per pass (the rerank\'s budget; with budget "fixed", this many '
+        "whenever the tree has them)",
+    )
+    budget: str = choice(
+        "cost model",
+        BUDGETS,
+        help='"cost model": each pass verifies the n <= N best nodes that maximise expected tokens per unit of '
+        'cost on this device (the roofline of its preset); "fixed": N',
+    )
+    tree_width: int = count(2, help="k (EAGLE-2's top-k): children per expanded node, and nodes expanded per level")
+    depth: int = count(
+        3,
+        limit="speculation_length",
+        help="most levels drafted: tokens drafted ahead (head passes per iteration, after the first)",
+    )
+    head: str = asset(
+        "auto",
+        help='"auto": the shipped head trained for this target, else "untrained" (the target\'s top layer, not '
+        "trained); or a .safetensors path",
+    )
 
 
 SPEC: dict[str, Any] = {  # the registry entry: register("eagle", **SPEC)

@@ -1,24 +1,20 @@
-"""A method's options, declared once: the range of each field, checked by the library, drawn as a
-widget by the app and parsed from the bench's `--option METHOD.NAME=VALUE`.
+"""A method's options, declared once: the range and help of each field, checked by the library, drawn as
+a widget by the app and parsed from the bench's `--option METHOD.NAME=VALUE`.
 
-An options dataclass marks a tunable field with `count(...)`, `number(...)` or `choice(...)`; its
-help text is the field's comment: the comment at the end of its declaration (on whichever line the
-formatter leaves it) and the comment-only lines right below, for a help too long for one line.
-A bound that one option sets on another is declared with the bounded one: `count(1, at_most="max_ngram")`.
-Fields without a mark (a bool aside) are for the library and the CLI only: file paths never become
-widgets, so a visitor of a public page cannot point a method at a file. Live objects are no
-options: a run is lent them (`run(..., session=, executor=)`).
+An options class is a frozen dataclass over `MethodOptions` whose every field is marked with
+`count(...)`, `number(...)`, `choice(...)`, `flag(...)` or `asset(...)`, its help text given as `help=`.
+Every field is checked whenever the class is made (`MethodOptions.__post_init__`); a rule that ties
+fields together goes in the class's `check`. A bound one option sets on another is declared with the
+bounded one: `count(1, at_most="max_ngram", help=...)`. An asset (a shipped file's name or a file path)
+and a choice marked `widget=False` are for the library and the CLI only: no widget sets them, so a
+visitor of a public page cannot point a method at a file. Live objects are no options: a run is lent
+them (`run(..., session=, executor=)`).
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import io
 import os
-import textwrap
-import tokenize
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -28,23 +24,56 @@ from specviz.limits import MAX_SPECULATION_LENGTH, check_count, check_number
 
 
 def count(
-    default: int | None, least: int = 1, most: int = MAX_SPECULATION_LENGTH, limit: str = "", at_most: str = ""
+    default: int | None,
+    least: int = 1,
+    most: int = MAX_SPECULATION_LENGTH,
+    limit: str = "",
+    at_most: str = "",
+    *,
+    help: str,
 ) -> Any:
     """A whole-number option in [least, most]; `limit`: the AppLimits field that bounds it further
     in the app (e.g. "speculation_length", "tree_nodes"); `at_most`: the option of the same class it
     may not exceed (a min_ beside its max_). None as default: the method chooses."""
-    meta = {"kind": "int", "range": (least, most), "limit": limit, "at_most": at_most}
-    return dataclasses.field(default=default, metadata=meta)
+    return _field(default, "int", help, range=(least, most), limit=limit, at_most=at_most)
 
 
-def number(default: float | None, least: float, most: float) -> Any:
+def number(default: float | None, least: float, most: float, *, help: str) -> Any:
     """A real-valued option in [least, most]. None as default: the method chooses."""
-    return dataclasses.field(default=default, metadata={"kind": "float", "range": (least, most)})
+    return _field(default, "float", help, range=(least, most))
 
 
-def choice(default: str, choices: tuple[str, ...]) -> Any:
-    """One of a few named values."""
-    return dataclasses.field(default=default, metadata={"kind": "choice", "choices": tuple(choices)})
+def choice(default: str, choices: tuple[str, ...], *, help: str, widget: bool = True) -> Any:
+    """One of a few named values; `widget=False`: the library's and the CLI's only (a build to compare)."""
+    return _field(default, "choice", help, choices=tuple(choices), widget=widget)
+
+
+def flag(default: bool, *, help: str) -> Any:
+    """True or false."""
+    return _field(default, "bool", help)
+
+
+def asset(default: str, *, help: str) -> Any:
+    """A file the method reads (a classifier, a datastore, an adapter, a head): "auto" or another name the
+    method knows, or a path; the library's and the CLI's only, never a widget."""
+    return _field(default, "text", help, widget=False)
+
+
+def _field(default: Any, kind: str, help: str, **meta: Any) -> Any:
+    if not help.strip():
+        raise TypeError("an option says what it does: give it a help text")
+    return dataclasses.field(default=default, metadata={"kind": kind, "help": help, **meta})
+
+
+class MethodOptions:
+    """The base of every method's options dataclass: each field checked when the options are made."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self.check()
+
+    def check(self) -> None:
+        """A rule that ties fields together (raise SpecvizError); none by default."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +81,7 @@ class OptionField:
     """One tunable option of one method, as a widget or a flag needs it."""
 
     name: str
-    kind: str  # "int", "float", "bool", "choice", or "text" (a file path: the library and the CLI only)
+    kind: str  # "int", "float", "bool", "choice", or "text" (a name or file path)
     default: Any  # None: the method chooses (e.g. DISCO's tuned threshold)
     least: float = 0
     most: float = 0
@@ -60,6 +89,7 @@ class OptionField:
     limit: str = ""  # the AppLimits field bounding an int option in the app ("": only `most`)
     help: str = ""
     at_most: str = ""  # the option of the same class this one may not exceed ("": none)
+    widget: bool = True  # the app draws it; False: the library and the CLI set it (a path, a build to compare)
 
     def bound(self, limits: Any) -> float:
         """The largest value allowed where `limits` (the app's AppLimits) also apply."""
@@ -106,17 +136,17 @@ class OptionField:
 
 def parse_option(cls: type, name: str, text: str) -> Any:
     """The value of option `name` of options class `cls` typed as text (a CLI flag), typed and
-    checked; a text field (a file path) as it is; anything else refused."""
-    settable = {f.name: f for f in option_fields(cls, text=True)}
+    checked; anything else refused."""
+    settable = {f.name: f for f in option_fields(cls, every=True)}
     if name not in settable:
         raise SpecvizError(f"no option {name!r} to set here (its options: {', '.join(settable) or 'none'})")
     return settable[name].parse(text)
 
 
 def check_fields(options: Any) -> None:
-    """Check every field of an options dataclass instance (call it from __post_init__): each marked
-    one in its range, each text one (a path) as text, then each bound one option sets another."""
-    fields_ = option_fields(type(options), text=True)
+    """Check every field of an options dataclass instance: each in its range or among its choices,
+    then each bound one option sets another."""
+    fields_ = option_fields(type(options), every=True)
     for f in fields_:
         f.check(getattr(options, f.name))
     for f in (f for f in fields_ if f.at_most):
@@ -127,61 +157,34 @@ def check_fields(options: Any) -> None:
             )
 
 
-def option_fields(cls: type, text: bool = False) -> tuple[OptionField, ...]:
-    """The tunable fields of an options dataclass, in declaration order, each with its help;
-    `text`: also its text fields (file paths), which only the library and the CLI may set."""
-    return _option_fields(cls, text)
+def option_fields(cls: type, every: bool = False) -> tuple[OptionField, ...]:
+    """The fields of an options dataclass that the app draws as widgets, in declaration order;
+    `every`: also those that only the library and the CLI may set (assets, `widget=False` choices)."""
+    return tuple(f for f in _option_fields(cls) if every or f.widget)
 
 
 # The cache takes the class as a plain `type`: mypy does not see a `type[X]` (what `type(options)`
 # is) as Hashable, which functools.cache asks of its arguments (python/mypy#11470).
 @cache
-def _option_fields(cls: type, text: bool) -> tuple[OptionField, ...]:
-    comments = _field_comments(cls)
+def _option_fields(cls: type) -> tuple[OptionField, ...]:
     out = []
     for f in dataclasses.fields(cls):
-        meta, help_ = f.metadata, comments.get(f.name, "")
-        if "kind" in meta:
-            least, most = meta.get("range", (0, 0))
-            out.append(
-                OptionField(
-                    f.name,
-                    meta["kind"],
-                    f.default,
-                    least,
-                    most,
-                    meta.get("choices", ()),
-                    meta.get("limit", ""),
-                    help_,
-                    meta.get("at_most", ""),
-                )
+        meta = f.metadata
+        if "kind" not in meta:
+            raise TypeError(f"{cls.__name__}.{f.name} is no option: mark it with count, number, choice, flag or asset")
+        least, most = meta.get("range", (0, 0))
+        out.append(
+            OptionField(
+                f.name,
+                meta["kind"],
+                f.default,
+                least,
+                most,
+                meta.get("choices", ()),
+                meta.get("limit", ""),
+                meta["help"],
+                meta.get("at_most", ""),
+                meta.get("widget", True),
             )
-        elif isinstance(f.default, bool):
-            out.append(OptionField(f.name, "bool", f.default, help=help_))
-        elif text and isinstance(f.default, str):
-            out.append(OptionField(f.name, "text", f.default, help=help_))
+        )
     return tuple(out)
-
-
-def _field_comments(cls: type) -> dict[str, str]:
-    """name -> the comment of its declaration in the class body: the comments on the declaration's
-    lines, then the comment-only lines right below it, joined."""
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):  # defined where no source is kept (e.g. an interactive session)
-        return {}
-    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-    comments = {t.start[0]: t.string.removeprefix("#").strip() for t in tokens if t.type == tokenize.COMMENT}
-    lines = source.splitlines()
-    out = {}
-    class_def = ast.parse(source).body[0]
-    assert isinstance(class_def, ast.ClassDef)  # the source of a class is its class statement
-    for stmt in class_def.body:
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            end = stmt.end_lineno or stmt.lineno
-            while end < len(lines) and lines[end].lstrip().startswith("#"):  # comment-only lines below
-                end += 1
-            text = " ".join(comments[n] for n in range(stmt.lineno, end + 1) if n in comments)
-            if text:
-                out[stmt.target.id] = text
-    return out

@@ -20,13 +20,14 @@ from specviz.decoding import Decoding
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, register
 from specviz.methods.drafting import ModelDrafter, StaticLength
+from specviz.methods.options import MethodOptions
 from specviz.methods.speculative import speculative_decoding
 from specviz.oracle import draft_agreement_runs
 from specviz.records import IterationRecord
 
 
 @dataclass(frozen=True)
-class OracleOptions:
+class OracleOptions(MethodOptions):
     pass
 
 

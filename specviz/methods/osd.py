@@ -20,17 +20,14 @@ from specviz.errors import SpecvizError
 from specviz.extras import OnlineExtra
 from specviz.methods import register
 from specviz.methods.drafting import ModelDrafter, StaticLength
-from specviz.methods.options import check_fields, count
+from specviz.methods.options import MethodOptions, count
 from specviz.methods.speculative import speculative_decoding
 from specviz.records import IterationRecord
 
 
 @dataclass(frozen=True)
-class OsdOptions:
-    speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class OsdOptions(MethodOptions):
+    speculation_length: int = count(4, limit="speculation_length", help="γ: tokens drafted per iteration")
 
 
 def osd_session(pair: Any) -> Any:

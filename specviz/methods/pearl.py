@@ -40,20 +40,23 @@ from specviz.decoding import Decoding
 from specviz.extras import PearlExtra, Phase
 from specviz.methods import register
 from specviz.methods.drafting import Draft, ModelDrafter, StaticLength
-from specviz.methods.options import check_fields, count
+from specviz.methods.options import MethodOptions, count, flag
 from specviz.methods.pearl_lanes import Lanes, Round, TimedLM, busy, optimal_window
 from specviz.records import IterationRecord
 from specviz.verify import Verdict, verify
 
 
 @dataclass(frozen=True)
-class PearlOptions:
-    window: int = count(0, least=0, limit="speculation_length")  # γ: tokens per drafting phase; 0 = round(c), c
-    # measured at the start (Theorem 1)
-    concurrent: bool = True  # draft and target at the same time (threads / CUDA streams); False: one after the other
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class PearlOptions(MethodOptions):
+    window: int = count(
+        0,
+        least=0,
+        limit="speculation_length",
+        help="γ: tokens per drafting phase; 0 = round(c), c measured at the start (Theorem 1)",
+    )
+    concurrent: bool = flag(
+        True, help="draft and target at the same time (threads / CUDA streams); False: one after the other"
+    )
 
 
 class Pearl:
@@ -208,6 +211,15 @@ def pearl_decoding(
 PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Length (PEARL)"
 
 
+def chosen_window(records: list[IterationRecord], options: dict[str, Any]) -> dict[str, str]:
+    """The window a run measured for itself when its option left it at 0 (auto), for its panel."""
+    if options.get("window") != 0:
+        return {}
+    pearl = records[-1].pearl() if records else None
+    how = "round(T_target ÷ T_draft), measured for this pair"
+    return {"window": f"{pearl.window} (the default 0: auto, {how})" if pearl else f"0 (auto: {how} when it starts)"}
+
+
 @register(
     "pearl",
     label="PEARL",
@@ -223,6 +235,7 @@ PAPER = "Liu et al. 2024, Parallel Speculative Decoding with Adaptive Draft Leng
     in_default_race=True,
     rank=30,
     extras=(PearlExtra,),
+    chosen=chosen_window,
 )
 def pearl(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     return pearl_decoding(dec, opts)
@@ -239,6 +252,7 @@ def pearl(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     dynamic_length=True,
     rank=31,
     extras=(PearlExtra,),
+    chosen=chosen_window,
 )
 def pearl_no_pre(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     return pearl_decoding(dec, opts, pre_verify=False)
@@ -255,6 +269,7 @@ def pearl_no_pre(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]
     dynamic_length=True,
     rank=32,
     extras=(PearlExtra,),
+    chosen=chosen_window,
 )
 def pearl_no_post(dec: Decoding, opts: PearlOptions) -> Iterator[IterationRecord]:
     return pearl_decoding(dec, opts, post_verify=False)

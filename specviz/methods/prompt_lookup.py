@@ -17,18 +17,15 @@ from specviz.decoding import Decoding
 from specviz.extras import NgramExtra
 from specviz.methods import register
 from specviz.methods.drafting import Draft, SpeculationPolicy, StaticLength
-from specviz.methods.options import check_fields, count
+from specviz.methods.options import MethodOptions, count
 from specviz.methods.speculative import speculative_decoding
 
 
 @dataclass(frozen=True)
-class PromptLookupOptions:
-    speculation_length: int = count(4, limit="speculation_length")  # most tokens copied per iteration
-    max_ngram: int = count(3)  # longest suffix to match
-    min_ngram: int = count(1, at_most="max_ngram")  # shortest suffix to fall back to
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class PromptLookupOptions(MethodOptions):
+    speculation_length: int = count(4, limit="speculation_length", help="most tokens copied per iteration")
+    max_ngram: int = count(3, help="longest suffix to match")
+    min_ngram: int = count(1, at_most="max_ngram", help="shortest suffix to fall back to")
 
 
 def ngram_continuation(ids: list[int], k: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int]:
@@ -72,6 +69,9 @@ class PromptLookupDrafter:
     hf_peers=("hf_prompt_lookup",),
     rank=30,
     extras=(NgramExtra,),
+    drafts_nothing_when=(
+        "no n-gram at the end of the text recurred earlier in the prompt or the output, so there was nothing to copy"
+    ),
 )
 def prompt_lookup(dec: Decoding, opts: PromptLookupOptions) -> Iterator:
     return speculative_decoding(dec, PromptLookupDrafter(dec, opts), StaticLength(opts.speculation_length))

@@ -14,24 +14,26 @@ from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
 from specviz.methods import register
 from specviz.methods.drafting import Drafter, HeuristicLength, ModelDrafter, SpeculationPolicy, StaticLength, Updater
-from specviz.methods.options import check_fields, count
+from specviz.methods.options import MethodOptions, count
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
 from specviz.verify import verify
 
 
 @dataclass(frozen=True)
-class SpeculativeOptions:
-    speculation_length: int = count(4, limit="speculation_length")  # γ: tokens drafted per iteration, the same in each
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class SpeculativeOptions(MethodOptions):
+    speculation_length: int = count(
+        4, limit="speculation_length", help="γ: tokens drafted per iteration, the same in each"
+    )
 
 
 @dataclass(frozen=True)
 class HeuristicOptions(SpeculativeOptions):
-    speculation_length: int = count(4, limit="speculation_length")  # γ of the first iteration; then 2 more after a
-    # full acceptance, 1 fewer (at least 1) otherwise
+    speculation_length: int = count(
+        4,
+        limit="speculation_length",
+        help="γ of the first iteration; then 2 more after a full acceptance, 1 fewer (at least 1) otherwise",
+    )
 
 
 def speculative_decoding(

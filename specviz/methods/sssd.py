@@ -25,7 +25,7 @@ from specviz.errors import SpecvizError
 from specviz.extras import TreeExtra
 from specviz.methods import register
 from specviz.methods.ngram_tree import FusionWeights, InputIndex, SourceConfig, TokenTree, scored_candidates, top_tree
-from specviz.methods.options import check_fields, choice, count, number
+from specviz.methods.options import MethodOptions, asset, choice, count, number
 from specviz.methods.trees import TreeContext, commit_tree, tree_step
 from specviz.models.kv import BatchCachedLM, CachedLM
 from specviz.records import IterationRecord
@@ -36,19 +36,26 @@ GREEDY = SamplingConfig()  # decode_batch's default (frozen: one instance serves
 
 
 @dataclass(frozen=True)
-class SSSDOptions:
-    speculation_length: int = count(8, limit="tree_nodes")  # S: tree nodes the target verifies per iteration (8 is
-    # fastest on a CPU, 16-64 on a GPU)
-    max_depth: int = count(8)  # longest path in the tree (tokens drafted ahead)
-    sources: str = choice("both", SOURCES)  # "input" (prompt + own output), "datastore", or "both" fused
-    datastore: str = "auto"  # "auto": the shipped one if it fits the tokenizer; "none"; or a .npz path
-    max_ngram: int = count(3)  # longest suffix matched in the prompt + own output
-    input_scale: float = number(FusionWeights.input_scale, 0.01, 10.0)  # weight on the input source's n-gram
-    # probabilities, below 1 to damp its over-confidence (the SSSD paper's fusion weight)
-    input_depth_decay: float = number(FusionWeights.input_depth_decay, 0.01, 1.0)  # input-source damping per tree level
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class SSSDOptions(MethodOptions):
+    speculation_length: int = count(
+        8,
+        limit="tree_nodes",
+        help="S: tree nodes the target verifies per iteration (8 is fastest on a CPU, 16-64 on a GPU)",
+    )
+    max_depth: int = count(8, help="longest path in the tree (tokens drafted ahead)")
+    sources: str = choice("both", SOURCES, help='"input" (prompt + own output), "datastore", or "both" fused')
+    datastore: str = asset("auto", help='"auto": the shipped one if it fits the tokenizer; "none"; or a .npz path')
+    max_ngram: int = count(3, help="longest suffix matched in the prompt + own output")
+    input_scale: float = number(
+        FusionWeights.input_scale,
+        0.01,
+        10.0,
+        help="weight on the input source's n-gram probabilities, below 1 to damp its over-confidence (the SSSD "
+        "paper's fusion weight)",
+    )
+    input_depth_decay: float = number(
+        FusionWeights.input_depth_decay, 0.01, 1.0, help="input-source damping per tree level"
+    )
 
     def weights(self) -> FusionWeights:
         return FusionWeights(input_scale=self.input_scale, input_depth_decay=self.input_depth_decay)

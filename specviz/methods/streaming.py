@@ -40,7 +40,7 @@ from specviz.errors import SpecvizError
 from specviz.extras import StreamingPassExtra, TreeExtra
 from specviz.methods import register
 from specviz.methods.ngram_tree import TokenTree
-from specviz.methods.options import check_fields, count, number
+from specviz.methods.options import MethodOptions, asset, choice, count, number
 from specviz.methods.trees import TreeContext, tree_step
 from specviz.models import streaming as msa
 from specviz.models.devices import host_values, output_embeddings
@@ -55,36 +55,51 @@ STREAM_VOCABS = ("frequent", "full")  # what the streams' head scores (`Streamin
 
 
 @dataclass(frozen=True)
-class StreamingOptions:
-    speculation_length: int = count(4, least=0, limit="speculation_length")  # streams used per iteration (at most the
-    # adapter's γ); 0: the tuned model alone
-    tree_width: int = count(2)  # top tokens taken from each stream (1: a single path; 2 with 6 nodes
-    # is fastest on a CPU)
-    tree_nodes: int = count(6, limit="tree_nodes")  # most nodes in the tree (the best by product of
-    # stream probabilities)
-    adapter: str = "auto"  # "auto": the shipped adapter trained for this target, else "untrained";
-    # or a .safetensors path
-    passes: str = "fused"  # "fused": one target pass per iteration verifies the tree and runs the
-    # streams (the paper); "two-pass": verify, then the accepted node's streams in a second pass of
-    # the top layers (the earlier build, for comparison)
-    stream_vocab: str = "frequent"  # "frequent": the streams' head scores only the tokens the target
-    # uses most (the v2 draft's 8k set, where it fits the target), so trees hold only those; "full":
-    # every token
-    prune_threshold: float = number(0.0, 0.0, 0.5)  # the tree-pruning layer (the paper's section 3.2.3):
-    # partway up the pass a node whose early-exit probability given its parent is below this is dropped
-    # with its subtree, so fewer rows run the layers above; needs an adapter with a pruning layer (the
-    # shipped one has one); 0: no pruning
+class StreamingOptions(MethodOptions):
+    speculation_length: int = count(
+        4,
+        least=0,
+        limit="speculation_length",
+        help="streams used per iteration (at most the adapter's γ); 0: the tuned model alone",
+    )
+    tree_width: int = count(
+        2, help="top tokens taken from each stream (1: a single path; 2 with 6 nodes is fastest on a CPU)"
+    )
+    tree_nodes: int = count(
+        6, limit="tree_nodes", help="most nodes in the tree (the best by product of stream probabilities)"
+    )
+    adapter: str = asset(
+        "auto", help='"auto": the shipped adapter trained for this target, else "untrained"; or a .safetensors path'
+    )
+    passes: str = choice(
+        "fused",
+        PASSES,
+        widget=False,
+        help='"fused": one target pass per iteration verifies the tree and runs the streams (the paper); '
+        '"two-pass": verify, then the accepted node\'s streams in a second pass of the top layers (the earlier '
+        "build, for comparison)",
+    )
+    stream_vocab: str = choice(
+        "frequent",
+        STREAM_VOCABS,
+        widget=False,
+        help="\"frequent\": the streams' head scores only the tokens the target uses most (the v2 draft's 8k set, "
+        'where it fits the target), so trees hold only those; "full": every token',
+    )
+    prune_threshold: float = number(
+        0.0,
+        0.0,
+        0.5,
+        help="the tree-pruning layer (the paper's section 3.2.3): partway up the pass a node whose early-exit "
+        "probability given its parent is below this is dropped with its subtree, so fewer rows run the layers "
+        "above; needs an adapter with a pruning layer (the shipped one has one); 0: no pruning",
+    )
 
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.passes not in PASSES:
-            raise SpecvizError(f"passes must be one of {', '.join(PASSES)}, got {self.passes!r}")
+    def check(self) -> None:
         if self.prune_threshold > 0 and self.passes != "fused":
             raise SpecvizError(
                 "the tree-pruning layer works inside the fused pass: prune_threshold needs passes='fused'"
             )
-        if self.stream_vocab not in STREAM_VOCABS:
-            raise SpecvizError(f"stream_vocab must be one of {', '.join(STREAM_VOCABS)}, got {self.stream_vocab!r}")
 
 
 _LOADED: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, msa.StreamingLM]] = weakref.WeakKeyDictionary()

@@ -25,7 +25,7 @@ from specviz.errors import SpecvizError
 from specviz.extras import EngineExtra
 from specviz.methods import BASELINE, all_methods, get_method, register
 from specviz.methods.autoregressive import NoOptions
-from specviz.methods.options import check_fields, count
+from specviz.methods.options import MethodOptions, count
 from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
 from specviz.verify import Verdict
@@ -210,21 +210,15 @@ def _check_head_size(model: Any) -> None:
 
 
 @dataclass(frozen=True)
-class NgramOptions:
-    num_speculative_tokens: int = count(4)  # vLLM's γ: most tokens copied per step
-    prompt_lookup_max: int = count(4)  # longest suffix vLLM matches
-    prompt_lookup_min: int = count(1, at_most="prompt_lookup_max")  # shortest suffix it falls back to
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class NgramOptions(MethodOptions):
+    num_speculative_tokens: int = count(4, help="vLLM's γ: most tokens copied per step")
+    prompt_lookup_max: int = count(4, help="longest suffix vLLM matches")
+    prompt_lookup_min: int = count(1, at_most="prompt_lookup_max", help="shortest suffix it falls back to")
 
 
 @dataclass(frozen=True)
-class DraftOptions:
-    num_speculative_tokens: int = count(4)  # vLLM's γ: tokens the draft model proposes per step
-
-    def __post_init__(self) -> None:
-        check_fields(self)
+class DraftOptions(MethodOptions):
+    num_speculative_tokens: int = count(4, help="vLLM's γ: tokens the draft model proposes per step")
 
 
 def ngram_config(opts: NgramOptions) -> dict[str, Any]:

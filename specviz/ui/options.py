@@ -40,9 +40,9 @@ def option_widget(f: OptionField, limits: AppLimits) -> gr.Checkbox | gr.Dropdow
 
 
 def fixed_options_note(spec: Any) -> str:
-    """Markdown: the method's text options (file paths and the like), each at the value the app runs it
-    with and its help, and the bench flag that sets another; "" for a method without any."""
-    fixed = [f for f in option_fields(spec.options, text=True) if f.kind == "text"]
+    """Markdown: the method's options that are no widget (file paths, a build to compare), each at the
+    value the app runs it with and its help, and the bench flag that sets another; "" for a method without any."""
+    fixed = [f for f in option_fields(spec.options, every=True) if not f.widget]
     return "\n".join(
         f"- `{f.name}`: {json.dumps(f.default)} in the app ({f.help}); other values from the command line only: "
         f"`python -m specviz.bench --option {spec.name}.{f.name}=VALUE`"

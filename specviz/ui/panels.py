@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field
 
 from specviz.cost.families import TARGET_ALONE
-from specviz.extras import DiscoExtra
 from specviz.methods import BASELINE, get_method
 from specviz.metrics import speedup, summarize, summary_metrics
 from specviz.records import IterationRecord
@@ -38,9 +37,8 @@ class MethodRun:
     status: str = "queued"  # queued | waiting (for its turn on the models) | running | done | stopped | skipped | error
     message: str = ""  # why it was skipped or failed
     note: str = ""  # a standing note on what the method is (e.g. what it is lossless against)
-    options: dict = field(
-        default_factory=dict
-    )  # the method's own options set for this race (the rest at their defaults)
+    # the method's own options set for this race (the rest at their defaults)
+    options: dict = field(default_factory=dict)
     records: list[IterationRecord] = field(default_factory=list)
     spans: list[TokenSpan] = field(default_factory=list)
     probe_ms: float | None = None  # the target alone's step time, measured right before this run (None: not measured)
@@ -145,25 +143,9 @@ def options_text(options: dict, method: str | None = None, chosen: dict[str, str
 
 def chosen_values(run: MethodRun) -> dict[str, str]:
     """option -> the value a run's method chose itself where its option left it to the method, read from
-    the run's records: PEARL's window 0 (measured for the pair) and DISCO's tuned τ and SL_max (its
-    classifier's; a race saved before the records carried them names none)."""
-    options = resolved_options(run.options, run.name)
-    out = {}
-    if run.name == "pearl" and options.get("window") == 0:
-        pearl = run.records[-1].pearl() if run.records else None
-        how = "round(T_target ÷ T_draft), measured for this pair"
-        out["window"] = f"{pearl.window} (the default 0: auto, {how})" if pearl else f"0 (auto: {how} when it starts)"
-    disco = next((d for r in run.records if (d := r.extras(DiscoExtra))), None) if run.name == "disco" else None
-    if disco is not None:  # τ and SL_max the run drafted with (None on a record saved before they were recorded)
-        tuned = {"threshold": disco.disco_threshold, "max_speculation_length": disco.disco_max_speculation_length}
-        for name, value in tuned.items():
-            if options.get(name) is None:
-                out[name] = (
-                    f"{value} (tuned for this pair, the default)"
-                    if value is not None
-                    else "tuned (the default; its value is not in this saved race)"
-                )
-    return out
+    the run's records by its registry entry (`MethodSpec.chosen`)."""
+    spec = get_method(run.name)
+    return spec.chosen(run.records, resolved_options(run.options, run.name)) if spec.chosen else {}
 
 
 def _tree_tokens(record: IterationRecord) -> int:
@@ -180,11 +162,7 @@ def nothing_drafted(run: MethodRun) -> str:
         return ""  # a target alone (specviz's or an engine's) drafts nothing by design
     if any(r.drafted or _tree_tokens(r) for r in run.records):
         return ""
-    why = (
-        ": no n-gram at the end of the text recurred earlier in the prompt or the output, so there was nothing to copy"
-        if run.name == "prompt_lookup"
-        else ""
-    )
+    why = f": {when}" if (when := get_method(run.name).drafts_nothing_when) else ""
     return (
         f"Drafted nothing in this race{why}. Every token came from the target alone, one per pass, so there is no "
         "acceptance to show."

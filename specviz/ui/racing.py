@@ -57,9 +57,8 @@ class RaceSettings:
     prompt: str
     methods: tuple[str, ...]  # registry names, raced in registry order (the baseline first)
     max_new_tokens: int = 128
-    options: dict[str, Any] = field(
-        default_factory=dict
-    )  # "method.option" -> value (the bench's --option names); absent: the default
+    # "method.option" -> value (the bench's --option names); absent: the default
+    options: dict[str, Any] = field(default_factory=dict)
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int = 0
@@ -353,7 +352,7 @@ def _run_method(
                     run.records.append(record)
                     builder.add(record)
                 yield race
-            elif kind == "oracle":
+            elif kind == "oracle_sl":
                 run.records = value
             elif kind == "status":  # what the run waits for before it starts (a vLLM row: its server)
                 run.message = value
@@ -408,7 +407,7 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tu
         reference: list[int] | None = None,
         probe: bool = False,
     ) -> Generator[tuple[str, Any], None, None]:
-        """Yields ("records", [IterationRecord]) every REFRESH_S while the method runs, then ("oracle",
+        """Yields ("records", [IterationRecord]) every REFRESH_S while the method runs, then ("oracle_sl",
         its records with the oracle speculation length filled); ("error", message) where it failed.
         Ends after the current iteration once `stop_key` is requested. `warm_up`: the race's first
         method (a fresh ZeroGPU worker also warms up). `sessions`: see run_race. `reference`: the
@@ -457,7 +456,7 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tu
             if stream is not None:
                 stream.close()  # closed from outside (the app went away): the run ends after its iteration
         if records:
-            yield "oracle", threads.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
+            yield "oracle_sl", threads.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
         if reference is not None and records and records[-1].stop is not None:
             output = [t for r in records for t in r.emitted]
             parity = threads.on(MODELS).call(compare, pair, prompt_ids, reference, output)
@@ -481,8 +480,10 @@ def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
     """A few untimed tokens through the target and the draft, so the first method raced does not
     pay the one-off costs of the first forward passes."""
     import specviz
+    from specviz.cost.families import CHAIN
 
-    method = "vanilla" if pair.draft is not None and "vanilla" in specviz.method_names() else "autoregressive"
+    chains = (s.name for s in specviz.all_methods() if s.family is CHAIN and s.drafts_with_pair_draft)
+    method = next(chains, BASELINE) if pair.draft is not None else BASELINE  # a chain reads both models
     for _ in specviz.run(method, pair, prompt_ids[-64:], max_new_tokens=WARMUP_TOKENS):
         pass
     _WARMED.add(pair.name)
