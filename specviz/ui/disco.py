@@ -5,7 +5,7 @@ oracle SL histogram. Stop ends the comparison after the method being timed."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -19,6 +19,9 @@ from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
 from specviz.ui.phone import pivot_html
 from specviz.ui.stopping import stop_key_for
 from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "DISCO: dynamic speculation length"
 TAB_ORDER = 40
@@ -187,7 +190,7 @@ def tuned_values(pair_name: str | None) -> tuple[float, int]:
     return clf.threshold, clf.max_speculation_length
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     """The tab: the prompt and DISCO's settings, Run and Stop, the classifier's card, the table and the
     two figures."""
     gr.Markdown(INTRO)
@@ -229,7 +232,7 @@ def build_tab(ctx: Any) -> None:
     )
 
 
-def _settings(ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+def _settings(ctx: TabContext) -> tuple[Any, Any, Any, Any, Any, Any]:
     """The prompt and DISCO's widgets: (prompt, use tuned values, τ, SL_max, max new tokens, timed runs)."""
     with gr.Row():
         prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, scale=3)
@@ -257,7 +260,7 @@ def _settings(ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
     return prompt, tuned, tau, sl_max, max_new, repeats
 
 
-def _run_handler(ctx: Any) -> Callable[..., tuple[Any, ...]]:
+def _run_handler(ctx: TabContext) -> Callable[..., tuple[Any, ...]]:
     """Run's handler: checks the widgets' values, times the four methods in a model call and draws the
     card, the table and the figures."""
     import pandas as pd

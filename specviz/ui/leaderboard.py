@@ -5,7 +5,7 @@ values (tested without a server); the runs are read once, on first use."""
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -23,6 +23,9 @@ from specviz.leaderboard import (
 )
 from specviz.plots.leaderboard import METRICS, leaderboard_figure
 from specviz.ui.feedback import problem_text
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Leaderboard"
 TAB_ORDER = 10  # right after the Race: how the methods compare beyond one prompt
@@ -252,7 +255,7 @@ def _sources(table: pd.DataFrame, machine: str, labels: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     import gradio as gr
 
     gr.Markdown("### How every method does beyond one prompt")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -27,6 +27,9 @@ from specviz.serving.limits import AppLimits
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import KeyedStop, forget_stop, gpu_seconds, new_stop_key
 from specviz.ui.turns import stop_when_cancelled, stopped_on_leave
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Online learning"
 TAB_ORDER = 70
@@ -211,7 +214,7 @@ def save_draft(state: dict[str, Any] | None, folder: Path | None = None) -> str 
     return str(DRAFT_FILES.file_for(learner, folder))
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     """The tab: the stream's settings, Serve and Stop, the stream's summary and figures, the token analysis
     and the download of the adapted draft."""
     _intro(ctx)
@@ -245,7 +248,7 @@ def build_tab(ctx: Any) -> None:
     save.click(ctx.hold_models(save_draft), state, download, **ctx.models_queue())
 
 
-def _intro(ctx: Any) -> None:
+def _intro(ctx: TabContext) -> None:
     """What the tab does and what its default stream shows; on ZeroGPU, what it cannot keep."""
     gr.Markdown(
         "### Online speculative decoding: the draft learns from the requests it serves\n"
@@ -307,7 +310,7 @@ def _serving_widgets(limits: AppLimits) -> list[Any]:
     return [max_new, gamma, interval, lr, loss, background, window]
 
 
-def _serve_handler(ctx: Any, limits: AppLimits) -> Callable[..., Iterator[tuple[Any, ...]]]:
+def _serve_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., Iterator[tuple[Any, ...]]]:
     """Serve's handler: checks the widgets' values, serves the stream in a model call and redraws the
     summary and the figures after every request."""
 
@@ -372,7 +375,7 @@ def _serve_handler(ctx: Any, limits: AppLimits) -> Callable[..., Iterator[tuple[
     return on_serve
 
 
-def _stream_call(ctx: Any) -> Callable[..., Iterator[dict[str, Any]]]:
+def _stream_call(ctx: TabContext) -> Callable[..., Iterator[dict[str, Any]]]:
     """The stream's model call, on the tab's pair loader."""
 
     def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict, key: str):
@@ -393,7 +396,7 @@ def _stream_call(ctx: Any) -> Callable[..., Iterator[dict[str, Any]]]:
     return plain_stream
 
 
-def _analyse_handler(ctx: Any) -> Callable[[Any, Any], tuple[Any, str]]:
+def _analyse_handler(ctx: TabContext) -> Callable[[Any, Any], tuple[Any, str]]:
     """The token analysis's handler: a figure and a table, or a note that says why there are none."""
     # draft and target forward passes over the stream's requests: they wait for their turn on the models like
     # every model call, in this process (the learner lives here)

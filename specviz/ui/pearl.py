@@ -4,7 +4,7 @@ model runs when (mutual waiting in grey), with PEARL's mode (pre-verify / post-v
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -17,6 +17,9 @@ from specviz.ui.phone import pivot_html
 from specviz.ui.racing import DEFAULT_LIMITS
 from specviz.ui.stopping import stop_key_for
 from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "PEARL: parallel drafting"
 TAB_ORDER = 50
@@ -170,7 +173,7 @@ def step_rows(pair: Any, records: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     """The tab: the prompt and PEARL's settings, Run and Stop, the table, the timeline and PEARL's steps."""
     limits = getattr(ctx, "limits", DEFAULT_LIMITS)
     gr.Markdown(INTRO)
@@ -242,7 +245,7 @@ def _results() -> tuple[Any, Any, Any, Any, Any]:
     return status, table, phone_table, plot, steps
 
 
-def _run_handler(ctx: Any, limits: AppLimits) -> Callable[..., tuple[Any, ...]]:
+def _run_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., tuple[Any, ...]]:
     """Run's handler: times the three methods in a model call and draws the table, the timeline and the steps."""
     import pandas as pd
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Generator, Iterable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -42,6 +42,9 @@ from specviz.ui.style import legend_html
 from specviz.ui.turns import stopped_on_leave
 from specviz.ui.verdict import first_place, timing_flags, verdict_markdown
 from specviz.ui.why import gamma_markdown, glossary_html, position_rows, why_markdown
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Race"
 TAB_ORDER = 0
@@ -229,7 +232,7 @@ def write_downloads(race: Race, df: Any, folder: Path) -> list[str]:
     return [str(csv_path), str(json_path)]
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     specs = all_methods()
     ui = SimpleNamespace(specs=specs, limits=ctx.limits)
     _settings(ui)
@@ -368,7 +371,7 @@ def _plots(ui: SimpleNamespace) -> None:
         )
 
 
-def _wire_race(ctx: Any, ui: SimpleNamespace) -> None:
+def _wire_race(ctx: TabContext, ui: SimpleNamespace) -> None:
     """Run race streams panel updates while the methods run, then the table, plots and downloads; Stop
     ends it; the summary's phone form follows the summary."""
     stop_state = gr.State(StopSignal())
@@ -405,7 +408,7 @@ def stop_race(stop: StopSignal) -> None:
     stop.event.set()
 
 
-def _race_handler(ctx: Any, ui: SimpleNamespace, sessions_state: Any) -> Any:
+def _race_handler(ctx: TabContext, ui: SimpleNamespace, sessions_state: Any) -> Any:
     """The Run race event: the widgets checked into settings, then the race streamed onto the board."""
     runner = ctx.gpu(method_runner(ctx.load_pair), duration=method_seconds)  # one method's run, where the GPU is
 
@@ -493,7 +496,7 @@ def finished_status(race: Race, stop: StopSignal, head: str) -> str:
     )
 
 
-def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
+def board_outputs(ctx: TabContext, ui: SimpleNamespace) -> list:
     """Everything a finished (or loaded) race redraws, in one order for every event that draws it."""
     return [
         ui.status,
@@ -520,7 +523,9 @@ def board_outputs(ctx: Any, ui: SimpleNamespace) -> list:
     ]
 
 
-def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more: dict, reveal: bool = False) -> Any:
+def finished_board(
+    ctx: TabContext, ui: SimpleNamespace, race: Race, status: str, more: dict, reveal: bool = False
+) -> Any:
     """The board, table, plots and downloads of a finished race; `reveal`: a loaded race, whose
     panels are shown (and the others hidden) here rather than when it started."""
     flags = timing_flags(race)  # a loaded race is checked here; a raced one was as it went
@@ -561,7 +566,7 @@ def finished_board(ctx: Any, ui: SimpleNamespace, race: Race, status: str, more:
         }
 
 
-def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
+def _wire_saved(ctx: TabContext, ui: SimpleNamespace) -> None:
     """Load a saved race (the JSON download, from here or elsewhere) onto the board."""
 
     def load_saved(path: str | None):
@@ -589,7 +594,7 @@ def _wire_saved(ctx: Any, ui: SimpleNamespace) -> None:
     ctx.show_saved = (load_saved, outputs)  # for the tabs that put a saved race on this board
 
 
-def _wire_helpers(ctx: Any, ui: SimpleNamespace) -> None:
+def _wire_helpers(ctx: TabContext, ui: SimpleNamespace) -> None:
     """Replay, the speculation-length plot's method, method shortcuts, examples, the rejected-token toggle."""
     ui.replay_btn.click(None, ui.speed, None, js=REPLAY_JS)
 

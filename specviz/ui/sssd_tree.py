@@ -7,7 +7,7 @@ Handlers are plain functions of widget values (tested without a server); no torc
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
@@ -15,6 +15,9 @@ from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
 from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "SSSD tree"
 TAB_ORDER = 60
@@ -105,7 +108,7 @@ def show_iteration(state: dict[str, Any] | None, iteration: int):
     )
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     import gradio as gr
 
     limits = getattr(ctx, "limits", AppLimits())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -22,6 +22,9 @@ from specviz.text import visible
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import gpu_seconds
 from specviz.ui.panels import Race
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 INTRO = (
     "Pick a method and an iteration: the drafted tokens, the test each met (greedy: is it the target's most likely "
@@ -121,7 +124,7 @@ def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.3g}"  # three significant digits: a small p is not rounded to 0.000
 
 
-def build_section(ctx: Any, ui: SimpleNamespace) -> None:
+def build_section(ctx: TabContext, ui: SimpleNamespace) -> None:
     """The step-through accordion, under the race's 'why' table."""
     with gr.Accordion("Step through one iteration", open=False, elem_id="sv-step"):
         gr.Markdown(INTRO)

@@ -9,7 +9,7 @@ Handlers are plain functions of widget values (tested without a server); no torc
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.plots.streaming_pass import PassCounts, run_pass
@@ -17,6 +17,9 @@ from specviz.plots.tree import record_tree, record_tree_figure
 from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Streaming tree"
 TAB_ORDER = 65
@@ -178,7 +181,7 @@ def _pruning(state: dict[str, Any]) -> str:
     )
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     import gradio as gr
 
     from specviz.methods.streaming import StreamingOptions

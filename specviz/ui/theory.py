@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.cost import ENGINES, HARDWARE, SHAPES, THIS_MACHINE, get_hardware, get_shape
 from specviz.cost.calibrate import fit_disturbed, hardware_from_result, load_words, roofline_from_result
@@ -42,6 +42,9 @@ from specviz.plots.roofline import cost_curves_figure, published_speedups_figure
 from specviz.plots.speedup import improvement_curves_figure, predicted_vs_measured_speedup_figure, tree_size_figure
 from specviz.plots.theme import signed_percent
 from specviz.ui.feedback import problem_text
+
+if TYPE_CHECKING:
+    from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Theory"
 TAB_ORDER = 55  # after PEARL's tab
@@ -518,7 +521,7 @@ def race_finished(race: Any) -> bool:
     return race is not None and not any(r.status in ("queued", "waiting", "running") for r in race.runs)
 
 
-def roofline_handler(ctx: Any) -> Callable:
+def roofline_handler(ctx: TabContext) -> Callable:
     """The roofline's handler: the loaded pair's shape through `ctx.resolve`, which loads a pair not loaded yet
     only in a turn on the models (never beside a timed race)."""
 
@@ -543,7 +546,7 @@ def enclosing_tab() -> Any:
 FOLLOW_S = 1.0  # how often the tab looks whether a race running when it was opened has finished
 
 
-def build_tab(ctx: Any) -> None:
+def build_tab(ctx: TabContext) -> None:
     """The Theory tab: the what-if, the roofline, the published figures and the last race through its formulas;
     each view of the last race follows it as it finishes."""
     views = [whatif_section(ctx), roofline_section(ctx)]
@@ -561,7 +564,7 @@ class RaceView:
     draw: Callable[..., Any]
 
 
-def whatif_section(ctx: Any) -> RaceView:
+def whatif_section(ctx: TabContext) -> RaceView:
     """α, γ and S sliders; the speedup curves with the pair's c and verify cost (the last race's, once one ran)."""
     import gradio as gr
 
@@ -586,7 +589,7 @@ def whatif_section(ctx: Any) -> RaceView:
     return RaceView(own, [curves, tree, numbers], explorer)
 
 
-def roofline_section(ctx: Any) -> RaceView:
+def roofline_section(ctx: TabContext) -> RaceView:
     """The roofline: hardware, model, engine, batch sizes and context; its note explains the last race."""
     import gradio as gr
 
@@ -645,7 +648,7 @@ def published_section() -> None:
     show.click(published_view, None, [published_plot, published_text], api_visibility="private")
 
 
-def last_race_section(ctx: Any) -> RaceView:
+def last_race_section(ctx: TabContext) -> RaceView:
     """The last race's methods through their formulas: predicted vs measured speedup."""
     import gradio as gr
 
@@ -660,7 +663,7 @@ def last_race_section(ctx: Any) -> RaceView:
     return RaceView([], [race_plot, race_table], race_view)
 
 
-def follow_the_race(ctx: Any, views: list[RaceView]) -> None:
+def follow_the_race(ctx: TabContext, views: list[RaceView]) -> None:
     """Redraw every view of the last race once it has finished: when the tab is opened, when a new race object
     arrives (a saved race loaded), and when a race that was running as the tab was opened finishes while it is
     open. A race updates ctx.race in place, so gradio sees no change when it finishes (specviz.ui.race): a timer,
