@@ -6,10 +6,12 @@ installed (`make browser`): when it is missing these tests fail, they never skip
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from specviz.tools.load import free_port
 
@@ -193,8 +195,14 @@ def test_stop_ends_a_long_race(page):
     page.wait_for_selector("#sv-board .sv-status.sv-running")
     page.click("#sv-stop")
     page.wait_for_selector("#sv-race-status:has-text('Stopped')")
+    with contextlib.suppress(PlaywrightTimeout):  # the panels may be drawn a moment after the status line
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#sv-board .sv-status')].map(e => e.innerText.trim()).join()"
+            " === 'stopped,skipped,skipped'",
+            timeout=10_000,
+        )
     statuses = page.locator("#sv-board .sv-status").all_inner_texts()
-    assert statuses[0] == "stopped" and statuses[1:] == ["skipped", "skipped"]
+    assert statuses[0] == "stopped" and statuses[1:] == ["skipped", "skipped"], statuses
 
 
 def test_empty_prompt_shows_an_error_and_the_app_keeps_serving(page):
