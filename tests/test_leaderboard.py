@@ -14,6 +14,7 @@ from specviz.leaderboard import (
     BENCHMARK_OF,
     DECLARATION,
     SHARED,
+    SUITE_COLUMNS,
     SUITES_BENCHMARK,
     Source,
     leaderboard_rows,
@@ -72,7 +73,7 @@ def test_every_declared_method_is_registered_and_every_run_pairs():
 
 @pytest.mark.parametrize(
     "folder, method, benchmark",
-    [("default-pair/bench_v2", "vanilla", SUITES_BENCHMARK), ("specbench", "sssd", BENCHMARK_OF["specbench"])],
+    [("fast-target/leaderboard", "vanilla", SUITES_BENCHMARK), ("specbench", "sssd", BENCHMARK_OF["specbench"])],
 )
 def test_the_overall_speedup_is_the_one_the_benchmark_wrote(folder, method, benchmark):
     """The bench's summary.csv (tokens/s ratio) and the leaderboard's Σ-time ratio are one figure."""
@@ -84,39 +85,42 @@ def test_the_overall_speedup_is_the_one_the_benchmark_wrote(folder, method, benc
     assert cell["tokens_per_pass"].item() == pytest.approx(float(wrote["mean accepted length"]), rel=1e-9)
 
 
-def test_the_streaming_row_is_the_fused_run_of_the_registered_method():
-    """Issue 38/39: Speculative Streaming's figures come from the run of the method as registered (one target
-    pass per iteration, the streams' head over the frequent tokens, the shipped adapter:
-    `benchmarks/streaming/fused-20`), not from the old two-pass run; each cell is Σ target-alone s ÷
-    Σ fused s over that run's prompts of the column."""
+def test_the_streaming_row_is_the_run_of_the_registered_method():
+    """Issue 38/39: Speculative Streaming's figures come from a run of the method as registered (one target
+    pass per iteration, the streams' head over the frequent tokens, the shipped adapter), now the
+    Leaderboard's run of every method on the fast target step; each cell is Σ target-alone s ÷ Σ
+    Streaming s over that run's prompts of the column."""
     from specviz.methods.streaming import StreamingOptions
     from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines
 
     default = StreamingOptions()
-    assert (default.passes, default.stream_vocab) == ("fused", "frequent")  # what the taken variant ran
-    fused = DECLARATION.parent / "streaming" / "fused-20" / "results.json"
+    assert (default.passes, default.stream_vocab) == ("fused", "frequent")  # what the run's defaults ran
+    run = DECLARATION.parent / "fast-target" / "leaderboard" / "results.json.gz"
     (source,) = [s for s in load_declaration() if "streaming" in s.take]
-    row = "Streaming fused, shipped adapter (the default)"
-    assert source.path == fused and source.take == {"streaming": row}
-    runs = json.loads(fused.read_text())["runs"]
+    assert source.path == run and source.take["streaming"] is None
+    with gzip.open(run, "rt") as f:
+        runs = json.load(f)["runs"]
     wall: dict[tuple[str, str], float] = {}
+    tokens = passes = 0
     for r in runs:
-        if r["variant"] in ("AR (original target)", row):
-            key = (r["variant"], {"humaneval": "HumanEval", "gsm8k": "GSM8K", "mtbench": "MT-Bench"}[r["suite"]])
+        if r["method"] in ("autoregressive", "streaming"):
+            key = (r["method"], SUITE_COLUMNS[r["suite"]])
             wall[key] = wall.get(key, 0.0) + r["wall_s"]
+        if r["method"] == "streaming":
+            tokens, passes = tokens + r["new_tokens"], passes + r["target_forwards"]
     summary = summarise(leaderboard_rows())
     cells = summary[summary["method"] == "streaming"].set_index("column")
-    assert set(cells.index) == {"HumanEval", "GSM8K", "MT-Bench", ALL, SHARED}
-    for column in ("HumanEval", "GSM8K", "MT-Bench"):
-        expected = wall["AR (original target)", column] / wall[row, column]
+    assert set(cells.index) == {"HumanEval", "GSM8K", "MT-Bench", "MBPP", ALL, SHARED}
+    for column in ("HumanEval", "GSM8K", "MT-Bench", "MBPP"):
+        expected = wall["autoregressive", column] / wall["streaming", column]
         assert cells.loc[column, "speedup"] == pytest.approx(expected, rel=1e-9)
-        assert cells.loc[column, "prompts"] == 20
-    assert cells.loc[ALL, "tokens_per_pass"] == pytest.approx(7028 / 4159)  # the run's table: 1.69, one pass each
+        assert cells.loc[column, "prompts"] == 10
+    assert cells.loc[ALL, "tokens_per_pass"] == pytest.approx(tokens / passes)  # one target pass an iteration
     _, table, sources = leaderboard_view(BENCHMARK_CHOICES[0], "speedup", machines()[0])
     streaming = table.set_index("method").loc["Speculative Streaming"]
-    assert streaming["run (its prompts)"] == "Speculative streaming on the default pair (60 prompts)"
-    assert "20 prompts each, 128 tokens" in sources and "one target pass per iteration" in sources
-    for column in ("HumanEval", "GSM8K", "MT-Bench"):  # each of its cells leads to a shipped race of the column
+    assert streaming["run (its prompts)"] == "Every method on the fast target step (40 prompts)"
+    assert "10 prompts each, 128 tokens" in sources and "every method at its registered defaults" in sources
+    for column in ("HumanEval", "GSM8K", "MT-Bench", "MBPP"):  # each of its cells leads to a shipped race
         assert shipped_race(SUITES_BENCHMARK, column) is not None
 
 
@@ -136,38 +140,81 @@ def test_methods_rank_on_the_suites_every_one_ran_not_on_their_own_runs(tmp_path
     assert (cell["vanilla", SHARED], cell["disco", SHARED]) == pytest.approx((2.0, 1.6))
 
 
-def test_the_tab_ranks_on_shared_suites_and_says_what_differs():
+@pytest.fixture
+def two_runs(tmp_path, monkeypatch):
+    """The tab over two runs whose suites differ: the shipped run without PEARL, and PEARL's rows of it
+    without MBPP as a run of its own (the shipped declaration reads one run for every method now)."""
+    import specviz.ui.leaderboard as tab
+
+    shipped = DECLARATION.parent / "fast-target" / "leaderboard" / "results.json.gz"
+    with gzip.open(shipped, "rt") as f:
+        run = json.load(f)
+    own = [r for r in run["runs"] if r["method"] in ("autoregressive", "pearl") and r["suite"] != "mbpp"]
+    (tmp_path / "pearl.json").write_text(json.dumps({**run, "runs": own}))
+    (first,) = [
+        s for s in json.loads(DECLARATION.read_text())["runs"] if s["path"] == "fast-target/leaderboard/results.json.gz"
+    ]
+    take = {m: v for m, v in first["take"].items() if m != "pearl"}
+    declaration = {
+        "runs": [
+            {"path": str(shipped), "title": first["title"], "take": take},
+            {"path": str(tmp_path / "pearl.json"), "title": "PEARL without MBPP", "take": {"pearl": None}},
+        ]
+    }
+    (tmp_path / "leaderboard.json").write_text(json.dumps(declaration))
+    rows = leaderboard_rows(tmp_path / "leaderboard.json")
+    monkeypatch.setattr(tab, "leaderboard_rows", lambda: rows)
+    return rows
+
+
+def test_the_tab_ranks_on_shared_suites_and_says_what_differs(two_runs):
     from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines
 
     figure, table, sources = leaderboard_view(BENCHMARK_CHOICES[0], "speedup", machines()[0])
     ranked_on, own = table.columns[1], "speedup (×), its own run's prompts (differ per method)"
-    assert "HumanEval + GSM8K (every method ran these)" in ranked_on and own in table.columns
+    assert "HumanEval + GSM8K + MT-Bench (every method ran these)" in ranked_on and own in table.columns
     shared = [float(v) for v in table[ranked_on]]
     assert shared == sorted(shared, reverse=True)
     places = list(table["method"])
-    assert places.index("Vanilla SD") < places.index("DISCO")  # faster on the suites both ran (1.60 against 1.54)
+    assert places.index("DISCO") < places.index("Vanilla SD")  # faster on the suites both ran (1.42 against 1.33)
     vanilla = table.set_index("method").loc["Vanilla SD"]
-    assert (vanilla[own], vanilla["run (its prompts)"]) == ("1.38", "Default pair (60 prompts)")
+    assert (vanilla[own], vanilla["run (its prompts)"]) == ("1.36", "Every method on the fast target step (40 prompts)")
     assert "prompts" not in table.columns  # the narrow count column whose header broke as "prompt / s"
-    assert "*Default pair: SmolLM2-135M-Instruct + the distilled draft*" in sources and "Measured on CPU" in sources
+    assert "*Every method on the fast target step: the Leaderboard's run*" in sources and "Measured on CPU" in sources
     assert "benchmarks/" not in sources and not table["run (its prompts)"].str.contains("benchmarks/").any()
     heat = figure.data[0]
     assert heat.type == "heatmap" and "×" in heat.text[0][-1]
     assert list(heat.x[-2:]) == [
-        "HumanEval +<br>GSM8K<br>(every method<br>ran these)",
+        "HumanEval +<br>GSM8K +<br>MT-Bench<br>(every method<br>ran these)",
         "its own run's<br>prompts (differ<br>per method)",
     ]
-    assert list(heat.y).index("Vanilla SD") < list(heat.y).index("DISCO")
+    assert list(heat.y).index("DISCO") < list(heat.y).index("Vanilla SD")
     pearl = list(heat.y).index("PEARL")
     assert heat.text[pearl][list(heat.x).index("MBPP")] == "not measured" and heat.z[pearl][3] is None
     white = next(at for at, colour in heat.colorscale if colour == "#FFFFFF")
     assert heat.zmin + white * (heat.zmax - heat.zmin) == pytest.approx(1.0)  # white = as fast as the target
+
+
+def test_the_shipped_run_is_one_run_of_every_method_on_the_same_prompts():
+    from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines
+
+    figure, table, _ = leaderboard_view(BENCHMARK_CHOICES[0], "speedup", machines()[0])
+    assert table.columns[1] == "speedup (×), all prompts (every method ran them)"
+    assert set(table["run (its prompts)"]) == {"Every method on the fast target step (40 prompts)"}
+    assert table.set_index("method").loc["Vanilla SD", table.columns[1]] == "1.36"  # its README's 1.36×
+    assert list(figure.data[0].x) == [
+        "HumanEval",
+        "GSM8K",
+        "MT-Bench",
+        "MBPP",
+        "all prompts<br>(every method<br>ran them)",
+    ]
     by_category, table, _ = leaderboard_view(BENCHMARK_CHOICES[1], "tokens_per_pass", machines()[0])
     assert "Mathematical Reasoning" in by_category.data[0].x and "×" not in by_category.data[0].text[0][0]
     assert by_category.data[0].x[-1] == "all prompts<br>(every method<br>ran them)"  # one run, the same prompts
 
 
-def test_the_phone_view_has_every_methods_figures_best_first():
+def test_the_phone_view_has_every_methods_figures_best_first(two_runs):
     """The cards a phone shows instead of the heatmap (issue 38 item 9): the desktop table's order and
     ranking figure, every column's figure or 'not measured', and the chosen metric."""
     from specviz.ui.leaderboard import BENCHMARK_CHOICES, leaderboard_view, machines, phone_view
@@ -181,7 +228,7 @@ def test_the_phone_view_has_every_methods_figures_best_first():
         assert f"<span>{place}. {method}</span>" in card and f"<b>{figure}×</b>" in card
     pearl = cards[list(table["method"]).index("PEARL")]
     assert '<span>MBPP</span><span class="sv-lb-none">not measured</span>' in pearl
-    assert "1.45×" in cards[list(table["method"]).index("Vanilla SD")]  # HumanEval, as the heatmap's cell
+    assert "1.38×" in cards[list(table["method"]).index("Vanilla SD")]  # HumanEval, as the heatmap's cell
     per_pass = phone_view(BENCHMARK_CHOICES[0], "tokens_per_pass", machines()[0])
     assert "×" not in per_pass.split("<ol")[1] and "tokens per target pass" in per_pass
 
@@ -218,9 +265,10 @@ def test_the_leaderboard_tab_renders_the_shipped_results_in_chromium(tmp_path):
 
     with leaderboard_page() as page:
         table = page.locator("#sv-leaderboard-table").inner_text()
-        assert "Vanilla SD" in table and "1.60" in table and "Default pair (60 prompts)" in table
-        assert "not measured" in page.locator("#sv-leaderboard-plot").inner_text()
-        assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()
+        assert (
+            "Vanilla SD" in table and "1.36" in table and "Every method on the fast target step (40 prompts)" in table
+        )
+        assert "1.38×" in page.locator("#sv-leaderboard-plot").inner_text()  # vanilla on HumanEval
         assert "Measured on CPU" in page.locator("#sv-leaderboard-sources").inner_text()
         assert not page.locator("#sv-leaderboard-phone").is_visible()  # the phone's cards, hidden here
         ARTIFACTS.mkdir(exist_ok=True)

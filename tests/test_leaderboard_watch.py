@@ -80,7 +80,7 @@ def copy_race(races: Path, column: str, drop: tuple[str, ...] = ()) -> Path:
 
 
 def test_streamings_columns_resolve_to_races_without_streaming_and_the_row_says_so(races):
-    """Streaming's columns (the fused run: HumanEval, GSM8K, MT-Bench) each lead to a race recorded
+    """Streaming's columns (the Leaderboard's run: HumanEval, GSM8K, MT-Bench, MBPP) each lead to a race recorded
     without Streaming: the watch row says it is not in every race, and names only the methods every
     race holds."""
     from specviz.leaderboard import leaderboard_rows
@@ -88,9 +88,10 @@ def test_streamings_columns_resolve_to_races_without_streaming_and_the_row_says_
 
     rows = leaderboard_rows()
     columns = list(dict.fromkeys(rows[rows["method"] == "streaming"]["column"]))
-    assert columns == ["HumanEval", "GSM8K", "MT-Bench"]
+    assert columns == ["HumanEval", "GSM8K", "MT-Bench", "MBPP"]
     copy_race(races, "GSM8K", drop=("prompt_lookup",))
     copy_race(races, "MT-Bench")
+    copy_race(races, "MBPP")
     assert all("streaming" not in watch_methods(SUITES_BENCHMARK)[c] for c in columns)
     raced, lacking = watch_info(SUITES_BENCHMARK).split(" Not in every race: ")
     assert raced.endswith("by Autoregressive, Vanilla SD.")  # prompt lookup is missing from GSM8K's race
@@ -131,7 +132,7 @@ def test_watch_loads_the_columns_race_onto_the_race_tab_in_chromium(races):
         watch = page.locator("#sv-board-watch")
         assert watch.is_visible() and page.locator("#sv-board-watch-column input").input_value() == "HumanEval"
         sources = page.locator("#sv-leaderboard-sources").inner_text()
-        assert "benchmarks/" not in sources and "Default pair: SmolLM2-135M-Instruct" in sources
+        assert "benchmarks/" not in sources and "Every method on the fast target step" in sources
         watch.scroll_into_view_if_needed()
         page.screenshot(path=str(SHOTS / "watch_offered_1440.png"), full_page=True)
         page.locator("#sv-board-benchmark label", has_text="Spec-Bench").click()

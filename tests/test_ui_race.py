@@ -457,18 +457,20 @@ def test_every_race_ends_with_a_verdict_fastest_first(perturbed_pair):
 
 
 def test_the_verdict_places_the_prompt_against_the_shipped_benchmarks(perturbed_pair):
-    """The README's measured speedups (vanilla 1.38× over 60 prompts, bench_v2), as the Leaderboard tab
-    reads them, are where a default-pair race's prompt is placed."""
+    """The shipped speedups (vanilla 1.36× over 40 prompts, benchmarks/fast-target/leaderboard), as the
+    Leaderboard tab reads them, are where a default-pair race's prompt is placed."""
     from specviz.ui.verdict import shipped_speedups, verdict_markdown
 
     shipped = shipped_speedups("default")
-    assert round(shipped["vanilla"].overall, 2) == 1.38 and len(shipped["vanilla"].per_prompt) == 60
-    assert shipped["sssd"].folder == "sssd/datastore-whole/S8" and len(shipped["sssd"].per_prompt) == 30
+    assert round(shipped["vanilla"].overall, 2) == 1.36 and len(shipped["vanilla"].per_prompt) == 40
+    assert shipped["sssd"].folder == "fast-target/leaderboard" and len(shipped["sssd"].per_prompt) == 40
     assert shipped_speedups("tiny-perturbed") == {}
     race = timed_race(perturbed_pair)
     race.pair = "default"
     verdict = verdict_markdown(race)
-    assert "1.60× on average over its 40 HumanEval and GSM8K prompts in the shipped benchmarks" in verdict
+    assert (
+        "1.36× on average over its 40 HumanEval, GSM8K, MT-Bench and MBPP prompts in the shipped benchmarks" in verdict
+    )
     assert "benchmarks/" not in verdict  # a learner reads suites, not folders
     assert "prompt for it" in verdict and "loosely" in verdict
 

@@ -172,7 +172,8 @@ def prompt_place(speedup: float, shipped: Shipped) -> str:
     suites every method's run has (so every method is placed against the same suites), named."""
     if shipped.per_prompt_on_suites:
         ratios, average = shipped.per_prompt_on_suites, shipped.on_suites
-        suites = " and ".join(shipped.suites)
+        *rest, last = shipped.suites
+        suites = f"{', '.join(rest)} and {last}" if rest else last
         where = f"its {len(ratios)} {suites} prompts in the shipped benchmarks (the suites every method ran)"
     else:
         ratios, average = shipped.per_prompt, shipped.overall
