@@ -12,6 +12,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import functools
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,3 +133,32 @@ def watch_forwards(monkeypatch):
     yield watch
     for hook in hooks:
         hook.remove()
+
+
+def leaderboard_of_two_runs(folder: Path):
+    """The Leaderboard's rows over two runs whose suites differ, built from the shipped run (which reads one
+    run for every method): that run without PEARL, and PEARL's rows of it without MBPP as a run of its own,
+    its declaration written under `folder`."""
+    import gzip
+    import json
+
+    from specviz.leaderboard import DECLARATION, leaderboard_rows
+
+    shipped = DECLARATION.parent / "fast-target" / "leaderboard" / "results.json.gz"
+    with gzip.open(shipped, "rt") as f:
+        run = json.load(f)
+    own = [r for r in run["runs"] if r["method"] in ("autoregressive", "pearl") and r["suite"] != "mbpp"]
+    (folder / "pearl.json").write_text(json.dumps({**run, "runs": own}))
+    (first,) = [s for s in json.loads(DECLARATION.read_text())["runs"] if s["path"].startswith("fast-target/")]
+    declaration = {
+        "runs": [
+            {
+                "path": str(shipped),
+                "title": first["title"],
+                "take": {m: v for m, v in first["take"].items() if m != "pearl"},
+            },
+            {"path": str(folder / "pearl.json"), "title": "PEARL without MBPP", "take": {"pearl": None}},
+        ]
+    }
+    (folder / "leaderboard.json").write_text(json.dumps(declaration))
+    return leaderboard_rows(folder / "leaderboard.json")

@@ -25,6 +25,7 @@ from specviz.leaderboard import (
     summarise,
 )
 from specviz.methods import method_names
+from tests.conftest import leaderboard_of_two_runs
 
 
 def _row(method, prompt, wall, tokens=10, passes=10, variant=None, suite="gsm8k"):
@@ -142,27 +143,10 @@ def test_methods_rank_on_the_suites_every_one_ran_not_on_their_own_runs(tmp_path
 
 @pytest.fixture
 def two_runs(tmp_path, monkeypatch):
-    """The tab over two runs whose suites differ: the shipped run without PEARL, and PEARL's rows of it
-    without MBPP as a run of its own (the shipped declaration reads one run for every method now)."""
+    """The tab over two runs whose suites differ (tests.conftest.leaderboard_of_two_runs)."""
     import specviz.ui.leaderboard as tab
 
-    shipped = DECLARATION.parent / "fast-target" / "leaderboard" / "results.json.gz"
-    with gzip.open(shipped, "rt") as f:
-        run = json.load(f)
-    own = [r for r in run["runs"] if r["method"] in ("autoregressive", "pearl") and r["suite"] != "mbpp"]
-    (tmp_path / "pearl.json").write_text(json.dumps({**run, "runs": own}))
-    (first,) = [
-        s for s in json.loads(DECLARATION.read_text())["runs"] if s["path"] == "fast-target/leaderboard/results.json.gz"
-    ]
-    take = {m: v for m, v in first["take"].items() if m != "pearl"}
-    declaration = {
-        "runs": [
-            {"path": str(shipped), "title": first["title"], "take": take},
-            {"path": str(tmp_path / "pearl.json"), "title": "PEARL without MBPP", "take": {"pearl": None}},
-        ]
-    }
-    (tmp_path / "leaderboard.json").write_text(json.dumps(declaration))
-    rows = leaderboard_rows(tmp_path / "leaderboard.json")
+    rows = leaderboard_of_two_runs(tmp_path)
     monkeypatch.setattr(tab, "leaderboard_rows", lambda: rows)
     return rows
 

@@ -7,7 +7,8 @@ import pytest
 from test_ui_race import timed_race
 
 from specviz.plots.summary import place_runs, work
-from specviz.ui.verdict import prompt_place, ranking, shipped_speedups, tie_words, verdict_markdown
+from specviz.ui.verdict import prompt_place, ranking, tie_words, verdict_markdown
+from tests.conftest import leaderboard_of_two_runs
 
 
 def test_speedups_within_the_noise_or_equal_counts_share_a_place():
@@ -86,11 +87,19 @@ def test_the_summary_the_status_line_and_the_verdict_share_one_ranking(perturbed
     assert "its speedup divides by a disturbed baseline" in verdict
 
 
-def test_a_prompt_is_placed_against_the_shared_suites_named_not_a_folder():
+def test_a_prompt_is_placed_against_the_shared_suites_named_not_a_folder(tmp_path, monkeypatch):
     """Review fault 1: '2.64× here against 1.58× on average' compared with DISCO's average over its own
-    run (HumanEval, GSM8K, MBPP) and named the run by its path."""
-    disco = shipped_speedups("default")["disco"]
+    run (HumanEval, GSM8K, MBPP) and named the run by its path. Here over two runs whose suites differ
+    (PEARL's without MBPP), as the Leaderboard read before one run measured every method."""
+    import specviz.leaderboard
+    from specviz.ui import verdict
+
+    rows = leaderboard_of_two_runs(tmp_path)
+    monkeypatch.setattr(specviz.leaderboard, "leaderboard_rows", lambda: rows)
+    disco = verdict._default_speedups.__wrapped__()["disco"]
     words = prompt_place(2.64, disco)
-    assert disco.suites == ("HumanEval", "GSM8K") and "HumanEval and GSM8K prompts" in words
+    assert disco.suites == ("HumanEval", "GSM8K", "MT-Bench") and "HumanEval, GSM8K and MT-Bench prompts" in words
     assert f"against {disco.on_suites:.2f}× on average" in words and "benchmarks/" not in words
-    assert disco.on_suites == pytest.approx(1.5448, abs=5e-4)  # the Leaderboard tab's shared column: 1.54×
+    own = rows[(rows["method"] == "disco") & rows["column"].isin(["HumanEval", "GSM8K", "MT-Bench"])]
+    assert disco.on_suites == pytest.approx(own["ar_s"].sum() / own["method_s"].sum())  # not over its MBPP too
+    assert disco.on_suites != pytest.approx(disco.overall)
