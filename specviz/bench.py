@@ -157,19 +157,8 @@ def format_positions(summary: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m specviz.bench",
-        description=__doc__.split("\n\n")[0],
-        epilog="paper experiments and tools (agreement, load): python -m specviz.bench EXPERIMENT --help, "
-        "with EXPERIMENT one of: " + (", ".join(subcommands()) or "none yet"),
-    )
-    p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")
-    p.add_argument(
-        "--methods",
-        default="autoregressive,vanilla",
-        help="comma-separated registry names, or 'all' (every method specviz decodes; vLLM's rows by name)",
-    )
+def add_prompt_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench's prompt flags: one prompt, suites or a file, and which of their prompts."""
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--suite", help=f"comma-separated suites: {', '.join(SUITES)}")
@@ -189,6 +178,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="prompts per suite, or per category where prompts have one (default: 5 of a suite, all of a file)",
     )
     p.add_argument("--offset", type=int, default=0, help="skip this many prompts of each suite (or category) first")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m specviz.bench",
+        description=__doc__.split("\n\n")[0],
+        epilog="paper experiments and tools (agreement, load): python -m specviz.bench EXPERIMENT --help, "
+        "with EXPERIMENT one of: " + (", ".join(subcommands()) or "none yet"),
+    )
+    p.add_argument("--pair", default="default", help="tiny-random | default | a preset name | TARGET,DRAFT")
+    p.add_argument(
+        "--methods",
+        default="autoregressive,vanilla",
+        help="comma-separated registry names, or 'all' (every method specviz decodes; vLLM's rows by name)",
+    )
+    add_prompt_arguments(p)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)

@@ -104,6 +104,10 @@ class ServerConfig:
         return args + shlex.split(os.environ.get(ARGS_ENV, ""))
 
 
+def say_nothing(line: str) -> None:
+    """A progress callback for a caller who shows none."""
+
+
 @dataclass
 class Server:
     url: str  # http://host:port
@@ -147,7 +151,7 @@ class Servers:
     given: dict[str, Server] = field(default_factory=dict)  # method name -> a server the user runs
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, config: ServerConfig, progress: Callable[[str], None] = lambda line: None) -> Server:
+    def get(self, config: ServerConfig, progress: Callable[[str], None] = say_nothing) -> Server:
         """The running server for `config`, started (and waited for) when there is none; one that has exited is
         reported once as an error and started afresh by the next call."""
         with self._lock:

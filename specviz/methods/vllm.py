@@ -35,10 +35,6 @@ PROBE_TOKENS = 8  # greedy tokens a user's server must agree on with the pair's 
 PAPER = "vLLM 0.32 (Kwon et al. 2023), its speculative decoding"
 
 
-def print_nothing(line: str) -> None:
-    pass
-
-
 @dataclass(frozen=True)
 class Step:
     tokens: tuple[int, ...]
@@ -144,7 +140,7 @@ def _server(
     prompt_ids: list[int],
     speculative: dict[str, Any] | None,
     method: str,
-    progress: Progress = print_nothing,
+    progress: Progress = engine.say_nothing,
 ) -> engine.Server:
     """The server that runs `method` for this pair: the user's (vetted once against the pair's target on this
     prompt), or one specviz starts (or has running) for the pair and the speculative config."""
