@@ -17,8 +17,8 @@ from starlette.requests import Request
 
 from specviz.errors import SpecvizError
 from specviz.serving.limits import AppLimits, app_limits
+from specviz.serving.turns import TURNS, Turns
 from specviz.serving.visitors import trusted_proxies, visitor_address
-from specviz.ui.turns import TURNS, Turns
 
 RACE = ["tiny-random", "def f(x):", ["autoregressive"], {}, 8, 0.0, 1.0, 0]  # /race's inputs
 REFUSED = "2 runs waiting for the models or running already come from your network address"
@@ -148,7 +148,7 @@ def test_the_served_app_hands_the_interpreter_to_a_waiting_run_quickly(app_url):
     several times as long; the app serves with GIL_SWITCH_S (benchmarks/reliability/README.md)."""
     import sys
 
-    from specviz.ui.turns import GIL_SWITCH_S
+    from specviz.serving.turns import GIL_SWITCH_S
 
     assert sys.getswitchinterval() <= GIL_SWITCH_S < 0.005
 

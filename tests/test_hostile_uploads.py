@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from specviz.serving.janitor import BLOCK_BYTES, EMPTY_FOLDER_AGE_S, bound_folder
 from specviz.serving.limits import AppLimits
-from specviz.ui.sessions import BLOCK_BYTES, EMPTY_FOLDER_AGE_S, bound_folder
 
 
 def du_bytes(folder: Path) -> int:

@@ -40,11 +40,11 @@ def test_app_limits_come_from_the_environment():
 def test_the_readmes_hosting_section_states_the_fixed_bounds_the_code_holds():
     """Issue 41's caps that no environment variable changes, each with the value its code sets."""
     from specviz.models.pair import MEMORY_HEADROOM, MOST_OFFLINE_PAIRS
+    from specviz.serving.janitor import CACHE_MOST_MB, JANITOR_EVERY_S
     from specviz.serving.limits import MOST_CHARS_PER_TOKEN
+    from specviz.serving.turns import PER_VISITOR
     from specviz.ui.race import OWN_FILE_BYTES, OWN_SHOWN
     from specviz.ui.saved import CHECK_BUDGET_S, MAX_FILE_BYTES
-    from specviz.ui.sessions import CACHE_MOST_MB, JANITOR_EVERY_S
-    from specviz.ui.turns import PER_VISITOR
 
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     hosting = readme.split("## Hosting publicly", 1)[1].split("\n## ", 1)[0]

@@ -78,8 +78,8 @@ def test_at_most_one_hub_pair_stays_loaded(monkeypatch):
 def test_a_pair_not_loaded_yet_is_loaded_in_a_turn_on_the_models(monkeypatch):
     import gradio as gr
 
+    from specviz.serving.turns import TURNS
     from specviz.ui import blocks
-    from specviz.ui.turns import TURNS
     from tests.conftest import tab_context
 
     loads: list[str] = []
@@ -111,8 +111,8 @@ def test_a_model_call_holding_its_turn_loads_without_joining_the_line(monkeypatc
     visitor's hub pair took its place meanwhile, it loads there, never waiting behind itself."""
     import gradio as gr
 
+    from specviz.serving.turns import TURNS
     from specviz.ui import blocks
-    from specviz.ui.turns import TURNS
     from tests.conftest import tab_context
 
     loads: list[str] = []

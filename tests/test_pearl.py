@@ -300,7 +300,7 @@ def test_a_megabyte_prompt_on_the_pearl_tab_is_refused_before_it_waits_for_the_m
 def test_the_pearl_tabs_stop_ends_the_comparison_after_the_method_being_timed(perturbed_pair, monkeypatch):
     """Stop (as on the DISCO tab): pressed while the target alone is timed, vanilla and PEARL never run."""
     from specviz import runner
-    from specviz.ui.gpu import KeyedStop
+    from specviz.serving.stops import KeyedStop
 
     fns = _pearl_handlers(load_pair=lambda name: perturbed_pair)
     assert fns["stop_pearl"].queue is False  # Stop jumps the queue the run waits in

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from specviz.errors import SpecvizError
+from specviz.serving.stops import stop_visitor, stopped_on_leave
+from specviz.serving.turns import Turns, one_at_a_time
 from specviz.ui.racing import RaceSettings, run_race
-from specviz.ui.turns import Turns, one_at_a_time, stop_visitor, stopped_on_leave
 
 
 def test_turns_are_served_in_arrival_order():
@@ -222,7 +223,7 @@ def in_event(event_id: str, queue: FakeQueue):
 def test_a_cancelled_request_sets_its_runs_stop():
     """gradio cannot interrupt a call running in a thread: after a client cancelled, the models stayed
     busy 6-39 s (issue 41). The watcher sets the run's Stop once gradio drops the event's job."""
-    from specviz.ui.turns import stop_when_cancelled
+    from specviz.serving.stops import stop_when_cancelled
 
     queue, stop = FakeQueue("ev-1", "ev-2"), threading.Event()
 

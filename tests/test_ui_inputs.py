@@ -85,8 +85,8 @@ def test_a_megabyte_prompt_is_refused_before_it_waits_for_the_models(random_pair
     """The DISCO tab tokenised a 1 MB prompt in the models' turn (8.4 s) before refusing it (issue 41)."""
     import threading
 
+    from specviz.serving.turns import TURNS
     from specviz.ui import disco
-    from specviz.ui.turns import TURNS
 
     loads: list[str] = []
     run = _tab_handlers(disco, load_pair=lambda name: loads.append(name) or random_pair)["run"]

@@ -9,8 +9,8 @@ import gradio as gr
 import pytest
 
 from specviz.errors import SpecvizError
+from specviz.serving.stops import KeyedStop
 from specviz.ui import online
-from specviz.ui.gpu import KeyedStop
 from tests.conftest import tab_context
 
 
@@ -204,7 +204,7 @@ def test_the_tabs_stop_reaches_the_running_stream(random_pair):
 
 def test_the_analysis_and_the_download_wait_for_their_turn_on_the_models(random_pair, tmp_path, monkeypatch):
     """They ran beside timed races (draft passes, a 96 MB write): issue 41."""
-    from specviz.ui.turns import TURNS
+    from specviz.serving.turns import TURNS
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
     handlers, _ = _handlers(load_pair=lambda name: random_pair)

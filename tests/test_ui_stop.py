@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from specviz.serving.stops import KeyedStop, forget_stop, request_stop
 from specviz.ui import disco
-from specviz.ui.gpu import KeyedStop, forget_stop, request_stop
 from tests.conftest import tab_context
 
 
@@ -33,9 +33,9 @@ def test_the_disco_tabs_stop_reaches_its_model_call(perturbed_pair, monkeypatch)
         disco.build_tab(tab_context(load_pair=lambda name: perturbed_pair))
     fns = {f.fn.__name__: f for f in demo.fns.values() if f.fn is not None}
     assert fns["set"].api_name == "stop_disco"  # the Stop button's event
-    from specviz.ui import stopping
+    from specviz.serving import stops
 
-    monkeypatch.setattr(stopping, "new_stop_key", lambda: "pressedbefore")
+    monkeypatch.setattr(stops, "new_stop_key", lambda: "pressedbefore")
     request_stop("pressedbefore")  # as if Stop was pressed the moment the call began
     try:
         card, table, plot_sl, *_ = fns["run"].fn("tiny-perturbed", "def f(x):", True, 0.5, 8, 8, 1, KeyedStop())
@@ -48,7 +48,7 @@ def test_a_closed_page_stops_its_disco_comparison(perturbed_pair, monkeypatch):
     """The page's unload event stops the visitor's runs (`stop_visitor`): the DISCO tab's too."""
     from types import SimpleNamespace
 
-    from specviz.ui.turns import stop_visitor
+    from specviz.serving.stops import stop_visitor
 
     with gr.Blocks() as demo:
         disco.build_tab(tab_context(load_pair=lambda name: perturbed_pair))

@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from specviz.serving.limits import AppLimits
-from specviz.ui.gpu import MOST_S, KeyedStop, gpu_seconds
+from specviz.serving.stops import KeyedStop
+from specviz.ui.gpu import MOST_S, gpu_seconds
 from specviz.ui.panels import Race
 
 FORK = multiprocessing.get_context("fork")
@@ -165,11 +166,10 @@ def handler(demo, module: str, name: str):
 
 def race_through(demo, methods, max_new_tokens, stop=None, seen=None) -> Race:
     """The Race tab's Run button, as gradio calls it; `seen`: a list each yielded race goes into."""
-    from specviz.ui.race import StopSignal
 
     race = None
     updates = handler(demo, "specviz.ui.race", "race")(
-        PAIR, "def fibonacci(n):", list(methods), {}, max_new_tokens, 0.0, 1.0, 0, stop or StopSignal(), {}
+        PAIR, "def fibonacci(n):", list(methods), {}, max_new_tokens, 0.0, 1.0, 0, stop or KeyedStop(), {}
     )
     for update in updates:
         race = next((v for v in update.values() if isinstance(v, Race)), race)
@@ -204,11 +204,10 @@ def test_a_race_through_zerogpu_writes_what_it_writes_in_one_process(app, spaces
 
 def test_stop_ends_the_method_running_in_the_worker(app):
     import specviz
-    from specviz.ui.race import StopSignal
 
     target = specviz.load_pair(PAIR).target  # the pair the app serves, inherited by each worker
     slow = target.register_forward_pre_hook(lambda module, args: time.sleep(0.01))
-    stop, seen, out = StopSignal(), [], {}
+    stop, seen, out = KeyedStop(), [], {}
     try:
         racing = threading.Thread(
             target=lambda: out.update(race=race_through(app, ("autoregressive", "vanilla"), 400, stop, seen))
@@ -217,7 +216,7 @@ def test_stop_ends_the_method_running_in_the_worker(app):
         while not any(runs[0][1] for _, runs in seen) and racing.is_alive():
             time.sleep(0.01)
         stopped_at = time.monotonic()
-        stop.event.set()  # the Stop button
+        stop.set()  # the Stop button
         racing.join(60)
     finally:
         slow.remove()
@@ -231,7 +230,7 @@ def test_stop_ends_the_method_running_in_the_worker(app):
 
 
 def test_two_visitors_races_both_finish_and_no_worker_waits_for_a_turn(app, monkeypatch):
-    from specviz.ui import turns
+    from specviz.serving import turns
 
     app_pid, wait = os.getpid(), turns.Turns.wait
 

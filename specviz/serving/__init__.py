@@ -8,6 +8,10 @@
   bounds count by, behind SPECVIZ_TRUSTED_PROXIES proxies).
 - `uploads`: uploads bounded by number (per request, per address) and never empty.
 - `sessions`: a visitor's state for the stateful methods, passed to each run as `session=`.
+- `turns`: the models' line, one run at a time, fair between visitors.
+- `stops`: one run control: a visitor's Stop, a closed page and a cancelled request, reaching a
+  run here or in a ZeroGPU worker through its stop key.
+- `janitor`: what gradio keeps for each visitor, kept bounded; glibc's heaps shared by threads.
 - `stream`: the serving simulator, a stream of requests served by OSD (the Online-learning tab, the
   OSD experiment).
 

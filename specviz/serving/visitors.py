@@ -3,7 +3,7 @@
 Gradio gives every page load a session of its own, and a client makes as many as it likes (every
 raw `POST /gradio_api/call/race` is a new one), so a share per session is no share at all: six raw
 calls at once were all admitted, and another visitor's short race took 12.7 s instead of 3.9 s
-(issue 53). An address is costlier to multiply, so the models' line (`specviz.ui.turns`) and the
+(issue 53). An address is costlier to multiply, so the models' line (`specviz.serving.turns`) and the
 upload bounds (`specviz.serving.uploads`) count per address.
 
 The rule: with no proxy in front of the app, the address is the connection's peer. With

@@ -405,7 +405,7 @@ def leave_latency(url: str, cfg: argparse.Namespace, methods: list[str], log: Pa
 def after_visitors_left(pid: int, log: Path, ttl_s: int) -> dict[str, Any]:
     """The server's RSS once every visitor's session has expired (its state, online learners
     included, dropped), and how many sessions its janitor says it dropped."""
-    from specviz.ui.sessions import DROPPED_LOG, JANITOR_EVERY_S
+    from specviz.serving.janitor import DROPPED_LOG, JANITOR_EVERY_S
 
     time.sleep(ttl_s + 2 * JANITOR_EVERY_S + 2)
     dropped = logged(DROPPED_LOG, log.read_text(errors="replace"))

@@ -19,17 +19,18 @@ from starlette.middleware import Middleware
 
 from specviz.errors import SpecvizError
 from specviz.serving import threads
+from specviz.serving.janitor import limit_malloc_arenas, start_janitor
 from specviz.serving.limits import AppLimits, app_limits
 from specviz.serving.pools import size_pools
+from specviz.serving.stops import stop_visitor
+from specviz.serving.turns import TURNS, hand_over_quickly, one_at_a_time
 from specviz.serving.uploads import UploadBounds
 from specviz.serving.visitors import peer_left_alone, trusted_proxies
 from specviz.ui.feedback import said_where_raised, user_error
 from specviz.ui.gpu import no_gpu
 from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choices, resolve_pair
 from specviz.ui.saved import MAX_FILE_BYTES
-from specviz.ui.sessions import limit_malloc_arenas, start_janitor
 from specviz.ui.style import CSS
-from specviz.ui.turns import TURNS, hand_over_quickly, one_at_a_time, stop_visitor
 
 log = logging.getLogger(__name__)
 # logged when a closed page stops races (the load tool looks for it)
@@ -67,7 +68,7 @@ class TabContext:
         return gr.State(value, time_to_live=self.limits.session_ttl_s)
 
     def run_models(self, fn: Callable, seconds: Callable[..., int] | int | None = None) -> Callable:
-        """`fn` made a model call: it waits for its turn on the models (specviz.ui.turns, in this
+        """`fn` made a model call: it waits for its turn on the models (specviz.serving.turns, in this
         process), then runs on the models' thread (specviz.serving.threads); on a ZeroGPU Space in a
         worker with a GPU for at most `seconds` (or `seconds(*args)`), so `fn` takes and returns plain
         data and the caller draws the page. Its errors arrive as gr.Errors. The Race takes turns per

@@ -14,10 +14,10 @@ from specviz.limits import check_count
 from specviz.methods import BASELINE
 from specviz.metrics import tested
 from specviz.serving.limits import check_prompt_text, prompt_ids
+from specviz.serving.stops import KeyedStop, StopKey, stop_key_for
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
+from specviz.ui.gpu import gpu_seconds
 from specviz.ui.phone import pivot_html
-from specviz.ui.stopping import stop_key_for
 from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
 
 if TYPE_CHECKING:

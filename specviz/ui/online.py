@@ -5,7 +5,7 @@ server's bound, `specviz.serving.pools`): their adaptation never changes anyone 
 the adapted draft can be downloaded as safetensors (written once per draft version, a bounded number
 of files server-wide: `specviz.serving.pools.DRAFT_FILES`). Stop ends the stream within one
 iteration of the request being served; the token analysis and the download take a turn on the
-models like every model call (`specviz.ui.turns`). On a ZeroGPU Space the stream is served in a GPU
+models like every model call (`specviz.serving.turns`). On a ZeroGPU Space the stream is served in a GPU
 worker (specviz.ui.gpu), where the learner lives and is lost: the page gets plain rows, and the
 token analysis and the download, which need the learner, answer with a note. Handlers are plain
 functions of widget values (tested without a server); no torch at import.
@@ -24,9 +24,9 @@ from specviz.limits import check_count, check_number
 from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 from specviz.serving.limits import AppLimits
+from specviz.serving.stops import KeyedStop, forget_stop, new_stop_key, stop_when_cancelled, stopped_on_leave
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import KeyedStop, forget_stop, gpu_seconds, new_stop_key
-from specviz.ui.turns import stop_when_cancelled, stopped_on_leave
+from specviz.ui.gpu import gpu_seconds
 
 if TYPE_CHECKING:
     from specviz.ui.blocks import TabContext
@@ -382,7 +382,7 @@ def _stream_call(ctx: TabContext) -> Callable[..., Iterator[dict[str, Any]]]:
         """The model call (plain data in and out): each request's new rows and the learner's stats. The
         live pair and learner go into `kept`: the caller's own dict, or on ZeroGPU the worker's copy.
         Ends early once the stop `key` is requested."""
-        from specviz.ui.gpu import StopKey
+        from specviz.serving.stops import StopKey
 
         sent = 0
         stop = StopKey(key)

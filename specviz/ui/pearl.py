@@ -10,12 +10,12 @@ import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
+from specviz.serving.stops import KeyedStop, StopKey, stop_key_for
 from specviz.text import visible
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import KeyedStop, StopKey, gpu_seconds
+from specviz.ui.gpu import gpu_seconds
 from specviz.ui.phone import pivot_html
 from specviz.ui.racing import DEFAULT_LIMITS
-from specviz.ui.stopping import stop_key_for
 from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
 
 if TYPE_CHECKING:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import tempfile
-import threading
 from collections.abc import Generator, Iterable
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,6 +30,7 @@ from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.serving.limits import check_prompt_text
+from specviz.serving.stops import KeyedStop, stopped_on_leave
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
@@ -39,7 +39,6 @@ from specviz.ui.phone import pivot_html
 from specviz.ui.racing import RaceSettings, method_runner, method_seconds, run_race
 from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
-from specviz.ui.turns import stopped_on_leave
 from specviz.ui.verdict import first_place, timing_flags, verdict_markdown
 from specviz.ui.why import gamma_markdown, glossary_html, position_rows, why_markdown
 
@@ -69,16 +68,6 @@ TIMING_NOTE = (
     "run's tokens/s on the same prompt. **Replay race** then plays all finished runs on one clock, at their "
     "measured speed, so you can watch who wins."
 )
-
-
-class StopSignal:
-    """A visitor's Stop button. gr.State deep-copies its initial value per visitor: a copy is a fresh signal."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-
-    def __deepcopy__(self, memo: dict) -> StopSignal:
-        return StopSignal()
 
 
 def example_choices(suite: str, own: tuple[str, ...] = ()) -> list[tuple[str, int]]:
@@ -374,7 +363,7 @@ def _plots(ui: SimpleNamespace) -> None:
 def _wire_race(ctx: TabContext, ui: SimpleNamespace) -> None:
     """Run race streams panel updates while the methods run, then the table, plots and downloads; Stop
     ends it; the summary's phone form follows the summary."""
-    stop_state = gr.State(StopSignal())
+    stop_state = gr.State(KeyedStop())
     # stateful methods' learners (OSD's draft copies), per visitor and pair; filled only where the models
     # run (on ZeroGPU a worker, so here it stays empty: see run_race)
     sessions_state = ctx.state({})
@@ -398,14 +387,10 @@ def _wire_race(ctx: TabContext, ui: SimpleNamespace) -> None:
         **ctx.models_queue(),  # the race takes turns per method
         show_progress_on=[ui.status],
     )
-    ui.stop_btn.click(stop_race, stop_state, None, queue=False, api_name="stop")
+    ui.stop_btn.click(KeyedStop.set, stop_state, None, queue=False, api_name="stop")
     ui.table.change(
         summary_pivot, ui.table, ui.phone_table, queue=False, show_progress="hidden", api_visibility="private"
     )
-
-
-def stop_race(stop: StopSignal) -> None:
-    stop.event.set()
 
 
 def _race_handler(ctx: TabContext, ui: SimpleNamespace, sessions_state: Any) -> Any:
@@ -421,7 +406,7 @@ def _race_handler(ctx: TabContext, ui: SimpleNamespace, sessions_state: Any) -> 
         temperature,
         top_p,
         seed,
-        stop: StopSignal,
+        stop: KeyedStop,
         sessions: dict,
         request: gr.Request | None = None,
     ):
@@ -436,12 +421,12 @@ def _race_handler(ctx: TabContext, ui: SimpleNamespace, sessions_state: Any) -> 
             raise user_error(e) from e
         if notice:
             gr.Warning(notice)
-        stop.event.clear()
+        stop.clear()
         head = f"⚠️ {notice}\n\n" if notice else ""
         visitor = getattr(request, "session_hash", None)
         try:
-            with stopped_on_leave(visitor, stop.event):  # a closed tab stops the race
-                races = run_race(pair, settings, sessions, stop.event, ctx.limits, runner=runner, forks=ctx.forks)
+            with stopped_on_leave(visitor, stop):  # a closed tab stops the race
+                races = run_race(pair, settings, sessions, stop, ctx.limits, runner=runner, forks=ctx.forks)
                 race = yield from stream_board(ui, ctx.race, races, head)
                 # returned: the state's time-to-live restarts
                 yield from finished_board(ctx, ui, race, finished_status(race, stop, head), {sessions_state: sessions})
@@ -485,9 +470,9 @@ def panel_updates(ui: SimpleNamespace, race: Race, drawn: dict[str, tuple]) -> d
     return out
 
 
-def finished_status(race: Race, stop: StopSignal, head: str) -> str:
+def finished_status(race: Race, stop: KeyedStop, head: str) -> str:
     """The status line of a finished race: who won, whether Stop ended it, which methods failed."""
-    stopped = " Stopped by the Stop button." if stop.event.is_set() else ""
+    stopped = " Stopped by the Stop button." if stop.is_set() else ""
     failures = [r.label for r in race.runs if r.status == "error"]
     failed = f" {FAILED_NOTE}: {', '.join(failures)}." if failures else ""
     return (

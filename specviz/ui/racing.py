@@ -1,5 +1,5 @@
 """Running a race honestly: the methods run one after another, each alone on the models (taking
-turns with other visitors' runs, `specviz.ui.turns`), each stepped by the models' thread.
+turns with other visitors' runs, `specviz.serving.turns`), each stepped by the models' thread.
 
 Each method's clock (`Decoding.now`) runs only while its own generator runs, and the generator is
 drained by the models' thread (`MODELS`, one for the process: a new thread would pay its first-use
@@ -30,12 +30,13 @@ from specviz.serving import threads
 from specviz.serving.limits import AppLimits
 from specviz.serving.limits import prompt_ids as checked_prompt
 from specviz.serving.sessions import held_session, method_session
+from specviz.serving.stops import StopKey, forget_stop, new_stop_key, request_stop
 from specviz.serving.threads import MODELS, PEARL_TARGET
-from specviz.ui.gpu import StopKey, forget_stop, gpu_seconds, new_stop_key, request_stop
+from specviz.serving.turns import TURNS, Turns
+from specviz.ui.gpu import gpu_seconds
 from specviz.ui.panels import BASELINE, MethodRun, Race
 from specviz.ui.tab_timing import probe_ms
 from specviz.ui.tokens import SpanBuilder
-from specviz.ui.turns import TURNS, Turns
 from specviz.ui.verdict import timing_flags
 
 log = logging.getLogger(__name__)

@@ -30,13 +30,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 from specviz.errors import SpecvizError
 from specviz.serving.limits import AppLimits
+from specviz.serving.stops import POLL_S, Cancelled, Signal, event_live
 from specviz.serving.visitors import request_address
 
-POLL_S = 0.15  # how often a waiting run checks its Stop signal
 NOTE_S = 2.0  # a waiting run's page is redrawn when its note changes, at most this often: waiting
 # visitors' redraws take the CPU from the run being timed (with 8 visitors redrawn every POLL_S, the
 # load test spent ~22 s of wall time a race; with this, 5.3 s: two runs on different days,
@@ -57,67 +57,6 @@ def current_visitor() -> str | None:
     if request is None:
         return None
     return request_address(request) or getattr(request, "session_hash", None)
-
-
-def event_live() -> Callable[[], bool] | None:
-    """A check that says whether the gradio event being handled is still running (False once its
-    client cancelled it or its job ended); None outside an event. It reads gradio's queue of active
-    jobs (gradio 6 has no public call for it); a gradio without that bookkeeping reads as running."""
-    try:
-        from gradio.context import LocalContext
-    except ImportError:
-        return None
-    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
-    queue = getattr(blocks, "_queue", None)
-    if queue is None or event_id is None:
-        return None
-
-    def live() -> bool:
-        jobs = getattr(queue, "active_jobs", None)
-        if jobs is None:
-            return True
-        return any(job and any(getattr(e, "_id", None) == event_id for e in job) for job in list(jobs))
-
-    return live
-
-
-class Signal(Protocol):
-    """What a run watches to stop: a threading.Event, a ZeroGPU stop key, a cancelled request."""
-
-    def is_set(self) -> bool: ...
-
-
-class Cancelled:
-    """A Stop signal set once the gradio event being handled is cancelled (`is_set` looks each time)."""
-
-    def __init__(self, live: Callable[[], bool]) -> None:
-        self._live = live
-
-    def is_set(self) -> bool:
-        return not self._live()
-
-
-@contextmanager
-def stop_when_cancelled(stop: threading.Event, every_s: float = POLL_S) -> Iterator[None]:
-    """Within the block, set `stop` once the gradio event being handled is cancelled (a daemon
-    thread looks every `every_s` seconds; outside an event, nothing to watch)."""
-    live = event_live()
-    if live is None:
-        yield
-        return
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(every_s):
-            if not live():
-                stop.set()
-                return
-
-    threading.Thread(target=watch, name="specviz-cancel-watch", daemon=True).start()
-    try:
-        yield
-    finally:
-        done.set()
 
 
 class Ticket:
@@ -235,39 +174,6 @@ def hand_over_quickly(interval_s: float = GIL_SWITCH_S) -> None:
     """Let a thread waiting for the interpreter (the models' run) take it within `interval_s` seconds,
     whatever else this process is doing (server-wide: the app sets it at launch)."""
     sys.setswitchinterval(min(interval_s, sys.getswitchinterval()))
-
-
-# gradio session hash (a tab, not an address: closing it stops that tab's runs only) -> the Stop
-# signals of its running runs, one entry per run: a tab's runs may share one signal (the Race tab's
-# Stop is one per page), so each run removes its own entry, not the signal
-_STOPS: dict[str, list[threading.Event]] = {}
-_STOPS_LOCK = threading.Lock()
-
-
-@contextmanager
-def stopped_on_leave(visitor: str | None, stop: threading.Event) -> Iterator[None]:
-    """Within the block, `stop_visitor(visitor)` sets `stop` (no visitor: nothing to wire)."""
-    if visitor is None:
-        yield
-        return
-    with _STOPS_LOCK:
-        _STOPS.setdefault(visitor, []).append(stop)
-    try:
-        yield
-    finally:
-        with _STOPS_LOCK:
-            _STOPS[visitor].remove(stop)
-            if not _STOPS[visitor]:
-                del _STOPS[visitor]
-
-
-def stop_visitor(visitor: str | None) -> int:
-    """Stop every run of a visitor who left; returns how many were running."""
-    with _STOPS_LOCK:
-        stops = list(_STOPS.get(visitor, ())) if visitor is not None else []
-    for stop in stops:
-        stop.set()
-    return len(stops)
 
 
 CANCELLED = "the request was cancelled before its turn on the models"

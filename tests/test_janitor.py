@@ -11,8 +11,8 @@ import sys
 import gradio as gr
 import pytest
 
+from specviz.serving.janitor import drop_deep_link_configs, drop_idle_sessions, drop_update_copies, tidy
 from specviz.tools.load import free_port
-from specviz.ui.sessions import drop_deep_link_configs, drop_idle_sessions, drop_update_copies, tidy
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_tidy_before_serving_does_nothing():
 TRIM = """
 import os
 from specviz.tools.load import rss_mb
-from specviz.ui.sessions import give_back_freed_memory
+from specviz.serving.janitor import give_back_freed_memory
 blocks = [bytes(100_000) for _ in range(3000)]  # ~300 MB in pieces below glibc's mmap threshold: on the heap
 keep = blocks[::50]; del blocks  # survivors pin the heap's top, so free() alone leaves the rest resident
 before = rss_mb(os.getpid()); give_back_freed_memory(); print(before - rss_mb(os.getpid()))
@@ -106,7 +106,7 @@ def test_freed_memory_goes_back_to_the_system():
 
 ARENAS = """
 import sys, threading
-from specviz.ui.sessions import _glibc, limit_malloc_arenas
+from specviz.serving.janitor import _glibc, limit_malloc_arenas
 if sys.argv[1] == "limit":
     assert limit_malloc_arenas(2)
 ready, go = threading.Barrier(9), threading.Event()
@@ -146,7 +146,7 @@ def _files(folder, sizes_mb):
 
 def test_gradios_file_cache_is_kept_under_its_bound_oldest_first(tmp_path):
     """gradio bounds each upload's size, not their number: a stream of 15 MB uploads filled the disk."""
-    from specviz.ui.sessions import bound_folder
+    from specviz.serving.janitor import bound_folder
 
     paths = _files(tmp_path, [3, 2, 2, 1])
     assert bound_folder(tmp_path, most_mb=4) == 2  # 8 MB: the two oldest go, 3 MB stay
@@ -157,12 +157,12 @@ def test_gradios_file_cache_is_kept_under_its_bound_oldest_first(tmp_path):
 def test_the_janitor_bounds_the_file_cache(tmp_path, monkeypatch):
     import time
 
-    from specviz.ui import sessions
+    from specviz.serving import janitor
 
-    monkeypatch.setattr(sessions, "CACHE_MOST_MB", 1)
-    monkeypatch.setattr(sessions, "gradio_cache", lambda: tmp_path)
+    monkeypatch.setattr(janitor, "CACHE_MOST_MB", 1)
+    monkeypatch.setattr(janitor, "gradio_cache", lambda: tmp_path)
     paths = _files(tmp_path, [1, 1, 0.5])
-    done = sessions.start_janitor(object(), idle_s=3600, every_s=0.05)
+    done = janitor.start_janitor(object(), idle_s=3600, every_s=0.05)
     try:
         deadline = time.monotonic() + 10
         while paths[1].exists() and time.monotonic() < deadline:
