@@ -11,6 +11,7 @@ import pytest
 
 from specviz.metrics import summarize
 from specviz.ui import disco as tab
+from specviz.ui import tab_timing
 from specviz.ui.panels import DISTURBED
 from specviz.ui.tab_timing import flagged_rows, flags_markdown
 
@@ -30,7 +31,6 @@ def scaled(method: str, factor: float, monkeypatch: pytest.MonkeyPatch) -> None:
     multiplied by `factor` (above 1: as if another process shared the CPU while it ran; below 1: the
     baseline's steps were the slowed ones); the target alone probed at the quiet clock's step."""
     from specviz import runner
-    from specviz.ui import pearl
 
     real = runner.generate_median
 
@@ -43,8 +43,7 @@ def scaled(method: str, factor: float, monkeypatch: pytest.MonkeyPatch) -> None:
         return dataclasses.replace(result, records=records, summary=summarize(list(records)))
 
     monkeypatch.setattr(runner, "generate_median", generate_median)
-    for module in (tab, pearl):
-        monkeypatch.setattr(module, "probe_ms", lambda pair, ids: STEP_MS)
+    monkeypatch.setattr(tab_timing, "probe_ms", lambda pair, ids: STEP_MS)  # the one comparison loop's probe
 
 
 def test_a_quiet_machine_flags_nothing(perturbed_pair, monkeypatch):
@@ -97,8 +96,29 @@ def test_the_pearl_tab_flags_a_slowed_target_alone(perturbed_pair, monkeypatch):
 def test_the_race_and_the_tabs_probe_the_target_alone_the_same_way():
     """One probe: the Race's per-method probe (specviz.ui.racing) is the tabs' `probe_ms`, not a copy of
     it that could drift (a different number of steps would flag the tabs' runs and the Race's differently)."""
-    from specviz.ui import racing, tab_timing
+    from specviz.ui import racing
 
     assert racing.probe_ms is tab_timing.probe_ms
     assert not hasattr(racing, "_probe") and not hasattr(racing, "PROBE_STEPS")
     assert tab_timing.PROBE_STEPS == 6
+
+
+def test_the_disco_and_pearl_tabs_run_one_comparison_loop(perturbed_pair, monkeypatch):
+    """Both tabs time their rows through `compare_rows` (one stop check, probe, median timing and flags),
+    not a loop of their own: with it replaced, neither tab runs a model."""
+    from specviz.ui import pearl
+
+    asked = []
+
+    def compare_rows(pair, ids, rows, max_new_tokens, repeats, stop):
+        asked.append([(r.label, r.method) for r in rows])
+        return tab_timing.Comparison((), {}, stopped=True)
+
+    for module in (tab, pearl):
+        monkeypatch.setattr(module, "compare_rows", compare_rows)
+    assert tab.disco_vs_oracle(perturbed_pair, PROMPT, threshold=0.0, sl_max=3, max_new_tokens=8, repeats=1)["stopped"]
+    assert pearl.compare(perturbed_pair, PROMPT, 2, False, 8, 1)["rows"] == []
+    assert [[m for _, m in rows] for rows in asked] == [
+        ["autoregressive", "disco", "vanilla", "oracle"],
+        ["autoregressive", "vanilla", "pearl"],
+    ]

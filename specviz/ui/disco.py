@@ -14,11 +14,11 @@ from specviz.limits import check_count
 from specviz.methods import BASELINE
 from specviz.metrics import tested
 from specviz.serving.limits import check_prompt_text, prompt_ids
-from specviz.serving.stops import KeyedStop, StopKey, stop_key_for
+from specviz.serving.stops import KeyedStop, Signal, StopKey, stop_key_for
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import gpu_seconds
 from specviz.ui.phone import pivot_html
-from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
+from specviz.ui.tab_timing import Row, Timed, compare_rows, flagged_rows, flags_markdown
 
 if TYPE_CHECKING:
     from specviz.ui.blocks import TabContext
@@ -66,57 +66,45 @@ def disco_vs_oracle(
     sl_max: int | None,
     max_new_tokens: int,
     repeats: int = 3,
-    stop: Any = None,
+    stop: Signal | None = None,
 ) -> dict[str, Any]:
     """Run the target alone, DISCO, SL-opt and the oracle on one prompt, each warmed up and timed
     `repeats` times (the median run is shown); return the table rows, the iterations and the card.
     `stop` (anything with `is_set()`): once set, no further method runs (`stopped`: True)."""
     import specviz
     from specviz.models.disco import classifier_for
-    from specviz.runner import generate_median
 
     clf = classifier_for(pair.name)
     sl_opt = int(clf.card.get("static_sl_opt", 4))
-    runs: dict[str, tuple[str, dict[str, Any]]] = {
-        AR_LABEL: (BASELINE, {}),
-        "DISCO": ("disco", {"threshold": threshold, "max_speculation_length": sl_max}),
-        sl_opt_label(sl_opt): ("vanilla", {"speculation_length": sl_opt}),
-        "Oracle (upper bound)": ("oracle", {}),
-    }
+    rows = [
+        Row(AR_LABEL, BASELINE),
+        Row("DISCO", "disco", {"threshold": threshold, "max_speculation_length": sl_max}),
+        Row(sl_opt_label(sl_opt), "vanilla", {"speculation_length": sl_opt}),
+        Row("Oracle (upper bound)", "oracle"),
+    ]
     ids = specviz.encode_prompt(pair, prompt)
-    results, probes = {}, {}
-    for label, (method, options) in runs.items():
-        if stop is not None and stop.is_set():
-            break
-        if method != BASELINE:  # the target alone's pace right before the method: load that came since shows
-            probes[label] = probe_ms(pair, ids)
-        results[label] = generate_median(
-            method, pair, ids, repeats=repeats, max_new_tokens=int(max_new_tokens), **options
-        )
-    if not results:
+    out = compare_rows(pair, ids, rows, max_new_tokens, repeats, stop)
+    alone = out.first(BASELINE)
+    if alone is None:
         return {"rows": [], "iterations": [], "classifier": clf, "stopped": True, "flags": {}}
-    ar_ms = ms_per_token(results[AR_LABEL])
-    rows = [table_row(label, result, repeats, ar_ms) for label, result in results.items()]
     iterations = [
         {
-            "method": label,
+            "method": t.row.label,
             "suite": "this prompt",
             "iteration": r.iteration + 1,  # counted from 1, as everywhere in the app
             "speculation_length": r.speculation_length,
             "oracle_sl": r.oracle_sl,
         }
-        for label, result in results.items()
-        if label != AR_LABEL
-        for r in result.records
+        for t in out.timed
+        if t.row.method != BASELINE
+        for r in t.result.records
     ]
-    timed = [(runs[label][0], label, result, probes.get(label)) for label, result in results.items()]
     return {
-        "rows": rows,
+        "rows": [table_row(t, repeats, alone.ms_per_token) for t in out.timed],
         "iterations": iterations,
         "classifier": clf,
-        "stopped": len(results) < len(runs),
-        # the Race's checks: verify cost ≥ 1, the target alone's pace before each method as in its own run
-        "flags": disturbed(pair.name, ids, max_new_tokens, timed),
+        "stopped": out.stopped,
+        "flags": out.flags,  # the Race's checks (specviz.ui.tab_timing)
     }
 
 
@@ -132,30 +120,23 @@ def sl_opt_label(sl_opt: int) -> str:
     return f"SL-opt = {sl_opt} (best fixed length)"
 
 
-def ms_per_token(result: Any) -> float:
-    return 1e3 * result.summary.wall_s / max(1, result.summary.new_tokens)
-
-
-def table_row(label: str, result: Any, repeats: int, ar_ms: float) -> dict[str, Any]:
+def table_row(timed: Timed, repeats: int, ar_ms: float) -> dict[str, Any]:
     """One method's line of the table; the drafting columns are empty for the target alone. α and the
     acceptance rate as the Race tab defines them (specviz.metrics): accepted ÷ tested drafts, and
     accepted ÷ drafted (the untested drafts after a rejection included) in %."""
-
-    s, records = result.summary, result.records
+    s, records, ms = timed.result.summary, timed.result.records, timed.ms_per_token
     sl = [r.speculation_length for r in records]
     drafts = s.drafted > 0
     tested_drafts = sum(tested(r) for r in records)
-    oracle_known = drafts and records[0].oracle_sl is not None
+    gaps = [abs(r.speculation_length - r.oracle_sl) for r in records if r.oracle_sl is not None]
     return {
-        "method": label,
-        "speedup vs AR (×)": round(ar_ms / ms_per_token(result), 2),
-        "ms/token": round(ms_per_token(result), 1),
+        "method": timed.row.label,
+        "speedup vs AR (×)": round(ar_ms / ms, 2),
+        "ms/token": round(ms, 1),
         ALPHA: round(s.accepted / tested_drafts, 2) if tested_drafts else None,
         ACCEPTANCE_RATE: round(100 * s.accepted / s.drafted, 1) if drafts else None,
         "mean SL": round(sum(sl) / len(sl), 2) if drafts else None,
-        "mean |SL − oracle|": round(sum(abs(r.speculation_length - r.oracle_sl) for r in records) / len(sl), 2)
-        if oracle_known
-        else None,
+        "mean |SL − oracle|": round(sum(gaps) / len(gaps), 2) if drafts and gaps else None,
         "iterations": s.iterations,
         "tokens": s.new_tokens,
         "runs (median shown)": repeats,

@@ -10,13 +10,13 @@ import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
-from specviz.serving.stops import KeyedStop, StopKey, stop_key_for
+from specviz.serving.stops import KeyedStop, Signal, StopKey, stop_key_for
 from specviz.text import visible
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import gpu_seconds
 from specviz.ui.phone import pivot_html
 from specviz.ui.racing import DEFAULT_LIMITS
-from specviz.ui.tab_timing import disturbed, flagged_rows, flags_markdown, probe_ms
+from specviz.ui.tab_timing import Row, Timed, compare_rows, flagged_rows, flags_markdown
 
 if TYPE_CHECKING:
     from specviz.ui.blocks import TabContext
@@ -81,7 +81,7 @@ def compare(
     max_new_tokens: int,
     repeats: int = 3,
     limits: AppLimits = DEFAULT_LIMITS,
-    stop: Any = None,
+    stop: Signal | None = None,
 ) -> dict[str, Any]:
     """Run the target alone, vanilla (its own default γ) and PEARL (γ: `tab_window`) on one prompt,
     each warmed up and timed `repeats` times (the median run is shown); rows, per-step modes, the
@@ -89,62 +89,43 @@ def compare(
     up by each method's untimed warm-up run (`generate_median`). `stop` (anything with `is_set()`):
     once set, no further method runs (`stopped`: True)."""
     from specviz.methods import BASELINE, get_method
-    from specviz.runner import generate_median
 
     gamma, note = tab_window(pair, int(window), limits)
     ids = prompt_ids(pair, prompt, limits)
     vanilla = get_method("vanilla").make_options().speculation_length
-    runs: dict[str, tuple[str, dict[str, Any]]] = {
-        "target alone": (BASELINE, {}),
-        f"vanilla (γ={vanilla}, its default)": ("vanilla", {}),
-        f"PEARL (γ={gamma})": ("pearl", {"window": gamma, "concurrent": bool(concurrent)}),
-    }
-    rows, records, steps, timed = [], {}, [], []
-    alone_ms = None
-    for label, (method, options) in runs.items():
-        if stop is not None and stop.is_set():
-            break
-        probe = probe_ms(pair, ids) if method != BASELINE else None  # the target alone's pace right before it
-        result = generate_median(
-            method,
-            pair,
-            ids,
-            repeats=repeats,
-            max_new_tokens=int(max_new_tokens),
-            **options,
-        )
-        s = result.summary
-        ms = 1e3 * s.wall_s / max(1, s.new_tokens)
-        alone_ms = ms if method == BASELINE else alone_ms
-        rows.append(table_row(label, method, result, ms, alone_ms, repeats))
-        timed.append((method, label, result, probe))
-        records[label] = [r.to_dict() for r in result.records]  # plain data: the timeline is drawn where the page is
-        if method == "pearl":
-            steps = step_rows(pair, result.records)
+    rows = [
+        Row("target alone", BASELINE),
+        Row(f"vanilla (γ={vanilla}, its default)", "vanilla"),
+        Row(f"PEARL (γ={gamma})", "pearl", {"window": gamma, "concurrent": bool(concurrent)}),
+    ]
+    out = compare_rows(pair, ids, rows, max_new_tokens, repeats, stop)
+    alone = out.first(BASELINE)
+    pearl = out.first("pearl")
     return {
-        "rows": rows,
-        "records": records,
-        "steps": steps,
+        "rows": [table_row(t, alone.ms_per_token if alone else None, repeats) for t in out.timed],
+        # plain data: the timeline is drawn where the page is
+        "records": {t.row.label: [r.to_dict() for r in t.result.records] for t in out.timed},
+        "steps": step_rows(pair, pearl.result.records) if pearl else [],
         "window": note,
-        "stopped": len(rows) < len(runs),
-        # the Race's checks: verify cost ≥ 1, the target alone's pace before each method as in its own run
-        "flags": disturbed(pair.name, ids, max_new_tokens, timed),
+        "stopped": out.stopped,
+        "flags": out.flags,  # the Race's checks (specviz.ui.tab_timing)
     }
 
 
-def table_row(label: str, method: str, result: Any, ms: float, alone_ms: float | None, repeats: int) -> dict[str, Any]:
-    """One method's line of the table (ROW_COLUMNS): `ms` its ms per token, `alone_ms` the target alone's."""
+def table_row(timed: Timed, alone_ms: float | None, repeats: int) -> dict[str, Any]:
+    """One method's line of the table (ROW_COLUMNS); `alone_ms` the target alone's ms per token."""
     from specviz.methods import BASELINE
     from specviz.plots.timeline import idle_fractions
 
-    s, idle = result.summary, idle_fractions(result.records)
-    ideal = sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in result.records)
+    s, records, ms = timed.result.summary, timed.result.records, timed.ms_per_token
+    idle = idle_fractions(records)
+    ideal = sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in records)
     return {
-        "method": label,
+        "method": timed.row.label,
         "× target alone": f"{alone_ms / ms:.2f}×" if alone_ms else "–",
         "ms/token": round(ms, 1),
         "ms/token, parallel-ideal": round(1e3 * ideal / max(1, s.new_tokens), 1),
-        "draft idle": f"{idle['draft']:.0%}" if method != BASELINE else "–",
+        "draft idle": f"{idle['draft']:.0%}" if timed.row.method != BASELINE else "–",
         "target idle": f"{idle['target']:.0%}",
         "steps": s.iterations,
         "tokens": s.new_tokens,

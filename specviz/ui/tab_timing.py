@@ -1,16 +1,23 @@
-"""The Race's timing checks for the tabs that time methods one after another on one prompt (DISCO,
-PEARL): the target alone's pace probed right before each method, then `specviz.ui.verdict.timing_flags`
-on the runs, so a figure other load disturbed is flagged there as on the Race's panels, not shown as
-the method's own."""
+"""The lab tabs' comparison (DISCO, PEARL): methods timed one after another on one prompt, with the
+Race's timing checks. `compare_rows` runs each row in turn: the target alone's pace probed right
+before each method, then a warm-up and `repeats` timed runs with the median kept
+(`runner.generate_median`), then `specviz.ui.verdict.timing_flags` on the runs, so a figure other
+load disturbed is flagged there as on the Race's panels, not shown as the method's own."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from specviz.methods import BASELINE
+from specviz.metrics import ms_per_token
+from specviz.serving.stops import Signal
 from specviz.ui.panels import DISTURBED, MethodRun, Race
 from specviz.ui.verdict import step_ms, timing_flags
+
+if TYPE_CHECKING:
+    from specviz.runner import RunResult
 
 PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
 
@@ -22,17 +29,70 @@ def probe_ms(pair: Any, prompt_ids: Sequence[int]) -> float | None:
     return step_ms(list(specviz.run(BASELINE, pair, list(prompt_ids), max_new_tokens=PROBE_STEPS + 1)))
 
 
+@dataclass(frozen=True)
+class Row:
+    """One method of a comparison: its label on the tab, its registry name and its options."""
+
+    label: str
+    method: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A row's median run and the target alone's step probed right before it (None for the target alone)."""
+
+    row: Row
+    result: RunResult
+    probe_ms: float | None
+
+    @property
+    def ms_per_token(self) -> float:
+        s = self.result.summary
+        return ms_per_token(max(1, s.new_tokens), s.wall_s) or 0.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What `compare_rows` timed, in order (the rows a Stop left out are missing), and the Race's flags."""
+
+    timed: tuple[Timed, ...]
+    flags: dict[str, list[str]]  # label -> why its timing cannot be the method's own
+    stopped: bool
+
+    def first(self, method: str) -> Timed | None:
+        return next((t for t in self.timed if t.row.method == method), None)
+
+
+def compare_rows(
+    pair: Any, prompt_ids: Sequence[int], rows: Sequence[Row], max_new_tokens: int, repeats: int, stop: Signal | None
+) -> Comparison:
+    """Time `rows` on one prompt, one after another; once `stop` is set no further row runs."""
+    from specviz.runner import generate_median
+
+    ids, timed = list(prompt_ids), []
+    for row in rows:
+        if stop is not None and stop.is_set():
+            break
+        probe = probe_ms(pair, ids) if row.method != BASELINE else None  # load that came since shows
+        result = generate_median(
+            row.method, pair, ids, repeats=repeats, max_new_tokens=int(max_new_tokens), **dict(row.options)
+        )
+        timed.append(Timed(row, result, probe))
+    flags = disturbed(pair.name, ids, max_new_tokens, timed)
+    return Comparison(tuple(timed), flags, stopped=len(timed) < len(rows))
+
+
 def disturbed(
-    pair_name: str, prompt_ids: Sequence[int], max_new_tokens: int, timed: Sequence[tuple[str, str, Any, float | None]]
+    pair_name: str, prompt_ids: Sequence[int], max_new_tokens: int, timed: Sequence[Timed]
 ) -> dict[str, list[str]]:
-    """label -> why its timing cannot be the method's own, for the `timed` runs that fail the Race's checks:
-    (registry name, label, its `RunResult`, the probe before it). Nothing is compared without the target alone
-    and one method beside it, so fewer runs flag nothing."""
-    if len(timed) < 2 or all(name != BASELINE for name, *_ in timed):
+    """label -> why its timing cannot be the method's own, for the `timed` runs that fail the Race's checks.
+    Nothing is compared without the target alone and one method beside it, so fewer runs flag nothing."""
+    if len(timed) < 2 or all(t.row.method != BASELINE for t in timed):
         return {}
     runs = [
-        MethodRun(name, label, "", "done", records=list(result.records), probe_ms=probe)
-        for name, label, result, probe in timed
+        MethodRun(t.row.method, t.row.label, "", "done", records=list(t.result.records), probe_ms=t.probe_ms)
+        for t in timed
     ]
     flags = timing_flags(Race(pair_name, "", list(prompt_ids), int(max_new_tokens), {}, runs))
     return {run.label: flags[run.name] for run in runs if run.name in flags}
