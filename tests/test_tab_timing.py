@@ -94,13 +94,14 @@ def test_the_pearl_tab_flags_a_slowed_target_alone(perturbed_pair, monkeypatch):
 
 
 def test_the_race_and_the_tabs_probe_the_target_alone_the_same_way():
-    """One probe: the Race's per-method probe (specviz.ui.racing) is the tabs' `probe_ms`, not a copy of
+    """One probe: the Race's per-method probe (specviz.serving.runs) is the tabs' `probe_ms`, not a copy of
     it that could drift (a different number of steps would flag the tabs' runs and the Race's differently)."""
+    from specviz.serving import runs
     from specviz.ui import racing
 
-    assert racing.probe_ms is tab_timing.probe_ms
-    assert not hasattr(racing, "_probe") and not hasattr(racing, "PROBE_STEPS")
-    assert tab_timing.PROBE_STEPS == 6
+    assert tab_timing.probe_ms is runs.probe_ms
+    assert not hasattr(racing, "probe_ms") and not hasattr(racing, "PROBE_STEPS")
+    assert runs.PROBE_STEPS == 6
 
 
 def test_the_disco_and_pearl_tabs_run_one_comparison_loop(perturbed_pair, monkeypatch):

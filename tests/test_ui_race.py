@@ -64,10 +64,10 @@ def test_methods_that_cannot_run_are_skipped_with_a_reason(perturbed_pair):
 
 
 def test_stop_ends_the_race_and_keeps_what_ran(perturbed_pair, monkeypatch):
-    from specviz.ui import racing
+    from specviz.serving import runs
 
     # each record to the page at once: on the fast step the tiny pair makes its 400 tokens within one refresh
-    monkeypatch.setattr(racing, "stream_records", functools.partial(racing.stream_records, refresh_s=0.0))
+    monkeypatch.setattr(runs, "stream_records", functools.partial(runs.stream_records, refresh_s=0.0))
     stop = threading.Event()
     race = None
     for race in run_race(perturbed_pair, RaceSettings("hello", THREE, max_new_tokens=400), {}, stop):
@@ -300,7 +300,7 @@ def test_osd_learns_across_a_visitors_races_and_a_failing_method_is_logged(rando
     learner._last_update_at -= 8  # the next request is due for an update
     *_, race = run_race(random_pair, settings, sessions, threading.Event())
     assert race.runs[0].status == "error" and "boom" in race.runs[0].message
-    assert any(r.name == "specviz.ui.racing" and r.exc_info for r in caplog.records)
+    assert any(r.name == "specviz.serving.runs" and r.exc_info for r in caplog.records)
 
 
 def test_a_races_tensor_work_is_all_on_the_models_thread(perturbed_pair, monkeypatch):
@@ -356,10 +356,11 @@ def test_a_float32_race_adds_no_parity_note(perturbed_pair):
 
 
 def test_an_output_that_parts_for_real_is_called_a_fault():
+    from specviz.serving.runs import Parity
     from specviz.ui.racing import parity_note
 
-    assert "a fault in specviz" in parity_note({"verdict": "differs", "first_difference": 3}, "float32")
-    assert parity_note({"verdict": "same", "first_difference": None}, "float32") == ""
+    assert "a fault in specviz" in parity_note(Parity("differs", 3), "float32")
+    assert parity_note(Parity("same", None), "float32") == ""
 
 
 def test_the_app_loads_its_pairs_in_the_dtype_it_was_started_with():

@@ -11,6 +11,7 @@
 - `turns`: the models' line, one run at a time, fair between visitors.
 - `stops`: one run control: a visitor's Stop, a closed page and a cancelled request, reaching a
   run here or in a ZeroGPU worker through its stop key.
+- `runs`: the models' side of a race: one method's run on the models' thread, as typed events.
 - `janitor`: what gradio keeps for each visitor, kept bounded; glibc's heaps shared by threads.
 - `stream`: the serving simulator, a stream of requests served by OSD (the Online-learning tab, the
   OSD experiment).

@@ -30,13 +30,14 @@ from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.serving.limits import check_prompt_text
+from specviz.serving.runs import method_runner
 from specviz.serving.stops import KeyedStop, stopped_on_leave
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
 from specviz.ui.panels import Race, md_text, panel_html
 from specviz.ui.phone import pivot_html
-from specviz.ui.racing import RaceSettings, method_runner, method_seconds, run_race
+from specviz.ui.racing import RaceSettings, method_seconds, run_race
 from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
 from specviz.ui.verdict import first_place, timing_flags, verdict_markdown

@@ -1,50 +1,36 @@
 """Running a race honestly: the methods run one after another, each alone on the models (taking
 turns with other visitors' runs, `specviz.serving.turns`), each stepped by the models' thread.
 
-Each method's clock (`Decoding.now`) runs only while its own generator runs, and the generator is
-drained by the models' thread (`MODELS`, one for the process: a new thread would pay its first-use
-costs inside the run's timing, `specviz.serving.threads`; PEARL's target lane is lent another,
-`PEARL_TARGET`), so drawing the page never pauses a run (a paused generator would count the drawing
-as decoding time). The page thread wakes a few times a second to draw what has arrived.
-
 A race has two sides (`specviz.ui.gpu`): `run_race` (the app's process: settings, turns, the board)
-and, for each method, one call of `method_runner`'s function (where the models are: a ZeroGPU
-worker, or this process), which takes and yields plain data only. Nothing here imports torch.
+and, for each method, one call of `specviz.serving.runs.method_runner`'s function (where the models
+are: a ZeroGPU worker, or this process), which takes plain data and yields typed events
+(`specviz.serving.runs`). The page thread wakes a few times a second to draw what has arrived.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count, check_unique
-from specviz.serving import threads
 from specviz.serving.limits import AppLimits
 from specviz.serving.limits import prompt_ids as checked_prompt
-from specviz.serving.sessions import held_session, method_session
-from specviz.serving.stops import StopKey, forget_stop, new_stop_key, request_stop
-from specviz.serving.threads import MODELS, PEARL_TARGET
+from specviz.serving.runs import Failed, OracleFilled, Parity, Probed, Records, RunEvent, Status, method_runner
+from specviz.serving.sessions import held_session
+from specviz.serving.stops import forget_stop, new_stop_key, request_stop
 from specviz.serving.turns import TURNS, Turns
 from specviz.ui.gpu import gpu_seconds
 from specviz.ui.panels import BASELINE, MethodRun, Race
-from specviz.ui.tab_timing import probe_ms
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.verdict import timing_flags
 
 log = logging.getLogger(__name__)
 DEFAULT_LIMITS = AppLimits()  # a public Space's (frozen: one instance serves as every default)
-REFRESH_S = 0.15  # how often the page is redrawn while a method runs
-WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
-_END = object()
-_WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
 RESTARTS_NOTE = (
     "On this ZeroGPU Space each method runs in a GPU worker that keeps nothing of a run once it ends, so your "
     "online draft starts again from the pair's draft every race; on a server of its own it learns across your races."
@@ -150,61 +136,6 @@ def session_note(state: Any) -> str:
     )
 
 
-def stream_records(
-    gen: Generator[Any, None, None], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S
-) -> Generator[list[Any], None, None]:
-    """Drain `gen` on the models' thread; yield the records that arrived, in batches, every refresh_s
-    (an empty batch when none did, so that the caller wakes to look at its Stop button).
-
-    A SpecvizError or any other exception inside the run is re-raised here. Setting `stop` (or
-    closing this generator) ends the run after its current iteration.
-    """
-    q: queue.Queue = queue.Queue()
-
-    def pump() -> None:
-        from specviz.runner import without_autograd
-
-        try:
-            for record in without_autograd(gen):
-                q.put(record)
-                if stop.is_set():
-                    break
-        except BaseException as e:  # handed to the page thread, which raises it; the worker keeps it too
-            q.put(e)
-            raise
-        finally:
-            gen.close()
-            q.put(_END)
-
-    pumped = threads.on(MODELS).submit(pump)
-    batch: list[Any] = []
-    deadline = time.monotonic() + refresh_s
-    worker_done = False  # the worker has finished (normally or with an exception)
-    try:
-        while True:
-            try:
-                item = q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                item = None
-            if item is _END:
-                worker_done = True
-                yield batch
-                return
-            if isinstance(item, BaseException):
-                worker_done = True
-                raise item
-            if item is not None:
-                batch.append(item)
-            if time.monotonic() >= deadline:
-                yield batch
-                batch = []
-                deadline = time.monotonic() + refresh_s
-    finally:
-        if not worker_done:  # closed from outside (the visitor left, or the event was cancelled)
-            stop.set()
-        wait([pumped], timeout=30)
-
-
 def run_race(
     pair: Any,
     settings: RaceSettings,
@@ -212,7 +143,7 @@ def run_race(
     stop: threading.Event,
     limits: AppLimits = DEFAULT_LIMITS,
     turns: Turns = TURNS,
-    runner: Callable[..., Generator[tuple[str, Any], None, None]] | None = None,
+    runner: Callable[..., Generator[RunEvent, None, None]] | None = None,
     forks: bool = False,
 ) -> Iterator[Race]:
     """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
@@ -334,7 +265,7 @@ def _run_method(
     pair: Any,
     race: Race,
     run: MethodRun,
-    updates: Generator[tuple[str, Any], None, None],
+    updates: Generator[RunEvent, None, None],
     stop: threading.Event,
     key: str,
 ) -> Iterator[Race]:
@@ -345,25 +276,26 @@ def _run_method(
     builder = SpanBuilder(pair.tokenizer, race.prompt_ids, greedy=race.options.get("temperature", 0.0) == 0)
     run.spans = builder.spans  # the builder appends to the panel's spans
     try:
-        for kind, value in updates:
+        for event in updates:
             if stop.is_set():
                 request_stop(key)
-            if kind == "records" and value:
-                for record in value:
-                    run.records.append(record)
-                    builder.add(record)
-                yield race
-            elif kind == "oracle_sl":
-                run.records = value
-            elif kind == "status":  # what the run waits for before it starts (a vLLM row: its server)
-                run.message = value
-                yield race
-            elif kind == "probe":
-                run.probe_ms = value
-            elif kind == "parity":
-                run.note = " ".join(filter(None, [run.note, parity_note(value, pair.info.get("dtype", ""))]))
-            elif kind == "error":
-                run.status, run.message = "error", value
+            match event:
+                case Records(records) if records:
+                    for record in records:
+                        run.records.append(record)
+                        builder.add(record)
+                    yield race
+                case OracleFilled(records):
+                    run.records = records
+                case Status(line):  # what the run waits for before it starts (a vLLM row: its server)
+                    run.message = line
+                    yield race
+                case Probed(ms):
+                    run.probe_ms = ms
+                case Parity():
+                    run.note = " ".join(filter(None, [run.note, parity_note(event, pair.info.get("dtype", ""))]))
+                case Failed(message):
+                    run.status, run.message = "error", message
     except (
         Exception
     ) as e:  # the call itself failed (on ZeroGPU: no GPU to be had, or the worker ended); the next method still runs
@@ -377,117 +309,18 @@ def _run_method(
     builder.finish()
 
 
-def parity_note(parity: dict[str, Any], dtype: str) -> str:
+def parity_note(parity: Parity, dtype: str) -> str:
     """What a panel says of a greedy output that parts from the target alone's (nothing when equal)."""
-    if parity["verdict"] == "same":
+    if parity.verdict == "same" or parity.first_difference is None:
         return ""
-    where = f"Its text parts from the target alone's at token {parity['first_difference'] + 1}"
-    if parity["verdict"] == "tie":
+    where = f"Its text parts from the target alone's at token {parity.first_difference + 1}"
+    if parity.verdict == "tie":
         return (
             f"{where}, where the target's two best tokens are tied in {dtype} (equal within its rounding): which "
             "one an argmax picks depends on the order of the sums. Not a fault of the method; in float32 it "
             "would not happen."
         )
     return f"{where}, and not at a tie: a fault in specviz. Please report it with the race's JSON download."
-
-
-def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[tuple[str, Any], None, None]]:
-    """The models' side of a race: a function that runs one method and yields plain data only, so that
-    `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each item pickled across), and
-    this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
-
-    def run_method(
-        pair_name: str,
-        prompt_ids: list[int],
-        method: str,
-        options: dict[str, Any],
-        sampling: dict[str, Any],
-        warm_up: bool,
-        stop_key: str,
-        sessions: dict,
-        reference: list[int] | None = None,
-        probe: bool = False,
-    ) -> Generator[tuple[str, Any], None, None]:
-        """Yields ("records", [IterationRecord]) every REFRESH_S while the method runs, then ("oracle_sl",
-        its records with the oracle speculation length filled); ("error", message) where it failed.
-        Ends after the current iteration once `stop_key` is requested. `warm_up`: the race's first
-        method (a fresh ZeroGPU worker also warms up). `sessions`: see run_race. `reference`: the
-        target alone's greedy tokens; a run that ends on its own is compared with them, ("parity",
-        {"verdict": same | tie | differs, "first_difference": k}) (specviz.parity). `probe`: first time
-        `probe_ms`'s steps of the target alone on the prompt, ("probe", ms per step), so that a run the
-        machine's other load slowed down can be told from a slow method (specviz.ui.verdict)."""
-        import specviz
-        from specviz.methods import get_method
-        from specviz.parity import compare
-
-        def start() -> tuple[Any, Iterator[Any]]:
-            pair, spec = load_pair(pair_name), get_method(method)
-            session = method_session(sessions, spec, pair)
-            return pair, specviz.run(
-                spec.name, pair, prompt_ids, **sampling, **options, session=session, executor=threads.on(PEARL_TARGET)
-            )
-
-        records: list[Any] = []
-        stream = None
-        try:
-            # made on the models' thread as the run is stepped there: a method's caches and an online learner's
-            # copy are tensor work, and tensor work on a second thread slows every later step (serving.threads)
-            spec = get_method(method)
-            if spec.prepare is not None:  # a vLLM row's server: minutes, said on its panel as it goes
-                opts = spec.make_options(**options)
-                for line in _prepare(spec.prepare, lambda: load_pair(pair_name), prompt_ids, opts):
-                    yield "status", line
-            pair, gen = threads.on(MODELS).call(start)
-            if warm_up or pair.name not in _WARMED:
-                threads.on(MODELS).call(_warm_up, pair, prompt_ids)
-            if probe:
-                ms = threads.on(MODELS).call(probe_ms, pair, prompt_ids)
-                if ms is not None:
-                    yield "probe", ms
-            stream = stream_records(gen, StopKey(stop_key))
-            for batch in stream:
-                records += batch
-                yield "records", batch
-        except SpecvizError as e:
-            yield "error", str(e)
-        except Exception as e:  # a bug in one method must not end everyone's race; the log keeps its traceback
-            log.exception("%s failed in a race", method)
-            yield "error", f"{type(e).__name__}: {e}"
-        finally:
-            if stream is not None:
-                stream.close()  # closed from outside (the app went away): the run ends after its iteration
-        if records:
-            yield "oracle_sl", threads.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
-        if reference is not None and records and records[-1].stop is not None:
-            output = [t for r in records for t in r.emitted]
-            parity = threads.on(MODELS).call(compare, pair, prompt_ids, reference, output)
-            yield "parity", {"verdict": parity.verdict, "first_difference": parity.first_difference}
-
-    return run_method
-
-
-def _prepare(hook: Callable[..., None], pair: Callable[[], Any], prompt_ids: list[int], opts: Any) -> Iterator[str]:
-    """Run a method's `prepare` hook on the models' thread (`pair()` loads the pair there); yield its progress
-    lines as they come (a failure is raised here)."""
-    lines: queue.Queue = queue.Queue()
-    done = threads.on(MODELS).submit(lambda: hook(pair(), prompt_ids, opts, lines.put))
-    while not (done.done() and lines.empty()):
-        with contextlib.suppress(queue.Empty):
-            yield lines.get(timeout=REFRESH_S)
-    done.result()
-
-
-def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
-    """A few untimed tokens through the target and the draft, so the first method raced does not
-    pay the one-off costs of the first forward passes."""
-    import specviz
-    from specviz.cost.families import CHAIN
-
-    chains = (s.name for s in specviz.all_methods() if s.family is CHAIN and s.drafts_with_pair_draft)
-    method = next(chains, BASELINE) if pair.draft is not None else BASELINE  # a chain reads both models
-    for _ in specviz.run(method, pair, prompt_ids[-64:], max_new_tokens=WARMUP_TOKENS):
-        pass
-    _WARMED.add(pair.name)
 
 
 def method_seconds(

@@ -12,21 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from specviz.methods import BASELINE
 from specviz.metrics import ms_per_token
+from specviz.serving.runs import probe_ms
 from specviz.serving.stops import Signal
 from specviz.ui.panels import DISTURBED, MethodRun, Race
-from specviz.ui.verdict import step_ms, timing_flags
+from specviz.ui.verdict import timing_flags
 
 if TYPE_CHECKING:
     from specviz.runner import RunResult
-
-PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
-
-
-def probe_ms(pair: Any, prompt_ids: Sequence[int]) -> float | None:
-    """The target alone's median milliseconds per decoding step on this prompt, now (the Race's probe)."""
-    import specviz
-
-    return step_ms(list(specviz.run(BASELINE, pair, list(prompt_ids), max_new_tokens=PROBE_STEPS + 1)))
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,6 @@ STALLED_SHARE = 0.2  # a run's verification time in passes over twice their size
 PROBE_TOLERANCE = 0.25  # the target alone's step time before a method off the race's by more than this share
 
 
-def step_ms(records: Sequence[Any]) -> float | None:
-    """The median milliseconds of one plain decoding step of a target-alone run (its first record,
-    which also reads the prompt, left out): the probe's measure."""
-    steps = [r.verify_ms for r in records[1:] if r.target_forwards and not r.drafted]
-    return statistics.median(steps) if steps else None
-
-
 def _pass_size(r: Any) -> tuple[int, str]:
     """The tokens a record's target pass read (a tree's nodes or the drafts, and one more), and PEARL's mode."""
     tree, pearl = r.tree(), r.pearl()

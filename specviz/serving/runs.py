@@ -1,0 +1,258 @@
+"""The models' side of a race: one method's run, stepped on the models' thread, as typed events.
+
+`method_runner(load_pair)` makes the function that runs one method of a race where the models are:
+this process, or a ZeroGPU worker (`spaces.GPU` pickles its arguments in and each event out, so it
+takes and yields plain data only). It yields, in order: `Status` lines while a method's `prepare`
+hook runs (a vLLM row's server starting), `Probed` (the target alone's pace right before the
+method), `Records` in batches every `REFRESH_S` while the method runs, then `OracleFilled` (the
+records with their oracle speculation length) and `Parity` (the greedy output against the target
+alone's); `Failed` where the run failed. A run ends after its current iteration once its stop key is
+requested (`specviz.serving.stops`).
+
+The run is drained by the models' thread (`threads.MODELS`, one for the process: a new thread would
+pay its first-use costs inside the run's timing; PEARL's target lane is lent another,
+`PEARL_TARGET`), so whatever reads the events never pauses a run (a paused generator would count the
+reading as decoding time). Nothing here imports torch at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import wait
+from dataclasses import dataclass
+from typing import Any
+
+from specviz.errors import SpecvizError
+from specviz.methods import BASELINE
+from specviz.serving import threads
+from specviz.serving.sessions import method_session
+from specviz.serving.stops import StopKey
+from specviz.serving.threads import MODELS, PEARL_TARGET
+
+log = logging.getLogger(__name__)
+REFRESH_S = 0.15  # how often a running method's new records are handed on
+WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
+PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
+_END = object()
+_WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
+
+
+@dataclass(frozen=True)
+class Status:
+    """What the run waits for before it starts (a vLLM row: its server), in words."""
+
+    line: str
+
+
+@dataclass(frozen=True)
+class Probed:
+    """The target alone's median milliseconds a decoding step on the prompt, right before the method."""
+
+    ms: float
+
+
+@dataclass(frozen=True)
+class Records:
+    """The records that arrived since the last batch (IterationRecord)."""
+
+    records: list[Any]
+
+
+@dataclass(frozen=True)
+class OracleFilled:
+    """Every record of the run, with its oracle speculation length filled."""
+
+    records: list[Any]
+
+
+@dataclass(frozen=True)
+class Parity:
+    """A greedy run that ended on its own against the target alone's tokens (`specviz.parity`):
+    verdict "same", "tie" or "differs", and the first token where they part."""
+
+    verdict: str
+    first_difference: int | None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The run failed: a SpecvizError's message, or an unexpected error's type and message."""
+
+    message: str
+
+
+RunEvent = Status | Probed | Records | OracleFilled | Parity | Failed
+
+
+def step_ms(records: Sequence[Any]) -> float | None:
+    """The median milliseconds of one plain decoding step of a target-alone run (its first record,
+    which also reads the prompt, left out): the probe's measure."""
+    import statistics
+
+    steps = [r.verify_ms for r in records[1:] if r.target_forwards and not r.drafted]
+    return statistics.median(steps) if steps else None
+
+
+def probe_ms(pair: Any, prompt_ids: Sequence[int]) -> float | None:
+    """The target alone's median milliseconds per decoding step on this prompt, now (the probe the Race
+    and the lab tabs take before each method)."""
+    import specviz
+
+    return step_ms(list(specviz.run(BASELINE, pair, list(prompt_ids), max_new_tokens=PROBE_STEPS + 1)))
+
+
+def stream_records(
+    gen: Generator[Any, None, None], stop: threading.Event | StopKey, refresh_s: float = REFRESH_S
+) -> Generator[list[Any], None, None]:
+    """Drain `gen` on the models' thread; yield the records that arrived, in batches, every refresh_s
+    (an empty batch when none did, so that the caller wakes to look at its Stop button).
+
+    A SpecvizError or any other exception inside the run is re-raised here. Setting `stop` (or
+    closing this generator) ends the run after its current iteration.
+    """
+    q: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        from specviz.runner import without_autograd
+
+        try:
+            for record in without_autograd(gen):
+                q.put(record)
+                if stop.is_set():
+                    break
+        except BaseException as e:  # handed to the page thread, which raises it; the worker keeps it too
+            q.put(e)
+            raise
+        finally:
+            gen.close()
+            q.put(_END)
+
+    pumped = threads.on(MODELS).submit(pump)
+    batch: list[Any] = []
+    deadline = time.monotonic() + refresh_s
+    worker_done = False  # the worker has finished (normally or with an exception)
+    try:
+        while True:
+            try:
+                item = q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                item = None
+            if item is _END:
+                worker_done = True
+                yield batch
+                return
+            if isinstance(item, BaseException):
+                worker_done = True
+                raise item
+            if item is not None:
+                batch.append(item)
+            if time.monotonic() >= deadline:
+                yield batch
+                batch = []
+                deadline = time.monotonic() + refresh_s
+    finally:
+        if not worker_done:  # closed from outside (the visitor left, or the event was cancelled)
+            stop.set()
+        wait([pumped], timeout=30)
+
+
+def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[RunEvent, None, None]]:
+    """The models' side of a race: a function that runs one method and yields plain data only, so that
+    `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each event pickled across), and
+    this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
+
+    def run_method(
+        pair_name: str,
+        prompt_ids: list[int],
+        method: str,
+        options: dict[str, Any],
+        sampling: dict[str, Any],
+        warm_up: bool,
+        stop_key: str,
+        sessions: dict,
+        reference: list[int] | None = None,
+        probe: bool = False,
+    ) -> Generator[RunEvent, None, None]:
+        """The module's events for one run of `method`. `warm_up`: the race's first method (a fresh
+        ZeroGPU worker also warms up). `sessions`: a visitor's state of the stateful methods
+        (`specviz.serving.sessions`). `reference`: the target alone's greedy tokens, which a run that
+        ends on its own is compared with (`Parity`). `probe`: first time `probe_ms`'s steps of the
+        target alone on the prompt (`Probed`), so that a run the machine's other load slowed down can
+        be told from a slow method (specviz.ui.verdict)."""
+        import specviz
+        from specviz.methods import get_method
+        from specviz.parity import compare
+
+        def start() -> tuple[Any, Iterator[Any]]:
+            pair, spec = load_pair(pair_name), get_method(method)
+            session = method_session(sessions, spec, pair)
+            return pair, specviz.run(
+                spec.name, pair, prompt_ids, **sampling, **options, session=session, executor=threads.on(PEARL_TARGET)
+            )
+
+        records: list[Any] = []
+        stream = None
+        try:
+            # made on the models' thread as the run is stepped there: a method's caches and an online learner's
+            # copy are tensor work, and tensor work on a second thread slows every later step (serving.threads)
+            spec = get_method(method)
+            if spec.prepare is not None:  # a vLLM row's server: minutes, said on its panel as it goes
+                opts = spec.make_options(**options)
+                for line in _prepare(spec.prepare, lambda: load_pair(pair_name), prompt_ids, opts):
+                    yield Status(line)
+            pair, gen = threads.on(MODELS).call(start)
+            if warm_up or pair.name not in _WARMED:
+                threads.on(MODELS).call(_warm_up, pair, prompt_ids)
+            if probe:
+                ms = threads.on(MODELS).call(probe_ms, pair, prompt_ids)
+                if ms is not None:
+                    yield Probed(ms)
+            stream = stream_records(gen, StopKey(stop_key))
+            for batch in stream:
+                records += batch
+                yield Records(batch)
+        except SpecvizError as e:
+            yield Failed(str(e))
+        except Exception as e:  # a bug in one method must not end everyone's race; the log keeps its traceback
+            log.exception("%s failed in a race", method)
+            yield Failed(f"{type(e).__name__}: {e}")
+        finally:
+            if stream is not None:
+                stream.close()  # closed from outside (the app went away): the run ends after its iteration
+        if records:
+            yield OracleFilled(threads.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records))
+        if reference is not None and records and records[-1].stop is not None:
+            output = [t for r in records for t in r.emitted]
+            parity = threads.on(MODELS).call(compare, pair, prompt_ids, reference, output)
+            yield Parity(parity.verdict, parity.first_difference)
+
+    return run_method
+
+
+def _prepare(hook: Callable[..., None], pair: Callable[[], Any], prompt_ids: list[int], opts: Any) -> Iterator[str]:
+    """Run a method's `prepare` hook on the models' thread (`pair()` loads the pair there); yield its progress
+    lines as they come (a failure is raised here)."""
+    lines: queue.Queue = queue.Queue()
+    done = threads.on(MODELS).submit(lambda: hook(pair(), prompt_ids, opts, lines.put))
+    while not (done.done() and lines.empty()):
+        with contextlib.suppress(queue.Empty):
+            yield lines.get(timeout=REFRESH_S)
+    done.result()
+
+
+def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
+    """A few untimed tokens through the target and the draft, so the first method raced does not
+    pay the one-off costs of the first forward passes."""
+    import specviz
+    from specviz.cost.families import CHAIN
+
+    chains = (s.name for s in specviz.all_methods() if s.family is CHAIN and s.drafts_with_pair_draft)
+    method = next(chains, BASELINE) if pair.draft is not None else BASELINE  # a chain reads both models
+    for _ in specviz.run(method, pair, prompt_ids[-64:], max_new_tokens=WARMUP_TOKENS):
+        pass
+    _WARMED.add(pair.name)
