@@ -162,3 +162,14 @@ def leaderboard_of_two_runs(folder: Path):
     }
     (folder / "leaderboard.json").write_text(json.dumps(declaration))
     return leaderboard_rows(folder / "leaderboard.json")
+
+
+def record_with(**fields):
+    """An IterationRecord with `fields` (its `extra` among them) and zeros elsewhere: a figure's input
+    built by hand, as plots and tabs take records only."""
+    from specviz.records import IterationRecord
+
+    zeros = dict.fromkeys(("iteration", "position", "speculation_length", "accepted", "draft_forwards"), 0)
+    zeros.update(drafted=(), emitted=(), p_target=None, q_draft=None, target_forwards=1)
+    zeros.update(dict.fromkeys(("t_start", "t_end", "draft_ms", "verify_ms"), 0.0))
+    return IterationRecord(method="test", **{**zeros, **fields})

@@ -3,6 +3,7 @@ drafter along a greedy reference gives exactly the iterations of a real greedy r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import specviz
@@ -11,6 +12,8 @@ from specviz.models.pair import encode_prompt
 from specviz.plots.sssd_figures import accepted_length_figure, batch_figure
 from specviz.plots.theme import OKABE_ITO, legend_names
 from specviz.plots.tree import PRUNED_NAME, layout, record_tree_figure, tree_figure, visible
+from specviz.records import IterationRecord
+from tests.conftest import record_with
 
 
 def test_layout_puts_children_right_of_parents_and_leaves_on_their_own_rows():
@@ -23,7 +26,7 @@ def test_layout_puts_children_right_of_parents_and_leaves_on_their_own_rows():
 def test_tree_figure_from_a_real_record_marks_the_accepted_path(perturbed_pair):
     records = specviz.generate("sssd", perturbed_pair, [5, 17, 300, 42, 5, 17, 300, 42, 5], max_new_tokens=20).records
     record = next(r for r in records if r.accepted)
-    data = json.loads(json.dumps(record.to_dict()))  # as saved and replayed
+    data = IterationRecord.from_dict(json.loads(json.dumps(record.to_dict())))  # as saved and replayed
     fig = record_tree_figure(data, decode=lambda t: f"<{t}>")
     nodes = [t for t in fig.data if t.name and t.name.startswith("from ")]
     assert sum(len(t.x) for t in nodes) == len(record.extra["tree_tokens"])
@@ -33,8 +36,8 @@ def test_tree_figure_from_a_real_record_marks_the_accepted_path(perturbed_pair):
     assert tree_figure([], []).layout.title.text == "Candidate tree"
 
 
-def streaming_record(pruned: list[int] | None) -> dict:
-    """A Streaming record as saved (plain JSON data): three streams' six nodes, the path 0-2-4, and a fused
+def streaming_record(pruned: list[int] | None) -> IterationRecord:
+    """A Streaming record by hand: three streams' six nodes, the path 0-2-4, and a fused
     pass of 32 layers whose pruning layer, after layer 26, dropped `pruned` (None: nothing pruned)."""
     extra = {
         "tree_tokens": [1, 2, 3, 4, 5, 6],
@@ -50,7 +53,7 @@ def streaming_record(pruned: list[int] | None) -> dict:
     }
     if pruned is not None:
         extra |= {"pruned": pruned, "prune_layer": 26}
-    return json.loads(json.dumps({"iteration": 3, "position": 40, "extra": extra}))
+    return record_with(iteration=3, position=40, extra=extra)
 
 
 def test_pruned_nodes_are_their_own_trace_on_dotted_edges():
@@ -98,10 +101,9 @@ def test_a_tree_without_pruning_draws_as_before():
     ]
     assert not any(t.mode == "lines" and t.line.dash for t in fig.data)
     assert sum(len(t.x) for t in fig.data if (t.name or "").startswith("from ")) == 6
-    bare = streaming_record(None)
-    bare["extra"] = {
-        k: v for k, v in bare["extra"].items() if k.startswith("tree_") or k in ("accepted_path", "sources")
-    }
+    whole = streaming_record(None)
+    tree = {k: v for k, v in whole.extra.items() if k.startswith("tree_") or k in ("accepted_path", "sources")}
+    bare = dataclasses.replace(whole, extra=tree)
     assert record_tree_figure(bare, decode=str) == fig
     assert record_tree_figure(streaming_record([]), decode=str) == fig
 
@@ -131,7 +133,7 @@ def test_tab_handlers_run_and_show_trees(perturbed_pair):
     state = sssd_tree.run_sssd(
         "tiny", [5, 17, 300, 42, 5, 17, 300, 42, 5], 16, 8, "input", load_pair=lambda name: perturbed_pair
     )
-    assert len(state["records"]) >= 1 and sum(len(r["emitted"]) for r in state["records"]) == 16
+    assert len(state.records) >= 1 and sum(len(r.emitted) for r in state.records) == 16
     html_text = sssd_tree.coloured_output(state)
     assert html_text.count("<span") >= 16 and "input" in html_text
     fig, line = sssd_tree.show_iteration(state, 0)
@@ -156,7 +158,7 @@ def test_tab_run_reports_bad_input_instead_of_raising(perturbed_pair):
     state, out, _first, fig, _line, count = sssd_tree.run_and_show(
         "tiny", [5, 17, 300, 5, 17], 12, 8, "input", load_pair=lambda name: perturbed_pair
     )
-    assert count == len(state["records"]) >= 1 and fig is not None and "<span" in out
+    assert count == len(state.records) >= 1 and fig is not None and "<span" in out
 
 
 def test_references_by_batched_ar_equal_those_by_trees(perturbed_pair):

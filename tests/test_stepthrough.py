@@ -15,7 +15,7 @@ from specviz.plots.step import panel_grid, step_distributions
 from specviz.plots.tree import record_tree_figure
 from specviz.stepthrough import explain_iteration, recompute_for
 from specviz.ui.stepthrough import step_html
-from tests.conftest import own_methods
+from tests.conftest import own_methods, record_with
 
 PROMPT = "def fibonacci(n):"
 
@@ -255,9 +255,9 @@ def test_pearl_plays_its_two_lanes_on_one_clock_and_their_overlap(perturbed_pair
 def test_the_tree_figures_title_counts_iterations_from_one():
     """Item 4/8: the SSSD and Streaming tabs' slider counts from 1; the tree's title counted from 0."""
     tree = {"tree_tokens": [7], "tree_parents": [-1], "tree_scores": [0.5], "tree_sources": ["input"]}
-    record = {"iteration": 0, "position": 9, "extra": {**tree, "accepted_path": [0], "sources": ["input"]}}
+    record = record_with(iteration=0, position=9, extra={**tree, "accepted_path": [0], "sources": ["input"]})
     assert record_tree_figure(record).layout.title.text == "Iteration 1: 1 node, 1 accepted"
-    empty_tree = {"iteration": 2, "position": 9, "extra": {}}
+    empty_tree = record_with(iteration=2, position=9)
     assert record_tree_figure(empty_tree).layout.title.text == "Iteration 3"
 
 

@@ -5,6 +5,7 @@ recorded" for a record without it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,7 +15,9 @@ from specviz.methods import streaming as streaming_method
 from specviz.methods.ngram_tree import TokenTree
 from specviz.models.streaming import StreamingLM
 from specviz.plots.streaming_pass import ROLES, pass_shape, run_pass, streaming_pass_figure
+from specviz.records import IterationRecord
 from specviz.ui import streaming as tab
+from tests.conftest import record_with
 
 PROMPT = "def f(x):"
 MAX_NEW = 16
@@ -50,11 +53,11 @@ def run(pair):
 
 def test_the_figures_rows_are_the_rows_the_fused_pass_ran(random_pair, passes):
     state = run(random_pair)
-    records = state["records"]
+    records = state.records
     assert len(passes) == len(records)  # one target pass per iteration
     for i, (main, streams) in enumerate(passes):
         fig = run_pass(records, i)[0]
-        nodes, shape = len(records[i]["extra"]["tree_tokens"]), pass_shape(records[i])
+        nodes, shape = len(records[i].extra["tree_tokens"]), pass_shape(records[i])
         assert stream_rows(fig) == streams == (1 + nodes) * shape.gamma  # every candidate node's γ streams
         assert sum(len(t.x or ()) for t in fig.data) - stream_rows(fig) == main
         assert fig.layout.title.text == f"Iteration {i + 1}: one pass, {main} + {streams} rows"
@@ -65,7 +68,7 @@ def test_the_figures_rows_are_the_rows_the_fused_pass_ran(random_pair, passes):
 
 def test_main_rows_run_through_every_layer_and_stream_rows_through_the_top_ones(random_pair):
     state = run(random_pair)
-    fig, shape = run_pass(state["records"], 1)[0], pass_shape(state["records"][1])
+    fig, shape = run_pass(state.records, 1)[0], pass_shape(state.records[1])
     for t in fig.data:
         if t.x:
             streams = t.name in (ROLES["next"][0], ROLES["discarded"][0])
@@ -98,23 +101,23 @@ def oracle_trees(random_pair, monkeypatch):
 
 def test_the_accepted_paths_rows_and_the_accepted_nodes_streams_are_coloured_as_such(random_pair, passes, oracle_trees):
     state = run(random_pair)
-    records = state["records"]
-    assert [t for r in records for t in r["emitted"]] == oracle_trees[:MAX_NEW]  # still the target's output
+    records = state.records
+    assert [t for r in records for t in r.emitted] == oracle_trees[:MAX_NEW]  # still the target's output
     checked = 0
     for i, r in enumerate(records):
-        tree = r["extra"]
+        tree = r.extra
         if not tree["tree_tokens"]:
             continue
         fig, gamma = run_pass(records, i)[0], pass_shape(r).gamma
         rows = bars(fig)
         committed = passes[i][0] - len(tree["tree_tokens"])
         path = tree["accepted_path"]
-        assert len(path) == r["accepted"]  # no cut at EOS or the budget in these runs
+        assert len(path) == r.accepted  # no cut at EOS or the budget in these runs
         assert rows[ROLES["accepted"][0]] == [committed + 1 + n for n in path]
         assert sorted(rows[ROLES["accepted"][0]] + rows[ROLES["rejected"][0]]) == list(
             range(committed + 1, committed + 1 + len(tree["tree_tokens"]))
         )
-        kept = len(set(records[i + 1]["extra"]["tree_sources"])) if i + 1 < len(records) else 0
+        kept = len(set(records[i + 1].extra["tree_sources"])) if i + 1 < len(records) else 0
         node = path[-1] if path else -1  # the accepted node: stream rows are node-major from the last committed token
         main = committed + len(tree["tree_tokens"])
         first = main + (1 + node) * gamma + 1
@@ -126,11 +129,11 @@ def test_the_accepted_paths_rows_and_the_accepted_nodes_streams_are_coloured_as_
 
 def test_the_tabs_sentence_counts_the_rows_of_the_pass(random_pair, passes, oracle_trees):
     state = run(random_pair)
-    records = state["records"]
-    i = next(i for i, r in enumerate(records) if r["accepted"] and i + 1 < len(records))
+    records = state.records
+    i = next(i for i, r in enumerate(records) if r.accepted and i + 1 < len(records))
     fig, line = tab.show_pass(state, i + 1)  # iterations count from 1
-    nodes = len(records[i]["extra"]["tree_tokens"])
-    kept = len(set(records[i + 1]["extra"]["tree_sources"]))
+    nodes = len(records[i].extra["tree_tokens"])
+    kept = len(set(records[i + 1].extra["tree_sources"]))
     assert line == (
         f"one target pass: {1 + nodes} rows verify the tree, {passes[i][1]} stream rows ran; {kept} of them "
         "(the accepted node's) draft the next tree."
@@ -148,7 +151,7 @@ def test_a_run_without_streams_says_so_in_every_pass(random_pair, passes):
     """speculation_length 0: no pass runs a stream, so none builds a tree; the sentence says the streams
     are not in use, not that the output budget leaves no room."""
     state = tab.run_streaming("tiny-random", PROMPT, 6, 0, 2, load_pair=lambda name: random_pair)
-    records = state["records"]
+    records = state.records
     assert len(records) == 6 and all(pass_shape(r).gamma == 0 for r in records)
     lines = [tab.show_pass(state, i + 1)[1] for i in range(len(records))]
     committed = pass_shape(records[1]).committed_rows
@@ -164,12 +167,12 @@ def test_nodes_off_the_accepted_path_are_not_called_rejected():
 
 
 def test_a_pass_without_streams_draws_main_rows_only():
-    record = {
-        "iteration": 0,
-        "position": 5,
-        "accepted": 0,
-        "emitted": [1],
-        "extra": {
+    record = record_with(
+        iteration=0,
+        position=5,
+        accepted=0,
+        emitted=(1,),
+        extra={
             "tree_tokens": [],
             "tree_parents": [],
             "tree_scores": [],
@@ -181,7 +184,7 @@ def test_a_pass_without_streams_draws_main_rows_only():
             "gamma": 0,
             "committed_rows": 5,
         },
-    }
+    )
     fig = streaming_pass_figure(record)
     assert stream_rows(fig) == 0 and bars(fig)[ROLES["committed"][0]] == [1, 2, 3, 4, 5]
     assert "no streams run" in fig.layout.title.subtitle.text
@@ -191,26 +194,26 @@ def test_saved_records_alone_draw_the_pass_and_older_ones_say_not_recorded(rando
     """The tab's state rebuilt from the records' JSON (no model, no adapter) draws the same passes; a
     record saved before records carried the pass's shape draws a note, not a guess."""
     state = run(random_pair)
-    saved = {"records": json.loads(json.dumps(state["records"])), "text": {}}
-    for i in range(len(saved["records"])):
+    saved = tab.TreeRun(
+        tuple(IterationRecord.from_dict(json.loads(json.dumps(r.to_dict()))) for r in state.records), {}
+    )
+    for i in range(len(saved.records)):
         fig, line = tab.show_pass(saved, i + 1)
         assert stream_rows(fig) == passes[i][1] and line.startswith("one target pass: ")
     shape_keys = ("layers", "stream_layers", "gamma", "committed_rows")
-    old = {
-        **saved,
-        "records": [
-            {**r, "extra": {k: v for k, v in r["extra"].items() if k not in shape_keys}} for r in saved["records"]
-        ],
-    }
+    bare = [
+        dataclasses.replace(r, extra={k: v for k, v in r.extra.items() if k not in shape_keys}) for r in saved.records
+    ]
+    old = tab.TreeRun(tuple(bare), {})
     fig, line = tab.show_pass(old, 2)
     assert fig.layout.title.text == "Iteration 2: pass not recorded" and not fig.data
     assert "Not recorded" in fig.layout.annotations[0].text
     assert line == "one target pass: not recorded (this record does not carry the pass's shape)."
 
 
-def pass_record(pruned: bool, iteration: int = 0) -> dict:
+def pass_record(pruned: bool, iteration: int = 0) -> IterationRecord:
     """A record by hand: 1 committed row, a 6-node tree (root 0 -> 2 accepted; node 1 and its child 4
-    pruned after layer 26 when `pruned`), N = 30, N_s = 4, γ = 3; as a saved run's JSON holds it."""
+    pruned after layer 26 when `pruned`), N = 30, N_s = 4, γ = 3; as a run records it."""
     extra = {
         "tree_tokens": [10, 11, 12, 13, 14, 15],
         "tree_parents": [-1, -1, 0, 0, 1, 2],
@@ -225,13 +228,13 @@ def pass_record(pruned: bool, iteration: int = 0) -> dict:
     }
     if pruned:
         extra |= {"prune_layer": 26, "pruned": [1, 4]}
-    return {"iteration": iteration, "position": 5, "accepted": 2, "emitted": [10, 12, 7], "extra": extra}
+    return record_with(iteration=iteration, position=5, accepted=2, emitted=(10, 12, 7), extra=extra)
 
 
-def next_record() -> dict:
+def next_record() -> IterationRecord:
     """The pass after: its tree came from the accepted node's streams 1 and 2 (2 kept streams)."""
     r = pass_record(False, iteration=1)
-    return {**r, "extra": {**r["extra"], "tree_sources": ["stream 1", "stream 2"] * 3}}
+    return dataclasses.replace(r, extra={**r.extra, "tree_sources": ["stream 1", "stream 2"] * 3})
 
 
 def tops(fig, role: str) -> set[int]:

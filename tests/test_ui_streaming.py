@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gradio as gr
 import pytest
 
 from specviz.plots.tree import PRUNED_NAME, record_tree_figure
 from specviz.ui import streaming as tab
-from tests.conftest import tab_context
+from tests.conftest import record_with, tab_context
 
 
 def test_run_and_inspect_a_tree(random_pair):
     state = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, load_pair=lambda name: random_pair)
-    records = state["records"]
-    assert sum(len(r["emitted"]) for r in records) == 12
-    assert records[0]["extra"]["tree_tokens"] == []  # no node before the first forward
-    later = records[1]["extra"]
+    records = state.records
+    assert sum(len(r.emitted) for r in records) == 12
+    assert records[0].extra["tree_tokens"] == []  # no node before the first forward
+    later = records[1].extra
     assert later["tree_tokens"] and set(later["tree_sources"]) <= {"stream 1", "stream 2", "stream 3"}
     fig, line = tab.show_iteration(state, 2)  # iterations count from 1
     assert line.startswith(f"iteration 2 of {len(records)}:")
@@ -28,7 +30,7 @@ def test_run_and_inspect_a_tree(random_pair):
     assert "12 tokens in" in tab.summary_line(state)
     assert "Lossless against the target itself" in tab.summary_line(state)  # the untrained adapter tunes nothing
     assert "Lossless against its own fine-tuned target" in tab.summary_line(
-        {**state, "against": "its own fine-tuned target"}
+        dataclasses.replace(state, against="its own fine-tuned target")
     )
     assert tab.show_iteration(None, 0)[0] is None
 
@@ -52,10 +54,10 @@ def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
     """Labels large and unclipped with their whitespace shown, each stream's nodes in its colour (the
     text's), the accepted path in a colour no stream has (it was stream 3's green), the legend below
     the tree, a row of height per leaf."""
-    record = {
-        "iteration": 3,
-        "position": 40,
-        "extra": {
+    record = record_with(
+        iteration=3,
+        position=40,
+        extra={
             "tree_tokens": [1, 2, 3, 4, 5, 6],
             "tree_parents": [-1, -1, 0, 1, 2, 3],
             "accepted_path": [0, 2, 4],
@@ -63,7 +65,7 @@ def test_tree_labels_are_readable_and_each_stream_keeps_its_colour():
             "tree_scores": [0.9, 0.1, 0.8, 0.1, 0.7, 0.1],
             "sources": ["stream 1", "stream 2", "stream 3"],
         },
-    }
+    )
     text = {1: " def", 2: "\n", 3: " is", 4: "_", 5: "pal", 6: "\t"}
     fig = record_tree_figure(record, decode=text.get, colour_of=tab.stream_colour)
     nodes = {t.name: t for t in fig.data if (t.name or "").startswith("from stream")}
@@ -98,7 +100,7 @@ def pruning_pair(random_pair, tmp_path, monkeypatch):
     return random_pair
 
 
-def run_pruned(pair, threshold: float) -> dict:
+def run_pruned(pair, threshold: float) -> tab.StreamingRun:
     return tab.run_streaming("tiny-random", "def f(x):", 30, 3, 2, threshold, load_pair=lambda name: pair)
 
 
@@ -115,21 +117,21 @@ def test_the_threshold_reaches_the_method_and_the_lines_count_pruned_nodes(pruni
     monkeypatch.setattr(specviz, "run", spied)
     state = run_pruned(pruning_pair, THRESHOLD)
     assert asked[-1]["method"] == "streaming" and asked[-1]["prune_threshold"] == THRESHOLD
-    assert state["prune_threshold"] == THRESHOLD and state["has_pruner"] is True
-    records = state["records"]
-    pruned = [len(r["extra"].get("pruned") or ()) for r in records]
+    assert state.prune_threshold == THRESHOLD and state.has_pruner is True
+    records = state.records
+    pruned = [len(r.extra.get("pruned") or ()) for r in records]
     assert any(pruned), "nothing was pruned: raise THRESHOLD"
     assert not all(pruned[1:]), "every tree was pruned"
     for i, (r, n) in enumerate(zip(records, pruned, strict=True), start=1):
         fig, line = tab.show_iteration(state, i)
-        nodes = len(r["extra"]["tree_tokens"])
+        nodes = len(r.extra["tree_tokens"])
         cut = [len(t.x) for t in fig.data if t.name == PRUNED_NAME]  # the tree figure crosses them out
         if n:
             assert f"{nodes} tree nodes from the streams, {n} pruned after layer {PRUNE_LAYER}, " in line
             assert cut == [n]
         else:
             assert "pruned" not in line and not cut
-    total = sum(len(r["extra"]["tree_tokens"]) for r in records)
+    total = sum(len(r.extra["tree_tokens"]) for r in records)
     summary = tab.summary_line(state)
     assert (
         f"The pruning layer (threshold {THRESHOLD:g}) dropped {sum(pruned)} of the {total} tree nodes "
@@ -140,9 +142,9 @@ def test_the_threshold_reaches_the_method_and_the_lines_count_pruned_nodes(pruni
 
 def test_at_threshold_zero_nothing_is_pruned_or_said(pruning_pair):
     state = run_pruned(pruning_pair, 0.0)
-    assert state["has_pruner"] is True and state["prune_threshold"] == 0.0
-    assert not any(r["extra"].get("pruned") for r in state["records"])
-    lines = [tab.show_iteration(state, i)[1] for i in range(1, len(state["records"]) + 1)]
+    assert state.has_pruner is True and state.prune_threshold == 0.0
+    assert not any(r.extra.get("pruned") for r in state.records)
+    lines = [tab.show_iteration(state, i)[1] for i in range(1, len(state.records) + 1)]
     assert not any("prun" in line for line in lines)
     assert "prun" not in tab.summary_line(state)
 
@@ -150,13 +152,13 @@ def test_at_threshold_zero_nothing_is_pruned_or_said(pruning_pair):
 def test_a_threshold_without_a_pruning_layer_says_so(random_pair):
     """The tiny pair's "auto" adapter is untrained: no pruning layer, so a threshold prunes nothing."""
     state = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, 0.05, load_pair=lambda name: random_pair)
-    assert state["has_pruner"] is False and not any(r["extra"].get("pruned") for r in state["records"])
+    assert state.has_pruner is False and not any(r.extra.get("pruned") for r in state.records)
     summary = tab.summary_line(state)
     assert "Pruning threshold 0.05: no pruning layer in this adapter, so no tree nodes were pruned." in summary
     assert "dropped" not in summary
     off = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, 0.0, load_pair=lambda name: random_pair)
     assert "prun" not in tab.summary_line(off)  # no threshold: nothing to say
-    assert "no pruning layer" not in tab.summary_line({**state, "has_pruner": True})
+    assert "no pruning layer" not in tab.summary_line(dataclasses.replace(state, has_pruner=True))
 
 
 def test_the_slider_sits_with_the_run_controls_and_reaches_run_streaming(monkeypatch):
@@ -175,7 +177,7 @@ def test_the_slider_sits_with_the_run_controls_and_reaches_run_streaming(monkeyp
 
     def fake(*args, load_pair=None, limits=None):
         given.append(args)
-        return {"records": [], "text": {}, "against": "", "prune_threshold": args[5], "has_pruner": False}
+        return tab.StreamingRun((), {}, against="", prune_threshold=args[5], has_pruner=False)
 
     monkeypatch.setattr(tab, "run_streaming", fake)
     values = {prune: 0.004, sliders["tree width (top tokens per stream)"]: 3}

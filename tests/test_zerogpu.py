@@ -294,9 +294,9 @@ def test_every_tabs_model_handler_runs_in_a_worker(app, spaces):
     _, rows, _, steps = handler(app, "specviz.ui.pearl", "run")(PAIR, "def f(x):", 2, False, 8, 1)
     assert len(rows) == 3 and len(steps)  # the target alone, vanilla and PEARL
     state, html, *_ = handler(app, "specviz.ui.sssd_tree", "on_run")(PAIR, "def f(x): return f(x)", 8, 4, "input")
-    assert state["records"] and "Cannot" not in html
+    assert state.records and "Cannot" not in html
     state, html, *_ = handler(app, "specviz.ui.streaming", "on_run")(PAIR, "def f(x):", 8, 2, 2, 0.0)
-    assert state["records"] and "Cannot" not in html
+    assert state.records and "Cannot" not in html
     *_, (state, summary, _, _) = handler(app, "specviz.ui.online", "on_serve")(
         PAIR, ["gsm8k"], 2, 0, False, 1, 8, 3, 1, 3e-3, "fkl", False, 5, KeyedStop()
     )

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from specviz.extras import StreamingPassExtra, of
+from specviz.extras import StreamingPassExtra
 from specviz.plots.theme import OKABE_ITO, count_ticks, empty, finish, wrap
 from specviz.plots.tree import record_tree, visible
+
+if TYPE_CHECKING:
+    from specviz.records import IterationRecord
 
 # a row's role in the pass -> (legend name, colour); legend order is this order
 ROLES = {
@@ -82,12 +85,12 @@ class PassCounts:
         )
 
 
-def pass_shape(record: dict[str, Any]) -> StreamingPassExtra | None:
+def pass_shape(record: IterationRecord) -> StreamingPassExtra | None:
     """The recorded shape of a record's pass (N, N_s, γ, m); None when the record does not carry it."""
-    return of(record.get("extra", {}), StreamingPassExtra)
+    return record.extras(StreamingPassExtra)
 
 
-def kept_streams(next_record: dict[str, Any] | None) -> int:
+def kept_streams(next_record: IterationRecord | None) -> int:
     """How many of the accepted node's streams drafted the next tree: the streams its nodes came from
     (stream j's tokens are children of stream j-1's, so they are streams 1..k); 0 after the last pass."""
     if next_record is None:
@@ -95,7 +98,7 @@ def kept_streams(next_record: dict[str, Any] | None) -> int:
     return len(set(record_tree(next_record).tree_sources))
 
 
-def pass_rows(record: dict[str, Any], shape: StreamingPassExtra, kept: int = 0) -> list[PassRow]:
+def pass_rows(record: IterationRecord, shape: StreamingPassExtra, kept: int = 0) -> list[PassRow]:
     """The rows of `record`'s pass in their order: m committed-token rows, the tree's nodes (a pruned
     one stopping at the pruning layer), then each kept candidate node's γ stream rows (`shape`, as
     recorded); `kept`: the accepted node's streams that drafted the next tree (`kept_streams`)."""
@@ -130,7 +133,7 @@ def _node_row(i: int, token: int, accepted: set[int], pruned: set[int], prune_la
 
 
 def streaming_pass_figure(
-    record: dict[str, Any], kept: int = 0, decode: Callable[[int], str] | None = None
+    record: IterationRecord, kept: int = 0, decode: Callable[[int], str] | None = None
 ) -> go.Figure:
     """One bar per row of the pass, from the first layer it runs through to the top (a pruned node's
     to the pruning layer), coloured by its role; a note instead when the record does not carry the
@@ -213,7 +216,7 @@ def _prune_line(fig: go.Figure, layer: int) -> None:
 
 
 def run_pass(
-    records: Sequence[dict[str, Any]], i: int, decode: Callable[[int], str] | None = None
+    records: Sequence[IterationRecord], i: int, decode: Callable[[int], str] | None = None
 ) -> tuple[go.Figure, PassCounts | None]:
     """The pass of a run's record i (0-based), its kept streams read off the next record's tree, and
     what its rows count (None when the record does not carry the pass's shape)."""
@@ -226,9 +229,9 @@ def run_pass(
     return _draw(_iteration(record), shape, rows, decode), PassCounts.of(rows, shape.gamma, last)
 
 
-def _iteration(record: dict[str, Any]) -> str:
+def _iteration(record: IterationRecord) -> str:
     """'Iteration 3': counted from 1, as the tabs."""
-    return f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?"
+    return f"Iteration {record.iteration + 1}"
 
 
 def _layer_step(layers: int) -> int:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
-from specviz.extras import StreamingPassExtra, TreeExtra, of
+from specviz.extras import StreamingPassExtra, TreeExtra
 from specviz.plots.theme import OKABE_ITO, empty, finish
 from specviz.text import visible as visible_text
+
+if TYPE_CHECKING:
+    from specviz.records import IterationRecord
 
 # Okabe-Ito colours: readable with the common colour-vision deficiencies.
 SOURCE_COLOURS = {"input": "#0072B2", "datastore": "#E69F00", "model": "#009E73"}
@@ -211,19 +214,18 @@ def add_pruned(
     )
 
 
-def record_tree(record: dict[str, Any]) -> TreeExtra:
-    """The tree of a record as a dict (`IterationRecord.to_dict()`, plain data in a tab's state); empty
-    when it has none."""
-    return of(record.get("extra", {}), TreeExtra) or TreeExtra((), (), (), (), (), ())
+def record_tree(record: IterationRecord) -> TreeExtra:
+    """The tree of a record; empty when it has none."""
+    return record.tree() or TreeExtra((), (), (), (), (), ())
 
 
 def record_tree_figure(
-    record: dict[str, Any], decode: Callable[[Any], str] | None = None, colour_of: Callable[[str], str] | None = None
+    record: IterationRecord, decode: Callable[[Any], str] | None = None, colour_of: Callable[[str], str] | None = None
 ) -> go.Figure:
-    """The tree of one SSSD or Streaming record (`IterationRecord.to_dict()`), with the nodes a Streaming
-    pass pruned (its `StreamingPassExtra`) marked."""
+    """The tree of one SSSD or Streaming record, with the nodes a Streaming pass pruned (its
+    `StreamingPassExtra`) marked."""
     tree = record_tree(record)
-    shape = of(record.get("extra", {}), StreamingPassExtra)
+    shape = record.extras(StreamingPassExtra)
     return tree_figure(
         tree.tree_tokens,
         tree.tree_parents,
@@ -231,9 +233,9 @@ def record_tree_figure(
         tree.tree_sources,
         tree.tree_scores,
         decode,
-        title=f"Iteration {record['iteration'] + 1}" if "iteration" in record else "Iteration ?",  # from 1, as the tabs
+        title=f"Iteration {record.iteration + 1}",  # from 1, as the tabs
         colour_of=colour_of,
-        subtitle=f"at output position {record.get('position', '?')}",
+        subtitle=f"at output position {record.position}",
         pruned=(shape.pruned or ()) if shape else (),
         prune_layer=shape.prune_layer if shape else None,
     )

@@ -7,21 +7,23 @@ Handlers are plain functions of widget values (tested without a server); no torc
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
-from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
+from specviz.serving.limits import AppLimits, check_prompt_text
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
+from specviz.ui.trees import TARGET, TARGET_COLOUR, TreeRun, tree_run
+from specviz.ui.trees import coloured_output as coloured_output_by
 
 if TYPE_CHECKING:
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "SSSD tree"
 TAB_ORDER = 60
-TARGET_COLOUR = "#555555"  # the target's own token (correction or bonus)
 
 
 def run_sssd(
@@ -30,52 +32,35 @@ def run_sssd(
     max_new_tokens: int,
     speculation_length: int,
     sources: str,
-    load_pair=None,
+    load_pair: Callable[[str], Any] | None = None,
     limits: AppLimits | None = None,
-) -> dict[str, Any]:
-    """One greedy `sssd` run -> plain state: records as dicts and each tree token's text; the prompt
-    within `limits`."""
-    import specviz
-
-    pair = (load_pair or specviz.load_pair)(pair_name)
-    records = [
-        r.to_dict()
-        for r in specviz.run(
-            "sssd",
-            pair,
-            prompt_ids(pair, prompt, limits or AppLimits()),
-            max_new_tokens=int(max_new_tokens),
-            speculation_length=int(speculation_length),
-            sources=sources,
-        )
-    ]
-    vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r["emitted"])}
-    return {"records": records, "text": {str(t): pair.tokenizer.decode([t]) for t in vocab}}
+) -> TreeRun:
+    """One greedy `sssd` run to inspect; the prompt within `limits`."""
+    options = {"speculation_length": int(speculation_length), "sources": sources}
+    _, fields = tree_run("sssd", pair_name, prompt, max_new_tokens, options, load_pair, limits)
+    return TreeRun(**fields)
 
 
-def coloured_output(state: dict[str, Any]) -> str:
+def source_colour(source: str) -> str:
+    """A draft source's colour; the target's own token grey."""
+    return SOURCE_COLOURS.get(source, TARGET_COLOUR)
+
+
+def coloured_output(run: TreeRun) -> str:
     """HTML of the emitted text: accepted drafts coloured by their source, the target's own tokens grey."""
-    spans = []
-    for r in state["records"]:
-        sources = record_tree(r).sources
-        for i, token in enumerate(r["emitted"]):
-            source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
-            colour = SOURCE_COLOURS.get(source, TARGET_COLOUR)
-            spans.append(
-                f'<span style="color:{colour}" title="{source}">{html.escape(state["text"][str(token)])}</span>'
-            )
-    legend = " · ".join(
-        f'<span style="color:{c}">■ {s}</span>'
-        for s, c in [*SOURCE_COLOURS.items(), ("target", TARGET_COLOUR)]
-        if s != "model"
-    )
-    return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
+    return coloured_output_by(run, source_colour, [*(s for s in SOURCE_COLOURS if s != "model"), TARGET])
 
 
 def run_and_show(
-    pair_name: str, prompt: str, max_new_tokens: int, speculation_length: int, sources: str, load_pair=None, run=None
+    pair_name: str,
+    prompt: str,
+    max_new_tokens: int,
+    speculation_length: int,
+    sources: str,
+    load_pair: Callable[[str], Any] | None = None,
+    run: Callable[..., TreeRun] | None = None,
 ):
-    """The Run button: (state, output HTML, first iteration with an accepted draft, its figure and
+    """The Run button: (run, output HTML, first iteration with an accepted draft, its figure and
     summary, iteration count); a bad input gives an error message in the output instead. `run`: the
     app's model call of run_sssd with the first five arguments (default: run_sssd here)."""
     try:
@@ -89,22 +74,22 @@ def run_and_show(
         ValueError,
     ) as e:  # a user's input (or a pair that cannot load): said in the tab; a fault raises
         return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", 1, None, "", 1
-    first = next((i + 1 for i, r in enumerate(state["records"]) if r["accepted"]), 1)  # counted from 1
+    first = state.first_accepted()
     fig, line = show_iteration(state, first)
-    return state, coloured_output(state), first, fig, line, len(state["records"])
+    return state, coloured_output(state), first, fig, line, len(state.records)
 
 
-def show_iteration(state: dict[str, Any] | None, iteration: int):
+def show_iteration(state: TreeRun | None, iteration: Any):
     """The tree figure of one iteration (counted from 1, as everywhere in the app), and a one-line summary of it."""
-    if not state or not state["records"]:
+    if not state or not state.records:
         return None, "Run SSSD first."
-    r = state["records"][min(max(1, int(iteration)), len(state["records"])) - 1]
-    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)))
+    r = state.at(iteration)
+    fig = record_tree_figure(r, decode=state.decode)
     tree = record_tree(r).tree_tokens
     return fig, (
-        f"iteration {r['iteration'] + 1} of {len(state['records'])}: {len(tree)} candidate nodes, "
-        f"{r['accepted']} accepted, "
-        f"{len(r['emitted'])} emitted; drafting took {r['draft_ms']:.2f} ms, verification {r['verify_ms']:.1f} ms"
+        f"iteration {r.iteration + 1} of {len(state.records)}: {len(tree)} candidate nodes, "
+        f"{r.accepted} accepted, "
+        f"{len(r.emitted)} emitted; drafting took {r.draft_ms:.2f} ms, verification {r.verify_ms:.1f} ms"
     )
 
 

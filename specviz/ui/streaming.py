@@ -8,24 +8,36 @@ Handlers are plain functions of widget values (tested without a server); no torc
 
 from __future__ import annotations
 
-import html
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
-from specviz.plots.streaming_pass import PassCounts, run_pass
+from specviz.plots.streaming_pass import PassCounts, pass_shape, run_pass
 from specviz.plots.tree import record_tree, record_tree_figure
-from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
+from specviz.serving.limits import AppLimits, check_prompt_text
 from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
+from specviz.ui.trees import TARGET_COLOUR, TreeRun, tree_run
+from specviz.ui.trees import coloured_output as coloured_output_by
 
 if TYPE_CHECKING:
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Streaming tree"
 TAB_ORDER = 65
-# Okabe-Ito colours, one per stream; the target's own token (correction or bonus) grey
+# Okabe-Ito colours, one per stream (the target's own token: trees.TARGET_COLOUR)
 STREAM_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9"]
-TARGET_COLOUR = "#555555"
+
+
+@dataclass(frozen=True)
+class StreamingRun(TreeRun):
+    """A streaming run to inspect, and what its summary says: what it is lossless against, its pruning
+    threshold and whether the adapter has a pruning layer (without one a threshold prunes nothing)."""
+
+    against: str | None = None
+    prune_threshold: float = 0.0
+    has_pruner: bool = True
 
 
 def run_streaming(
@@ -35,37 +47,22 @@ def run_streaming(
     streams: int,
     tree_width: int,
     prune_threshold: float | None = None,
-    load_pair=None,
+    load_pair: Callable[[str], Any] | None = None,
     limits: AppLimits | None = None,
-) -> dict[str, Any]:
-    """One greedy `streaming` run -> plain state: records as dicts, each token's text, what the run is
-    lossless against, the pruning threshold (None: the method's default) and whether the adapter has a
-    pruning layer (without one a threshold prunes nothing). The prompt within `limits`."""
-    import specviz
+) -> StreamingRun:
+    """One greedy `streaming` run to inspect (a pruning threshold of None: the method's default); the
+    prompt within `limits`."""
     from specviz.methods.streaming import StreamingOptions, streaming_model, tuned_target
 
-    pair = (load_pair or specviz.load_pair)(pair_name)
     threshold = StreamingOptions().prune_threshold if prune_threshold is None else float(prune_threshold)
-    records = [
-        r.to_dict()
-        for r in specviz.run(
-            "streaming",
-            pair,
-            prompt_ids(pair, prompt, limits or AppLimits()),
-            max_new_tokens=int(max_new_tokens),
-            speculation_length=int(streams),
-            tree_width=int(tree_width),
-            prune_threshold=threshold,
-        )
-    ]
-    vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r["emitted"])}
-    return {
-        "records": records,
-        "text": {str(t): pair.tokenizer.decode([t]) for t in vocab},
-        "against": tuned_target(pair),
-        "prune_threshold": threshold,
-        "has_pruner": streaming_model(pair.target, "auto").pruner is not None,
-    }
+    options = {"speculation_length": int(streams), "tree_width": int(tree_width), "prune_threshold": threshold}
+    pair, fields = tree_run("streaming", pair_name, prompt, max_new_tokens, options, load_pair, limits)
+    return StreamingRun(
+        **fields,
+        against=tuned_target(pair),
+        prune_threshold=threshold,
+        has_pruner=streaming_model(pair.target, "auto").pruner is not None,
+    )
 
 
 def stream_colour(source: str) -> str:
@@ -80,46 +77,34 @@ def stream_colour(source: str) -> str:
         return TARGET_COLOUR
 
 
-def coloured_output(state: dict[str, Any]) -> str:
+def coloured_output(run: TreeRun) -> str:
     """HTML of the emitted text: accepted drafts coloured by the stream that proposed them."""
-    spans, used = [], set()
-    for r in state["records"]:
-        sources = record_tree(r).sources
-        for i, token in enumerate(r["emitted"]):
-            source = sources[i] if i < r["accepted"] and i < len(sources) else "target"
-            used.add(source)
-            spans.append(
-                f'<span style="color:{stream_colour(source)}" '
-                f'title="{source}">{html.escape(state["text"][str(token)])}</span>'
-            )
-    legend = " · ".join(f'<span style="color:{stream_colour(s)}">■ {s}</span>' for s in sorted(used))
-    return f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div><p>{legend}</p>'
+    return coloured_output_by(run, stream_colour)
 
 
-def show_iteration(state: dict[str, Any] | None, iteration: int):
+def show_iteration(state: TreeRun | None, iteration: Any):
     """The tree figure of one iteration (counted from 1, as everywhere in the app), and a one-line summary of it."""
-    if not state or not state["records"]:
+    if not state or not state.records:
         return None, "Run streaming first."
-    r = state["records"][min(max(1, int(iteration)), len(state["records"])) - 1]
-    fig = record_tree_figure(r, decode=lambda t: state["text"].get(str(t), str(t)), colour_of=stream_colour)
+    r = state.at(iteration)
+    fig = record_tree_figure(r, decode=state.decode, colour_of=stream_colour)
     tree = record_tree(r).tree_tokens
-    pruned = len(r["extra"].get("pruned") or ())
-    dropped = f"{pruned} pruned after layer {r['extra']['prune_layer']}, " if pruned else ""
+    shape = pass_shape(r)
+    pruned = len(shape.pruned or ()) if shape else 0
+    dropped = f"{pruned} pruned after layer {shape.prune_layer}, " if shape and pruned else ""
     return fig, (
-        f"iteration {r['iteration'] + 1} of {len(state['records'])}: {len(tree)} tree nodes from the streams, "
-        f"{dropped}{r['accepted']} accepted, "
-        f"{len(r['emitted'])} emitted in one target forward; the streams' head and the next tree "
-        f"{r['draft_ms']:.2f} ms, the one pass (verification and the streams' layers) {r['verify_ms']:.1f} ms"
+        f"iteration {r.iteration + 1} of {len(state.records)}: {len(tree)} tree nodes from the streams, "
+        f"{dropped}{r.accepted} accepted, "
+        f"{len(r.emitted)} emitted in one target forward; the streams' head and the next tree "
+        f"{r.draft_ms:.2f} ms, the one pass (verification and the streams' layers) {r.verify_ms:.1f} ms"
     )
 
 
-def show_pass(state: dict[str, Any] | None, iteration: int):
+def show_pass(state: TreeRun | None, iteration: Any):
     """The rows of one iteration's target pass (counted from 1), as its record says, and a sentence counting them."""
-    if not state or not state["records"]:
+    if not state or not state.records:
         return None, ""
-    records = state["records"]
-    i = min(max(1, int(iteration)), len(records)) - 1
-    fig, counts = run_pass(records, i, decode=lambda t: state["text"].get(str(t), str(t)))
+    fig, counts = run_pass(state.records, state.index(iteration), decode=state.decode)
     if counts is None:
         return fig, "one target pass: not recorded (this record does not carry the pass's shape)."
     return fig, pass_sentence(counts)
@@ -155,29 +140,30 @@ def _pruned(c: PassCounts) -> str:
     return f" The pruning layer dropped {of} after layer {c.prune_layer}: {they} ran no layer above it and no streams."
 
 
-def summary_line(state: dict[str, Any]) -> str:
-    records = state["records"]
-    tokens = sum(len(r["emitted"]) for r in records)
-    against = state.get("against") or "the target itself (this adapter leaves the main stream untouched)"
+def summary_line(state: StreamingRun) -> str:
+    tokens = sum(len(r.emitted) for r in state.records)
+    forwards = max(1, len(state.records))
+    against = state.against or "the target itself (this adapter leaves the main stream untouched)"
     return (
-        f"{tokens} tokens in {len(records)} target forwards: {tokens / max(1, len(records)):.2f} tokens per forward. "
+        f"{tokens} tokens in {len(state.records)} target forwards: {tokens / forwards:.2f} tokens per forward. "
         f"{_pruning(state)}Lossless against {against}."
     )
 
 
-def _pruning(state: dict[str, Any]) -> str:
+def _pruning(state: StreamingRun) -> str:
     """'The pruning layer (threshold 0.002) dropped 7 of the 40 tree nodes after layer 26. ' when it
     dropped some; a note when a threshold was set but the adapter has no pruning layer; else ''."""
-    records, threshold = state["records"], state.get("prune_threshold") or 0.0
-    if threshold > 0 and not state.get("has_pruner", True):
+    threshold = state.prune_threshold or 0.0
+    if threshold > 0 and not state.has_pruner:
         return f"Pruning threshold {threshold:g}: no pruning layer in this adapter, so no tree nodes were pruned. "
-    pruned = sum(len(r["extra"].get("pruned") or ()) for r in records)
-    if not pruned:
+    shapes = [s for s in map(pass_shape, state.records) if s and s.pruned]
+    if not shapes:
         return ""
-    nodes = sum(len(record_tree(r).tree_tokens) for r in records)
-    layer = next(r["extra"]["prune_layer"] for r in records if r["extra"].get("pruned"))
+    pruned = sum(len(s.pruned or ()) for s in shapes)
+    nodes = sum(len(record_tree(r).tree_tokens) for r in state.records)
     return (
-        f"The pruning layer (threshold {threshold:g}) dropped {pruned} of the {nodes} tree nodes after layer {layer}. "
+        f"The pruning layer (threshold {threshold:g}) dropped {pruned} of the {nodes} tree nodes after layer "
+        f"{shapes[0].prune_layer}. "
     )
 
 
@@ -238,12 +224,12 @@ def build_tab(ctx: TabContext) -> None:
             st = streamed(pair_name, text, int(n), int(k), int(w), float(p))
         except (SpecvizError, OSError, ValueError) as e:  # bad input, a pair that cannot load: said; a fault raises
             return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, "", None, ""
-        first = next((i + 1 for i, r in enumerate(st["records"]) if r["accepted"]), 1)  # counted from 1
+        first = st.first_accepted()
         return (
             st,
             coloured_output(st),
             summary_line(st),
-            gr.update(maximum=max(2, len(st["records"])), value=first),
+            gr.update(maximum=max(2, len(st.records)), value=first),
             *show_iteration(st, first),
             *show_pass(st, first),
         )
