@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specviz.cost.families import TARGET_ALONE
 from specviz.methods import BASELINE, get_method
@@ -58,6 +58,13 @@ class Race:
 
     def finished(self) -> list[MethodRun]:
         return [r for r in self.runs if r.records and r.status in ("done", "stopped")]
+
+    def ended(self) -> Race:
+        """The race as it ended, in objects of its own: what the Race tab hands the other tabs once nothing
+        changes it any more. A race is redrawn in place while it runs; a new object is what tells a
+        listener (a `.change` of the tab state holding it: gradio tracks a state's value by identity)
+        that it ended."""
+        return replace(self, runs=[replace(r) for r in self.runs])
 
     def baseline_tokens_per_s(self) -> float | None:
         """The autoregressive run's tokens/s (the speedup's denominator), once it has finished."""

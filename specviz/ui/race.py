@@ -534,7 +534,7 @@ def finished_board(
             ui.verdict: verdict_markdown(race, flags),
             ui.table: out["table"],
             ui.why: why_markdown(race),
-            ctx.race: race,
+            ctx.race: race.ended(),  # a new object: the tabs that follow the race (Theory) see it end
             ui.plot_time: out["time"],
             ui.plot_acceptance: out["acceptance"],
             ui.plot_hist: out["histogram"],

@@ -535,17 +535,6 @@ def roofline_handler(ctx: TabContext) -> Callable:
     return on_roofline
 
 
-def enclosing_tab() -> Any:
-    """The gr.Tab this tab is being built in (specviz.ui.blocks builds each inside `with gr.Tab(...)`), or None."""
-    import gradio as gr
-
-    block = gr.context.Context.block
-    return block if isinstance(block, gr.Tab) else None
-
-
-FOLLOW_S = 1.0  # how often the tab looks whether a race running when it was opened has finished
-
-
 def build_tab(ctx: TabContext) -> None:
     """The Theory tab: the what-if, the roofline, the published figures and the last race through its formulas;
     each view of the last race follows it as it finishes."""
@@ -664,38 +653,24 @@ def last_race_section(ctx: TabContext) -> RaceView:
 
 
 def follow_the_race(ctx: TabContext, views: list[RaceView]) -> None:
-    """Redraw every view of the last race once it has finished: when the tab is opened, when a new race object
-    arrives (a saved race loaded), and when a race that was running as the tab was opened finishes while it is
-    open. A race updates ctx.race in place, so gradio sees no change when it finishes (specviz.ui.race): a timer,
-    started only when the opened tab finds a race running, looks every FOLLOW_S seconds and stops itself."""
+    """Redraw every view of the last race once it has ended: the Race tab hands the race on as a new object
+    when it ends (`Race.ended`), a saved race loaded is one too, and each new object is a change of ctx.race.
+    A race that has only begun draws nothing yet (its views would move under the reader)."""
     import gradio as gr
 
     inputs = [x for v in views for x in v.inputs] + [ctx.race]
     outputs = [x for v in views for x in v.outputs]
-    timer = gr.Timer(FOLLOW_S, active=False)
 
-    def redraw(*values, follow: bool = True):
-        """The views of a finished race; for a race still running, nothing yet, and (`follow`: the tab was opened
-        or its timer ticked) the timer on until it finishes."""
+    def redraw(*values):
         race = values[-1]
         if not race_finished(race):
-            return *(gr.skip() for _ in outputs), gr.Timer(active=race is not None) if follow else gr.skip()
+            return tuple(gr.skip() for _ in outputs)
         drawn, at = [], 0
         for v in views:
             own = values[at : at + len(v.inputs)]
             at += len(v.inputs)
             value = v.draw(*own, race)
             drawn += list(value) if len(v.outputs) > 1 else [value]
-        return *drawn, gr.Timer(active=False)
+        return tuple(drawn)
 
-    def on_new_race(*values):
-        """A new race object: drawn at once if finished (a saved race); a race just started is not followed
-        from here (the tab is not open as it starts: Run race is on the Race tab), so no timer for it."""
-        return redraw(*values, follow=False)
-
-    both = [*outputs, timer]
-    ctx.race.change(on_new_race, inputs, both, show_progress="hidden", api_visibility="private")
-    tab = enclosing_tab()
-    if tab is not None:
-        tab.select(redraw, inputs, both, show_progress="hidden", api_visibility="private")
-    timer.tick(redraw, inputs, both, show_progress="hidden", api_visibility="private")
+    ctx.race.change(redraw, inputs, outputs, show_progress="hidden", api_visibility="private")
