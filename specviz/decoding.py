@@ -77,10 +77,14 @@ class Decoding:
         target_forwards: int = 1,
         extra: dict[str, Any] | None = None,
         t_end: float | None = None,
+        lane_ms: tuple[float, float] | None = None,
     ) -> IterationRecord:
-        """Append drafted[:accepted] + the target's token, cut at EOS or the token budget, and record it.
-        A verdict without a target token (every draft accepted, no bonus row) appends the drafts alone.
-        `t_end`: when the step ended, where its clock was read elsewhere (an engine's tokens arriving); None: now."""
+        """Append drafted[:accepted] + the target's token, cut at EOS or the token budget, and record it:
+        the one place a record is written. A verdict without a target token (every draft accepted, no
+        bonus row) appends the drafts alone. `extra`: the method's own fields (`specviz.extras`).
+        `t_end`: when the step ended, where its clock was read elsewhere (an engine's tokens arriving); None: now.
+        `lane_ms`: (draft, verify) milliseconds where the two models ran at once (PEARL's lanes: each
+        lane's busy time), instead of the split at `t_drafted`."""
         if verdict.next_token is None and verdict.accepted != len(drafted):
             raise ValueError("a verdict without the target's token must accept every drafted token")
         emitted = [*drafted[: verdict.accepted], *([verdict.next_token] if verdict.next_token is not None else [])]
@@ -112,8 +116,8 @@ class Decoding:
             target_forwards=target_forwards,
             t_start=t_start,
             t_end=t_end,
-            draft_ms=(t_drafted - t_start) * 1e3,
-            verify_ms=(t_end - t_drafted) * 1e3,
+            draft_ms=lane_ms[0] if lane_ms else (t_drafted - t_start) * 1e3,
+            verify_ms=lane_ms[1] if lane_ms else (t_end - t_drafted) * 1e3,
             extra={
                 **(extra or {}),
                 **CommitExtra(

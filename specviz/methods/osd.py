@@ -9,7 +9,6 @@ lessons to: it is vanilla SD.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -71,7 +70,7 @@ def online_decoding(dec: Decoding, opts: OsdOptions, learner: Any) -> Iterator[I
     draft = learner.begin_request()  # fixed for this whole request
     version = learner.version
     buffer = learner.request_buffer()  # R: filled by the loop after each verification
-    steps = speculative_decoding(dec, ModelDrafter(dec, draft), StaticLength(opts.speculation_length), updater=buffer)
-    for record in steps:
-        yield dataclasses.replace(record, extra={**record.extra, **OnlineExtra(draft_version=version).to_extra()})
+    tag = OnlineExtra(draft_version=version).to_extra()  # every record says which draft served it
+    policy = StaticLength(opts.speculation_length)
+    yield from speculative_decoding(dec, ModelDrafter(dec, draft), policy, updater=buffer, extra=tag)
     learner.end_request(buffer, dec.ids)  # R -> Q; every I requests: update the draft

@@ -161,7 +161,17 @@ class Pearl:
 
     def record(self, drafted: list[int], verdict: Verdict, mode: str, **mode_fields: Any) -> IterationRecord:
         """The record of the rounds since the last one; `mode_fields`: the mode's own PearlExtra fields."""
-        log = self.log
+        log, t_end = self.log, self.dec.now()
+        pearl = PearlExtra(
+            mode=mode,
+            window=self.gamma,
+            parallel_threads=self.lanes.threads,
+            draft_intervals=tuple((start, end) for start, end in log.draft),
+            target_intervals=tuple((start, end) for start, end in log.target),
+            phases=tuple(Phase(**p) for p in log.phases),
+            ideal_s=t_end - self.t_start - log.deficit,
+            **mode_fields,
+        )
         r = self.dec.commit(
             drafted=drafted,
             verdict=verdict,
@@ -170,19 +180,9 @@ class Pearl:
             t_drafted=self.t_start,
             draft_forwards=len(log.draft),
             target_forwards=len(log.target),
-        )
-        pearl = PearlExtra(
-            mode=mode,
-            window=self.gamma,
-            parallel_threads=self.lanes.threads,
-            draft_intervals=tuple((start, end) for start, end in log.draft),
-            target_intervals=tuple((start, end) for start, end in log.target),
-            phases=tuple(Phase(**p) for p in log.phases),
-            ideal_s=r.t_end - r.t_start - log.deficit,
-            **mode_fields,
-        )
-        r = replace(
-            r, draft_ms=busy(log.draft) * 1e3, verify_ms=busy(log.target) * 1e3, extra={**pearl.to_extra(), **r.extra}
+            extra=pearl.to_extra(),
+            t_end=t_end,
+            lane_ms=(busy(log.draft) * 1e3, busy(log.target) * 1e3),
         )
         self.log, self.t_start = Round(), self.dec.now()
         return r

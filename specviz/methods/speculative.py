@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
@@ -37,9 +38,14 @@ class HeuristicOptions(SpeculativeOptions):
 
 
 def speculative_decoding(
-    dec: Decoding, drafter: Drafter, policy: SpeculationPolicy, updater: Updater | None = None
+    dec: Decoding,
+    drafter: Drafter,
+    policy: SpeculationPolicy,
+    updater: Updater | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Iterator[IterationRecord]:
-    """Draft, verify, update: exactly one target forward pass per iteration."""
+    """Draft, verify, update: exactly one target forward pass per iteration. `extra`: fields every record
+    of the run carries beside its draft's (`specviz.extras`: OSD's draft version)."""
     target = CachedLM(dec.pair.target)
     while not dec.done:
         t_start = dec.now()
@@ -56,7 +62,7 @@ def speculative_decoding(
             t_start=t_start,
             t_drafted=t_drafted,
             draft_forwards=draft.forwards,
-            extra=draft.extra,
+            extra={**draft.extra, **(extra or {})},
         )
         target.truncate(position + verdict.accepted)  # keep the prefix and the accepted drafts
         drafter.rollback(position, verdict.accepted)

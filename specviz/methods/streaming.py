@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -173,9 +174,7 @@ def streaming(dec: Decoding, opts: StreamingOptions) -> Iterator[IterationRecord
     vocab = frequent_vocab(len(output_embeddings(lm.tuned))) if opts.stream_vocab == "frequent" else None
     drafter = StreamDrafter(lm, gamma, opts.tree_width, vocab, opts.prune_threshold)
     while not dec.done:
-        record = tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify)
-        assert drafter.shape is not None  # an invariant: `verify` ran, every iteration is one pass
-        yield replace(record, extra={**record.extra, **drafter.shape.to_extra()})
+        yield tree_step(dec, main, drafter, opts.tree_nodes, verify=drafter.verify, extra=drafter.pass_extra)
 
 
 class StreamDrafter:
@@ -204,6 +203,11 @@ class StreamDrafter:
         self.streams: torch.Tensor | None = None  # [gamma, H]: the last accepted node's streams, once run
         self.pass_gamma = gamma  # streams the next pass runs per node (`propose` bounds it by the budget)
         self.shape: StreamingPassExtra | None = None  # the last pass's shape, for its record
+
+    def pass_extra(self) -> dict[str, Any]:
+        """The last pass's shape as its record's fields (`tree_step` asks once the pass ran)."""
+        assert self.shape is not None  # an invariant: `verify` ran, every iteration is one pass
+        return self.shape.to_extra()
 
     def verify(
         self, target: CachedLM, new_tokens: list[int], tree: TokenTree

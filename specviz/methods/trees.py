@@ -9,9 +9,9 @@ tree drafters; a new tree method is a drafter and a loop of `tree_step`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -71,13 +71,15 @@ def commit_tree(
     t_drafted: float,
     batch_size: int | None = None,
     kept: list[int] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[IterationRecord, TreeVerdict]:
     """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
     commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep).
     The record's draft passes are the tree's `forwards`. `batch_size`: the sequences verified in the
     same forward (SSSD's static batch), for the record. `kept`: the nodes verified (None: all); the
     others were pruned before verification, so only the subtree of these competes (their rows of
-    `logits` are not read), and the verdict's nodes are the whole tree's."""
+    `logits` are not read), and the verdict's nodes are the whole tree's. `extra`: the record's other
+    fields (`specviz.extras`) beside the tree's."""
     if kept is not None:
         sub = tree.subtree(kept)
         tv = verify_tree(
@@ -94,7 +96,7 @@ def commit_tree(
         t_start=t_start,
         t_drafted=t_drafted,
         draft_forwards=tree.forwards,
-        extra=tree_extra(tree, tv.path, tv.main_path(tree.parents, kept), batch_size).to_extra(),
+        extra={**tree_extra(tree, tv.path, tv.main_path(tree.parents, kept), batch_size).to_extra(), **(extra or {})},
     )
     return record, tv
 
@@ -115,10 +117,12 @@ def tree_step(
     budget: int,
     all_rows: bool = False,
     verify: TreeVerify | None = None,
+    extra: Callable[[], dict[str, Any]] | None = None,
 ) -> IterationRecord:
     """Draft a tree, verify it in one target forward, keep the accepted path in the cache. `all_rows`:
     hand the drafter the hidden states of every new committed token, not only the last one's.
-    `verify`: a forward of the drafter's own instead (speculative streaming's pass that also drafts)."""
+    `verify`: a forward of the drafter's own instead (speculative streaming's pass that also drafts).
+    `extra`: the record's fields the drafter knows once the pass ran (the streaming pass's shape)."""
     t_start = dec.now()
     tree = drafter.propose(TreeContext.of(dec), budget)
     t_drafted = dec.now()
@@ -130,7 +134,7 @@ def tree_step(
         logits, hidden = target.forward_tree(new, tree.tokens, tree.parents), None
     else:
         logits, hidden = target.forward_tree_hidden(new, tree.tokens, tree.parents, drafter.hidden_layer, all_rows)
-    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted, kept=kept)
+    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted, kept=kept, extra=extra() if extra else None)
     path = list(tv.path[: record.accepted])
     target.keep_path(position, path)
     drafter.kept(path, hidden)
