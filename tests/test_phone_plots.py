@@ -76,10 +76,7 @@ def test_the_pearl_tabs_timeline_fits_a_phone(perturbed_pair):
     from specviz.plots.timeline import timeline
 
     def records(method, **options):
-        return [
-            r.to_dict()
-            for r in specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=12, **options).records
-        ]
+        return list(specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=12, **options).records)
 
     runs = {
         "target alone": records("autoregressive"),

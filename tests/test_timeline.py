@@ -6,11 +6,13 @@ import json
 
 import specviz
 from specviz.plots.timeline import busy_intervals, idle_fractions, timeline
+from specviz.records import IterationRecord
 
 
 def recorded(method, pair, **options):
     result = specviz.generate(method, pair, "def f(x):", max_new_tokens=20, **options)
-    return json.loads(json.dumps([r.to_dict() for r in result.records]))  # as saved and replayed
+    saved = json.loads(json.dumps([r.to_dict() for r in result.records]))  # as saved and replayed
+    return [IterationRecord.from_dict(r) for r in saved]
 
 
 def test_lanes_idle_shares_and_figure(perturbed_pair):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 
 from specviz import metrics
 from specviz.harness import (
@@ -36,6 +37,7 @@ from specviz.harness import (
     mark_parity,
     run_interleaved,
 )
+from specviz.records import IterationRecord
 
 
 def variants(window: int, vanilla_gamma: int, modes: list[str]) -> list[Variant]:
@@ -51,20 +53,20 @@ def variants(window: int, vanilla_gamma: int, modes: list[str]) -> list[Variant]
     return rows
 
 
-def tokens_per_phase(records: list[dict]) -> list[int]:
+def tokens_per_phase(records: Sequence[IterationRecord]) -> list[int]:
     """Tokens emitted in each drafting phase: a phase ends with a step that emits a target token."""
     phases, current = [], 0
     for r in records:
-        current += len(r["emitted"])
-        if len(r["emitted"]) > r["accepted"] or r["extra"].get("stop"):
+        current += len(r.emitted)
+        if len(r.emitted) > r.accepted or r.stop:
             phases.append(current)
             current = 0
     return phases + ([current] if current else [])
 
 
-def ideal_seconds(records: list[dict]) -> float:
+def ideal_seconds(records: Sequence[IterationRecord]) -> float:
     """Parallel-ideal duration of a run: each record's own estimate, or its wall time (no overlap possible)."""
-    return sum(r["extra"].get("ideal_s", r["t_end"] - r["t_start"]) for r in records)
+    return sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in records)
 
 
 def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
@@ -82,20 +84,17 @@ def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: boo
         progress=progress,
         desc="pearl",
     )
-    runs = []
-    for run in mark_parity(done, pair, prompts, judge=False):
-        records = [r.to_dict() for r in run.records]
-        runs.append(
-            {
-                **run.to_dict(RUN_KEYS),
-                "ideal_s": ideal_seconds(records),
-                "phases": tokens_per_phase(records) if run.method != "autoregressive" else [],
-                "idle": idle_fractions(records),
-                "records": records if run.prompt_id == prompts[0].id else None,
-                "matches_autoregressive": run.matches_autoregressive,
-            }
-        )
-    return runs
+    return [
+        {
+            **run.to_dict(RUN_KEYS),
+            "ideal_s": ideal_seconds(run.records),
+            "phases": tokens_per_phase(run.records) if run.method != "autoregressive" else [],
+            "idle": idle_fractions(run.records),
+            "records": [r.to_dict() for r in run.records] if run.prompt_id == prompts[0].id else None,
+            "matches_autoregressive": run.matches_autoregressive,
+        }
+        for run in mark_parity(done, pair, prompts, judge=False)
+    ]
 
 
 RUN_KEYS = (
@@ -300,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     first = {r["variant"]: r["records"] for r in runs if r["records"] is not None}
     shown = {name: recs for name, recs in first.items() if name.startswith(("vanilla", "pearl ["))}
     (args.out / "timeline_records.json").write_text(json.dumps(shown))
-    timeline(shown, title=f"Mutual waiting on {prompts[0].id}: vanilla vs PEARL ({pair.name})").write_html(
+    drawn = {name: [IterationRecord.from_dict(r) for r in recs] for name, recs in shown.items()}
+    timeline(drawn, title=f"Mutual waiting on {prompts[0].id}: vanilla vs PEARL ({pair.name})").write_html(
         args.out / "timeline.html", include_plotlyjs="cdn"
     )
     speedup_figure(summary).write_html(args.out / "speedup.html", include_plotlyjs="cdn")

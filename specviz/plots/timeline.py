@@ -1,7 +1,7 @@
 """Timeline (Gantt) of which model runs when: a draft lane and a target lane per method.
 
-Pure functions of records (`IterationRecord`s, or dicts as `IterationRecord.to_dict()` gives them,
-rebuilt with `IterationRecord.from_dict`): no torch. Methods that note every forward pass (PEARL:
+Pure functions of records (`IterationRecord`s; a saved run's dicts are read back with
+`IterationRecord.from_dict` first): no torch. Methods that note every forward pass (PEARL:
 `record.pearl()`'s draft and target intervals) are drawn pass by pass; for the others a step is
 its drafting (`t_start` .. `t_start + draft_ms`) followed by its verification (.. `t_end`). The
 gaps in a lane are that model's waiting ("mutual waiting" in PEARL's words), shaded grey.
@@ -10,7 +10,6 @@ gaps in a lane are that model's waiting ("mutual waiting" in PEARL's words), sha
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -33,18 +32,14 @@ COLOURS = {
 IDLE = "rgba(128, 128, 128, 0.18)"
 
 
-Records = Sequence[IterationRecord | Mapping[str, Any]]
-
-
-def _rows(records: Records) -> list[IterationRecord]:
-    return [r if isinstance(r, IterationRecord) else IterationRecord.from_dict(r) for r in records]
+Records = Sequence[IterationRecord]
 
 
 def busy_intervals(records: Records) -> pd.DataFrame:
     """One row per forward pass (or per drafting / verification span): lane, start, end (seconds
     since the run started), iteration, mode."""
     out = []
-    for r in _rows(records):
+    for r in records:
         pearl = r.pearl()
         if pearl is not None:
             for lane, intervals in zip(LANES, (pearl.draft_intervals, pearl.target_intervals), strict=True):
@@ -63,7 +58,7 @@ def busy_intervals(records: Records) -> pd.DataFrame:
 
 def idle_fractions(records: Records) -> dict[str, float]:
     """Share of the run's wall time (first step's start to last step's end) each model spends waiting."""
-    rows = _rows(records)
+    rows = records
     if not rows:
         return dict.fromkeys(LANES, 0.0)
     wall = rows[-1].t_end - rows[0].t_start
@@ -137,7 +132,7 @@ def _busy_bars(fig: go.Figure, y: str, lane: str, spans: pd.DataFrame, shown: se
 def _method_lanes(fig: go.Figure, label: str, records: Records, shown: set[str]) -> list[str]:
     """A method's draft and target lanes, each over its run's whole span; their labels carry the idle
     shares, so that the waiting reads without hovering."""
-    rows = _rows(records)
+    rows = records
     spans = busy_intervals(rows)
     idle = idle_fractions(rows)
     t0 = rows[0].t_start if rows else 0.0

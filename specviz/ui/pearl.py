@@ -103,8 +103,7 @@ def compare(
     pearl = out.first("pearl")
     return {
         "rows": [table_row(t, alone.ms_per_token if alone else None, repeats) for t in out.timed],
-        # plain data: the timeline is drawn where the page is
-        "records": {t.row.label: [r.to_dict() for r in t.result.records] for t in out.timed},
+        "records": {t.row.label: list(t.result.records) for t in out.timed},  # the timeline is drawn where the page is
         "steps": step_rows(pair, pearl.result.records) if pearl else [],
         "window": note,
         "stopped": out.stopped,
