@@ -8,11 +8,12 @@ a verification verdict into emitted tokens, applies EOS and `max_new_tokens`, an
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from specviz.extras import CommitExtra
+from specviz.extras import CommitExtra, Extra, in_order
 from specviz.models.devices import synchronize
 from specviz.models.pair import ModelPair
 from specviz.records import IterationRecord
@@ -75,7 +76,7 @@ class Decoding:
         t_drafted: float,
         draft_forwards: int,
         target_forwards: int = 1,
-        extra: dict[str, Any] | None = None,
+        extra: Sequence[Extra] = (),
         t_end: float | None = None,
         lane_ms: tuple[float, float] | None = None,
     ) -> IterationRecord:
@@ -118,12 +119,12 @@ class Decoding:
             t_end=t_end,
             draft_ms=lane_ms[0] if lane_ms else (t_drafted - t_start) * 1e3,
             verify_ms=lane_ms[1] if lane_ms else (t_end - t_drafted) * 1e3,
-            extra={
-                **(extra or {}),
-                **CommitExtra(
-                    u=verdict.uniforms[:kept] if verdict.uniforms and drafted else None, stop=stop
-                ).to_extra(),
-            },
+            extra=in_order(
+                (
+                    *extra,
+                    CommitExtra(u=tuple(verdict.uniforms[:kept]) if verdict.uniforms and drafted else None, stop=stop),
+                )
+            ),
         )
         self.iteration += 1
         return record

@@ -1,9 +1,9 @@
 """The fields a method adds to its records' `extra`, declared: one frozen dataclass per family.
 
-`IterationRecord.extra` stays a plain dict of JSON values on the wire (saved races, the benchmark's
-files, `json.dumps(asdict(record))`). These classes say which keys it may hold, what each means and
-its type, and give readers a typed view instead of sniffed keys: `record.tree()` (or
-`of(record.extra, TreeExtra)`) is the record's tree, or None when it has none.
+`IterationRecord.extra` holds these dataclasses, one per family the record has; on the wire (saved
+races, the benchmark's files: `IterationRecord.to_dict`) it is one flat object of their fields.
+These classes say which keys it may hold, what each means and its type: `record.tree()` is the
+record's tree, or None when it has none.
 
 - Every record carries `CommitExtra`, the keys `Decoding.commit` writes itself; a method declares
   its own families in its registry entry, `register(..., extras=(TreeExtra,))`, and the tests check
@@ -12,7 +12,7 @@ its type, and give readers a typed view instead of sniffed keys: `record.tree()`
   on some (`stop` on a run's last record, PEARL's `dropped` in pre-verify).
 - On the wire a tuple is a JSON list and a nested dataclass (`Phase`) a JSON object; a family's
   `to_extra()` writes that form, `of()` reads it back, checking every value (`SpecvizError` naming
-  the field), and `checked()` is what a record from a file goes through.
+  the field), `checked()` is what a record from a file goes through and `parse()` makes its families.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import itertools
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NewType, TypeVar
 
@@ -285,6 +285,27 @@ def of(extra: Mapping[str, Any], family: type[F], vocab_size: int | None = None)
     return family(
         **{name: typed(extra[name], tp, f"extra '{name}'", vocab_size) for name, tp in types_.items() if name in extra}
     )
+
+
+def in_order(found: Sequence[Extra]) -> tuple[Extra, ...]:
+    """A record's families in FAMILIES' order (what `parse` gives, so that a record read back equals
+    the one written), each at most once."""
+    ordered = tuple(sorted(found, key=lambda e: FAMILIES.index(type(e))))
+    if len({type(e) for e in ordered}) < len(ordered):
+        raise ValueError(f"a record holds one of each family of extras, got {[type(e).__name__ for e in ordered]}")
+    return ordered
+
+
+def parse(extra: Mapping[str, Any], families: tuple[type[Extra], ...] = FAMILIES) -> tuple[Extra, ...]:
+    """The families whose fields `extra` (the wire form, `checked` already) holds, typed; every record
+    has a CommitExtra, whose fields are all optional."""
+    found = []
+    for family in families:
+        if family is CommitExtra or extra.keys() & keys((family,)):
+            view = of(extra, family)
+            if view is not None:
+                found.append(view)
+    return tuple(found)
 
 
 def checked(

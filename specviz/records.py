@@ -1,10 +1,12 @@
 """The contract between the engine and everything else: one plain record per speculative iteration.
 
 Every method yields `IterationRecord`s; the UI, plots, benchmark and tests consume nothing else.
-Records hold plain Python values only, so `json.dumps(dataclasses.asdict(r))` always works and a
-run can be saved, replayed and diffed. `extra` holds each method's own fields, declared in
-`specviz.extras` (a dataclass per family) and read through typed accessors (`record.tree()`,
-`record.pearl()`, `record.stop`, ...); `from_dict` checks a record from a file field by field.
+Records hold plain Python values and, in `extra`, each method's own fields as typed dataclasses (one
+per family, declared in `specviz.extras`, written once by `Decoding.commit`), read through typed
+accessors (`record.tree()`, `record.pearl()`, `record.stop`, ...). Dicts exist only on the wire:
+`to_dict` writes a record as plain JSON values (`extra` as one flat object, the form saved races and
+the benchmark's files have always had), and `from_dict` reads one back, checking a record from a file
+field by field.
 
 Vocabulary (the papers'): the *draft* proposes `drafted` tokens, the *target* verifies them in one
 forward pass and `accepted` of them survive; the step then `emitted` those accepted tokens plus
@@ -14,9 +16,8 @@ a full acceptance). p is the target distribution, q the draft distribution.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
 from specviz import extras
@@ -60,7 +61,7 @@ class IterationRecord:
     draft_ms: float  # wall milliseconds spent drafting
     verify_ms: float  # wall milliseconds spent in the target's verification (incl. acceptance rule)
     oracle_sl: int | None = None  # tokens the draft would have got right from `position` (filled after the run)
-    extra: dict[str, Any] = field(default_factory=dict)  # method-specific plain values, declared in specviz.extras
+    extra: tuple[extras.Extra, ...] = ()  # the method's own fields: one family each (specviz.extras)
 
     @property
     def rejected(self) -> tuple[int, ...]:
@@ -75,15 +76,15 @@ class IterationRecord:
         return len(self.drafted) + (engine.unreported if engine is not None else 0)
 
     def to_dict(self) -> dict[str, Any]:
-        """`asdict(self)` without its copy of every tuple (immutable; a 16 MB saved race's download spent
-        seconds in it): only `extra`, a dict, is copied."""
+        """The record as plain values (the tuples themselves: immutable, and `asdict`'s copy of every one
+        cost a 16 MB saved race's download seconds), `extra` as one object of the families' fields."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["extra"] = copy.deepcopy(self.extra)
+        out["extra"] = {key: value for family in self.extra for key, value in family.to_extra().items()}
         return out
 
     def extras(self, family: type[F]) -> F | None:
-        """This record's fields of one family of `specviz.extras`, typed (None: it has none)."""
-        return extras.of(self.extra, family)
+        """This record's fields of one family of `specviz.extras` (None: it has none)."""
+        return next((e for e in self.extra if type(e) is family), None)
 
     def tree(self) -> TreeExtra | None:
         """The tree a tree method verified in this iteration (SSSD, Speculative Streaming)."""
@@ -117,12 +118,13 @@ class IterationRecord:
         if not isinstance(d, Mapping):
             raise SpecvizError(f"{where} is not an object")
         try:
-            r = cls(**_fields_of(d), extra=d.get("extra", {}))
+            r = cls(**_fields_of(d))
             _check(r, bounds)
-            extras.checked(r.extra, r, bounds.families, bounds.vocab_size)
+            wire = d.get("extra", {})
+            extras.checked(wire, r, bounds.families, bounds.vocab_size)
         except SpecvizError as e:
             raise SpecvizError(f"{where}: {e}") from None
-        return r
+        return replace(r, extra=extras.parse(wire, bounds.families))
 
 
 def _fields_of(d: Mapping[str, Any]) -> dict[str, Any]:

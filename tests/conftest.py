@@ -165,10 +165,13 @@ def leaderboard_of_two_runs(folder: Path):
 
 
 def record_with(**fields):
-    """An IterationRecord with `fields` (its `extra` among them) and zeros elsewhere: a figure's input
-    built by hand, as plots and tabs take records only."""
+    """An IterationRecord with `fields` and zeros elsewhere: a figure's input built by hand, as plots and
+    tabs take records only. `extra` may be given in its wire form, a dict of the families' fields."""
+    from specviz.extras import parse
     from specviz.records import IterationRecord
 
+    if isinstance(fields.get("extra"), dict):
+        fields["extra"] = parse(fields["extra"])
     zeros = dict.fromkeys(("iteration", "position", "speculation_length", "accepted", "draft_forwards"), 0)
     zeros.update(drafted=(), emitted=(), p_target=None, q_draft=None, target_forwards=1)
     zeros.update(dict.fromkeys(("t_start", "t_end", "draft_ms", "verify_ms"), 0.0))

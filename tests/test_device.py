@@ -68,7 +68,7 @@ def test_every_method_keeps_its_tensors_on_the_models_device(method, temperature
                 specviz.run(method, pair, PROMPT, max_new_tokens=24, temperature=temperature, seed=3, **options)
             )
         emitted = [t for r in records for t in r.emitted]
-        assert emitted and (len(emitted) == 24 or records[-1].extra.get("stop") == "eos")
+        assert emitted and (len(emitted) == 24 or records[-1].stop == "eos")
         if not temperature and torch.float32 == DTYPE:
             assert emitted == reference, f"{method} on the {kind} pair"
 

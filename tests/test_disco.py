@@ -11,6 +11,7 @@ import torch
 
 import specviz
 from specviz.errors import SpecvizError
+from specviz.extras import ConfidenceExtra, DiscoExtra
 from specviz.methods import get_method
 from specviz.models.disco import DiscoClassifier, DiscoModel, classifier_for, draft_features, load_disco
 from specviz.train import disco as train
@@ -70,8 +71,9 @@ def test_the_classifier_decides_the_speculation_length(perturbed_pair):
     never, _ = lengths("disco", perturbed_pair, threshold=1.0, max_speculation_length=5)
     assert set(never[:-1]) == {1}  # C_i < 1 always: stop after the first token
     _, records = lengths("disco", perturbed_pair, threshold=0.0, max_speculation_length=5)
-    scores = [s for r in records for s in r.extra["disco_scores"]]
-    assert all(len(r.extra["disco_scores"]) == r.speculation_length for r in records)  # one C_i per draft token
+    scores = [s for r in records for s in r.extras(DiscoExtra).disco_scores]
+    # one C_i per draft token
+    assert all(len(r.extras(DiscoExtra).disco_scores) == r.speculation_length for r in records)
     middle = float(np.median(scores))
     mixed, _ = lengths("disco", perturbed_pair, threshold=middle, max_speculation_length=5)
     assert len(set(mixed[:-1])) > 1, f"a threshold at the median score ({middle}) should give varied lengths"
@@ -87,8 +89,9 @@ def test_the_records_carry_the_threshold_and_sl_max_the_run_drafted_with(perturb
     carried = {(d.disco_threshold, d.disco_max_speculation_length) for r in records if (d := r.extras(DiscoExtra))}
     assert len(records) > 1 and carried == {(tuned.threshold, tuned.max_speculation_length)}
     _, records = lengths("disco", perturbed_pair, threshold=0.25, max_speculation_length=3)
-    assert {(r.extra["disco_threshold"], r.extra["disco_max_speculation_length"]) for r in records} == {(0.25, 3)}
-    assert all("disco_threshold" not in r.extra for r in lengths("confidence", perturbed_pair)[1])
+    scored = [r.extras(DiscoExtra) for r in records]
+    assert {(d.disco_threshold, d.disco_max_speculation_length) for d in scored} == {(0.25, 3)}
+    assert all(r.extras(DiscoExtra) is None for r in lengths("confidence", perturbed_pair)[1])
 
 
 def test_a_records_threshold_and_sl_max_from_a_file_are_checked(perturbed_pair):
@@ -168,7 +171,7 @@ def test_a_race_saved_before_the_records_carried_them_still_renders(perturbed_pa
     no_classifier(monkeypatch)
     race = race_from_dict(data, tuple(method_names()), most_runs=len(method_names()))
     disco = next(r for r in race.runs if r.name == "disco")
-    assert disco.records and all("disco_threshold" not in r.extra for r in disco.records)  # the old format
+    assert disco.records and all(r.extras(DiscoExtra).disco_threshold is None for r in disco.records)  # the old format
     html = panel_html(disco, race.baseline_tokens_per_s(), race.max_new_tokens)
     assert 'data-method="disco"' in html and "tuned for this pair" not in html
     assert "threshold = tuned (the default; its value is not in this saved race)," in html
@@ -179,7 +182,7 @@ def test_confidence_stops_below_its_threshold(perturbed_pair):
     assert set(sl[:-1]) == {3}
     sl, records = lengths("confidence", perturbed_pair, threshold=0.5)
     for r in records:  # every score but the last of a draft is >= 0.5; the last is < 0.5 unless SL_max hit
-        s = r.extra["confidence_scores"]
+        s = r.extras(ConfidenceExtra).confidence_scores
         assert all(x >= 0.5 for x in s[:-1])
 
 

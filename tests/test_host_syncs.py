@@ -85,5 +85,5 @@ def test_a_method_reads_the_device_about_once_an_iteration_plus_once_per_draft_t
     with HostReads() as reads:
         records = list(specviz.run(method, pair, PROMPT, max_new_tokens=48, temperature=temperature, **options))
     per_node = 1 if temperature else 0
-    budget = sum(r.draft_forwards + 3 + per_node * len(r.extra.get("tree_tokens", ())) for r in records)
+    budget = sum(r.draft_forwards + 3 + per_node * len(r.tree().tree_tokens if r.tree() else ()) for r in records)
     assert reads.count <= budget, f"{method}: {reads.count} host reads in {len(records)} iterations"

@@ -8,6 +8,7 @@ import torch
 
 import specviz
 from specviz import metrics
+from specviz.extras import OnlineExtra
 from specviz.methods import get_method, new_session
 from specviz.models import tiny
 from specviz.osd.analysis import moving_alpha, token_table
@@ -239,7 +240,7 @@ def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random
             ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=24).summary.output_ids
             got = specviz.generate("osd", pair, prompt, max_new_tokens=24, session=learner)
             assert got.summary.output_ids == ref
-            assert {r.extra["draft_version"] for r in got.records} == {learner.version - 1}  # one draft per request
+            assert {r.extras(OnlineExtra).draft_version for r in got.records} == {learner.version - 1}  # one draft per request
         assert learner.version == 3
         assert all(np.isfinite(u["loss_first"]) for u in learner.updates), "a reduced head's loss stays finite"
         changed = [
@@ -338,7 +339,7 @@ def test_at_most_capacity_learners_hold_their_own_weights(random_pair):
     assert second.serving is random_pair.draft and second._trainee is None and second._optimizer is None
     assert second.releases == 1 and second.version == 0 and len(second.updates) == 1  # its history stays
     again = specviz.generate("osd", random_pair, PROMPT, max_new_tokens=16, session=second)
-    assert again.summary.output_ids == ref and {r.extra["draft_version"] for r in again.records} == {0}
+    assert again.summary.output_ids == ref and {r.extras(OnlineExtra).draft_version for r in again.records} == {0}
     assert second.adapted and not first.adapted  # it learns again, from the pair's draft; the least recent gave way
 
 

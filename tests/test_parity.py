@@ -52,7 +52,7 @@ def test_eos_inside_a_draft_ends_the_run_like_autoregressive(method, tiny_pairs)
         got = outputs(method, pair_eos, PROMPTS[0], max_new_tokens=40)
         assert got.summary.output_ids == free[: stop_at + 1]
         assert got.summary.stop_reason == "eos"
-        assert got.records[-1].extra.get("stop") == "eos"
+        assert got.records[-1].stop == "eos"
 
 
 def test_the_pairs_exercise_accept_and_reject_paths(tiny_pairs):

@@ -95,14 +95,14 @@ def test_modes_switch_as_the_paper_says_on_a_scripted_draft(method, self_pair):
     wrong = {len(prompt) + i for i in (4, 5, 9)}
     pair = dataclasses.replace(self_pair, draft=ScriptedDraft(self_pair.target, wrong))
     result = specviz.generate(method, pair, prompt, max_new_tokens=14, window=3, concurrent=False)
-    got = [(r.extra["mode"], len(r.drafted), r.accepted, len(r.emitted)) for r in result.records]
+    got = [(r.pearl().mode, len(r.drafted), r.accepted, len(r.emitted)) for r in result.records]
     assert got == EXPECTED[method]
     ref = specviz.generate("autoregressive", self_pair, prompt, max_new_tokens=14).summary.output_ids
     assert result.summary.output_ids == ref
     if method == "pearl":
-        dropped = [r.extra["dropped"] for r in result.records if r.extra["mode"] == "pre-verify"]
+        dropped = [r.pearl().dropped for r in result.records if r.pearl().mode == "pre-verify"]
         assert [len(d) for d in dropped] == [0, 2, 0, 0]  # only the rejected pre-verify drops drafts
-        kept = [r.extra["ahead_kept"] for r in result.records if r.extra["mode"] == "post-verify"]
+        kept = [r.pearl().ahead_kept for r in result.records if r.pearl().mode == "post-verify"]
         assert kept == [True, False, True, False]
 
 
@@ -110,18 +110,18 @@ def test_modes_switch_as_the_paper_says_on_a_scripted_draft(method, self_pair):
 def test_each_lane_is_busy_with_one_forward_at_a_time_and_inside_its_step(method, perturbed_pair):
     result = specviz.generate(method, perturbed_pair, "def f(x):", max_new_tokens=30, window=3)
     for lane in ("draft_intervals", "target_intervals"):
-        intervals = [i for r in result.records for i in r.extra[lane]]
+        intervals = [i for r in result.records for i in getattr(r.pearl(), lane)]
         assert all(s <= e for s, e in intervals)
         assert all(e1 <= s2 for (_, e1), (s2, _) in itertools.pairwise(intervals)), f"{lane} overlap"
     for r in result.records:
-        for s, e in r.extra["draft_intervals"] + r.extra["target_intervals"]:
+        for s, e in r.pearl().draft_intervals + r.pearl().target_intervals:
             assert r.t_start <= s and e <= r.t_end
         assert (
-            r.draft_forwards == len(r.extra["draft_intervals"])
-            and r.target_forwards == len(r.extra["target_intervals"]) == 1
+            r.draft_forwards == len(r.pearl().draft_intervals)
+            and r.target_forwards == len(r.pearl().target_intervals) == 1
         )
-        assert 0 < r.extra["ideal_s"] <= r.t_end - r.t_start + 1e-9
-    parallel = [p["parallel"] for r in result.records for p in r.extra["phases"]]
+        assert 0 < r.pearl().ideal_s <= r.t_end - r.t_start + 1e-9
+    parallel = [p.parallel for r in result.records for p in r.pearl().phases]
     assert any(parallel)  # the concurrent run did overlap the two models
 
 
@@ -202,7 +202,7 @@ def test_the_race_panel_shows_pearls_current_mode(perturbed_pair):
 
     records = list(specviz.generate("pearl", perturbed_pair, "def f(x):", max_new_tokens=12, window=2).records)
     html = panel_html(MethodRun("pearl", "PEARL", "", status="done", records=records), None, 12)
-    assert f">{records[-1].extra['mode']}<" in html and ">mode<" in html
+    assert f">{records[-1].pearl().mode}<" in html and ">mode<" in html
     vanilla = list(specviz.generate("vanilla", perturbed_pair, "def f(x):", max_new_tokens=12).records)
     assert ">mode<" not in panel_html(MethodRun("vanilla", "Vanilla", "", status="done", records=vanilla), None, 12)
 
@@ -250,7 +250,7 @@ def test_sampling_through_post_verify_chains_follows_the_target(perturbed_pair):
         )
         tokens = tuple(t for r in records for t in r.emitted)
         counts[tokens[2:]] += 1
-        kept += any(r.extra.get("ahead_kept") for r in records)
+        kept += any(r.pearl().ahead_kept for r in records)
     assert kept > runs // 4, "the chained post-verify path must be exercised"
     keys = list(exact)
     stat, pvalue = chi_square_pvalue(

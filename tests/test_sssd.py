@@ -135,9 +135,9 @@ def test_datastore_cli_end_to_end_and_drafting_from_it(tmp_path, perturbed_pair)
     ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=40).summary.output_ids
     got = specviz.generate("sssd", pair, prompt, max_new_tokens=40, sources="datastore", datastore=str(out))
     assert got.summary.output_ids == ref
-    used = [r for r in got.records if r.accepted and "datastore" in r.extra["sources"][: r.accepted]]
+    used = [r for r in got.records if r.accepted and "datastore" in r.tree().sources[: r.accepted]]
     assert used, "drafts from the datastore should be accepted"
-    assert all(set(r.extra["sources"]) <= {"datastore"} for r in got.records)
+    assert all(set(r.tree().sources) <= {"datastore"} for r in got.records)
 
 
 @pytest.mark.parametrize("kind", ["self", "perturbed"])
@@ -155,7 +155,7 @@ def test_batched_greedy_output_equals_each_sequence_alone(kind, tiny_pairs):
     for tree_size in (0, 6):
         records = decode_batch(pair, prompts, tree_size, max_new_tokens=30)
         assert [tuple(t for r in rs for t in r.emitted) for rs in records] == refs
-        assert records[0][0].extra["batch_size"] == 4
+        assert records[0][0].tree().batch_size == 4
     assert any(r.accepted for rs in records for r in rs)
 
 

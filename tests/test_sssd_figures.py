@@ -29,7 +29,7 @@ def test_tree_figure_from_a_real_record_marks_the_accepted_path(perturbed_pair):
     data = IterationRecord.from_dict(json.loads(json.dumps(record.to_dict())))  # as saved and replayed
     fig = record_tree_figure(data, decode=lambda t: f"<{t}>")
     nodes = [t for t in fig.data if t.name and t.name.startswith("from ")]
-    assert sum(len(t.x) for t in nodes) == len(record.extra["tree_tokens"])
+    assert sum(len(t.x) for t in nodes) == len(record.tree().tree_tokens)
     bold = sum(1 for t in fig.data if t.mode == "lines" and t.line.width == 4)
     assert bold == record.accepted
     assert "accepted" in fig.layout.title.text
@@ -102,8 +102,7 @@ def test_a_tree_without_pruning_draws_as_before():
     assert not any(t.mode == "lines" and t.line.dash for t in fig.data)
     assert sum(len(t.x) for t in fig.data if (t.name or "").startswith("from ")) == 6
     whole = streaming_record(None)
-    tree = {k: v for k, v in whole.extra.items() if k.startswith("tree_") or k in ("accepted_path", "sources")}
-    bare = dataclasses.replace(whole, extra=tree)
+    bare = dataclasses.replace(whole, extra=(whole.tree(),))  # a tree, no pass shape at all
     assert record_tree_figure(bare, decode=str) == fig
     assert record_tree_figure(streaming_record([]), decode=str) == fig
 

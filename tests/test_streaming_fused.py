@@ -158,7 +158,7 @@ def test_fused_and_two_pass_decode_alike(random_pair, tmp_path):
     }
     a, b = runs["fused"], runs["two-pass"]
     assert a.summary.output_ids == b.summary.output_ids
-    assert [r.extra["tree_tokens"] for r in a.records] == [r.extra["tree_tokens"] for r in b.records]
+    assert [r.tree().tree_tokens for r in a.records] == [r.tree().tree_tokens for r in b.records]
     with pytest.raises(specviz.SpecvizError, match="passes must be one of fused, two-pass"):
         specviz.generate("streaming", random_pair, "x", max_new_tokens=2, passes="three")
 
@@ -189,7 +189,7 @@ def test_a_frequent_head_drafts_only_frequent_tokens_and_keeps_the_output(random
     for vocab in ("frequent", "full"):
         run = specviz.generate("streaming", random_pair, PREFIX, stream_vocab=vocab, **kw)
         assert run.summary.output_ids == ar, vocab
-        drafted[vocab] = {t for r in run.records for t in r.extra["tree_tokens"]}
+        drafted[vocab] = {t for r in run.records for t in r.tree().tree_tokens}
     assert drafted["frequent"] and all(t % 2 == 0 for t in drafted["frequent"])
     assert any(t % 2 for t in drafted["full"])
 

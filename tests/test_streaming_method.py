@@ -155,4 +155,4 @@ def test_fused_records_carry_the_shape_of_their_pass_and_two_pass_records_do_not
     alone = specviz.generate("streaming", random_pair, PROMPTS[1], max_new_tokens=4, speculation_length=0)
     assert all(r.extras(StreamingPassExtra).gamma == 0 for r in alone.records)  # the tuned model alone: no streams
     two = specviz.generate("streaming", random_pair, PROMPTS[1], max_new_tokens=8, adapter=adapter, passes="two-pass")
-    assert all(r.extras(StreamingPassExtra) is None and "gamma" not in r.extra for r in two.records)
+    assert all(r.extras(StreamingPassExtra) is None for r in two.records)

@@ -11,6 +11,7 @@ import json
 import pytest
 
 import specviz
+from specviz.extras import StreamingPassExtra
 from specviz.methods import streaming as streaming_method
 from specviz.methods.ngram_tree import TokenTree
 from specviz.models.streaming import StreamingLM
@@ -57,7 +58,7 @@ def test_the_figures_rows_are_the_rows_the_fused_pass_ran(random_pair, passes):
     assert len(passes) == len(records)  # one target pass per iteration
     for i, (main, streams) in enumerate(passes):
         fig = run_pass(records, i)[0]
-        nodes, shape = len(records[i].extra["tree_tokens"]), pass_shape(records[i])
+        nodes, shape = len(records[i].tree().tree_tokens), pass_shape(records[i])
         assert stream_rows(fig) == streams == (1 + nodes) * shape.gamma  # every candidate node's γ streams
         assert sum(len(t.x or ()) for t in fig.data) - stream_rows(fig) == main
         assert fig.layout.title.text == f"Iteration {i + 1}: one pass, {main} + {streams} rows"
@@ -105,21 +106,21 @@ def test_the_accepted_paths_rows_and_the_accepted_nodes_streams_are_coloured_as_
     assert [t for r in records for t in r.emitted] == oracle_trees[:MAX_NEW]  # still the target's output
     checked = 0
     for i, r in enumerate(records):
-        tree = r.extra
-        if not tree["tree_tokens"]:
+        tree = r.tree()
+        if not tree.tree_tokens:
             continue
         fig, gamma = run_pass(records, i)[0], pass_shape(r).gamma
         rows = bars(fig)
-        committed = passes[i][0] - len(tree["tree_tokens"])
-        path = tree["accepted_path"]
+        committed = passes[i][0] - len(tree.tree_tokens)
+        path = tree.accepted_path
         assert len(path) == r.accepted  # no cut at EOS or the budget in these runs
         assert rows[ROLES["accepted"][0]] == [committed + 1 + n for n in path]
         assert sorted(rows[ROLES["accepted"][0]] + rows[ROLES["rejected"][0]]) == list(
-            range(committed + 1, committed + 1 + len(tree["tree_tokens"]))
+            range(committed + 1, committed + 1 + len(tree.tree_tokens))
         )
-        kept = len(set(records[i + 1].extra["tree_sources"])) if i + 1 < len(records) else 0
+        kept = len(set(records[i + 1].tree().tree_sources)) if i + 1 < len(records) else 0
         node = path[-1] if path else -1  # the accepted node: stream rows are node-major from the last committed token
-        main = committed + len(tree["tree_tokens"])
+        main = committed + len(tree.tree_tokens)
         first = main + (1 + node) * gamma + 1
         assert rows[ROLES["next"][0]] == list(range(first, first + kept))
         assert stream_rows(fig) == passes[i][1]
@@ -132,8 +133,8 @@ def test_the_tabs_sentence_counts_the_rows_of_the_pass(random_pair, passes, orac
     records = state.records
     i = next(i for i, r in enumerate(records) if r.accepted and i + 1 < len(records))
     fig, line = tab.show_pass(state, i + 1)  # iterations count from 1
-    nodes = len(records[i].extra["tree_tokens"])
-    kept = len(set(records[i + 1].extra["tree_sources"]))
+    nodes = len(records[i].tree().tree_tokens)
+    kept = len(set(records[i + 1].tree().tree_sources))
     assert line == (
         f"one target pass: {1 + nodes} rows verify the tree, {passes[i][1]} stream rows ran; {kept} of them "
         "(the accepted node's) draft the next tree."
@@ -200,9 +201,9 @@ def test_saved_records_alone_draw_the_pass_and_older_ones_say_not_recorded(rando
     for i in range(len(saved.records)):
         fig, line = tab.show_pass(saved, i + 1)
         assert stream_rows(fig) == passes[i][1] and line.startswith("one target pass: ")
-    shape_keys = ("layers", "stream_layers", "gamma", "committed_rows")
-    bare = [
-        dataclasses.replace(r, extra={k: v for k, v in r.extra.items() if k not in shape_keys}) for r in saved.records
+    bare = [  # without their StreamingPassExtra, as records saved before they carried it
+        dataclasses.replace(r, extra=tuple(e for e in r.extra if not isinstance(e, StreamingPassExtra)))
+        for r in saved.records
     ]
     old = tab.TreeRun(tuple(bare), {})
     fig, line = tab.show_pass(old, 2)
@@ -234,7 +235,13 @@ def pass_record(pruned: bool, iteration: int = 0) -> IterationRecord:
 def next_record() -> IterationRecord:
     """The pass after: its tree came from the accepted node's streams 1 and 2 (2 kept streams)."""
     r = pass_record(False, iteration=1)
-    return dataclasses.replace(r, extra={**r.extra, "tree_sources": ["stream 1", "stream 2"] * 3})
+    return record_with(
+        iteration=1,
+        position=5,
+        accepted=2,
+        emitted=(10, 12, 7),
+        extra={**r.to_dict()["extra"], "tree_sources": ["stream 1", "stream 2"] * 3},
+    )
 
 
 def tops(fig, role: str) -> set[int]:

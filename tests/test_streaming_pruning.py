@@ -13,7 +13,7 @@ import torch
 from torch.nn import functional as F
 
 import specviz
-from specviz.extras import checked
+from specviz.extras import StreamingPassExtra, checked
 from specviz.methods import streaming as streaming_method
 from specviz.methods.ngram_tree import TokenTree
 from specviz.methods.streaming import StreamDrafter
@@ -45,6 +45,12 @@ FIRST_STREAM_LAYER = 2
 PRUNE_LAYERS = [1, FIRST_STREAM_LAYER]  # below the stream layers, and the paper's place just before them
 THRESHOLD = 0.002  # with the random pruner below: most trees lose some nodes, some lose none, some all
 GREEDY = {"max_new_tokens": 30, "tree_width": 2, "tree_nodes": 6, "speculation_length": 3}
+
+
+def pruned_nodes(record) -> tuple[int, ...] | None:
+    """The tree nodes the pruning layer dropped in this record's pass (None: no pruning layer ran)."""
+    shape = record.extras(StreamingPassExtra)
+    return shape.pruned if shape is not None else None
 
 
 def test_the_tiny_adapter_has_the_stream_layers_these_tests_assume():
@@ -291,33 +297,34 @@ def test_pruned_decoding_keeps_the_greedy_output(layer, vocab, tmp_path, random_
     records = run.records
     assert run.summary.target_forwards == len(records) == len(seen)
     assert all(r.target_forwards == 1 for r in records)
-    some = [r for r in records if r.extra.get("pruned")]
+    some = [r for r in records if pruned_nodes(r)]
     assert some, "nothing was pruned: raise THRESHOLD"
-    partly = [r for r in some if len(r.extra["pruned"]) < r.speculation_length and r.accepted >= 1]
+    partly = [r for r in some if len(pruned_nodes(r)) < r.speculation_length and r.accepted >= 1]
     assert partly, "no tree kept some nodes and had one accepted"
-    assert any(r.speculation_length and not r.extra.get("pruned") for r in records), "every tree was pruned"
+    assert any(r.speculation_length and not pruned_nodes(r) for r in records), "every tree was pruned"
     for r, (rows, kept, logit_rows, stream_rows) in zip(records, seen, strict=True):
-        checked(r.extra, r)
+        checked(r.to_dict()["extra"], r)
         assert rows == 1 + r.speculation_length
-        gone = r.extra.get("pruned") or []
-        assert ("pruned" in r.extra) == ("prune_layer" in r.extra)
+        shape, tree = r.extras(StreamingPassExtra), r.tree()
+        gone = pruned_nodes(r) or []
+        assert (shape.pruned is None) == (shape.prune_layer is None)
         if gone:
-            assert r.extra["prune_layer"] == layer
-            assert not set(gone) & set(r.extra["accepted_path"])
+            assert shape.prune_layer == layer
+            assert not set(gone) & set(tree.accepted_path)
             for node in gone:  # a pruned node's subtree went with it
-                children = [i for i, p in enumerate(r.extra["tree_parents"]) if p == node]
+                children = [i for i, p in enumerate(tree.tree_parents) if p == node]
                 assert set(children) <= set(gone), node
         assert kept == [0] + [1 + i for i in range(r.speculation_length) if i not in gone]
         assert logit_rows == stream_rows == len(kept)  # pruned rows ran no layer above the pruner
     if vocab == "even":
-        assert all(t % 2 == 0 for r in records for t in r.extra["tree_tokens"])
+        assert all(t % 2 == 0 for r in records for t in r.tree().tree_tokens)
 
 
 def test_a_pruning_adapter_at_threshold_zero_prunes_nothing(tmp_path, random_pair):
     path = pruning_adapter(tmp_path, 1)
     kw = {**GREEDY, "adapter": str(path)}
     off = specviz.generate("streaming", random_pair, PREFIX, **kw)
-    assert not any("pruned" in r.extra or "prune_layer" in r.extra for r in off.records)
+    assert not any(pruned_nodes(r) is not None or r.extras(StreamingPassExtra).prune_layer for r in off.records)
     ar = specviz.generate("streaming", random_pair, PREFIX, **{**kw, "speculation_length": 0})
     assert off.summary.output_ids == ar.summary.output_ids
 
@@ -327,11 +334,11 @@ def test_an_adapter_without_a_pruner_ignores_the_threshold(tmp_path, random_pair
     tuned_lm().save_adapter(path)
     kw = {**GREEDY, "adapter": str(path)}
     run = specviz.generate("streaming", random_pair, PREFIX, prune_threshold=0.5, **kw)
-    assert not any("pruned" in r.extra or "prune_layer" in r.extra for r in run.records)
+    assert not any(pruned_nodes(r) is not None or r.extras(StreamingPassExtra).prune_layer for r in run.records)
     assert sum(r.speculation_length for r in run.records) > 0
     plain = specviz.generate("streaming", random_pair, PREFIX, **kw)
     assert run.summary.output_ids == plain.summary.output_ids
-    assert [r.extra["tree_tokens"] for r in run.records] == [r.extra["tree_tokens"] for r in plain.records]
+    assert [r.tree().tree_tokens for r in run.records] == [r.tree().tree_tokens for r in plain.records]
 
 
 @pytest.mark.parametrize("threshold", [-0.01, 0.51, 1.0])
@@ -369,7 +376,7 @@ def sampling_exact(reduced_pair):
 def test_sampling_with_pruning_follows_the_target_distribution(reduced_pair, sampling_adapter, sampling_exact):
     runs = pruned_runs(reduced_pair, sampling_adapter)
     records = [r for rs in runs for r in rs]
-    partly = [r for r in records if r.extra.get("pruned") and len(r.extra["pruned"]) < r.speculation_length]
+    partly = [r for r in records if pruned_nodes(r) and len(pruned_nodes(r)) < r.speculation_length]
     assert len(partly) >= MIN_EVENTS, "too few trees partly pruned"
     assert sum(r.accepted >= 1 for r in partly) >= MIN_EVENTS, "too few acceptances in pruned trees"
     assert sum(r.accepted >= 2 for r in partly) >= MIN_EVENTS, "too few acceptances below the root in pruned trees"

@@ -84,7 +84,7 @@ def test_a_toy_tree_method_is_lossless_with_no_edit_elsewhere(toy_method, pertur
         assert run.summary.output_ids == ref
     records = list(specviz.run(toy_method, perturbed_pair, prompt, max_new_tokens=40))
     assert any(r.drafted for r in records) and all(
-        r.extra["tree_sources"] == ["followers"] * len(r.extra["tree_tokens"]) for r in records
+        r.tree().tree_sources == ("followers",) * len(r.tree().tree_tokens) for r in records
     )
     sampled = specviz.generate(toy_method, perturbed_pair, prompt, max_new_tokens=20, temperature=1.0, seed=3)
     assert sampled.summary.new_tokens == 20

@@ -7,6 +7,7 @@ import dataclasses
 import gradio as gr
 import pytest
 
+from specviz.plots.streaming_pass import pass_shape
 from specviz.plots.tree import PRUNED_NAME, record_tree_figure
 from specviz.ui import streaming as tab
 from tests.conftest import record_with, tab_context
@@ -16,9 +17,9 @@ def test_run_and_inspect_a_tree(random_pair):
     state = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, load_pair=lambda name: random_pair)
     records = state.records
     assert sum(len(r.emitted) for r in records) == 12
-    assert records[0].extra["tree_tokens"] == []  # no node before the first forward
-    later = records[1].extra
-    assert later["tree_tokens"] and set(later["tree_sources"]) <= {"stream 1", "stream 2", "stream 3"}
+    assert records[0].tree().tree_tokens == ()  # no node before the first forward
+    later = records[1].tree()
+    assert later.tree_tokens and set(later.tree_sources) <= {"stream 1", "stream 2", "stream 3"}
     fig, line = tab.show_iteration(state, 2)  # iterations count from 1
     assert line.startswith(f"iteration 2 of {len(records)}:")
     assert fig.data and "tree nodes from the streams" in line
@@ -119,19 +120,19 @@ def test_the_threshold_reaches_the_method_and_the_lines_count_pruned_nodes(pruni
     assert asked[-1]["method"] == "streaming" and asked[-1]["prune_threshold"] == THRESHOLD
     assert state.prune_threshold == THRESHOLD and state.has_pruner is True
     records = state.records
-    pruned = [len(r.extra.get("pruned") or ()) for r in records]
+    pruned = [len(pass_shape(r).pruned or ()) for r in records]
     assert any(pruned), "nothing was pruned: raise THRESHOLD"
     assert not all(pruned[1:]), "every tree was pruned"
     for i, (r, n) in enumerate(zip(records, pruned, strict=True), start=1):
         fig, line = tab.show_iteration(state, i)
-        nodes = len(r.extra["tree_tokens"])
+        nodes = len(r.tree().tree_tokens)
         cut = [len(t.x) for t in fig.data if t.name == PRUNED_NAME]  # the tree figure crosses them out
         if n:
             assert f"{nodes} tree nodes from the streams, {n} pruned after layer {PRUNE_LAYER}, " in line
             assert cut == [n]
         else:
             assert "pruned" not in line and not cut
-    total = sum(len(r.extra["tree_tokens"]) for r in records)
+    total = sum(len(r.tree().tree_tokens) for r in records)
     summary = tab.summary_line(state)
     assert (
         f"The pruning layer (threshold {THRESHOLD:g}) dropped {sum(pruned)} of the {total} tree nodes "
@@ -143,7 +144,7 @@ def test_the_threshold_reaches_the_method_and_the_lines_count_pruned_nodes(pruni
 def test_at_threshold_zero_nothing_is_pruned_or_said(pruning_pair):
     state = run_pruned(pruning_pair, 0.0)
     assert state.has_pruner is True and state.prune_threshold == 0.0
-    assert not any(r.extra.get("pruned") for r in state.records)
+    assert not any(pass_shape(r).pruned for r in state.records)
     lines = [tab.show_iteration(state, i)[1] for i in range(1, len(state.records) + 1)]
     assert not any("prun" in line for line in lines)
     assert "prun" not in tab.summary_line(state)
@@ -152,7 +153,7 @@ def test_at_threshold_zero_nothing_is_pruned_or_said(pruning_pair):
 def test_a_threshold_without_a_pruning_layer_says_so(random_pair):
     """The tiny pair's "auto" adapter is untrained: no pruning layer, so a threshold prunes nothing."""
     state = tab.run_streaming("tiny-random", "def f(x):", 12, 3, 2, 0.05, load_pair=lambda name: random_pair)
-    assert state.has_pruner is False and not any(r.extra.get("pruned") for r in state.records)
+    assert state.has_pruner is False and not any(pass_shape(r).pruned for r in state.records)
     summary = tab.summary_line(state)
     assert "Pruning threshold 0.05: no pruning layer in this adapter, so no tree nodes were pruned." in summary
     assert "dropped" not in summary

@@ -10,7 +10,7 @@ Both only shorten or lengthen the draft; verification is unchanged, so both are 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -86,8 +86,7 @@ class ScoredDrafter:
 
     def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
         draft = self.inner.propose(k, policy)
-        draft.extra.update(self.scored.extra().to_extra())
-        return draft
+        return replace(draft, extra=(*draft.extra, self.scored.extra()))
 
     def rollback(self, position: int, accepted: int) -> None:
         self.inner.rollback(position, accepted)

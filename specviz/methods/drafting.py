@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from transformers import PreTrainedModel
 
 from specviz.decoding import Decoding
+from specviz.extras import Extra
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
 from specviz.sampling import probabilities, sample
@@ -20,7 +21,7 @@ class Draft:
     tokens: list[int]  # proposed continuation x_1..x_k
     q: torch.Tensor | None  # [k, V] draft probabilities over the target's vocabulary; None: no distribution
     forwards: int  # draft-model forward passes spent proposing it
-    extra: dict[str, Any] = field(default_factory=dict)  # plain values for the record
+    extra: tuple[Extra, ...] = ()  # the method's fields for the record (specviz.extras)
 
 
 class SpeculationPolicy(Protocol):

@@ -70,7 +70,7 @@ def online_decoding(dec: Decoding, opts: OsdOptions, learner: Any) -> Iterator[I
     draft = learner.begin_request()  # fixed for this whole request
     version = learner.version
     buffer = learner.request_buffer()  # R: filled by the loop after each verification
-    tag = OnlineExtra(draft_version=version).to_extra()  # every record says which draft served it
+    tag = (OnlineExtra(draft_version=version),)  # every record says which draft served it
     policy = StaticLength(opts.speculation_length)
     yield from speculative_decoding(dec, ModelDrafter(dec, draft), policy, updater=buffer, extra=tag)
     learner.end_request(buffer, dec.ids)  # R -> Q; every I requests: update the draft

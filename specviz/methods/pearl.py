@@ -180,7 +180,7 @@ class Pearl:
             t_drafted=self.t_start,
             draft_forwards=len(log.draft),
             target_forwards=len(log.target),
-            extra=pearl.to_extra(),
+            extra=(pearl,),
             t_end=t_end,
             lane_ms=(busy(log.draft) * 1e3, busy(log.target) * 1e3),
         )

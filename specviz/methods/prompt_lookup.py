@@ -47,7 +47,7 @@ class PromptLookupDrafter:
 
     def propose(self, k: int, policy: SpeculationPolicy) -> Draft:
         tokens, n = ngram_continuation(self.dec.ids, k, self.opts.max_ngram, self.opts.min_ngram)
-        return Draft(tokens, None, forwards=0, extra=NgramExtra(ngram=n).to_extra())
+        return Draft(tokens, None, forwards=0, extra=(NgramExtra(ngram=n),))
 
     def rollback(self, position: int, accepted: int) -> None:
         pass  # stateless: it reads the committed ids afresh every time

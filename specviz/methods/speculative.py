@@ -7,12 +7,12 @@ prefix and adds one token of the target's own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
+from specviz.extras import Extra
 from specviz.methods import register
 from specviz.methods.drafting import Drafter, HeuristicLength, ModelDrafter, SpeculationPolicy, StaticLength, Updater
 from specviz.methods.options import MethodOptions, count
@@ -42,7 +42,7 @@ def speculative_decoding(
     drafter: Drafter,
     policy: SpeculationPolicy,
     updater: Updater | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: Sequence[Extra] = (),
 ) -> Iterator[IterationRecord]:
     """Draft, verify, update: exactly one target forward pass per iteration. `extra`: fields every record
     of the run carries beside its draft's (`specviz.extras`: OSD's draft version)."""
@@ -62,7 +62,7 @@ def speculative_decoding(
             t_start=t_start,
             t_drafted=t_drafted,
             draft_forwards=draft.forwards,
-            extra={**draft.extra, **(extra or {})},
+            extra=(*draft.extra, *extra),
         )
         target.truncate(position + verdict.accepted)  # keep the prefix and the accepted drafts
         drafter.rollback(position, verdict.accepted)

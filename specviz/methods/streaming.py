@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -204,10 +203,10 @@ class StreamDrafter:
         self.pass_gamma = gamma  # streams the next pass runs per node (`propose` bounds it by the budget)
         self.shape: StreamingPassExtra | None = None  # the last pass's shape, for its record
 
-    def pass_extra(self) -> dict[str, Any]:
-        """The last pass's shape as its record's fields (`tree_step` asks once the pass ran)."""
+    def pass_extra(self) -> tuple[StreamingPassExtra]:
+        """The last pass's shape, for its record (`tree_step` asks once the pass ran)."""
         assert self.shape is not None  # an invariant: `verify` ran, every iteration is one pass
-        return self.shape.to_extra()
+        return (self.shape,)
 
     def verify(
         self, target: CachedLM, new_tokens: list[int], tree: TokenTree

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from specviz.decoding import Decoding
-from specviz.extras import Parent, TokenId, TreeExtra
+from specviz.extras import Extra, Parent, TokenId, TreeExtra
 from specviz.methods.ngram_tree import TokenTree
 from specviz.models.kv import CachedLM
 from specviz.records import IterationRecord
@@ -71,7 +71,7 @@ def commit_tree(
     t_drafted: float,
     batch_size: int | None = None,
     kept: list[int] | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: Sequence[Extra] = (),
 ) -> tuple[IterationRecord, TreeVerdict]:
     """Verify a draft tree (no draft distribution: one-hot q) against the target's tree logits and
     commit the accepted path; returns the record and the verdict (its `path` says which nodes to keep).
@@ -96,7 +96,7 @@ def commit_tree(
         t_start=t_start,
         t_drafted=t_drafted,
         draft_forwards=tree.forwards,
-        extra={**tree_extra(tree, tv.path, tv.main_path(tree.parents, kept), batch_size).to_extra(), **(extra or {})},
+        extra=(tree_extra(tree, tv.path, tv.main_path(tree.parents, kept), batch_size), *extra),
     )
     return record, tv
 
@@ -117,7 +117,7 @@ def tree_step(
     budget: int,
     all_rows: bool = False,
     verify: TreeVerify | None = None,
-    extra: Callable[[], dict[str, Any]] | None = None,
+    extra: Callable[[], Sequence[Extra]] | None = None,
 ) -> IterationRecord:
     """Draft a tree, verify it in one target forward, keep the accepted path in the cache. `all_rows`:
     hand the drafter the hidden states of every new committed token, not only the last one's.
@@ -134,7 +134,7 @@ def tree_step(
         logits, hidden = target.forward_tree(new, tree.tokens, tree.parents), None
     else:
         logits, hidden = target.forward_tree_hidden(new, tree.tokens, tree.parents, drafter.hidden_layer, all_rows)
-    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted, kept=kept, extra=extra() if extra else None)
+    record, tv = commit_tree(dec, tree, logits, t_start, t_drafted, kept=kept, extra=extra() if extra else ())
     path = list(tv.path[: record.accepted])
     target.keep_path(position, path)
     drafter.kept(path, hidden)

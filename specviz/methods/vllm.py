@@ -99,7 +99,7 @@ def step_record(dec: Decoding, step: Step, draft_forwards: int) -> IterationReco
         t_start=step.t_start,
         t_drafted=step.t_start,
         draft_forwards=draft_forwards if step.drafted else 0,
-        extra=extra.to_extra(),
+        extra=(extra,),
         t_end=step.t_end,
     )
 
