@@ -240,7 +240,9 @@ def test_greedy_parity_while_learning_after_every_request(perturbed_pair, random
             ref = specviz.generate("autoregressive", pair, prompt, max_new_tokens=24).summary.output_ids
             got = specviz.generate("osd", pair, prompt, max_new_tokens=24, session=learner)
             assert got.summary.output_ids == ref
-            assert {r.extras(OnlineExtra).draft_version for r in got.records} == {learner.version - 1}  # one draft per request
+            assert {r.extras(OnlineExtra).draft_version for r in got.records} == {
+                learner.version - 1
+            }  # one draft per request
         assert learner.version == 3
         assert all(np.isfinite(u["loss_first"]) for u in learner.updates), "a reduced head's loss stays finite"
         changed = [

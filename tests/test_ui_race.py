@@ -222,30 +222,21 @@ def test_each_method_runs_with_its_own_options(perturbed_pair):
 
 def test_the_option_widgets_come_from_the_options_classes():
     """Every tunable option gets a widget with its range, default and help; file paths get none."""
-    from types import SimpleNamespace
-
     import gradio as gr
 
     from specviz.methods import all_methods
     from specviz.ui.options import method_option_widgets
 
     with gr.Blocks():
-        ui = SimpleNamespace(specs=all_methods(), limits=AppLimits(), methods=gr.CheckboxGroup(["sssd"]))
-        method_option_widgets(ui, ["sssd"])
-    assert (
-        "autoregressive" not in ui.option_groups
-        and ui.option_groups["sssd"].visible
-        and not ui.option_groups["vanilla"].visible
-    )
+        _, groups = method_option_widgets(all_methods(), AppLimits(), gr.CheckboxGroup(["sssd"]), ["sssd"])
+    assert "autoregressive" not in groups and groups["sssd"].visible and not groups["vanilla"].visible
 
     def inside(block):
         for child in getattr(block, "children", []):
             yield child
             yield from inside(child)
 
-    widgets = {
-        (name, c.label): c for name, group in ui.option_groups.items() for c in inside(group) if hasattr(c, "info")
-    }
+    widgets = {(name, c.label): c for name, group in groups.items() for c in inside(group) if hasattr(c, "info")}
     size = widgets[("sssd", "speculation_length")]
     assert isinstance(size, gr.Slider) and (size.minimum, size.maximum, size.value) == (1, AppLimits().tree_nodes, 8)
     assert "tree nodes" in size.info

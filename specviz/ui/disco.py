@@ -274,7 +274,7 @@ def _run_handler(ctx: TabContext) -> Callable[..., tuple[Any, ...]]:
         k: float,
         stop: KeyedStop | None = None,
         request: gr.Request | None = None,
-    ):
+    ) -> tuple[Any, ...]:
         try:
             threshold, length = (None, None) if use_tuned else (float(t), int(m))
             check_count("max new tokens", int(n), most=ctx.limits.max_new_tokens)

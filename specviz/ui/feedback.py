@@ -9,7 +9,8 @@ import functools
 import html
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from specviz.errors import SpecvizError
 
@@ -29,7 +30,7 @@ def problem_text(e: BaseException) -> str:
     return f"specviz failed ({type(e).__name__}: {e}). This is a bug, not your input; the server log has the details."
 
 
-def user_error(e: BaseException):
+def user_error(e: BaseException) -> Exception:
     """A gr.Error to raise for `e` (see problem_text); `e` itself if it is one. Its message is
     escaped: the page shows an error as HTML, and a refusal may quote what a visitor sent."""
     import gradio as gr
@@ -45,7 +46,7 @@ def said_where_raised(fn: Callable) -> Callable:
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
-        def steps(*args, **kwargs):
+        def steps(*args: Any, **kwargs: Any) -> Iterator[Any]:
             try:
                 yield from fn(*args, **kwargs)
             except Exception as e:
@@ -54,7 +55,7 @@ def said_where_raised(fn: Callable) -> Callable:
         return steps
 
     @functools.wraps(fn)
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except Exception as e:

@@ -5,6 +5,7 @@ values (tested without a server); the runs are read once, on first use."""
 from __future__ import annotations
 
 import html
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -313,7 +314,7 @@ def _wire_watch(loader: tuple[Any, list], benchmark: Any, row: Any, column: Any,
 
     load, outputs = loader
 
-    def watch(chosen: str, picked: str | None):
+    def watch(chosen: str, picked: str | None) -> Iterator[Any]:
         path = shipped_race(chosen, picked) if picked else None
         if path is None:
             raise gr_error(f"no race is shipped for {picked!r} of {chosen}")

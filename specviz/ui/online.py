@@ -24,7 +24,7 @@ from specviz.limits import check_count, check_number
 from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
 from specviz.serving.limits import AppLimits
-from specviz.serving.stops import KeyedStop, forget_stop, new_stop_key, stop_when_cancelled, stopped_on_leave
+from specviz.serving.stops import KeyedStop, stop_key_for
 from specviz.ui.feedback import user_error
 from specviz.ui.gpu import gpu_seconds
 
@@ -125,7 +125,7 @@ def summary_markdown(state: dict[str, Any], window: int) -> str:
         return "Serving…"
     recent = rows[-window:]
 
-    def a(who):
+    def a(who: str) -> str:
         value = window_alpha(recent, who)
         return "–" if value is None else f"{value:.3f}"
 
@@ -323,25 +323,22 @@ def _serve_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., Iterator
     )
 
     def on_serve(
-        pair_name,
-        suites_,
-        n,
-        shift,
-        mix,
-        dist,
-        mnt,
-        g,
-        i,
-        lr_,
-        loss_,
-        bg,
-        w,
+        pair_name: str,
+        suites_: list[str],
+        n: int,
+        shift: int,
+        mix: bool,
+        dist: int,
+        mnt: int,
+        g: int,
+        i: int,
+        lr_: float,
+        loss_: str,
+        bg: bool,
+        w: int,
         stop: KeyedStop | None = None,
         request: gr.Request | None = None,
-    ):
-        key = new_stop_key()
-        stop = stop if stop is not None else KeyedStop()  # called without the page (a test, a script)
-        stop.keys.add(key)
+    ) -> Iterator[tuple[Any, ...]]:
         try:
             check_count("requests in the stream", int(n), most=limits.osd_requests)
             check_count("max new tokens per request", int(mnt), most=limits.max_new_tokens)
@@ -349,8 +346,7 @@ def _serve_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., Iterator
             lr_ = check_number("learning rate", lr_, LEAST_LR, MOST_LR)
             kept: dict[str, Any] = {}
             st: dict[str, Any] = {"rows": [], "pair": None, "learner": None}
-            # a closed page stops its stream, and so does a cancelled request
-            with stopped_on_leave(getattr(request, "session_hash", None), stop), stop_when_cancelled(stop):
+            with stop_key_for(stop, request) as key:  # Stop, a closed page or a cancelled request end the stream
                 for snap in served(pair_name, suites_, int(n), shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept, key):
                     st = {
                         **st,
@@ -368,9 +364,6 @@ def _serve_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., Iterator
                     )
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e
-        finally:
-            stop.keys.discard(key)
-            forget_stop(key)
 
     return on_serve
 
@@ -378,7 +371,22 @@ def _serve_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., Iterator
 def _stream_call(ctx: TabContext) -> Callable[..., Iterator[dict[str, Any]]]:
     """The stream's model call, on the tab's pair loader."""
 
-    def plain_stream(pair_name, suites_, n, shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept: dict, key: str):
+    def plain_stream(
+        pair_name: str,
+        suites_: list[str],
+        n: int,
+        shift: int,
+        mix: bool,
+        dist: int,
+        mnt: int,
+        g: int,
+        i: int,
+        lr_: float,
+        loss_: str,
+        bg: bool,
+        kept: dict,
+        key: str,
+    ) -> Iterator[dict[str, Any]]:
         """The model call (plain data in and out): each request's new rows and the learner's stats. The
         live pair and learner go into `kept`: the caller's own dict, or on ZeroGPU the worker's copy.
         Ends early once the stop `key` is requested."""
@@ -402,7 +410,7 @@ def _analyse_handler(ctx: TabContext) -> Callable[[Any, Any], tuple[Any, str]]:
     # every model call, in this process (the learner lives here)
     analysed = ctx.hold_models(learned_tokens)
 
-    def on_analyse(st, w):
+    def on_analyse(st: dict[str, Any] | None, w: int) -> tuple[Any, str]:
         if not st or not st["rows"]:
             fig, note = None, "Serve a stream first."
         elif st["learner"] is None:

@@ -8,13 +8,15 @@ its group says the value it runs with and how to change it from the command line
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
 from specviz.methods.options import OptionField, option_fields
 from specviz.serving.limits import AppLimits
+
+if TYPE_CHECKING:
+    from specviz.methods import MethodSpec
 
 
 def option_widget(f: OptionField, limits: AppLimits) -> gr.Checkbox | gr.Dropdown | gr.Textbox | gr.Slider:
@@ -50,34 +52,36 @@ def fixed_options_note(spec: Any) -> str:
     )
 
 
-def method_option_widgets(ui: SimpleNamespace, ticked: list[str]) -> None:
-    """Per method with options, a group of its widgets, shown while the method is ticked;
-    `ui.method_options` holds what the visitor changed, `ui.option_groups` the groups."""
-    ui.method_options = gr.JSON({}, label="method_options", visible=False)
-    ui.option_groups = {}
+def method_option_widgets(
+    specs: list[MethodSpec], limits: AppLimits, methods: gr.CheckboxGroup, ticked: list[str]
+) -> tuple[gr.JSON, dict[str, gr.Column]]:
+    """Per method with options, a group of its widgets, shown while the method is ticked in `methods`:
+    (the hidden JSON of what the visitor changed, {"method.option": value}; the groups by method)."""
+    method_options = gr.JSON({}, label="method_options", visible=False)
+    groups: dict[str, gr.Column] = {}
     with gr.Row(equal_height=False):  # one column per method, side by side, wrapping on narrow screens
-        for spec in ui.specs:
+        for spec in specs:
             fields = option_fields(spec.options)
             if not fields:
                 continue
             with gr.Column(
                 visible=spec.name in ticked, min_width=300, variant="panel", elem_id=f"sv-options-{spec.name}"
-            ) as ui.option_groups[spec.name]:
+            ) as groups[spec.name]:
                 gr.Markdown(f"**{spec.label}**: {spec.description}", elem_classes="sv-option-head")
                 if note := fixed_options_note(spec):
                     gr.Markdown(note, elem_classes="sv-option-fixed")
                 for f in fields:
-                    widget = option_widget(f, ui.limits)
+                    widget = option_widget(f, limits)
                     key = json.dumps(f"{spec.name}.{f.name}")
                     widget.change(
                         None,
-                        [ui.method_options, widget],
-                        ui.method_options,
+                        [method_options, widget],
+                        method_options,
                         js=f"(o, v) => Object.assign({{}}, o || {{}}, {{{key}: v}})",
                     )
-    groups = ui.option_groups
 
-    def show(methods: list[str] | None) -> list[Any]:
-        return [gr.update(visible=name in (methods or ())) for name in groups]
+    def show(chosen: list[str] | None) -> list[Any]:
+        return [gr.update(visible=name in (chosen or ())) for name in groups]
 
-    ui.methods.change(show, ui.methods, list(groups.values()), queue=False, api_visibility="private")
+    methods.change(show, methods, list(groups.values()), queue=False, api_visibility="private")
+    return method_options, groups

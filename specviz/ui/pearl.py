@@ -249,7 +249,7 @@ def _run_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., tuple[Any,
         k: float,
         stop: KeyedStop | None = None,
         request: gr.Request | None = None,
-    ):
+    ) -> tuple[str, Any, Any, Any]:
         try:
             check_prompt_text(text, limits)  # before it reaches the models' line to be tokenised there
             with stop_key_for(stop, request) as key:  # Stop, a closed page or a cancelled request end it

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import random
 import tempfile
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -29,7 +29,7 @@ from specviz.plots.theme import empty
 from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
-from specviz.serving.limits import check_prompt_text
+from specviz.serving.limits import AppLimits, check_prompt_text
 from specviz.serving.runs import method_runner
 from specviz.serving.stops import KeyedStop, stopped_on_leave
 from specviz.ui import stepthrough
@@ -44,6 +44,7 @@ from specviz.ui.verdict import first_place, timing_flags, verdict_markdown
 from specviz.ui.why import gamma_markdown, glossary_html, position_rows, why_markdown
 
 if TYPE_CHECKING:
+    from specviz.methods import MethodSpec
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Race"
@@ -101,7 +102,9 @@ def own_prompts(path: str | None) -> tuple[str, ...]:
     return tuple(p.text for p in load_prompt_file(Path(path)))[:OWN_SHOWN]
 
 
-def settings_from_widgets(prompt, methods, method_options, max_new_tokens, temperature, top_p, seed) -> RaceSettings:
+def settings_from_widgets(
+    prompt: Any, methods: Any, method_options: Any, max_new_tokens: Any, temperature: Any, top_p: Any, seed: Any
+) -> RaceSettings:
     """The one place widget values become a config (sliders send floats; the API may send anything).
     method_options: {"method.option": value} for the options changed from their defaults."""
     if prompt is not None and not isinstance(prompt, str):
@@ -222,40 +225,92 @@ def write_downloads(race: Race, df: Any, folder: Path) -> list[str]:
     return [str(csv_path), str(json_path)]
 
 
+@dataclass(frozen=True)
+class RaceWidgets:
+    """The Race tab's widgets, in the order the page shows them: each section's builder returns its own
+    (`_settings`, `_board`, `stepthrough.build_section`, `_plots`), and the wiring reads them here."""
+
+    specs: list[MethodSpec]  # every registered method, in the registry's order
+    limits: AppLimits
+    # the settings: prompt, Run and Stop, examples, methods, decoding settings, the methods' options
+    prompt: gr.Textbox
+    run_btn: gr.Button
+    stop_btn: gr.Button
+    show_rejected: gr.Checkbox
+    suite: gr.Dropdown
+    example: gr.Dropdown
+    shuffle: gr.Button
+    prompt_file: gr.File
+    methods: gr.CheckboxGroup
+    all_btn: gr.Button
+    none_btn: gr.Button
+    max_new: gr.Slider
+    temperature: gr.Slider
+    top_p: gr.Slider
+    seed: gr.Number
+    method_options: gr.JSON  # {"method.option": value} for the options changed from their defaults
+    option_groups: dict[str, gr.Column]  # a method's option widgets, shown while it is ticked
+    # the board: replay, the panels, the verdict and the summary
+    replay_btn: gr.Button
+    speed: gr.Radio
+    status: gr.Markdown
+    track: gr.HTML
+    placeholder: gr.HTML
+    panels: dict[str, gr.HTML]  # by registry name
+    verdict: gr.Markdown
+    table: gr.Dataframe
+    phone_table: gr.HTML
+    why: gr.Markdown
+    # the step-through
+    step_method: gr.Dropdown
+    step_iteration: gr.Number
+    step_anim: gr.Plot
+    step_view: gr.HTML
+    step_plot: gr.Plot
+    # the plots and the files
+    plot_time: gr.Plot
+    plot_acceptance: gr.Plot
+    plot_hist: gr.Plot
+    sl_method: gr.Dropdown
+    plot_sl: gr.Plot
+    plot_positions: gr.Plot
+    gamma: gr.Markdown
+    files: gr.File
+    saved: gr.File
+
+
 def build_tab(ctx: TabContext) -> None:
     specs = all_methods()
-    ui = SimpleNamespace(specs=specs, limits=ctx.limits)
-    _settings(ui)
-    _board(ui)
-    stepthrough.build_section(ctx, ui)
-    _plots(ui)
+    settings = _settings(specs, ctx.limits)
+    board = _board(specs)
+    step = stepthrough.build_section(ctx)
+    ui = RaceWidgets(specs=specs, limits=ctx.limits, **settings, **board, **step, **_plots())
     _wire_race(ctx, ui)
     _wire_saved(ctx, ui)
     _wire_helpers(ctx, ui)
 
 
-def _settings(ui: SimpleNamespace) -> None:
+def _settings(specs: list[MethodSpec], limits: AppLimits) -> dict[str, Any]:
     """Prompt, Run and Stop, examples, methods and decoding settings."""
     # ticked when the page opens (the registry's default race: the baseline and one method per paper, so the first
     # race is short)
-    defaults = default_race() or [s.name for s in ui.specs if not (s.is_oracle or s.engine)]
-    limits = ui.limits
+    defaults = default_race() or [s.name for s in specs if not (s.is_oracle or s.engine)]
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            ui.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, max_lines=12, elem_id="sv-prompt")
+            prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, max_lines=12, elem_id="sv-prompt")
             with gr.Row(equal_height=True):  # right under the prompt: a newcomer sees it without scrolling
-                ui.run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=3)
-                ui.stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1, min_width=90)
+                run_btn = gr.Button("Run race", variant="primary", elem_id="sv-run", scale=3)
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop", scale=1, min_width=90)
             # the colour key under Run, the column's full width: on a phone it is on the first screen, not
             # squeezed into a thin column beside the toggle
             gr.HTML(legend_html(), elem_id="sv-legend")
-            ui.show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected")
+            show_rejected = gr.Checkbox(True, label="Show rejected draft tokens", elem_id="sv-show-rejected")
             with gr.Row():
-                ui.suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=170)
-                ui.example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
-                ui.shuffle = gr.Button("Shuffle", scale=0, min_width=90)
+                suite = gr.Dropdown(list(SUITES), value="humaneval", label="Example suite", scale=1, min_width=170)
+                example = gr.Dropdown(example_choices("humaneval"), value=None, label="Example", scale=3)
+                shuffle = gr.Button("Shuffle", scale=0, min_width=90)
             with gr.Accordion("Your own prompts", open=False):
-                ui.prompt_file = gr.File(
+                prompt_file = gr.File(
                     label="A prompt file: JSON lines with a 'prompt' or 'turns' field, or plain text, one "
                     "prompt per line. Its prompts become the examples above.",
                     file_types=[".jsonl", ".json", ".txt"],
@@ -263,8 +318,8 @@ def _settings(ui: SimpleNamespace) -> None:
                     elem_id="sv-prompt-file",
                 )
         with gr.Column(scale=2):
-            ui.methods = gr.CheckboxGroup(
-                [(s.label, s.name) for s in ui.specs],
+            methods = gr.CheckboxGroup(
+                [(s.label, s.name) for s in specs],
                 value=defaults,
                 label="Methods",
                 elem_id="sv-methods",
@@ -272,9 +327,9 @@ def _settings(ui: SimpleNamespace) -> None:
                 "row starts a vLLM server first (minutes).",
             )
             with gr.Row():
-                ui.all_btn = gr.Button("All", size="sm", min_width=60)
-                ui.none_btn = gr.Button("None", size="sm", min_width=60)
-            ui.max_new = gr.Slider(
+                all_btn = gr.Button("All", size="sm", min_width=60)
+                none_btn = gr.Button("None", size="sm", min_width=60)
+            max_new = gr.Slider(
                 1,
                 limits.max_new_tokens,
                 value=min(128, limits.max_new_tokens),
@@ -283,33 +338,52 @@ def _settings(ui: SimpleNamespace) -> None:
                 elem_id="sv-max-new",
             )
             with gr.Accordion("Sampling", open=False):
-                ui.temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
-                ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                ui.seed = gr.Number(0, precision=0, label="Seed", minimum=0, maximum=MAX_SEED)
+                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                seed = gr.Number(0, precision=0, label="Seed", minimum=0, maximum=MAX_SEED)
     with gr.Accordion(
         "Options of the ticked methods (γ, tree size, thresholds…); each runs at its own defaults unless changed here",
         open=False,
         elem_id="sv-method-options",
     ):
-        method_option_widgets(ui, defaults)
+        method_options, option_groups = method_option_widgets(specs, limits, methods, defaults)
+    return {
+        "prompt": prompt,
+        "run_btn": run_btn,
+        "stop_btn": stop_btn,
+        "show_rejected": show_rejected,
+        "suite": suite,
+        "example": example,
+        "shuffle": shuffle,
+        "prompt_file": prompt_file,
+        "methods": methods,
+        "all_btn": all_btn,
+        "none_btn": none_btn,
+        "max_new": max_new,
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": seed,
+        "method_options": method_options,
+        "option_groups": option_groups,
+    }
 
 
-def _board(ui: SimpleNamespace) -> None:
+def _board(specs: list[MethodSpec]) -> dict[str, Any]:
     """Replay, and one panel per method with the summary table below (Run, Stop and the colour key
     are under the prompt)."""
     with gr.Row(equal_height=True):
-        ui.replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
-        ui.speed = gr.Radio(
+        replay_btn = gr.Button("Replay race", elem_id="sv-replay", scale=1)
+        speed = gr.Radio(
             [("real speed", 1.0), ("½×", 0.5), ("¼×", 0.25), ("⅒×", 0.1)], value=1.0, label="Replay speed", scale=2
         )
     gr.Markdown(TIMING_NOTE, elem_classes="sv-note")
-    ui.status = gr.Markdown(elem_id="sv-race-status")
-    ui.track = gr.HTML("", elem_id="sv-replay-track")
+    status = gr.Markdown(elem_id="sv-race-status")
+    track = gr.HTML("", elem_id="sv-replay-track")
     with gr.Row(elem_id="sv-board"):
-        ui.placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
-        ui.panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in ui.specs}
-    ui.verdict = gr.Markdown(elem_id="sv-verdict")
-    ui.table = gr.Dataframe(
+        placeholder = gr.HTML('<div class="sv-empty">Pick the methods, then press <b>Run race</b>.</div>')
+        panels = {s.name: gr.HTML(visible=False, elem_classes="sv-slot", min_width=340) for s in specs}
+    verdict = gr.Markdown(elem_id="sv-verdict")
+    table = gr.Dataframe(
         speedup_first(summary_table({})),
         label="Summary: every method on this prompt, fastest first",
         interactive=False,
@@ -318,13 +392,25 @@ def _board(ui: SimpleNamespace) -> None:
         wrap=True,
         column_widths=SUMMARY_WIDTHS,
     )
-    ui.phone_table = gr.HTML(elem_classes=["sv-phone-only"])  # the summary pivoted: a phone shows it instead
-    ui.why = gr.Markdown(elem_id="sv-why")
+    phone_table = gr.HTML(elem_classes=["sv-phone-only"])  # the summary pivoted: a phone shows it instead
+    why = gr.Markdown(elem_id="sv-why")
     with gr.Accordion("What the numbers mean", open=False, elem_id="sv-glossary"):
         gr.HTML(glossary_html())
+    return {
+        "replay_btn": replay_btn,
+        "speed": speed,
+        "status": status,
+        "track": track,
+        "placeholder": placeholder,
+        "panels": panels,
+        "verdict": verdict,
+        "table": table,
+        "phone_table": phone_table,
+        "why": why,
+    }
 
 
-def _plots(ui: SimpleNamespace) -> None:
+def _plots() -> dict[str, Any]:
     """The race's plots, with titled placeholder figures until the first race: they say what will
     appear, and the page fetches plotly.js now instead of leaving the plots blank after the race."""
 
@@ -332,36 +418,47 @@ def _plots(ui: SimpleNamespace) -> None:
         return empty(title, "Run a race to see this plot.")
 
     with gr.Row():
-        ui.plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time", show_label=False)
-        ui.plot_acceptance = gr.Plot(
+        plot_time = gr.Plot(blank(TIME_TITLE), label="Tokens vs time", elem_id="sv-plot-time", show_label=False)
+        plot_acceptance = gr.Plot(
             blank(ACCEPTANCE_TITLE), label="Running acceptance rate", elem_id="sv-plot-acceptance", show_label=False
         )
     with gr.Row():
-        ui.plot_hist = gr.Plot(
+        plot_hist = gr.Plot(
             blank(HISTOGRAM_TITLE), label="Accepted tokens per iteration", elem_id="sv-plot-histogram", show_label=False
         )
         with gr.Column():
-            ui.sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
-            ui.plot_sl = gr.Plot(
+            sl_method = gr.Dropdown([], label="Method for the speculation-length plot")
+            plot_sl = gr.Plot(
                 blank(SL_TITLE), label="Speculation length: chosen vs oracle", elem_id="sv-plot-sl", show_label=False
             )
     with gr.Row():
-        ui.plot_positions = gr.Plot(
+        plot_positions = gr.Plot(
             blank(POSITIONS_TITLE), label="Acceptance per draft position", elem_id="sv-plot-positions", show_label=False
         )
-        ui.gamma = gr.Markdown(elem_id="sv-gamma")
+        gamma = gr.Markdown(elem_id="sv-gamma")
     with gr.Row():
-        ui.files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False, scale=2)
-        ui.saved = gr.File(
+        files = gr.File(label="Download the records (CSV, JSON)", file_count="multiple", interactive=False, scale=2)
+        saved = gr.File(
             label="Load a saved race (race_records.json, recorded here or elsewhere)",
             file_types=[".json"],
             type="filepath",
             elem_id="sv-load-race",
             scale=1,
         )
+    return {
+        "plot_time": plot_time,
+        "plot_acceptance": plot_acceptance,
+        "plot_hist": plot_hist,
+        "sl_method": sl_method,
+        "plot_sl": plot_sl,
+        "plot_positions": plot_positions,
+        "gamma": gamma,
+        "files": files,
+        "saved": saved,
+    }
 
 
-def _wire_race(ctx: TabContext, ui: SimpleNamespace) -> None:
+def _wire_race(ctx: TabContext, ui: RaceWidgets) -> None:
     """Run race streams panel updates while the methods run, then the table, plots and downloads; Stop
     ends it; the summary's phone form follows the summary."""
     stop_state = gr.State(KeyedStop())
@@ -394,23 +491,23 @@ def _wire_race(ctx: TabContext, ui: SimpleNamespace) -> None:
     )
 
 
-def _race_handler(ctx: TabContext, ui: SimpleNamespace, sessions_state: Any) -> Any:
+def _race_handler(ctx: TabContext, ui: RaceWidgets, sessions_state: Any) -> Any:
     """The Run race event: the widgets checked into settings, then the race streamed onto the board."""
     runner = ctx.gpu(method_runner(ctx.load_pair), duration=method_seconds)  # one method's run, where the GPU is
 
     def race(
-        pair_name,
-        prompt,
-        methods,
-        method_options,
-        max_new,
-        temperature,
-        top_p,
-        seed,
+        pair_name: str,
+        prompt: Any,
+        methods: Any,
+        method_options: Any,
+        max_new: Any,
+        temperature: Any,
+        top_p: Any,
+        seed: Any,
         stop: KeyedStop,
         sessions: dict,
         request: gr.Request | None = None,
-    ):
+    ) -> Iterator[dict[Any, Any]]:
         try:
             settings = settings_from_widgets(prompt, methods, method_options, max_new, temperature, top_p, seed)
             settings.check(ctx.limits)
@@ -440,7 +537,7 @@ def _race_handler(ctx: TabContext, ui: SimpleNamespace, sessions_state: Any) -> 
 
 
 def stream_board(
-    ui: SimpleNamespace, race_state: Any, races: Iterable[Race], head: str
+    ui: RaceWidgets, race_state: Any, races: Iterable[Race], head: str
 ) -> Generator[dict[Any, Any], None, Race]:
     """The board's updates while `races` (run_race's snapshots) runs: the status line and the panels that
     changed; the first shows this race's panels and hides the others. Returns the last snapshot."""
@@ -460,7 +557,7 @@ def stream_board(
     return race
 
 
-def panel_updates(ui: SimpleNamespace, race: Race, drawn: dict[str, tuple]) -> dict:
+def panel_updates(ui: RaceWidgets, race: Race, drawn: dict[str, tuple]) -> dict:
     """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
     baseline, out = race.baseline_tokens_per_s(), {}
     for run in race.runs:
@@ -482,7 +579,7 @@ def finished_status(race: Race, stop: KeyedStop, head: str) -> str:
     )
 
 
-def board_outputs(ctx: TabContext, ui: SimpleNamespace) -> list:
+def board_outputs(ctx: TabContext, ui: RaceWidgets) -> list:
     """Everything a finished (or loaded) race redraws, in one order for every event that draws it."""
     return [
         ui.status,
@@ -509,9 +606,7 @@ def board_outputs(ctx: TabContext, ui: SimpleNamespace) -> list:
     ]
 
 
-def finished_board(
-    ctx: TabContext, ui: SimpleNamespace, race: Race, status: str, more: dict, reveal: bool = False
-) -> Any:
+def finished_board(ctx: TabContext, ui: RaceWidgets, race: Race, status: str, more: dict, reveal: bool = False) -> Any:
     """The board, table, plots and downloads of a finished race; `reveal`: a loaded race, whose
     panels are shown (and the others hidden) here rather than when it started."""
     flags = timing_flags(race)  # a loaded race is checked here; a raced one was as it went
@@ -552,10 +647,10 @@ def finished_board(
         }
 
 
-def _wire_saved(ctx: TabContext, ui: SimpleNamespace) -> None:
+def _wire_saved(ctx: TabContext, ui: RaceWidgets) -> None:
     """Load a saved race (the JSON download, from here or elsewhere) onto the board."""
 
-    def load_saved(path: str | None):
+    def load_saved(path: str | None) -> Iterator[dict[Any, Any]]:
         """Show a race saved by the download below (here or on another machine), ready to replay."""
         if not path:
             return
@@ -580,11 +675,11 @@ def _wire_saved(ctx: TabContext, ui: SimpleNamespace) -> None:
     ctx.show_saved = (load_saved, outputs)  # for the tabs that put a saved race on this board
 
 
-def _wire_helpers(ctx: TabContext, ui: SimpleNamespace) -> None:
+def _wire_helpers(ctx: TabContext, ui: RaceWidgets) -> None:
     """Replay, the speculation-length plot's method, method shortcuts, examples, the rejected-token toggle."""
     ui.replay_btn.click(None, ui.speed, None, js=REPLAY_JS)
 
-    def sl_plot(race: Race | None, method: str | None):
+    def sl_plot(race: Race | None, method: str | None) -> Any:
         if race is None:
             return gr.skip()
         labels = {r.name: r.label for r in race.runs}
@@ -602,7 +697,7 @@ def _wire_helpers(ctx: TabContext, ui: SimpleNamespace) -> None:
     ui.none_btn.click(lambda: [], None, ui.methods, api_visibility="private")
     own = ctx.state(())  # the visitor's uploaded prompts (texts); a suite name never reaches the file system
 
-    def load_own(path: str | None):
+    def load_own(path: str | None) -> tuple[tuple[str, ...], Any, Any]:
         try:
             texts = own_prompts(path)
         except gr.Error:  # already said on the page
@@ -621,7 +716,7 @@ def _wire_helpers(ctx: TabContext, ui: SimpleNamespace) -> None:
             gr.update(choices=example_choices(OWN, texts), value=0),
         )
 
-    def pick(suite: str, index: Any, texts: tuple[str, ...]):
+    def pick(suite: str, index: Any, texts: tuple[str, ...]) -> Any:
         try:
             return example_text(suite, index, texts) if index is not None else gr.skip()
         except gr.Error:  # already said on the page
@@ -629,7 +724,7 @@ def _wire_helpers(ctx: TabContext, ui: SimpleNamespace) -> None:
         except Exception as e:
             raise user_error(e) from e
 
-    def shuffle(suite: str, texts: tuple[str, ...]):
+    def shuffle(suite: str, texts: tuple[str, ...]) -> str:
         try:
             return random.choice(texts) if suite == OWN and texts else shuffled(suite, random.randrange(1 << 30)).text
         except gr.Error:  # already said on the page

@@ -20,6 +20,8 @@ from specviz.ui.trees import TARGET, TARGET_COLOUR, TreeRun, tree_run
 from specviz.ui.trees import coloured_output as coloured_output_by
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "SSSD tree"
@@ -59,7 +61,7 @@ def run_and_show(
     sources: str,
     load_pair: Callable[[str], Any] | None = None,
     run: Callable[..., TreeRun] | None = None,
-):
+) -> tuple[TreeRun | None, str, int, go.Figure | None, str, int]:
     """The Run button: (run, output HTML, first iteration with an accepted draft, its figure and
     summary, iteration count); a bad input gives an error message in the output instead. `run`: the
     app's model call of run_sssd with the first five arguments (default: run_sssd here)."""
@@ -79,7 +81,7 @@ def run_and_show(
     return state, coloured_output(state), first, fig, line, len(state.records)
 
 
-def show_iteration(state: TreeRun | None, iteration: Any):
+def show_iteration(state: TreeRun | None, iteration: Any) -> tuple[go.Figure | None, str]:
     """The tree figure of one iteration (counted from 1, as everywhere in the app), and a one-line summary of it."""
     if not state or not state.records:
         return None, "Run SSSD first."
@@ -125,13 +127,13 @@ def build_tab(ctx: TabContext) -> None:
         seconds=lambda pair_name, text, n, s, src: gpu_seconds(n),
     )
 
-    def on_run(pair_name, text, n, s, src):
+    def on_run(pair_name: str, text: str, n: float, s: float, src: str) -> tuple[Any, ...]:
         try:  # only the API can send more than the slider allows
             check_count("S (tree nodes)", int(s), most=limits.tree_nodes)
             check_prompt_text(text, limits)  # before it reaches the models' line to be tokenised there
         except SpecvizError as e:
             return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", gr.update(), None, ""
-        st, out, first, fig, line, count = run_and_show(pair_name, text, n, s, src, run=sssd)
+        st, out, first, fig, line, count = run_and_show(pair_name, text, int(n), int(s), src, run=sssd)
         return st, out, gr.update(maximum=max(2, count), value=first), fig, line
 
     go.click(

@@ -9,7 +9,6 @@ explained from its records.
 from __future__ import annotations
 
 import html
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -124,30 +123,31 @@ def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.3g}"  # three significant digits: a small p is not rounded to 0.000
 
 
-def build_section(ctx: TabContext, ui: SimpleNamespace) -> None:
-    """The step-through accordion, under the race's 'why' table."""
+def build_section(ctx: TabContext) -> dict[str, Any]:
+    """The step-through accordion, under the race's 'why' table: its widgets, wired (the race's
+    board redraws them: `specviz.ui.race.board_outputs`)."""
     with gr.Accordion("Step through one iteration", open=False, elem_id="sv-step"):
         gr.Markdown(INTRO)
         with gr.Row(equal_height=True):
-            ui.step_method = gr.Dropdown([], label="Method", scale=2, elem_id="sv-step-method")
-            ui.step_iteration = gr.Number(
+            step_method = gr.Dropdown([], label="Method", scale=2, elem_id="sv-step-method")
+            step_iteration = gr.Number(
                 1, precision=0, minimum=1, label="Iteration", scale=1, elem_id="sv-step-iteration"
             )
             prev = gr.Button("← Previous", scale=1, elem_id="sv-step-prev")
             nxt = gr.Button("Next →", scale=1, elem_id="sv-step-next")
-        ui.step_anim = gr.Plot(
+        step_anim = gr.Plot(
             empty(PLAY_TITLE, "Run a race, then pick a method and an iteration to play it."),
             elem_id="sv-step-anim",
             show_label=False,
         )
-        ui.step_view = gr.HTML(elem_id="sv-step-view")
-        ui.step_plot = gr.Plot(
+        step_view = gr.HTML(elem_id="sv-step-view")
+        step_plot = gr.Plot(
             empty(TITLE, "Run a race, then pick a method and an iteration."), elem_id="sv-step-plot", show_label=False
         )
 
     def recomputed(
         records: list, i: int, prompt_ids: list[int], options: dict, pair_name: str, method: str, method_options: dict
-    ):
+    ) -> Any:
         """The model call (plain data in and out): iteration `i` explained with the race's models rerun."""
         from specviz.methods import get_method
         from specviz.stepthrough import explain_iteration, recompute_for
@@ -158,7 +158,7 @@ def build_section(ctx: TabContext, ui: SimpleNamespace) -> None:
 
     explain = ctx.run_models(recomputed, seconds=gpu_seconds(0))  # one pass of the target (and the draft)
 
-    def show(race: Race | None, pair_name: str, method: str | None, iteration: Any, move: int = 0):
+    def show(race: Race | None, pair_name: str, method: str | None, iteration: Any, move: int = 0) -> tuple[Any, ...]:
         from specviz.stepthrough import explain_iteration
 
         if race is None or not method:
@@ -182,22 +182,29 @@ def build_section(ctx: TabContext, ui: SimpleNamespace) -> None:
         plots = step_distributions(step, run.label), iteration_animation(step, run.label)
         return i + 1, step_html(step, run.label), *plots
 
-    def here(race, pair_name, method, iteration):
+    def here(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
         return show(race, pair_name, method, iteration)
 
-    def previous(race, pair_name, method, iteration):
+    def previous(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
         return show(race, pair_name, method, iteration, -1)
 
-    def following(race, pair_name, method, iteration):
+    def following(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
         return show(race, pair_name, method, iteration, +1)
 
-    inputs = [ctx.race, ctx.pair, ui.step_method, ui.step_iteration]
-    outputs = [ui.step_iteration, ui.step_view, ui.step_plot, ui.step_anim]
+    inputs = [ctx.race, ctx.pair, step_method, step_iteration]
+    outputs = [step_iteration, step_view, step_plot, step_anim]
     for trigger, fn in (
-        (ui.step_method.input, here),
-        (ui.step_iteration.submit, here),
+        (step_method.input, here),
+        (step_iteration.submit, here),
         (prev.click, previous),
         (nxt.click, following),
     ):
         trigger(fn, inputs, outputs, api_visibility="private", **ctx.models_queue())
-    ui.step_anim.change(None, [ui.step_anim], None, js=ADD_FRAMES_JS)
+    step_anim.change(None, [step_anim], None, js=ADD_FRAMES_JS)
+    return {
+        "step_method": step_method,
+        "step_iteration": step_iteration,
+        "step_anim": step_anim,
+        "step_view": step_view,
+        "step_plot": step_plot,
+    }

@@ -22,6 +22,8 @@ from specviz.ui.trees import TARGET_COLOUR, TreeRun, tree_run
 from specviz.ui.trees import coloured_output as coloured_output_by
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Streaming tree"
@@ -82,7 +84,7 @@ def coloured_output(run: TreeRun) -> str:
     return coloured_output_by(run, stream_colour)
 
 
-def show_iteration(state: TreeRun | None, iteration: Any):
+def show_iteration(state: TreeRun | None, iteration: Any) -> tuple[go.Figure | None, str]:
     """The tree figure of one iteration (counted from 1, as everywhere in the app), and a one-line summary of it."""
     if not state or not state.records:
         return None, "Run streaming first."
@@ -100,7 +102,7 @@ def show_iteration(state: TreeRun | None, iteration: Any):
     )
 
 
-def show_pass(state: TreeRun | None, iteration: Any):
+def show_pass(state: TreeRun | None, iteration: Any) -> tuple[go.Figure | None, str]:
     """The rows of one iteration's target pass (counted from 1), as its record says, and a sentence counting them."""
     if not state or not state.records:
         return None, ""
@@ -218,7 +220,7 @@ def build_tab(ctx: TabContext) -> None:
         seconds=lambda pair_name, text, n, k, w, p: gpu_seconds(n),
     )
 
-    def on_run(pair_name, text, n, k, w, p):
+    def on_run(pair_name: str, text: str, n: float, k: float, w: float, p: float) -> tuple[Any, ...]:
         try:
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
             st = streamed(pair_name, text, int(n), int(k), int(w), float(p))
@@ -234,7 +236,7 @@ def build_tab(ctx: TabContext) -> None:
             *show_pass(st, first),
         )
 
-    def on_iteration(st, i):
+    def on_iteration(st: TreeRun | None, i: Any) -> tuple[Any, ...]:
         return (*show_iteration(st, i), *show_pass(st, i))
 
     go.click(

@@ -44,6 +44,8 @@ from specviz.plots.theme import signed_percent
 from specviz.ui.feedback import problem_text
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "Theory"
@@ -222,7 +224,9 @@ def measured_verify_note() -> str:
     )
 
 
-def explorer(alpha: float, gamma: int, tree_size: int, race: Any = None, max_gamma: int = 16):
+def explorer(
+    alpha: float, gamma: int, tree_size: int, race: Any = None, max_gamma: int = 16
+) -> tuple[go.Figure, go.Figure, str]:
     """The what-if: chain curves vs γ and tree curves vs S for a few α around the chosen one, with this
     pair's c and verify cost and the last race's methods on them, and the numbers at (α, γ, S)."""
     cost = measured_cost(race) or model_cost()
@@ -287,21 +291,29 @@ def _point(row: dict[str, Any], x: float) -> dict[str, Any]:
 # ----- 2. roofline ------------------------------------------------------------------------------
 
 
-def resolve_shape(model: str, pair_name: str | None, load_pair=None):
+def resolve_shape(model: str, pair_name: str | None, load_pair: Callable[[str], Any] | None = None) -> ModelShape:
     """A preset shape, or the loaded pair's target (loads the pair: cached after the first time)."""
     if model == LOADED_PAIR:
         from specviz.cost.shapes import shape_from_model
 
         if load_pair is None:
-            from specviz.models.pair import load_pair
+            from specviz.models.pair import load_pair as load_any
+
+            load_pair = load_any
         pair = load_pair(pair_name or "default")
         return shape_from_model(pair.target, name=f"{pair.name} target")
     return get_shape(model)
 
 
 def roofline_view(
-    hardware: str, model: str, batch_sizes: list, context: int, engine: str, shape=None, race: Any = None
-):
+    hardware: str,
+    model: str,
+    batch_sizes: list,
+    context: int,
+    engine: str,
+    shape: ModelShape | None = None,
+    race: Any = None,
+) -> tuple[go.Figure | None, str]:
     """Forward time vs S per batch size, the knee per B, the budget and the verify cost ratio; on this
     machine, the last race's measured verify cost beside the model's."""
     hw = get_hardware(hardware, None if engine == NO_ENGINE else engine)
@@ -462,7 +474,7 @@ def published_sources() -> list[str]:
 # ----- 3. published vs predicted ------------------------------------------------------------------
 
 
-def published_view():
+def published_view() -> tuple[go.Figure | None, str]:
     """Spec-Bench's speedups next to the cost model's predictions, the fit's summary, and which method of the
     race each published method corresponds to."""
     from specviz.cost import published
@@ -501,7 +513,7 @@ def published_view():
 # ----- 4. the last race -------------------------------------------------------------------------
 
 
-def race_view(race: Any):
+def race_view(race: Any) -> tuple[go.Figure | None, str]:
     """Predicted vs measured speedup for every finished method of the last race (ctx.race's value)."""
     from specviz.ui.why import explain_race, why_markdown
 
@@ -525,7 +537,9 @@ def roofline_handler(ctx: TabContext) -> Callable:
     """The roofline's handler: the loaded pair's shape through `ctx.resolve`, which loads a pair not loaded yet
     only in a turn on the models (never beside a timed race)."""
 
-    def on_roofline(hw, m, b, ctx_len, eng, pair_name, race=None):
+    def on_roofline(
+        hw: str, m: str, b: list, ctx_len: int, eng: str, pair_name: str | None, race: Any = None
+    ) -> tuple[go.Figure | None, str]:
         try:
             shape = resolve_shape(m, pair_name, lambda n: ctx.resolve(n)[0])
             return roofline_view(hw, m, b, ctx_len, eng, shape=shape, race=race)
@@ -619,7 +633,7 @@ def roofline_section(ctx: TabContext) -> RaceView:
     for widget in (hardware, model, batch, context, engine):
         widget.change(on_roofline, [*own, ctx.race], [roof_plot, roof_table], show_progress="hidden")
 
-    def note(*inputs):
+    def note(*inputs: Any) -> str:
         """The roofline's text again: its note explains the last race (the plot does not change with it)."""
         return on_roofline(*inputs)[1]
 
@@ -661,7 +675,7 @@ def follow_the_race(ctx: TabContext, views: list[RaceView]) -> None:
     inputs = [x for v in views for x in v.inputs] + [ctx.race]
     outputs = [x for v in views for x in v.outputs]
 
-    def redraw(*values):
+    def redraw(*values: Any) -> tuple[Any, ...]:
         race = values[-1]
         if not race_finished(race):
             return tuple(gr.skip() for _ in outputs)
