@@ -395,6 +395,7 @@ def test_timing_that_load_disturbed_is_flagged_and_clean_timing_is_not(perturbed
     flagged on the run's panel, in the why table and in the verdict; a quiet machine's are not."""
     from dataclasses import replace
 
+    from specviz.ui.race import winner_words
     from specviz.ui.verdict import timing_flags, verdict_markdown
 
     clean = timed_race(perturbed_pair)
@@ -417,6 +418,9 @@ def test_timing_that_load_disturbed_is_flagged_and_clean_timing_is_not(perturbed
     assert race_html(clean).count("sv-flag") == 0 and race_html(hurried).count('class="sv-flag"') == 1
     assert "timing disturbed" in why_markdown(hurried) and "timing disturbed" not in why_markdown(clean)
     assert "Prompt lookup" not in verdict_markdown(hurried).split("\n")[0]  # a disturbed run never wins
+    # the status line says the disturbed run is left out: its panel may show a speedup above the winner's
+    assert winner_words(hurried).endswith("(1 run with disturbed timing ⚠️ not ranked)")
+    assert "not ranked" not in winner_words(clean)
 
 
 def test_every_race_ends_with_a_verdict_fastest_first(perturbed_pair):

@@ -191,16 +191,23 @@ def winner_words(race: Race) -> str:
     """', Vanilla SD won at 1.52× the target alone' for the status line, from the verdict's ranking: runs
     the clock cannot tell apart share first place and none of them is called the winner ('' without a
     trusted winner)."""
-    first = first_place(race, {r.name for r in race.runs if r.flags})
+    disturbed = [r for r in race.runs if r.flags]
+    first = first_place(race, {r.name for r in disturbed})
     if not first or len(race.finished()) < 2:
         return ""
+    # a disturbed run may show a higher speedup than the winner's: the line says why it is not counted
+    unranked = f" ({_count(disturbed, 'run')} with disturbed timing ⚠️ not ranked)" if disturbed else ""
     if len(first) > 1:
         names = " and ".join(f"**{r.label}** ({s.speedup:.2f}×)" for r, s in first if s.speedup is not None)
-        return f": no single winner, {names} share first place (the clock cannot tell them apart)"
+        return f": no single winner, {names} share first place (the clock cannot tell them apart){unranked}"
     run, standing = first[0]
     if run.name == BASELINE:
-        return ": no method beat the target alone"
-    return f": **{run.label}** won at {standing.speedup:.2f}× the target alone"
+        return f": no method beat the target alone{unranked}"
+    return f": **{run.label}** won at {standing.speedup:.2f}× the target alone{unranked}"
+
+
+def _count(items: list[Any], noun: str) -> str:
+    return f"{len(items)} {noun}{'s' if len(items) != 1 else ''}"
 
 
 def sl_opening(drafting: list[Any]) -> str | None:
