@@ -17,17 +17,20 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.serving.limits import app_limits
 from specviz.ui import build_app, launch
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 log = logging.getLogger(__name__)
 
 
-def zerogpu():
+def zerogpu() -> Callable[..., Any] | None:
     """spaces.GPU when running on a Hugging Face ZeroGPU Space, else None. Imported before torch
     touches CUDA (ZeroGPU requires it); gradio's wrapping of every handler in it is turned off, so
     that only model calls take a GPU."""

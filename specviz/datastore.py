@@ -23,12 +23,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specviz.errors import SpecvizError
 from specviz.paths import ASSETS, cache_dir
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DEFAULT_PATH = ASSETS / "sssd" / "datastore.npz"  # built from the default target's own text
 
@@ -192,7 +195,7 @@ def _not_a_datastore(path: str | Path, why: str) -> SpecvizError:
     return SpecvizError(f"{path} is not a datastore ({why}): build one with `python -m specviz.train.datastore`")
 
 
-def tokenizer_fingerprint(tokenizer) -> str:
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     """A short hash of a tokenizer's vocabulary: a datastore is only used with the tokenizer it was built with."""
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     return hashlib.sha1(json.dumps(vocab).encode()).hexdigest()[:16]

@@ -32,7 +32,7 @@ class Decoding:
         seed: int,
         session: Any = None,
         executor: Any = None,
-    ):
+    ) -> None:
         self.pair = pair
         self.method = method
         self.sampling = sampling

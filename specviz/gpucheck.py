@@ -33,6 +33,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
+    from specviz.prompts import Prompt
 
 STASH = Path(os.environ.get("SPECVIZ_GPUCHECK_STASH", "/tmp/specviz-gpucheck"))  # parts kept between calls there
 TEST_FILES = (
@@ -154,7 +159,7 @@ def race(out: Path, device: str, prompts_per_suite: int, max_new_tokens: int) ->
     shutil.rmtree(roofline_out, ignore_errors=True)
 
 
-def forward_times(pair, context: int = 256) -> dict:
+def forward_times(pair: ModelPair, context: int = 256) -> dict:
     """Median forward time of each real model of the pair, 1..64 new tokens over `context` cached ones
     (the target's predicted times for the chip are in roofline.json, from its shape)."""
     from specviz.cost.measure import measure_forward_times
@@ -164,17 +169,24 @@ def forward_times(pair, context: int = 256) -> dict:
         "device": torch_device_name(pair.info.get("device", "")),
         "dtype": pair.info.get("dtype"),
         "context": context,
+        # (the pairs it checks have a draft: `model` is not None)
         **{
             role: [
                 {"tokens": t.n_tokens, "ms": t.seconds * 1e3}
-                for t in measure_forward_times(model, batch_sizes=(1,), n_tokens=tokens, context_len=context, repeats=5)
+                for t in measure_forward_times(
+                    model,  # type: ignore[arg-type]
+                    batch_sizes=(1,),
+                    n_tokens=tokens,
+                    context_len=context,
+                    repeats=5,
+                )
             ]
             for role, model in (("target", pair.target), ("draft", pair.draft))
         },
     }
 
 
-def saved_race(pair, prompt, max_new_tokens: int) -> dict:
+def saved_race(pair: ModelPair, prompt: Prompt, max_new_tokens: int) -> dict:
     """Every method on one prompt, one after another, as the Race tab saves a race (its JSON download)."""
     from specviz.methods import all_methods
     from specviz.models.pair import encode_prompt

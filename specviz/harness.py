@@ -20,7 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from specviz.methods import BASELINE
 from specviz.prompts import Prompt, add_prompt_args, prompt_sources, take
 
 if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
     from specviz.records import IterationRecord
     from specviz.runner import RunResult
 
@@ -146,7 +147,7 @@ def _where(variant: Variant, prompt: Prompt, repeat: int) -> dict[str, Any]:
 
 
 def run_interleaved(
-    pair,
+    pair: ModelPair,
     variants: Sequence[Variant],
     prompts: Sequence[Prompt],
     *,
@@ -187,7 +188,9 @@ def run_interleaved(
         return rows
 
 
-def _runner(pair, v: Variant, keep_records: bool, lane: Any = None) -> Callable[[Prompt, dict, int, int], RunRow]:
+def _runner(
+    pair: ModelPair, v: Variant, keep_records: bool, lane: Any = None
+) -> Callable[[Prompt, dict, int, int], RunRow]:
     """(prompt, sampling, seed, repeat) -> the row of one run of `v`; a method's session (e.g. OSD's
     learner) is made here, once, and carried across its runs; `lane`: the executor its runs are lent."""
     if v.kind == "peer":
@@ -225,7 +228,7 @@ def _runner(pair, v: Variant, keep_records: bool, lane: Any = None) -> Callable[
 
 
 def mark_parity(
-    rows: Sequence[RunRow], pair, prompts: Sequence[Prompt], greedy: bool = True, judge: bool = True
+    rows: Sequence[RunRow], pair: ModelPair, prompts: Sequence[Prompt], greedy: bool = True, judge: bool = True
 ) -> list[RunRow]:
     """The rows with their greedy outputs compared with AR's (and HF greedy's) on the same prompt and
     repeat; where one differs from AR's and `judge`: is the first differing token a tie of the
@@ -351,7 +354,7 @@ def by_position(rows: Sequence[RunRow], method: str) -> dict[str, Any]:
     return out
 
 
-def _all_or_none(values) -> bool | None:
+def _all_or_none(values: Iterable[bool | None]) -> bool | None:
     known = [v for v in values if v is not None]
     return all(known) if known else None
 

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
 
 TIE_STEPS = 2  # logits this many rounding steps of the dtype apart (or closer) count as tied
 
@@ -30,7 +34,7 @@ class Parity:
         return "same" if self.same else "tie" if self.tie else "differs"
 
 
-def compare(pair, prompt_ids: Sequence[int], reference: Sequence[int], output: Sequence[int]) -> Parity:
+def compare(pair: ModelPair, prompt_ids: Sequence[int], reference: Sequence[int], output: Sequence[int]) -> Parity:
     """`output` against `reference` (the autoregressive output), both new tokens after `prompt_ids`."""
     reference, output = list(reference), list(output)
     if output == reference:
@@ -43,7 +47,7 @@ def compare(pair, prompt_ids: Sequence[int], reference: Sequence[int], output: S
 
 
 @torch.inference_mode()
-def is_tie(pair, context: Sequence[int], a: int, b: int) -> bool:
+def is_tie(pair: ModelPair, context: Sequence[int], a: int, b: int) -> bool:
     """Whether the target's logits for tokens a and b after `context` are both within `TIE_STEPS`
     rounding steps of the largest (a step: the target dtype's eps at that magnitude). In float32
     that is ~2e-7 of the logit: only an exact tie."""

@@ -20,11 +20,15 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.methods import all_methods
 from specviz.models.pair import ModelPair
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ def peers_for(methods: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _counting(model) -> Iterator[list[int]]:
+def _counting(model: torch.nn.Module) -> Iterator[list[int]]:
     """Counts forward calls of `model` while the block runs."""
     calls = [0]
     handle = model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
@@ -97,7 +101,7 @@ def _counting(model) -> Iterator[list[int]]:
 
 
 @contextlib.contextmanager
-def _assistant_config(draft, fields: dict[str, Any]) -> Iterator[None]:
+def _assistant_config(draft: PreTrainedModel, fields: dict[str, Any]) -> Iterator[None]:
     """HF reads assisted-generation settings from the assistant's generation config: set them for
     one call and put the shared model's config back afterwards."""
     config = draft.generation_config
@@ -151,8 +155,9 @@ def run_peer(
     null = contextlib.nullcontext([0])
     with (
         _counting(target) as t_calls,
-        _counting(draft) if peer.needs_draft else null as d_calls,
-        _assistant_config(draft, settings) if peer.needs_draft else contextlib.nullcontext(),
+        # a peer that needs a draft is run on a pair that has one (`draft` is not None there)
+        _counting(draft) if peer.needs_draft else null as d_calls,  # type: ignore[arg-type]
+        _assistant_config(draft, settings) if peer.needs_draft else contextlib.nullcontext(),  # type: ignore[arg-type]
         torch.inference_mode(),
     ):
         _sync(pair.device)
@@ -181,7 +186,7 @@ def run_peer(
     }
 
 
-def _sync(device) -> None:
+def _sync(device: torch.device | str) -> None:
     import torch
 
     if getattr(device, "type", str(device)) == "cuda":

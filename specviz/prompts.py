@@ -12,9 +12,13 @@ import random
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specviz.errors import SpecvizError
 from specviz.paths import ASSETS
+
+if TYPE_CHECKING:
+    import argparse
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ def shuffled(name: str, seed: int) -> Prompt:
     return random.Random(seed).choice(load_suite(name))
 
 
-def add_prompt_args(parser, suites: str) -> None:
+def add_prompt_args(parser: argparse.ArgumentParser, suites: str) -> None:
     """A paper experiment's --suites (shipped suites, or prompt files by path) and --prompts FILE."""
     parser.add_argument(
         "--suites",
@@ -186,7 +190,7 @@ def add_prompt_args(parser, suites: str) -> None:
     )
 
 
-def prompt_sources(args) -> list[str]:
+def prompt_sources(args: argparse.Namespace) -> list[str]:
     """The suites (or the prompt file) an experiment's --suites / --prompts name, in order."""
     if args.prompts is not None:
         return [args.prompts]

@@ -14,11 +14,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from specviz.errors import SpecvizError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Columns a reader needs, in order, with their printed names.
 COLUMNS = {
@@ -87,7 +90,7 @@ def spec_bench_table(result: dict[str, Any]) -> str:
     overall = pd.DataFrame(result["summary"]).set_index("method")
     order = [m for m in overall.index if m in speedup.index]
 
-    def fmt(unit: str):
+    def fmt(unit: str) -> Callable[[float], str]:
         return lambda x: "–" if pd.isna(x) else f"{x:.2f}{unit}"
 
     table = speedup.reindex(order).map(fmt("x"))

@@ -77,7 +77,14 @@ def fit_roofline(
     return RooflineFit(hw, e_c, e_m, t0, len(pts))
 
 
-def _grid_loss(flops, nbytes, measured, peaks, bandwidths, overlap: bool):
+def _grid_loss(
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+    measured: np.ndarray,
+    peaks: np.ndarray,
+    bandwidths: np.ndarray,
+    overlap: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean |log(pred/measured)| for every (peak, bandwidth) pair, t_0 = median residual (>= 0)."""
     compute = flops[None, None] / peaks[:, None, None, None]  # [Ec, 1, P, ops]
     memory = nbytes[None, None] / bandwidths[None, :, None, None]  # [1, Em, P, ops]

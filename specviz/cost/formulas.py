@@ -186,7 +186,7 @@ def vanilla_speedup_pearl_units(alpha: float, c_pearl: float, gamma: int) -> flo
     return improvement_factor(alpha, gamma, 1.0 / c_pearl)
 
 
-def _ratio(verify_ratio, gamma: int) -> float:
+def _ratio(verify_ratio: Callable[[int], float] | Sequence[float] | None, gamma: int) -> float:
     if verify_ratio is None:
         return 1.0
     return float(verify_ratio(gamma)) if callable(verify_ratio) else float(verify_ratio[gamma])

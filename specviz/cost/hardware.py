@@ -19,7 +19,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
 
 TERA = 1e12
 GIGA = 1e9
@@ -339,7 +343,7 @@ def measure_this_machine(
         torch.set_num_threads(old)
 
 
-def _timed(fn, time) -> float:
+def _timed(fn: Callable[[], object], time: ModuleType) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0

@@ -83,7 +83,17 @@ def shape_from_model(model: Any, name: str | None = None) -> ModelShape:
     return shape_from_config(model.config, name=name, dtype=dtype)
 
 
-def _shape(name, layers, hidden, heads, kv, intermediate, vocab, tied, head_dim=None) -> ModelShape:
+def _shape(
+    name: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    intermediate: int,
+    vocab: int,
+    tied: bool,
+    head_dim: int | None = None,
+) -> ModelShape:
     return ModelShape(
         name, layers, hidden, heads, kv, head_dim or hidden // heads, intermediate, vocab, tied_embeddings=tied
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specviz.train.draft.data import CorpusData, Example
 
@@ -35,7 +35,7 @@ def features_of(target: PreTrainedModel, ids: torch.Tensor, attention_mask: torc
     return out.hidden_states[target.config.num_hidden_layers]
 
 
-def corpus_data(data: Path, tokenizer, max_len: int = MAX_LEN) -> CorpusData:
+def corpus_data(data: Path, tokenizer: PreTrainedTokenizerBase, max_len: int = MAX_LEN) -> CorpusData:
     """The shipped corpus's sequences with their prompts, split as the draft's are."""
     from specviz.train.corpus import CORPUS
 
@@ -112,7 +112,16 @@ def read_chunk(path: Path) -> Chunk | None:
     return Chunk(np.load(path, mmap_mode="r"), json.loads(path.with_suffix(".json").read_text()))
 
 
-def extract(target, examples: list[Example], work: Path, split: str, chunk: int, batch_tokens: int, pad: int, seconds):
+def extract(
+    target: PreTrainedModel,
+    examples: list[Example],
+    work: Path,
+    split: str,
+    chunk: int,
+    batch_tokens: int,
+    pad: int,
+    seconds: float | None,
+) -> tuple[int, float]:
     """Write the missing chunks of `split`; stop after `seconds` (None: never). Returns (tokens, s) done."""
     work.mkdir(parents=True, exist_ok=True)
     tokens, started = 0, time.monotonic()

@@ -61,7 +61,12 @@ def causal_mask(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
 
 
 def teacher_forced_loss(
-    head: EagleHead, target: PreTrainedModel, ids: torch.Tensor, feats: torch.Tensor, scored: torch.Tensor, w=0.1
+    head: EagleHead,
+    target: PreTrainedModel,
+    ids: torch.Tensor,
+    feats: torch.Tensor,
+    scored: torch.Tensor,
+    w: float = 0.1,
 ) -> dict:
     """EAGLE-1's loss over ids [B, T] with features [B, T, H]; `scored` [B, T]: positions whose f
     predicts a scored token. Entry t reads (f_t, x_{t+1}) and predicts f_{t+1}."""
@@ -108,7 +113,12 @@ def chain_features(
 
 @torch.no_grad()
 def depth_agreement(
-    head: EagleHead, target: PreTrainedModel, ids: torch.Tensor, scored: torch.Tensor, depths: int, feats=None
+    head: EagleHead,
+    target: PreTrainedModel,
+    ids: torch.Tensor,
+    scored: torch.Tensor,
+    depths: int,
+    feats: torch.Tensor | None = None,
 ) -> list[tuple[int, int]]:
     """(agreeing, counted) at depths 1..`depths`: the head's top token at entry t of round d
     (`chain_features`) against the target's greedy token after f_{t+1}, where f_{t+1} is scored."""
@@ -134,7 +144,7 @@ def scored_positions(examples: list[Example], width: int) -> torch.Tensor:
 class Features:
     """f_t of a batch: from chunks on disk (`work`) or by one target prefill."""
 
-    def __init__(self, target: PreTrainedModel, folder: Path | None):
+    def __init__(self, target: PreTrainedModel, folder: Path | None) -> None:
         self.target, self.folder = target, folder
         self.loaded: dict[int, Chunk] = {}
         self.chunk = len(self._chunk(0).sequences) if folder is not None else 0  # sequences per chunk

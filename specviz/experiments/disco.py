@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,10 @@ from specviz.harness import (
     mark_parity,
     run_interleaved,
 )
+
+if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
+    from specviz.prompts import Prompt
 
 
 def variants(static: list[int], sl_opt: int, heuristic_start: int) -> list[Variant]:
@@ -44,7 +49,9 @@ def variants(static: list[int], sl_opt: int, heuristic_start: int) -> list[Varia
     return rows
 
 
-def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> tuple[list, list]:
+def run_all(
+    pair: ModelPair, prompts: list[Prompt], rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool
+) -> tuple[list, list]:
     """Returns (runs: one dict per variant x prompt, iterations: one dict per record)."""
     done = run_interleaved(
         pair,
@@ -154,7 +161,7 @@ def oracle_stats(iterations: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict], oracle: list[dict], header: str) -> str:
-    def fmt(x, spec=".2f"):
+    def fmt(x: float | None, spec: str = ".2f") -> str:
         return "-" if x is None else format(x, spec)
 
     lines = [

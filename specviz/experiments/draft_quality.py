@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz import metrics
 from specviz.harness import (
@@ -27,6 +27,9 @@ from specviz.harness import (
     mark_parity,
     run_interleaved,
 )
+
+if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
 
 
 def suite_row(suite: str, vanilla: list, baseline: list, gamma: int) -> dict[str, Any]:
@@ -87,7 +90,7 @@ def _variants(gammas: list[int]) -> list[Variant]:
     return variants
 
 
-def _run_variants(args: argparse.Namespace, pair, prompts: list, variants: list[Variant]) -> list:
+def _run_variants(args: argparse.Namespace, pair: ModelPair, prompts: list, variants: list[Variant]) -> list:
     """Every variant on every prompt, interleaved per prompt (so drift hits all alike), parity marked."""
     return mark_parity(
         run_interleaved(

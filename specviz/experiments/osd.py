@@ -21,15 +21,19 @@ import json
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specviz.osd.analysis import window_alpha
 from specviz.prompts import add_prompt_args, prompt_sources
 
+if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
+    from specviz.osd.learner import OnlineLearner
 
-def parse_args(argv: list[str] | None):
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from specviz.osd.learner import OsdConfig
 
     d = OsdConfig()
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def token_analysis(pair, learner, rows: list[dict], top: int = 100) -> list[dict]:
+def token_analysis(pair: ModelPair, learner: OnlineLearner, rows: list[dict], top: int = 100) -> list[dict]:
     """Figure 6 / Table 2: per-token precision and recall of the initial and the adapted draft,
     teacher-forced on the target's outputs of `rows`."""
     from specviz.oracle import draft_predictions
@@ -203,7 +207,7 @@ def token_analysis(pair, learner, rows: list[dict], top: int = 100) -> list[dict
     before, after, actual = [], [], []
     for r in rows:
         sequence, start = r["prompt_ids"] + r["output_ids"], len(r["prompt_ids"])
-        before.append(draft_predictions(pair.draft, sequence, start))
+        before.append(draft_predictions(pair.draft, sequence, start))  # type: ignore[arg-type]  # OSD needs a draft
         after.append(draft_predictions(learner.serving, sequence, start))
         actual.append(np.asarray(r["output_ids"]))
     table = token_table(np.concatenate(before), np.concatenate(after), np.concatenate(actual), top)

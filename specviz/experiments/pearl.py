@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from specviz import metrics
 from specviz.harness import (
@@ -38,6 +39,12 @@ from specviz.harness import (
     run_interleaved,
 )
 from specviz.records import IterationRecord
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from specviz.models.modelpair import ModelPair
+    from specviz.prompts import Prompt
 
 
 def variants(window: int, vanilla_gamma: int, modes: list[str]) -> list[Variant]:
@@ -69,7 +76,9 @@ def ideal_seconds(records: Sequence[IterationRecord]) -> float:
     return sum(p.ideal_s if (p := r.pearl()) else r.t_end - r.t_start for r in records)
 
 
-def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
+def run_all(
+    pair: ModelPair, prompts: list[Prompt], rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool
+) -> list[dict]:
     """One dict per variant x prompt: the counts, the parallel-ideal time, the phases and idle shares
     (and, on the first prompt, the records for the timeline)."""
     from specviz.plots.timeline import idle_fractions
@@ -185,7 +194,7 @@ def _weighted(runs: list[dict], lane: str, wall: float) -> float | None:
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    def fmt(x, spec=".2f"):
+    def fmt(x: float | None, spec: str = ".2f") -> str:
         return "-" if x is None else format(x, spec)
 
     lines = [
@@ -208,7 +217,7 @@ def markdown(rows: list[dict], header: str) -> str:
     return "\n".join(lines)
 
 
-def speedup_figure(rows: list[dict]):
+def speedup_figure(rows: list[dict]) -> go.Figure:
     """Measured and parallel-ideal speedup over autoregressive decoding per variant (all suites)."""
     import plotly.graph_objects as go
 

@@ -22,14 +22,17 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
-def parse_args(argv):
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m specviz.bench roofline", description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", default="SmolLM2-135M", help="target shape (specviz.cost.SHAPES)")
     p.add_argument("--draft-shape", default="", help="also time this draft shape at batch sizes 1 (for c)")
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure(args, argv) -> dict:
+def measure(args: argparse.Namespace, argv: list[str] | None) -> dict:
     """Time the forward passes (and the micro-benchmark the fit starts from): the raw result."""
     import torch
 
@@ -211,7 +214,7 @@ def report(result: dict) -> None:
     print(f"load average before {result['load_average_before']}, after {result['load_average_after']}")
 
 
-def theory_tables(shape_name: str, context: int, batch_sizes=(1, 4, 16, 64)) -> dict:
+def theory_tables(shape_name: str, context: int, batch_sizes: tuple[int, ...] = (1, 4, 16, 64)) -> dict:
     """Per hardware preset: speculation budget (≤10% extra) and knee per batch size, for the
     measured shape and for Llama-2-7B (the SSSD-sized case), with and without per-forward overhead."""
     from specviz.cost import HARDWARE, THIS_MACHINE, get_hardware, get_shape, knee_tokens, speculation_budget
@@ -228,7 +231,7 @@ def theory_tables(shape_name: str, context: int, batch_sizes=(1, 4, 16, 64)) -> 
     return out
 
 
-def measured_verify_ratio(points: list[dict], batch_size: int):
+def measured_verify_ratio(points: list[dict], batch_size: int) -> Callable[[int], float]:
     """γ -> T(γ+1)/T(1) from measured points at one batch size (log-log interpolation in S)."""
     import numpy as np
 

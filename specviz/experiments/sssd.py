@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -37,6 +37,11 @@ from specviz.datastore import DEFAULT_PATH
 from specviz.errors import SpecvizError
 from specviz.harness import Variant, mark_parity, run_interleaved
 from specviz.prompts import add_prompt_args
+
+if TYPE_CHECKING:
+    from specviz.datastore import Datastore
+    from specviz.models.modelpair import ModelPair
+    from specviz.prompts import Prompt
 
 Proposer = Callable[[list[int], int, int], tuple[list[int], list[int]]]  # (ids, size, depth) -> (tokens, parents)
 
@@ -68,7 +73,7 @@ def replay(prompt_ids: list[int], reference: list[int], propose: Proposer, size:
     return {"steps": steps, "tokens": len(reference), "draft_s": draft_s}
 
 
-def proposers(datastore, weights=None) -> dict[str, Callable[[], Proposer]]:
+def proposers(datastore: Datastore | None, weights: dict[str, Any] | None = None) -> dict[str, Callable[[], Proposer]]:
     """Fig. 4's drafters; each factory gives a fresh proposer (per-request state) for one prompt."""
     from specviz.methods.ngram_tree import first_match_candidates, top_tree
     from specviz.methods.prompt_lookup import ngram_continuation
@@ -80,7 +85,7 @@ def proposers(datastore, weights=None) -> dict[str, Callable[[], Proposer]]:
             opts = SSSDOptions(sources=sources, datastore="none", **(weights or {}))
             drafter = NgramTreeDrafter(datastore if sources != "input" else None, opts)
 
-            def propose(ids, size, depth):
+            def propose(ids: list[int], size: int, depth: int) -> tuple[list[int], list[int]]:
                 tree = drafter.propose(TreeContext(ids, depth), size)
                 return tree.tokens, tree.parents
 
@@ -89,15 +94,19 @@ def proposers(datastore, weights=None) -> dict[str, Callable[[], Proposer]]:
         return make
 
     def prompt_lookup() -> Proposer:
-        def propose(ids, size, depth):
+        def propose(ids: list[int], size: int, depth: int) -> tuple[list[int], list[int]]:
             tokens, _ = ngram_continuation(ids, min(size, depth), 3, 1)
             return tokens, list(range(-1, len(tokens) - 1))
 
         return propose
 
-    def rest() -> Proposer:
-        def propose(ids, size, depth):
-            tree = top_tree(first_match_candidates(ids, datastore, min(depth, 8)), size) if depth > 0 else None
+    def rest() -> Proposer:  # (offered only where there is a datastore: see below)
+        def propose(ids: list[int], size: int, depth: int) -> tuple[list[int], list[int]]:
+            tree = (
+                top_tree(first_match_candidates(ids, datastore, min(depth, 8)), size)  # type: ignore[arg-type]
+                if depth > 0
+                else None
+            )
             return (tree.tokens, tree.parents) if tree else ([], [])
 
         return propose
@@ -108,7 +117,7 @@ def proposers(datastore, weights=None) -> dict[str, Callable[[], Proposer]]:
     return out
 
 
-def fig4(refs: list[dict], datastore, sizes: list[int]) -> list[dict]:
+def fig4(refs: list[dict], datastore: Datastore | None, sizes: list[int]) -> list[dict]:
     """Mean accepted length per suite x drafter x S (one row each)."""
     rows = []
     for name, make in proposers(datastore).items():
@@ -131,7 +140,9 @@ def fig4(refs: list[dict], datastore, sizes: list[int]) -> list[dict]:
 # --- real runs -------------------------------------------------------------------------------------
 
 
-def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 8, tree_size: int = 16) -> list[dict]:
+def references(
+    pair: ModelPair, prompts: list[Prompt], max_new_tokens: int, progress: bool, batch: int = 8, tree_size: int = 16
+) -> list[dict]:
     """The target's greedy output for every prompt, decoded in static batches with SSSD trees of
     `tree_size` nodes (greedy parity makes this the autoregressive output); 0: batched AR, cheaper
     where a forward's cost grows with its tokens (a CPU past S of a few tokens)."""
@@ -160,7 +171,7 @@ def references(pair, prompts, max_new_tokens: int, progress: bool, batch: int = 
     return refs
 
 
-def speed_b1(pair, prompts: list, refs: list[dict], options: dict, max_new_tokens: int) -> list[dict]:
+def speed_b1(pair: ModelPair, prompts: list, refs: list[dict], options: dict, max_new_tokens: int) -> list[dict]:
     """AR and sssd on every prompt, interleaved (`specviz.harness`); plain per-run numbers.
     `matches_reference`: the output equals the (batched) greedy reference and AR's own output."""
     variants = [Variant("autoregressive", "autoregressive"), Variant("sssd", "sssd", options)]
@@ -211,7 +222,13 @@ def speed_table(runs: list[dict]) -> list[dict]:
 
 
 def fig6(
-    pair, refs: list[dict], batch_sizes: list[int], fixed: int, hardware: str, max_new_tokens: int, options: dict
+    pair: ModelPair,
+    refs: list[dict],
+    batch_sizes: list[int],
+    fixed: int,
+    hardware: str,
+    max_new_tokens: int,
+    options: dict,
 ) -> list[dict]:
     """Static batches of the first B prompts: AR, SSSD with roofline S(B), SSSD with fixed S."""
     from specviz.methods.sssd import SSSDOptions, batch_tree_size, decode_batch
@@ -255,7 +272,7 @@ def fig6(
 # --- fusion weights --------------------------------------------------------------------------------
 
 
-def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
+def grid_search(refs: list[dict], datastore: Datastore | None, size: int) -> list[dict]:
     """Replayed mean accepted length of fused drafting on validation references for each weight set."""
     from specviz.methods.ngram_tree import FusionWeights
     from specviz.methods.sssd import NgramTreeDrafter, SSSDOptions
@@ -271,7 +288,9 @@ def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
                 datastore, SSSDOptions(datastore="none"), FusionWeights(scale, depth_decay, short)
             )
 
-            def propose(ids, s, depth, d=drafter):
+            def propose(
+                ids: list[int], s: int, depth: int, d: NgramTreeDrafter = drafter
+            ) -> tuple[list[int], list[int]]:
                 tree = d.propose(TreeContext(ids, depth), s)
                 return tree.tokens, tree.parents
 
@@ -288,7 +307,7 @@ def grid_search(refs: list[dict], datastore, size: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["mean_accepted_length"])
 
 
-def validation_prompts(path: Path, lines: tuple[int, int], limit: int):
+def validation_prompts(path: Path, lines: tuple[int, int], limit: int) -> list[Prompt]:
     """ShareGPT prompts from the held-out line range (no training set and no benchmark uses them)."""
     from specviz.prompts import Prompt
 
@@ -374,7 +393,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _greedy_references(args: argparse.Namespace, pair, prompts: list, needs_refs: bool, progress: bool) -> list[dict]:
+def _greedy_references(
+    args: argparse.Namespace, pair: ModelPair, prompts: list, needs_refs: bool, progress: bool
+) -> list[dict]:
     """The greedy references: reused from --references, decoded, or none when no stage needs them."""
     if needs_refs and args.references:
         from specviz.models.pair import encode_prompt
@@ -389,7 +410,9 @@ def _greedy_references(args: argparse.Namespace, pair, prompts: list, needs_refs
     return references(pair, prompts, args.max_new_tokens, progress, tree_size=args.reference_tree) if needs_refs else []
 
 
-def _speed_stage(args: argparse.Namespace, pair, prompts: list, refs: list[dict], options: dict) -> list[dict]:
+def _speed_stage(
+    args: argparse.Namespace, pair: ModelPair, prompts: list, refs: list[dict], options: dict
+) -> list[dict]:
     """B = 1 timed runs on the first --speed-limit references of each suite."""
     per_suite: dict[str, int] = {}  # references seen per suite
     speed_refs = []  # the first --speed-limit of each suite
@@ -401,7 +424,9 @@ def _speed_stage(args: argparse.Namespace, pair, prompts: list, refs: list[dict]
     return speed_b1(pair, [p for p in prompts if p.id in speed_ids], speed_refs, options, args.speed_new_tokens)
 
 
-def _fig6_stage(args: argparse.Namespace, pair, prompts: list, refs: list[dict], options: dict) -> list[dict]:
+def _fig6_stage(
+    args: argparse.Namespace, pair: ModelPair, prompts: list, refs: list[dict], options: dict
+) -> list[dict]:
     """Static batches on references of --batch-new-tokens, suites mixed."""
     if args.batch_new_tokens <= args.max_new_tokens:  # a greedy output's prefix is the shorter run's output
         batch_refs = [{**r, "output_ids": r["output_ids"][: args.batch_new_tokens]} for r in refs]
@@ -413,7 +438,7 @@ def _fig6_stage(args: argparse.Namespace, pair, prompts: list, refs: list[dict],
     return fig6(pair, batch_refs, sizes, args.speculation_length, args.hardware, args.batch_new_tokens, options)
 
 
-def _grid_stage(args: argparse.Namespace, pair, datastore, progress: bool) -> list[dict]:
+def _grid_stage(args: argparse.Namespace, pair: ModelPair, datastore: Datastore | None, progress: bool) -> list[dict]:
     """Fusion weights by grid search on references of the held-out validation prompts."""
     if args.validation is None:
         raise SpecvizError("the grid stage needs --validation PROMPTS.jsonl (prompts never used for the datastore)")

@@ -18,7 +18,7 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz import metrics
 from specviz.harness import (
@@ -29,6 +29,10 @@ from specviz.harness import (
     describe_machine,
     run_interleaved,
 )
+
+if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
+    from specviz.prompts import Prompt
 
 
 def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> list[Variant]:
@@ -50,7 +54,9 @@ def variants(gamma: int, width: int, nodes: int, adapter: str, draft: bool) -> l
     return rows
 
 
-def run_all(pair, prompts, rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool) -> list[dict]:
+def run_all(
+    pair: ModelPair, prompts: list[Prompt], rows: list[Variant], max_new_tokens: int, warmup: bool, progress: bool
+) -> list[dict]:
     """One dict per variant x prompt (parity is judged per baseline in `table`)."""
     done = run_interleaved(
         pair, rows, prompts, max_new_tokens=max_new_tokens, warmup=warmup, progress=progress, desc="streaming"
@@ -134,7 +140,7 @@ def tuned_agreement(runs: list[dict], original: str, tuned: str) -> dict[str, fl
 
 
 def markdown(rows: list[dict], agreement: dict, header: str) -> str:
-    def fmt(x, spec=".2f"):
+    def fmt(x: float | None, spec: str = ".2f") -> str:
         return "-" if x is None else format(x, spec)
 
     lines = [

@@ -81,7 +81,7 @@ class ScoredDrafter:
     """A drafter whose drafts carry what `scored` (the run's policy) decided by in the record's `extra`:
     its scores (DISCO's with its τ and SL_max)."""
 
-    def __init__(self, inner: Drafter, scored: ScoredLength):
+    def __init__(self, inner: Drafter, scored: ScoredLength) -> None:
         self.inner, self.scored = inner, scored
 
     def propose(self, k: int, policy: SpeculationPolicy) -> Draft:

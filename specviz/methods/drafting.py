@@ -89,7 +89,7 @@ class ModelDrafter:
         *,
         lm: CachedLM | None = None,
         generator: torch.Generator | None = None,
-    ):
+    ) -> None:
         self.dec = dec
         self.lm = lm if lm is not None else CachedLM(model if model is not None else dec.pair.draft_model)
         self.generator = generator if generator is not None else dec.generator

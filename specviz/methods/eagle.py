@@ -161,7 +161,7 @@ class EagleDrafter:
     """A TreeDrafter: the EAGLE head over the target's features, with its own one-layer KV cache
     holding an entry (f_t, x_{t+1}) per committed position t it has seen."""
 
-    def __init__(self, head: EagleHead, target: PreTrainedModel, opts: EagleOptions):
+    def __init__(self, head: EagleHead, target: PreTrainedModel, opts: EagleOptions) -> None:
         self.head, self.opts = head, opts
         self.vocab: list[int] = head.vocab_ids.tolist()  # the head's token index -> the target's token id
         self.embed = input_embeddings(target)  # [V, H] e(x)
@@ -200,7 +200,9 @@ class EagleDrafter:
         committed = [(p0 - m + 1 + i, hidden[i]) for i in range(m)]
         self.pending = committed + [(p0 + 1 + d, hidden[m + node]) for d, node in enumerate(path)]
 
-    def _forward(self, tokens: list[int], feats: torch.Tensor, positions: list[int], visible: torch.Tensor):
+    def _forward(
+        self, tokens: list[int], feats: torch.Tensor, positions: list[int], visible: torch.Tensor
+    ) -> torch.Tensor:
         """Head entries for (f_t, x_{t+1}) rows: feats [T, H], tokens x_{t+1}, positions t; `visible`
         bool [T, cached + T]. Returns f̂ [T, H]; the entries join the head's cache."""
         device = self.embed.device
@@ -294,7 +296,7 @@ class AcceptanceBins:
     target's top one, so a head whose distribution is flatter than the target's is kept more often
     than its scores say; the bins learn by how much."""
 
-    def __init__(self, bins: int = 10, prior: float = 2.0):
+    def __init__(self, bins: int = 10, prior: float = 2.0) -> None:
         self.bins, self.prior = bins, prior
         self.verified, self.kept = [0] * bins, [0] * bins
 

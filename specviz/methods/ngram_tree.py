@@ -71,7 +71,7 @@ def count_tree(continuations: Sequence[Sequence[int]]) -> dict[Path, int]:
 class InputIndex:
     """Every n-gram (n <= max_ngram) of the prompt + own output -> where the token after it sits."""
 
-    def __init__(self, max_ngram: int):
+    def __init__(self, max_ngram: int) -> None:
         self.max_ngram = max_ngram
         self.ids: list[int] = []
         self.after: list[dict[Path, list[int]]] = [defaultdict(list) for _ in range(max_ngram + 1)]

@@ -64,7 +64,7 @@ class Pearl:
     no verification has seen yet, and the passes since the last record. Each step is one of the
     paper's phases and returns its record."""
 
-    def __init__(self, dec: Decoding, opts: PearlOptions):
+    def __init__(self, dec: Decoding, opts: PearlOptions) -> None:
         self.dec = dec
         self.gamma = opts.window or optimal_window(dec.pair)  # measured before the run's clock starts
         dec.now()  # start the clock in this thread, before a second thread reads it

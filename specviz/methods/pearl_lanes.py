@@ -28,7 +28,7 @@ from specviz.models.kv import CachedLM
 class TimedLM(CachedLM):
     """A CachedLM that notes the real start and end of every forward pass on the run's clock."""
 
-    def __init__(self, model: PreTrainedModel, clock: Callable[[], float]):
+    def __init__(self, model: PreTrainedModel, clock: Callable[[], float]) -> None:
         super().__init__(model)
         self.clock = clock
         self.intervals: list[tuple[float, float]] = []  # (start, end) of each pass, seconds
@@ -83,7 +83,9 @@ class Lanes:
     first model calls inside its timing); without one the lanes start their own thread for the run
     and `close` ends it."""
 
-    def __init__(self, concurrent: bool, draft_device: torch.device, target_device: torch.device, executor: Any = None):
+    def __init__(
+        self, concurrent: bool, draft_device: torch.device, target_device: torch.device, executor: Any = None
+    ) -> None:
         self._owned = (
             ThreadPoolExecutor(1, thread_name_prefix="pearl-target-run") if concurrent and executor is None else None
         )

@@ -42,7 +42,7 @@ def ngram_continuation(ids: list[int], k: int, max_ngram: int, min_ngram: int) -
 
 
 class PromptLookupDrafter:
-    def __init__(self, dec: Decoding, opts: PromptLookupOptions):
+    def __init__(self, dec: Decoding, opts: PromptLookupOptions) -> None:
         self.dec, self.opts = dec, opts
 
     def propose(self, k: int, policy: SpeculationPolicy) -> Draft:

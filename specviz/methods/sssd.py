@@ -88,7 +88,7 @@ class NgramTreeDrafter:
 
     hidden_layer = None
 
-    def __init__(self, datastore: Datastore | None, opts: SSSDOptions, weights: FusionWeights | None = None):
+    def __init__(self, datastore: Datastore | None, opts: SSSDOptions, weights: FusionWeights | None = None) -> None:
         self.index = InputIndex(opts.max_ngram) if opts.sources != "datastore" else None
         self.datastore = datastore if opts.sources != "input" else None
         self.cfg = SourceConfig(max_ngram=opts.max_ngram)

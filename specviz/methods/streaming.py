@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedModel
@@ -48,6 +49,9 @@ from specviz.models.kv import CachedLM
 from specviz.models.tree_pruning import pruned, transition_probs
 from specviz.paths import ASSETS
 from specviz.records import IterationRecord
+
+if TYPE_CHECKING:
+    from specviz.models.modelpair import ModelPair
 
 ADAPTERS = ASSETS / "streaming"  # shipped adapters, each tagged with its target's fingerprint
 PASSES = ("fused", "two-pass")  # the iteration's layout (`StreamingOptions.passes`)
@@ -113,7 +117,7 @@ def streaming_model(target: PreTrainedModel, adapter: str = "auto") -> msa.Strea
     return per_target[adapter]
 
 
-def tuned_target(pair, adapter: str = "auto") -> str:
+def tuned_target(pair: ModelPair, adapter: str = "auto") -> str:
     """What streaming with `adapter` is lossless against: "" (the target itself) when the adapter leaves
     the main stream untouched (LoRA on the streams only, or none trained), else the tuned model."""
     if not streaming_model(pair.target, adapter).changes_main_stream():
@@ -191,7 +195,7 @@ class StreamDrafter:
         width: int,
         vocab_ids: torch.Tensor | None = None,
         prune_threshold: float = 0.0,
-    ):
+    ) -> None:
         self.lm, self.gamma, self.width = lm, gamma, width
         self.vocab_ids: torch.Tensor | None = None  # [K] the tokens the streams' head scores (None: every token)
         self.rows: torch.Tensor | None = None  # [K, H] their LM head rows
@@ -296,7 +300,7 @@ class TwoPassDrafter:
     layer N - N_s; `propose` runs that node's streams in a pass of their own over the top N_s layers,
     reading the main stream's KV cache."""
 
-    def __init__(self, lm: msa.StreamingLM, main: CachedLM, gamma: int, width: int):
+    def __init__(self, lm: msa.StreamingLM, main: CachedLM, gamma: int, width: int) -> None:
         self.lm, self.main, self.gamma, self.width = lm, main, gamma, width
         self.hidden_layer = lm.first_stream_layer
         self.node: torch.Tensor | None = None  # hidden state of the last accepted token, once known

@@ -53,7 +53,7 @@ class _Packed:
         self.bias: torch.Tensor | None = None
         self.source: tuple[int, int] | None = None  # (id, version) of the dense weight it was made from
 
-    def __deepcopy__(self, memo) -> _Packed:
+    def __deepcopy__(self, memo: dict[int, object]) -> _Packed:
         return _Packed()
 
 

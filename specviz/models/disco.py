@@ -47,7 +47,7 @@ class DiscoClassifier(torch.nn.Module):
     mean: torch.Tensor  # [12] feature standardisation, from training data (buffers, registered in __init__)
     std: torch.Tensor  # [12]
 
-    def __init__(self, hidden: int = 32):
+    def __init__(self, hidden: int = 32) -> None:
         super().__init__()  # on the host: one classifier serves every pair, on any device (see `score`)
         self.register_buffer("mean", torch.zeros(N_FEATURES, device=HOST))
         self.register_buffer("std", torch.ones(N_FEATURES, device=HOST))

@@ -27,7 +27,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedConfig
 
 from specviz.models.cpu import version_stamp
 from specviz.models.fast import rope_table, rotate_half
@@ -37,7 +37,7 @@ from specviz.models.kv import StaticKV
 class FactorisedEmbedding(nn.Module):
     """ids -> E[ids] @ up: [.., d]. E [V, r] holds every token; `up` lifts it to the model width."""
 
-    def __init__(self, vocab: int, rank: int, hidden: int):
+    def __init__(self, vocab: int, rank: int, hidden: int) -> None:
         super().__init__()
         self.table = nn.Embedding(vocab, rank)  # E: [V, r]
         self.up = nn.Linear(rank, hidden, bias=False)  # [r] -> [d]
@@ -56,7 +56,7 @@ class ReducedHead(nn.Module):
 
     vocab_ids: torch.Tensor  # a buffer, registered in __init__
 
-    def __init__(self, hidden: int, vocab_ids: torch.Tensor, vocab: int):
+    def __init__(self, hidden: int, vocab_ids: torch.Tensor, vocab: int) -> None:
         super().__init__()
         self.proj = nn.Linear(hidden, len(vocab_ids), bias=False)  # [d] -> [K]
         self.register_buffer("vocab_ids", vocab_ids.long())  # [K] target ids, in head order
@@ -86,7 +86,7 @@ class ReducedHead(nn.Module):
 
 
 def reduced_config(
-    target_config,
+    target_config: PreTrainedConfig,
     *,
     hidden: int,
     layers: int,
@@ -124,7 +124,7 @@ def reduced_config(
     )
 
 
-def is_reduced(config) -> bool:
+def is_reduced(config: PreTrainedConfig) -> bool:
     return getattr(config, "head_vocab", None) is not None
 
 
@@ -135,7 +135,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
     # class but declares it without ClassVar, which mypy then takes for an instance variable.)
     _tied_weights_keys: ClassVar[dict[str, str]] = {}  # type: ignore[misc]  # transformers omits ClassVar
 
-    def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor | None = None):
+    def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor | None = None) -> None:
         super().__init__(config)
         ids = vocab_ids if vocab_ids is not None else torch.arange(config.head_vocab)
         if len(ids) != config.head_vocab:
@@ -171,7 +171,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
             self._rope = rope_table(self.model.rotary_emb, w, size)
         return self._rope
 
-    def _lean_weights(self) -> tuple[list[tuple], object]:
+    def _lean_weights(self) -> tuple[list[tuple], torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
         """The matrices `step` multiplies by, per decoder layer (q|k|v, o, gate|up, down: fused where
         they read the same input) and the head's: int8 rows with scales on a CPU, the weights
         themselves elsewhere. Made again when a weight changes (an optimiser step or `load_state_dict`
@@ -180,7 +180,7 @@ class ReducedVocabDraft(LlamaForCausalLM):
         if getattr(self, "_lean_stamp", None) != stamp:
             cpu = self.model.embed_tokens.weight.device.type == "cpu"
 
-            def pack(*weights: torch.Tensor):
+            def pack(*weights: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
                 w = torch.cat([w.detach() for w in weights])  # rows of fused matrices, one above the other
                 return quantize_int8(w) if cpu else w
 
@@ -246,7 +246,7 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales.to(torch.bfloat16)
 
 
-def lean_matmul(x: torch.Tensor, w) -> torch.Tensor:
+def lean_matmul(x: torch.Tensor, w: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """x [T, in] @ W^T for `step`: W as (int8 rows, scales) with bfloat16 inputs on a CPU (6x faster
     there than float32 for a draft's matrices, measured), or a plain weight elsewhere."""
     if isinstance(w, tuple):

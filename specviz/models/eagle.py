@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -27,6 +28,9 @@ from specviz.models import streaming as msa
 from specviz.models.devices import input_embeddings, output_embeddings
 from specviz.models.shards import load_shards
 from specviz.paths import ASSETS
+
+if TYPE_CHECKING:
+    from transformers import Cache
 
 FREQUENT_DRAFT = ASSETS / "drafts" / "smollm2-135m-draft-v2"  # the draft v2, whose head scores its 8k frequent tokens
 
@@ -47,7 +51,7 @@ class EagleHead(nn.Module):
     vocab_ids: torch.Tensor  # [K] the token ids the draft may propose (a buffer)
     lm_rows: torch.Tensor  # [K, H] the target's LM head rows of `vocab_ids` (a buffer, not saved)
 
-    def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor):
+    def __init__(self, config: LlamaConfig, vocab_ids: torch.Tensor) -> None:
         super().__init__()
         hidden = config.hidden_size
         self.config = config
@@ -64,7 +68,7 @@ class EagleHead(nn.Module):
         feats: torch.Tensor,
         positions: torch.Tensor,
         mask: torch.Tensor | None,
-        cache=None,
+        cache: Cache | None = None,
     ) -> torch.Tensor:
         """f̂ [B, T, H] from e(x_{t+1}) [B, T, H] and f_t [B, T, H] at `positions` [B, T] (t); `mask`:
         additive [B, 1, T, S] over the S = cached + T entries; `cache`: a DynamicCache the entries join."""

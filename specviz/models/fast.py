@@ -113,7 +113,7 @@ def engine_name(model: PreTrainedModel) -> str:
 class Matrix:
     """x @ W^T (+ b) through W's oneDNN copy (`cpu.pack_weight`), made once; W itself is not kept."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         self.packed = pack_weight(weight)
         self.bias = None if bias is None else bias.detach()
 
@@ -132,7 +132,7 @@ def _fused(*linears: nn.Module) -> Matrix:
 class Layer:
     """One decoder layer's matrices and norms."""
 
-    def __init__(self, layer: nn.Module):
+    def __init__(self, layer: nn.Module) -> None:
         q, k, v, o, gate, up, down = _linears(layer)
         self.qkv, self.o, self.gate_up, self.down = _fused(q, k, v), _fused(o), _fused(gate, up), _fused(down)
         self.ln1 = layer.get_parameter("input_layernorm.weight").detach()
@@ -146,7 +146,7 @@ class Layer:
 class FastLlama:
     """A Llama-family LM's decoding forward over a `KVSlots` cache (see the module's docstring)."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel) -> None:
         c = model.config
         layers = _layers(model)
         self.n_layers, self.n_heads = c.num_hidden_layers, c.num_attention_heads

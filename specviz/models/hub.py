@@ -14,7 +14,7 @@ from specviz.errors import ModelNotAvailable
 from specviz.models.devices import moved
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @lru_cache(maxsize=1)
@@ -50,7 +50,7 @@ def hub_kwargs(model_id: str, trust_remote_code: bool) -> dict[str, Any]:
     return {"local_files_only": local, "trust_remote_code": trust_remote_code}
 
 
-def load_tokenizer(model_id: str, trust_remote_code: bool = False):
+def load_tokenizer(model_id: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     try:

@@ -54,7 +54,7 @@ class CachedLM:
     through it; a float32 CPU Llama-family model through `fast.FastLlama` over a `StaticKV`; any
     other model through transformers' forward with a `DynamicCache`. Trees need one of the last two."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.lean = model if isinstance(model, LeanDecoder) else None  # decodes through its own `step`
         self.fast = None if self.lean is not None else fast_decoder(model)
@@ -316,7 +316,7 @@ class StaticKV:
         device: torch.device,
         capacity: int = 512,
         batch: int = 1,
-    ):
+    ) -> None:
         self.keys = torch.zeros(layers, batch, kv_heads, capacity, head_dim, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.length = 0  # positions held
@@ -383,7 +383,7 @@ class BatchCachedLM:
     row's own tokens, so every row computes exactly what it would alone.
     """
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.cache = new_cache(model.config)
         self.device = input_embeddings(model).device
@@ -470,7 +470,7 @@ class BatchedLM:
     (`specviz.cost.measure`) through the forward `CachedLM` would use (fast or transformers');
     `BatchCachedLM` is the one for decoding batches of token trees."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.fast = fast_decoder(model)
         self.cache: StaticKV | DynamicCache | None = None if self.fast is not None else new_cache(model.config)

@@ -58,8 +58,15 @@ def eos_ids(model: PreTrainedModel, tokenizer: Any) -> tuple[int, ...]:
     return tuple(dict.fromkeys(ids))
 
 
-def describe(target_id: str, draft_id: str | None, target, draft, dev, dt) -> dict[str, Any]:
-    def params(m):
+def describe(
+    target_id: str,
+    draft_id: str | None,
+    target: PreTrainedModel,
+    draft: PreTrainedModel | None,
+    dev: torch.device,
+    dt: torch.dtype,
+) -> dict[str, Any]:
+    def params(m: PreTrainedModel | None) -> int:
         return sum(p.numel() for p in m.parameters()) if m is not None else 0
 
     return {

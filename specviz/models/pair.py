@@ -75,7 +75,15 @@ def is_loaded(name: str, device: str = "auto", dtype: str = "auto") -> bool:
         return False
 
 
-def _pair_key(name, target, draft, device, dtype, device_map, trust_remote_code) -> tuple:
+def _pair_key(
+    name: str | None,
+    target: str | None,
+    draft: str | None,
+    device: str,
+    dtype: str,
+    device_map: str | None,
+    trust_remote_code: bool,
+) -> tuple:
     """The loader's arguments for a pair name or a target and a draft ("T,D" split into both), each
     of the kind it must be (a key of the loaded pairs, so hashable)."""
     if name is not None and not isinstance(name, str):
@@ -173,7 +181,16 @@ class LoadedPairs:
     def __init__(self) -> None:
         self._pairs: OrderedDict[tuple, ModelPair] = OrderedDict()
 
-    def __call__(self, name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
+    def __call__(
+        self,
+        name: str,
+        target: str | None,
+        draft: str | None,
+        device: str,
+        dtype: str,
+        device_map: str | None,
+        trust_remote_code: bool,
+    ) -> ModelPair:
         from specviz.models import fast
         from specviz.models.cpu import prepack_linears
 
@@ -257,7 +274,15 @@ def fits_here(name: str, device: str = "auto", dtype: str = "auto", free: int | 
     return MEMORY_HEADROOM * copies * params * element <= free
 
 
-def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_code) -> ModelPair:
+def _build_pair(
+    name: str,
+    target: str | None,
+    draft: str | None,
+    device: str,
+    dtype: str,
+    device_map: str | None,
+    trust_remote_code: bool,
+) -> ModelPair:
     dev = resolve_device(device)
     if name in ("tiny-random", "default"):  # well under a billion parameters: float32 wherever `auto`
         dt = resolve_dtype(dtype, dev, params=0)
@@ -274,16 +299,25 @@ def _build_pair(name, target, draft, device, dtype, device_map, trust_remote_cod
                 f"unknown model pair '{name}'. Known pairs: {', '.join(pair_names())}; or 'TARGET,DRAFT'."
             )
         target, draft = PRESETS[name].target, PRESETS[name].draft
+    # `_pair_key` gives a target and a draft together or neither (a name): the draft is set wherever the target is.
     params = (
         None
         if dtype != "auto" or dev.type == "cpu"
-        else sum(hub.count_params(m, trust_remote_code) for m in (target, draft))
+        else sum(hub.count_params(m, trust_remote_code) for m in (target, draft))  # type: ignore[arg-type,misc]
     )
     dt = resolve_dtype(dtype, dev, params)
-    return _load_hub_pair(name, target, draft, dev, dt, device_map, trust_remote_code)
+    return _load_hub_pair(name, target, draft, dev, dt, device_map, trust_remote_code)  # type: ignore[arg-type]
 
 
-def _load_hub_pair(name, target_id, draft_id, dev, dt, device_map, trust_remote_code) -> ModelPair:
+def _load_hub_pair(
+    name: str,
+    target_id: str,
+    draft_id: str,
+    dev: torch.device,
+    dt: torch.dtype,
+    device_map: str | None,
+    trust_remote_code: bool,
+) -> ModelPair:
     tokenizer = hub.load_tokenizer(target_id, trust_remote_code)
     draft_tokenizer = hub.load_tokenizer(draft_id, trust_remote_code)
     if draft_tokenizer.get_vocab() != tokenizer.get_vocab():

@@ -104,7 +104,7 @@ class LoRALinear(nn.Module):
     """y = W x + (alpha / r) * B A x; B starts at zero, so a fresh adapter changes nothing.
     `forward` (the main stream) adds the LoRA only when `on_main`; `adapted` (the streams) always."""
 
-    def __init__(self, base: nn.Linear, rank: int, alpha: float, on_main: bool = True):
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, on_main: bool = True) -> None:
         super().__init__()
         self.base = base  # shared with the original model, frozen
         dtype, device = base.weight.dtype, base.weight.device
@@ -149,7 +149,7 @@ def _shared_copy(model: M) -> M:
 
 
 class StreamingLM(nn.Module):
-    def __init__(self, base: PreTrainedModel, cfg: StreamingConfig):
+    def __init__(self, base: PreTrainedModel, cfg: StreamingConfig) -> None:
         super().__init__()
         n_layers = base.config.num_hidden_layers
         if not 1 <= cfg.stream_layers <= n_layers:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specviz.models.devices import HOST, moved
 from specviz.paths import ASSETS
+
+if TYPE_CHECKING:
+    from specviz.models.draft import ReducedVocabDraft
+    from specviz.models.modelpair import ModelPair
 
 TINY_VOCAB = 512  # byte-level BPE: 256 bytes + 3 special tokens + 253 merges
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -64,7 +69,7 @@ def perturbed_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaFor
     return copy
 
 
-def reduced_copy(model: LlamaForCausalLM, noise: float, seed: int, drop_every: int = 4):
+def reduced_copy(model: LlamaForCausalLM, noise: float, seed: int, drop_every: int = 4) -> ReducedVocabDraft:
     """The target's own weights in a `ReducedVocabDraft` whose head leaves out every `drop_every`-th
     token id (q = 0 there), plus Gaussian noise of std `noise`: a draft that agrees with the target
     except where the target's choice is outside its head."""
@@ -126,7 +131,7 @@ def tiny_pair(
     dtype: torch.dtype = torch.float32,
     draft: str = "random",
     noise: float = 0.003,
-):
+) -> ModelPair:
     """The tiny-random pair. draft: "random" (an independent smaller model: the offline demo),
     "self" (the target drafts for itself: every token accepted), "perturbed" (a noisy copy of
     the target: some tokens accepted, some rejected) or "reduced" (a noisy copy whose head leaves

@@ -27,7 +27,14 @@ RANK = 8  # the paper's rank of o_theta
 class TreePruner(nn.Module):
     """o_theta at layer `layer` (its input: the hidden states after `layer` decoder layers)."""
 
-    def __init__(self, hidden: int, layer: int, rank: int = RANK, dtype=None, device=None):
+    def __init__(
+        self,
+        hidden: int,
+        layer: int,
+        rank: int = RANK,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
         self.layer = layer
         self.down = nn.Linear(hidden, rank, bias=False, dtype=dtype, device=device)  # V

@@ -91,7 +91,7 @@ class RequestBuffer:
     and distribution there are what the draft got wrong); "all": every position the target verified.
     """
 
-    def __init__(self, positions: str = "wrong", top_k: int = 64):
+    def __init__(self, positions: str = "wrong", top_k: int = 64) -> None:
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.which, self.top_k = positions, top_k
@@ -123,7 +123,7 @@ class RequestBuffer:
 class ReplayBuffer:
     """Q: finished requests waiting for the next update, at most `cap` recorded positions (oldest evicted)."""
 
-    def __init__(self, cap: int):
+    def __init__(self, cap: int) -> None:
         self.cap = cap
         self.samples: deque[Sample] = deque()
         self.positions = 0  # recorded positions held

@@ -28,6 +28,8 @@ from specviz.osd.buffers import POSITIONS, ReplayBuffer, RequestBuffer, Sample
 from specviz.osd.losses import LOSSES, distillation_loss
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from transformers import PreTrainedModel
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -74,7 +76,7 @@ class OsdConfig:
 class OnlineLearner:
     """One adapting draft: a serving copy, a trainee copy, the replay buffer Q and the update history."""
 
-    def __init__(self, draft: PreTrainedModel, config: OsdConfig | None = None, pool: Any = None):
+    def __init__(self, draft: PreTrainedModel, config: OsdConfig | None = None, pool: Any = None) -> None:
         self.config = config or OsdConfig()
         # what bounds the learners holding weights of their own (hold(self) / drop(self): the server's
         # AdaptedDrafts, which may `release` this one); None: unbounded, as in the library
@@ -284,7 +286,7 @@ def load_adapted_draft(pair: Any, path: str | Path) -> Any:
     return pair.with_draft(draft, name=f"{pair.name}+osd")
 
 
-def _optimizer(cfg: OsdConfig, params) -> torch.optim.Optimizer:
+def _optimizer(cfg: OsdConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr)
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)

@@ -4,10 +4,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.plots.theme import OKABE_ITO, empty, finish, plain, wrap
+
+if TYPE_CHECKING:
+    from specviz.stepthrough import IterationStep
 
 TITLE = "Distributions behind one iteration"  # 34 characters: a phone's plot shows the title whole
 TITLE_CHARS = 33  # a title line at 21 px (1.4 times the 15 px font) within a phone's ~340 px plot
@@ -18,7 +23,7 @@ TOP_PX, BOTTOM_PX = 130, 80  # above the panels: the title, its subtitle and the
 P_COLOUR, Q_COLOUR, OWN_COLOUR = OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["bluish_green"]
 
 
-def step_distributions(step, label: str | None = None) -> go.Figure:
+def step_distributions(step: IterationStep, label: str | None = None) -> go.Figure:
     """Top-k bars per tested draft (p and q side by side) and one panel for the target's token.
     `label`: the method's display name (default: its registry name)."""
     tested = [c for c in step.checks if c.tested and (c.p_top or c.q_top)]
@@ -59,9 +64,9 @@ def step_distributions(step, label: str | None = None) -> go.Figure:
     )
     subtitle = wrap(SUBTITLE)
     # finish's margin put the subtitle over the first row's panel titles; each further line of either, more room
-    top = TOP_PX + 26 * title.count("<br>") + 20 * subtitle.count("<br>")
-    fig = finish(fig, title, "", "", legend="distribution", subtitle=subtitle, height=top + area + BOTTOM_PX)
-    fig.update_layout(margin={"t": top})
+    top_px = TOP_PX + 26 * title.count("<br>") + 20 * subtitle.count("<br>")
+    fig = finish(fig, title, "", "", legend="distribution", subtitle=subtitle, height=top_px + area + BOTTOM_PX)
+    fig.update_layout(margin={"t": top_px})
     # one short axis title under every panel: the long one sat under the first, narrow panel only, clipped
     return fig.update_xaxes(title_text="probability", title_standoff=4)
 

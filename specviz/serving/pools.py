@@ -31,7 +31,7 @@ from typing import Any
 class AdaptedDrafts:
     """Learners holding weights of their own, least recently used first."""
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None) -> None:
         self.capacity = capacity  # None: no bound
         self._held: OrderedDict[int, weakref.ref] = OrderedDict()
         self._lock = threading.RLock()  # a weakref's callback may run while this thread holds it
@@ -84,7 +84,7 @@ class DraftFiles:
     """Downloads of learners' drafts on disk: one file per learner and draft version, least recently
     handed out first."""
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None) -> None:
         self.capacity = capacity  # None: no bound
         self._files: OrderedDict[int, tuple[weakref.ref, int, Path]] = OrderedDict()  # id -> (learner, version, file)
         self._lock = threading.Lock()

@@ -55,7 +55,7 @@ class StopKey:
     """The worker's side of a stop key, used where a `threading.Event` is expected: set once the
     app requested the stop (`request_stop`) or once set here (e.g. the run was closed)."""
 
-    def __init__(self, key: str):
+    def __init__(self, key: str) -> None:
         self._path = _stop_path(key)
         self._event = threading.Event()
         self._look_at = 0.0  # monotonic time of the next look at the file

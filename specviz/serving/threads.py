@@ -45,7 +45,7 @@ _DONE = object()
 class Worker:
     """One daemon thread that runs submitted calls in order."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self.thread.start()

@@ -21,7 +21,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,13 @@ class _CountCalls(torch.overrides.TorchFunctionMode):
         super().__init__()
         self.calls = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         if "__get__" not in getattr(func, "__name__", ""):
             self.calls += 1
         return func(*args, **(kwargs or {}))

@@ -49,7 +49,9 @@ def specviz_runs(pair: Any, prompts: list[list[int]], max_new_tokens: int) -> li
     return rows
 
 
-def vllm_runs(python: str, model_dir: str, prompts: list[list[int]], max_new_tokens: int, stop: tuple[int, ...]):
+def vllm_runs(
+    python: str, model_dir: str, prompts: list[list[int]], max_new_tokens: int, stop: tuple[int, ...]
+) -> dict[str, Any]:
     """vLLM's target alone on the same ids (vllm_target.py in vLLM's environment)."""
     with tempfile.TemporaryDirectory() as tmp:
         ids, out = Path(tmp, "ids.json"), Path(tmp, "out.json")

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -40,6 +41,11 @@ import torch
 from specviz.errors import SpecvizError
 from specviz.paths import ASSETS
 from specviz.train import splits
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 CORPUS = ASSETS / "corpus"
 
@@ -101,7 +107,7 @@ def read_source(data: Path, source: Source) -> dict[int, str]:
     return out
 
 
-def encode_chat(tokenizer, prompt: str) -> list[int]:
+def encode_chat(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
     """Prompt ids as the target sees an instruction: through its chat template when it has one."""
     if tokenizer.chat_template:
         text = tokenizer.apply_chat_template(
@@ -151,7 +157,7 @@ class GenerationConfig:
 class WorkFolder:
     """The append-only files of a generation run; a crash mid-batch is cut back on open."""
 
-    def __init__(self, work: Path, top_k: int, writable: bool = False):
+    def __init__(self, work: Path, top_k: int, writable: bool = False) -> None:
         """writable: the generator's own handle (cuts rows no record vouches for); readers never write,
         so a trainer can read a folder while generation appends to it."""
         self.text, self.ids, self.logp = work / "answers.jsonl", work / "topk_ids.u16", work / "topk_logp.f16"
@@ -198,7 +204,9 @@ class WorkFolder:
         )
 
 
-def batches(jobs: list[Job], prompt_ids, cfg: GenerationConfig) -> Iterator[list[tuple[Job, list[int]]]]:
+def batches(
+    jobs: list[Job], prompt_ids: Callable[[Job], list[int]], cfg: GenerationConfig
+) -> Iterator[list[tuple[Job, list[int]]]]:
     """Batches of one temperature and similar prompt length, in pools of `cfg.pool` batches."""
     size = cfg.pool * cfg.batch_size
     for start in range(0, len(jobs), size):
@@ -211,7 +219,7 @@ def batches(jobs: list[Job], prompt_ids, cfg: GenerationConfig) -> Iterator[list
 
 @torch.inference_mode()
 def answer_batch(
-    model,
+    model: PreTrainedModel,
     prompts: list[list[int]],
     temperature: float,
     eos_ids: tuple[int, ...],
@@ -224,13 +232,15 @@ def answer_batch(
     emits an EOS or reaches the cap leaves the batch (its cache rows are dropped)."""
     from specviz.models.kv import new_cache
 
+    # ids and mask: [B, T]. (transformers types get_input_embeddings() as an nn.Module, whose `.weight.device`
+    # mypy reads as `device | Tensor | Module`: the ignores below.)
     dev = model.get_input_embeddings().weight.device
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[eos_ids[0]] * (width - len(p)) + p for p in prompts], device=dev)  # [B, T]
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)  # [B, T]
+    ids = torch.tensor([[eos_ids[0]] * (width - len(p)) + p for p in prompts], device=dev)  # type: ignore[arg-type]
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)  # type: ignore[arg-type]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
     cache = new_cache(model.config)
-    eos = torch.tensor(eos_ids, device=dev)
+    eos = torch.tensor(eos_ids, device=dev)  # type: ignore[arg-type]
     live = list(range(len(prompts)))  # batch row -> prompt index
     outputs: list[list[int]] = [[] for _ in prompts]
     top_ids: list[list[torch.Tensor]] = [[] for _ in prompts]
@@ -273,20 +283,20 @@ def answer_batch(
     return outputs, topk
 
 
-def load_generator(args):
+def load_generator(args: argparse.Namespace) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, tuple[int, ...]]:
     """(model, tokenizer, eos ids) of the target in the dtype generation runs it in."""
     from specviz.models.pair import load_target
 
     model, tokenizer, eos = load_target(args.target, args.device)
     if args.dtype == "bfloat16":  # 1.5x faster generation on a CPU with AVX-512 bf16 (benchmarks/corpus/)
-        return model.to(torch.bfloat16), tokenizer, eos
+        return model.to(torch.bfloat16), tokenizer, eos  # type: ignore[arg-type]  # see devices.moved
     from specviz.models.cpu import prepack_linears
 
     prepack_linears(model)
     return model, tokenizer, eos
 
 
-def speed(args) -> int:
+def speed(args: argparse.Namespace) -> int:
     """Tokens/s of greedy generation at each batch size, on the same first greedy jobs (so that a
     batch size can be picked on this machine)."""
     model, tokenizer, eos = load_generator(args)
@@ -320,7 +330,7 @@ def speed(args) -> int:
     return 0
 
 
-def generate(args) -> int:
+def generate(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     cfg = GenerationConfig(args.batch_size, args.max_new_tokens, args.max_prompt_tokens, args.top_k)
@@ -412,7 +422,7 @@ def write_shard(records: list[dict], path: Path) -> None:
     )
 
 
-def pack(args) -> int:
+def pack(args: argparse.Namespace) -> int:
     """Append the work folder's answers that are not shipped yet as a new shard, and rewrite the card."""
     args.out.mkdir(parents=True, exist_ok=True)
     shipped = shipped_keys(args.out)
@@ -436,7 +446,7 @@ def summary(records: list[dict]) -> dict:
     return {"answers": len(records), "tokens": tokens, "held_out": val, "by": by}
 
 
-def card(records: list[dict], args) -> str:
+def card(records: list[dict], args: argparse.Namespace) -> str:
     s = summary(records)
     rows = "\n".join(
         f"| {src.name} | `{src.file}` lines {src.lines[0]}..{src.lines[1] - 1} | {src.licence} | "
@@ -486,7 +496,7 @@ def all_answers(corpus: Path | None, work: Path | None) -> list[dict]:
     return [merged[k] for k in sorted(merged)]
 
 
-def teacher_text(args) -> int:
+def teacher_text(args: argparse.Namespace) -> int:
     """Write the corpus as the JSONL the DISCO, datastore and streaming trainers read: one record per
     answer with prompt_index (source rank * 100000 + line), prompt_ids, output_ids, held_out."""
     from specviz.models.pair import load_target
@@ -519,7 +529,7 @@ def teacher_text(args) -> int:
     return 0
 
 
-def status(args) -> int:
+def status(args: argparse.Namespace) -> int:
     local = read_records(args.work / "answers.jsonl")
     together = summary(all_answers(args.out, args.work))
     print(

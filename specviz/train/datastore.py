@@ -16,10 +16,14 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specviz.datastore import DEFAULT_PATH, Datastore, tokenizer_fingerprint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def teacher_documents(path: Path, exclude: set[int], with_prompts: bool) -> Iterator[list[int]]:
@@ -32,7 +36,7 @@ def teacher_documents(path: Path, exclude: set[int], with_prompts: bool) -> Iter
         yield (record["prompt_ids"] if with_prompts else []) + record["output_ids"]
 
 
-def text_documents(path: Path, tokenizer) -> Iterator[list[int]]:
+def text_documents(path: Path, tokenizer: PreTrainedTokenizerBase) -> Iterator[list[int]]:
     for raw in path.open():
         line = raw.strip()
         if not line:
@@ -41,7 +45,7 @@ def text_documents(path: Path, tokenizer) -> Iterator[list[int]]:
         yield tokenizer.encode(text, add_special_tokens=False)
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """`default` (SmolLM2-135M-Instruct, offline), `tiny` (the tiny-random pair's), or a hub id / folder."""
     if name == "tiny":
         from specviz.models.tiny import tiny_tokenizer

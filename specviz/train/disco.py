@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -37,6 +38,13 @@ from specviz.models.disco import ASSET_DIR, DiscoClassifier, DiscoModel, asset_n
 from specviz.models.kv import CachedLM
 from specviz.train import splits
 from specviz.train.loop import LoopConfig, run
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from transformers import PreTrainedModel
+
+    from specviz.models.modelpair import ModelPair
 
 POSITION_CAP = 16  # the oracle position i restarts after this many hits in a row (and SL_max <= this)
 SPLITS = ("train", "val", "test")
@@ -88,7 +96,7 @@ def read_teacher(path: Path) -> list[Sequence]:
     return [s for s in out if len(s.ids) > s.start]
 
 
-def generate_teacher(pair, prompts_path: Path, n: int, max_new_tokens: int) -> list[Sequence]:
+def generate_teacher(pair: ModelPair, prompts_path: Path, n: int, max_new_tokens: int) -> list[Sequence]:
     """Target-generated (greedy) text for the first n prompts of a jsonl of {"prompt": ...}."""
     import specviz
 
@@ -102,7 +110,12 @@ def generate_teacher(pair, prompts_path: Path, n: int, max_new_tokens: int) -> l
 
 
 def heldout_text(
-    pair, prompts_path: Path, lines: range, out: Path, max_new_tokens: int = 128, max_prompt_tokens: int = 256
+    pair: ModelPair,
+    prompts_path: Path,
+    lines: range,
+    out: Path,
+    max_new_tokens: int = 128,
+    max_prompt_tokens: int = 256,
 ) -> list[Sequence]:
     """Greedy target answers to lines `lines` of a jsonl of {"prompt": ...} (prompt_index = line number),
     appended to `out` one record at a time (teacher format; a rerun resumes). Greedy, because the
@@ -142,7 +155,9 @@ def stored_logits(path: Path | None, vocab: int) -> np.ndarray | None:
 
 
 @torch.inference_mode()
-def extract(pair, sequences: list[Sequence], max_len: int = 1024, logits: np.ndarray | None = None) -> Positions:
+def extract(
+    pair: ModelPair, sequences: list[Sequence], max_len: int = 1024, logits: np.ndarray | None = None
+) -> Positions:
     """Teacher-forced features, labels and TV at every generated position. p comes from the stored
     target logits when given (the same numbers, no target forward pass), else from the target."""
     rows = []
@@ -159,7 +174,8 @@ def extract(pair, sequences: list[Sequence], max_len: int = 1024, logits: np.nda
         else:
             target_logits = pair.target(input_ids=x, logits_to_keep=keep).logits[0, :-1]
         p = torch.softmax(target_logits.float(), -1)  # [n, V]
-        draft_logits = CachedLM(pair.draft).forward(ids, n_logits=keep)[:-1]  # [n, V], as the draft drafts
+        # [n, V], as the draft drafts (DISCO's pairs have a draft)
+        draft_logits = CachedLM(pair.draft).forward(ids, n_logits=keep)[:-1]  # type: ignore[arg-type]
         q = fit_vocab(torch.softmax(draft_logits.float(), -1), p.shape[-1])
         base = draft_features(q, 0)[:, :-1]  # [n, 11]
         match = (q.argmax(-1) == p.argmax(-1)).cpu().numpy()
@@ -238,7 +254,7 @@ def sequences(seq: np.ndarray) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cuts))
 
 
-def replay(pos: Positions, decide, costs: Costs) -> dict:
+def replay(pos: Positions, decide: Callable[[int, int], bool], costs: Costs) -> dict:
     """Greedy speculative decoding replayed over the text. decide(start, i): in the iteration that
     starts at position `start`, draft token i? Returns tokens, forwards and modelled ms per token."""
     from specviz.oracle import replay_chain
@@ -248,7 +264,7 @@ def replay(pos: Positions, decide, costs: Costs) -> dict:
     lengths = []
     for start, end in sequences(pos.seq):
 
-        def draft_length(j: int, left: int, start=start) -> int:
+        def draft_length(j: int, left: int, start: int = start) -> int:
             k = 0
             while k < left and decide(start + j, k):
                 k += 1
@@ -269,7 +285,8 @@ def replay(pos: Positions, decide, costs: Costs) -> dict:
 
 def tune(pos: Positions, scores: np.ndarray, costs: Costs) -> dict:
     """Static SL-k for k = 1..16, DISCO over a (tau, SL_max) grid, and the oracle, on one split."""
-    static = {k: replay(pos, lambda j, i, k=k: i < k, costs) for k in range(1, POSITION_CAP + 1)}
+    # (mypy cannot infer a lambda with a default argument where a Callable[[int, int], bool] is expected)
+    static = {k: replay(pos, lambda j, i, k=k: i < k, costs) for k in range(1, POSITION_CAP + 1)}  # type: ignore[misc]
     sl_opt = min(static, key=lambda k: static[k]["ms_per_token"])
     grid = {}
     for tau in np.round(np.arange(0.05, 1.0, 0.05), 2):
@@ -286,7 +303,7 @@ def tune(pos: Positions, scores: np.ndarray, costs: Costs) -> dict:
     }
 
 
-def disco_rule(scores: np.ndarray, tau: float, sl_max: int):
+def disco_rule(scores: np.ndarray, tau: float, sl_max: int) -> Callable[[int, int], bool]:
     """decide(start, i) for DISCO: the first token always; token i if i < SL_max and C_{i-1} >= tau."""
     return lambda j, i: i == 0 or (i < sl_max and scores[j + i - 1, i - 1] >= tau)
 
@@ -300,12 +317,12 @@ def hits_ahead(pos: Positions) -> np.ndarray:
     return out
 
 
-def measure_costs(pair, context: int = 128, repeats: int = 5) -> Costs:
+def measure_costs(pair: ModelPair, context: int = 128, repeats: int = 5) -> Costs:
     """Median wall ms of a one-token draft pass and of 1- and 9-token target passes over `context` tokens."""
     vocab = min(pair.vocab_size, 1000)
     prefix = [int(t) for t in torch.randint(10, vocab, (context,), generator=torch.Generator().manual_seed(0))]
 
-    def timed(model, n_new: int) -> float:
+    def timed(model: PreTrainedModel, n_new: int) -> float:
         times = []
         for _ in range(repeats):
             lm = CachedLM(model)
@@ -315,7 +332,7 @@ def measure_costs(pair, context: int = 128, repeats: int = 5) -> Costs:
             times.append((time.perf_counter() - t) * 1e3)
         return float(np.median(times))
 
-    d, v1, v9 = timed(pair.draft, 1), timed(pair.target, 1), timed(pair.target, 9)
+    d, v1, v9 = timed(pair.draft, 1), timed(pair.target, 1), timed(pair.target, 9)  # type: ignore[arg-type]  # a draft
     return Costs(d, v1, max(0.0, (v9 - v1) / 8))
 
 
@@ -334,7 +351,7 @@ def decision_cost_us(model: DiscoClassifier, vocab: int, repeats: int = 200) -> 
 # ---------------------------------------------------------------- CLI
 
 
-def load_named_pair(name: str):
+def load_named_pair(name: str) -> ModelPair:
     if name.startswith("tiny-"):
         from specviz.models.tiny import tiny_pair
 
@@ -345,7 +362,7 @@ def load_named_pair(name: str):
 
 
 def fit(
-    pair,
+    pair: ModelPair,
     pair_name: str,
     sequences: list[Sequence],
     source: str,
@@ -389,7 +406,7 @@ def fit(
     card = {
         "pair": pair_name,
         "pair_info": {k: v for k, v in pair.info.items() if isinstance(v, (str, int, float))},
-        "draft_sha256": weights_digest(pair.draft),
+        "draft_sha256": weights_digest(pair.draft),  # type: ignore[arg-type]  # DISCO's pairs have a draft
         "training_text": source,
         "split": split_rule,
         "split_prompt_indices": {s: sorted({q.prompt_index for q in v}) for s, v in by_split.items()},
@@ -481,7 +498,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _teacher_sequences(args: argparse.Namespace, pair) -> tuple[list[Sequence], str]:
+def _teacher_sequences(args: argparse.Namespace, pair: ModelPair) -> tuple[list[Sequence], str]:
     """The target's text to train on (read from --teacher or answered here from --prompts), cut by
     --exclude-mod, --records and --limit, and the card's account of where it came from."""
     if args.teacher:
@@ -503,7 +520,7 @@ def _teacher_sequences(args: argparse.Namespace, pair) -> tuple[list[Sequence], 
 
 
 def _heldout_splits(
-    args: argparse.Namespace, pair, sequences: list[Sequence], source: str
+    args: argparse.Namespace, pair: ModelPair, sequences: list[Sequence], source: str
 ) -> tuple[list[Sequence], dict[str, list[Sequence]] | None, str]:
     """With --heldout, tau / SL_max are tuned and scored on text the draft never trained on: every
     teacher record trains, the held-out answers validate (even prompt_index) and test (odd).

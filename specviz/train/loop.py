@@ -34,7 +34,7 @@ class LoopConfig:
 class Checkpoint:
     """A run's checkpoint file, written whole or not at all (a temporary file, then renamed)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path) -> None:
         self.path = path
 
     def load(self, map_location: str = "cpu", weights_only: bool = True) -> dict | None:
@@ -53,7 +53,7 @@ class CsvLog:
     """A CSV training log with a fixed header. Reopened for a run resumed at step s, it keeps the rows
     of steps 1..s and appends: rows written after the last checkpoint by a run that was stopped go."""
 
-    def __init__(self, path: Path, columns: list[str], resume_step: int = 0):
+    def __init__(self, path: Path, columns: list[str], resume_step: int = 0) -> None:
         lines = []
         if resume_step > 0 and path.is_file():
             with path.open(newline="") as f:

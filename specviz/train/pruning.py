@@ -43,7 +43,7 @@ class Teacher:
     """The frozen target: hidden states entering each candidate layer and the final distribution over
     the frequent tokens, at a sequence's answer positions."""
 
-    def __init__(self, target_name: str):
+    def __init__(self, target_name: str) -> None:
         from specviz.methods.streaming import frequent_vocab
         from specviz.models.devices import output_embeddings
         from specviz.models.pair import load_target
@@ -92,7 +92,7 @@ def evaluate(teacher: Teacher, pruners: dict[int, TreePruner], seqs: list[tuple[
     return {str(layer): {k: round(v / n, 4) for k, v in s.items()} | {"positions": n} for layer, s in sums.items()}
 
 
-def train(args) -> dict:
+def train(args: argparse.Namespace) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     teacher = Teacher(args.target)
     hidden = teacher.rows.shape[1]
@@ -153,7 +153,7 @@ def train(args) -> dict:
     return report
 
 
-def attach(args) -> None:
+def attach(args: argparse.Namespace) -> None:
     """Write the trained pruner of layer `args.attach` into the adapter file (tensors `pruner.*`,
     metadata `pruner_layer`), keeping the adapter's own tensors and metadata."""
     from safetensors import safe_open

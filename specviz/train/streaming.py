@@ -98,7 +98,7 @@ def read_examples(path: Path, max_len: int, max_prompt: int, train: bool = True)
 class TeacherLogits:
     """The teacher's float16 logits rows [V], memory-mapped (None when the file is absent)."""
 
-    def __init__(self, path: Path, vocab: int):
+    def __init__(self, path: Path, vocab: int) -> None:
         self.vocab = vocab
         self.rows = np.memmap(path, dtype=np.float16, mode="r").reshape(-1, vocab) if path.is_file() else None
 
@@ -342,7 +342,7 @@ def agreement(base: PreTrainedModel, lm: StreamingLM, prompts: list[list[int]], 
     difference, and whole outputs)."""
     from specviz.models.kv import CachedLM
 
-    def greedy(model, ids):
+    def greedy(model: PreTrainedModel, ids: list[int]) -> list[int]:
         cache, out, nxt = CachedLM(model), [], list(ids)
         for _ in range(new_tokens):
             token = int(cache.forward(nxt)[-1].argmax())

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,6 +18,11 @@ from specviz.train.draft.export import export_draft, measure_c, model_card
 from specviz.train.draft.fit import TrainConfig, train
 from specviz.train.draft.start import DraftShape, choose_vocab, coverage, new_draft, subclone_draft
 from specviz.train.loop import Checkpoint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from specviz.models.draft import ReducedVocabDraft
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +88,12 @@ def _resumed_config(args: argparse.Namespace, cfg: TrainConfig, checkpoint: Path
 
 
 def _start_draft(
-    args: argparse.Namespace, target, data: CorpusData, shape: DraftShape, cfg: TrainConfig, eos: tuple[int, ...]
+    args: argparse.Namespace,
+    target: PreTrainedModel,
+    data: CorpusData,
+    shape: DraftShape,
+    cfg: TrainConfig,
+    eos: tuple[int, ...],
 ) -> tuple[Any, DraftShape]:
     """The draft before training (from --init, cut from the target's layers, or new) and its shape."""
     vocab = target.config.vocab_size
@@ -112,9 +122,9 @@ def _start_draft(
 
 def _write_draft(
     args: argparse.Namespace,
-    target,
-    draft,
-    tokenizer,
+    target: PreTrainedModel,
+    draft: ReducedVocabDraft,
+    tokenizer: PreTrainedTokenizerBase,
     shape: DraftShape,
     cfg: TrainConfig,
     data: CorpusData,

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from specviz.errors import SpecvizError
 from specviz.train import corpus as corpus_mod
+
+if TYPE_CHECKING:
+    import argparse
+
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -25,7 +31,7 @@ class Example:
 class CorpusData:
     """The corpus answers with their prompts, split by `corpus.held_out` (`splits.CORPUS`), and batches of them."""
 
-    def __init__(self, args, tokenizer, max_len: int):
+    def __init__(self, args: argparse.Namespace, tokenizer: PreTrainedTokenizerBase, max_len: int) -> None:
         records = corpus_mod.all_answers(args.corpus, args.work)
         if not records:
             raise SpecvizError(
@@ -82,7 +88,9 @@ class CorpusData:
         return batches
 
 
-def collate(examples: list[Example], index_of: torch.Tensor, pad: int):
+def collate(
+    examples: list[Example], index_of: torch.Tensor, pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """ids [B, T] (right-padded), flat positions [N] whose next token is an answer token, and the
     target there as (head indices [N, k], weights [N, k]): p renormalised on the head's tokens among
     the stored top-k, or the answer token alone (weight 1). Positions whose target has no head token

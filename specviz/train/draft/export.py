@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -14,8 +15,15 @@ from specviz.train.draft.data import CorpusData
 from specviz.train.draft.fit import TrainConfig
 from specviz.train.draft.start import DraftShape
 
+if TYPE_CHECKING:
+    import argparse
 
-def measure_c(target, draft, context: int = 128, repeats: int = 30) -> dict[str, float]:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+def measure_c(
+    target: PreTrainedModel, draft: PreTrainedModel, context: int = 128, repeats: int = 30
+) -> dict[str, float]:
     """c = draft time / target time for one new token over a `context`-token cache (median over
     `repeats`, this machine, current thread settings; the draft through its lean decoding pass)."""
     from specviz.models.cpu import prepack_linears
@@ -23,7 +31,7 @@ def measure_c(target, draft, context: int = 128, repeats: int = 30) -> dict[str,
 
     prepack_linears(target)
 
-    def one_token_ms(model) -> float:
+    def one_token_ms(model: PreTrainedModel) -> float:
         lm = CachedLM(model)
         lm.forward(list(range(1, context + 1)))
         times = []
@@ -37,7 +45,9 @@ def measure_c(target, draft, context: int = 128, repeats: int = 30) -> dict[str,
     return {"target_ms": target_ms, "draft_ms": draft_ms, "c": draft_ms / target_ms}
 
 
-def export_draft(draft, tokenizer, out: Path, card: str, save_tokenizer: bool = True) -> None:
+def export_draft(
+    draft: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, card: str, save_tokenizer: bool = True
+) -> None:
     """config.json + safetensors files of at most 20 MB (`specviz.models.shards`: matrices as int8 rows with
     scales, which CPU decoding uses anyway; the rest float16) + MODEL_CARD.md (+ the tokenizer, so
     that the folder also pairs with its target by path)."""
@@ -73,7 +83,14 @@ def schedule_lines(result: dict, cfg: TrainConfig) -> list[str]:
 
 
 def model_card(
-    args, shape: DraftShape, cfg: TrainConfig, data: CorpusData, result: dict, cost: dict, params: int, cover: float
+    args: argparse.Namespace,
+    shape: DraftShape,
+    cfg: TrainConfig,
+    data: CorpusData,
+    result: dict,
+    cost: dict,
+    params: int,
+    cover: float,
 ) -> str:
     kinds = Counter("greedy" if e.greedy else "sampled at T = 0.7" for e in data.train)
     lines = [

@@ -7,12 +7,15 @@ import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specviz.train.draft.data import CorpusData, collate
 from specviz.train.loop import Checkpoint, CsvLog, LoopConfig, run
+
+if TYPE_CHECKING:
+    from specviz.models.draft import ReducedVocabDraft
 
 LOG_COLUMNS = ["step", "tokens", "seconds", "lr", "loss", "agree", "val_loss", "val_agree"]
 
@@ -41,7 +44,7 @@ def distillation_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torc
 
 
 @torch.no_grad()
-def validate(draft, data: CorpusData, cfg: TrainConfig, pad: int) -> dict[str, float]:
+def validate(draft: ReducedVocabDraft, data: CorpusData, cfg: TrainConfig, pad: int) -> dict[str, float]:
     """Held-out greedy answers: the draft's argmax agreement with the target's tokens (greedy
     speculative decoding's acceptance, teacher-forced) and the loss to those tokens."""
     greedy = [e for e in data.val if e.greedy][: cfg.val_answers]
@@ -73,7 +76,13 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def train(
-    draft, data: CorpusData, cfg: TrainConfig, checkpoint: Path, log_path: Path, pad: int, progress: bool = True
+    draft: ReducedVocabDraft,
+    data: CorpusData,
+    cfg: TrainConfig,
+    checkpoint: Path,
+    log_path: Path,
+    pad: int,
+    progress: bool = True,
 ) -> dict:
     """Minimise the distillation loss; resumes from `checkpoint` when it exists. Returns final metrics."""
     decay = [p for n, p in draft.named_parameters() if p.dim() >= 2]

@@ -4,12 +4,18 @@ target's embedding, cut from the target's own layers, or, in the CLI, a shipped 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from specviz.errors import SpecvizError
 from specviz.train.draft.data import CorpusData
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from specviz.models.draft import ReducedVocabDraft
 
 
 @dataclass(frozen=True)
@@ -23,7 +29,7 @@ class DraftShape:
     embed_rank: int = 128  # r: width of the factorised input table E [V, r]
 
 
-def new_draft(target, shape: DraftShape, vocab_ids: torch.Tensor, seed: int):
+def new_draft(target: PreTrainedModel, shape: DraftShape, vocab_ids: torch.Tensor, seed: int) -> ReducedVocabDraft:
     """A fresh draft whose input table is the target's embedding on its top `embed_rank` principal
     axes and whose head starts as the same projection (to width d) of its K tokens' embeddings."""
     from specviz.models.draft import ReducedVocabDraft, reduced_config
@@ -32,7 +38,8 @@ def new_draft(target, shape: DraftShape, vocab_ids: torch.Tensor, seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         draft = ReducedVocabDraft(config, vocab_ids).float()
-    e = target.get_input_embeddings().weight.detach().float().cpu()  # [V, H_target]
+    # (get_input_embeddings() is typed as an nn.Module, whose `.weight` mypy reads as Tensor | Module)
+    e = target.get_input_embeddings().weight.detach().float().cpu()  # type: ignore[operator]  # [V, H_target]
     centred = e - e.mean(dim=0)
     _, _, axes = torch.linalg.svd(centred, full_matrices=False)  # axes: [H_target, H_target]
     with torch.no_grad():
@@ -45,7 +52,9 @@ def new_draft(target, shape: DraftShape, vocab_ids: torch.Tensor, seed: int):
     return draft
 
 
-def subclone_draft(target, layers: list[int], vocab_ids: torch.Tensor, embed_rank: int):
+def subclone_draft(
+    target: PreTrainedModel, layers: list[int], vocab_ids: torch.Tensor, embed_rank: int
+) -> ReducedVocabDraft:
     """A draft cut from the target itself (weight subcloning): the target's width, heads and MLP,
     its decoder layers `layers` and final norm copied, its head's rows for the K tokens, and its
     input embedding as the best rank-r factorisation (truncated SVD)."""
@@ -70,7 +79,7 @@ def subclone_draft(target, layers: list[int], vocab_ids: torch.Tensor, embed_ran
         for k, v in state.items()
         if k.startswith(f"model.layers.{src}.")
     }
-    e = target.get_input_embeddings().weight.detach().float().cpu()  # [V, d]
+    e = target.get_input_embeddings().weight.detach().float().cpu()  # type: ignore[operator]  # [V, d] (as above)
     u, s, vh = torch.linalg.svd(e, full_matrices=False)
     copied |= {
         "model.norm.weight": state["model.norm.weight"],
