@@ -46,7 +46,8 @@ class Extra:
     """What every family shares: its wire form, and the checks a value's type cannot express."""
 
     def to_extra(self) -> dict[str, Any]:
-        """The plain JSON form of these fields (for `IterationRecord.extra`); fields left at None are not written."""
+        """The plain JSON form of these fields (`IterationRecord.to_dict`'s `extra`); fields left at None are
+        not written."""
         return {
             f.name: _wire(getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) is not None
         }

@@ -184,3 +184,12 @@ def test_the_slider_sits_with_the_run_controls_and_reaches_run_streaming(monkeyp
     values = {prune: 0.004, sliders["tree width (top tokens per stream)"]: 3}
     run.fn(*[values.get(c, getattr(c, "value", None)) for c in run.inputs])
     assert given == [("tiny-random", run.inputs[1].value, 64, 3, 3, 0.004)]
+
+
+def test_a_refused_run_says_why_in_the_output_box_as_html():
+    """The output box is HTML: a refusal was Markdown there ("**Cannot run:**" with its asterisks shown)."""
+    with gr.Blocks() as demo:
+        tab.build_tab(tab_context())
+    (run,) = [f for f in demo.fns.values() if getattr(f.fn, "__name__", None) == "on_run"]
+    state, output, *_ = run.fn("tiny-random", "x" * 40_000, 8, 2, 2, 0.0)
+    assert state is None and output.startswith("<p><b>Cannot run:</b> the prompt is 40000 characters long")

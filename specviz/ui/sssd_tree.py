@@ -6,7 +6,6 @@ Handlers are plain functions of widget values (tested without a server); no torc
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,9 +13,8 @@ from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.plots.tree import SOURCE_COLOURS, record_tree, record_tree_figure
 from specviz.serving.limits import AppLimits, check_prompt_text
-from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
-from specviz.ui.trees import TARGET, TARGET_COLOUR, TreeRun, tree_run
+from specviz.ui.trees import TARGET, TARGET_COLOUR, TreeRun, cannot_run, tree_run
 from specviz.ui.trees import coloured_output as coloured_output_by
 
 if TYPE_CHECKING:
@@ -75,7 +73,7 @@ def run_and_show(
         OSError,
         ValueError,
     ) as e:  # a user's input (or a pair that cannot load): said in the tab; a fault raises
-        return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", 1, None, "", 1
+        return None, cannot_run(e), 1, None, "", 1
     first = state.first_accepted()
     fig, line = show_iteration(state, first)
     return state, coloured_output(state), first, fig, line, len(state.records)
@@ -132,7 +130,7 @@ def build_tab(ctx: TabContext) -> None:
             check_count("S (tree nodes)", int(s), most=limits.tree_nodes)
             check_prompt_text(text, limits)  # before it reaches the models' line to be tokenised there
         except SpecvizError as e:
-            return None, f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>", gr.update(), None, ""
+            return None, cannot_run(e), gr.update(), None, ""
         st, out, first, fig, line, count = run_and_show(pair_name, text, int(n), int(s), src, run=sssd)
         return st, out, gr.update(maximum=max(2, count), value=first), fig, line
 

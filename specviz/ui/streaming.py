@@ -16,9 +16,8 @@ from specviz.errors import SpecvizError
 from specviz.plots.streaming_pass import PassCounts, pass_shape, run_pass
 from specviz.plots.tree import record_tree, record_tree_figure
 from specviz.serving.limits import AppLimits, check_prompt_text
-from specviz.ui.feedback import problem_text
 from specviz.ui.gpu import gpu_seconds
-from specviz.ui.trees import TARGET_COLOUR, TreeRun, tree_run
+from specviz.ui.trees import TARGET_COLOUR, TreeRun, cannot_run, tree_run
 from specviz.ui.trees import coloured_output as coloured_output_by
 
 if TYPE_CHECKING:
@@ -225,7 +224,7 @@ def build_tab(ctx: TabContext) -> None:
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
             st = streamed(pair_name, text, int(n), int(k), int(w), float(p))
         except (SpecvizError, OSError, ValueError) as e:  # bad input, a pair that cannot load: said; a fault raises
-            return None, f"**Cannot run:** {problem_text(e)}", "", gr.update(), None, "", None, ""
+            return None, cannot_run(e), "", gr.update(), None, "", None, ""
         first = st.first_accepted()
         return (
             st,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from specviz.plots.tree import record_tree
 from specviz.serving.limits import AppLimits, prompt_ids
+from specviz.ui.feedback import problem_text
 
 if TYPE_CHECKING:
     from specviz.records import IterationRecord
@@ -68,6 +69,11 @@ def tree_run(
     records = list(specviz.run(method, pair, ids, max_new_tokens=int(max_new_tokens), **options))
     vocab = {t for r in records for t in (*record_tree(r).tree_tokens, *r.emitted)}
     return pair, {"records": tuple(records), "text": {t: pair.tokenizer.decode([t]) for t in vocab}}
+
+
+def cannot_run(e: BaseException) -> str:
+    """The output box's HTML for a run refused (a user's input, a pair that cannot load): the reason, escaped."""
+    return f"<p><b>Cannot run:</b> {html.escape(problem_text(e))}</p>"
 
 
 def coloured_output(run: TreeRun, colour_of: Callable[[str], str], legend: Sequence[str] | None = None) -> str:
