@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from specviz.metrics import summarize
+from specviz.serving import runs
 from specviz.ui import disco as tab
 from specviz.ui import tab_timing
 from specviz.ui.panels import DISTURBED
@@ -43,7 +44,7 @@ def scaled(method: str, factor: float, monkeypatch: pytest.MonkeyPatch) -> None:
         return dataclasses.replace(result, records=records, summary=summarize(list(records)))
 
     monkeypatch.setattr(runner, "generate_median", generate_median)
-    monkeypatch.setattr(tab_timing, "probe_ms", lambda pair, ids: STEP_MS)  # the one comparison loop's probe
+    monkeypatch.setattr(runs, "probe_ms", lambda pair, ids: STEP_MS)  # the Race's probe, which the tabs take too
 
 
 def test_a_quiet_machine_flags_nothing(perturbed_pair, monkeypatch):
@@ -93,15 +94,40 @@ def test_the_pearl_tab_flags_a_slowed_target_alone(perturbed_pair, monkeypatch):
     assert all(m.endswith(" ⚠️") for m in (r["method"] for r in flagged_rows(out["rows"], out["flags"])))
 
 
-def test_the_race_and_the_tabs_probe_the_target_alone_the_same_way():
-    """One probe: the Race's per-method probe (specviz.serving.runs) is the tabs' `probe_ms`, not a copy of
-    it that could drift (a different number of steps would flag the tabs' runs and the Race's differently)."""
-    from specviz.serving import runs
-    from specviz.ui import racing
+def test_the_tabs_run_their_rows_through_the_races_engine(perturbed_pair, monkeypatch):
+    """One engine: each row of a tab is one `RunRequest` to the Race's runner (`method_runner`), with
+    the lab tabs' timing policy (the median of the asked runs) and the same probe before each drafting
+    method; the target alone's pace is not probed before itself."""
+    asked = []
+    real = runs.method_runner(lambda name: perturbed_pair)
 
-    assert tab_timing.probe_ms is runs.probe_ms
-    assert not hasattr(racing, "probe_ms") and not hasattr(racing, "PROBE_STEPS")
-    assert runs.PROBE_STEPS == 6
+    def runner(request, sessions):
+        asked.append(request)
+        yield from real(request, sessions)
+
+    rows = [tab_timing.Row("alone", "autoregressive"), tab_timing.Row("v", "vanilla", {"speculation_length": 2})]
+    ids = perturbed_pair.tokenizer(PROMPT)["input_ids"]
+    out = tab_timing.compare_rows(perturbed_pair, ids, rows, 10, 2, None, runner=runner)
+    assert [(r.method, r.median_of, r.probe, dict(r.options)) for r in asked] == [
+        ("autoregressive", 2, False, {}),
+        ("vanilla", 2, True, {"speculation_length": 2}),
+    ]
+    assert [t.row.label for t in out.timed] == ["alone", "v"] and not out.stopped
+    assert out.timed[0].probe_ms is None and out.timed[1].probe_ms is not None
+    alone, vanilla = (t.result.records for t in out.timed)
+    assert [t for r in vanilla for t in r.emitted] == [t for r in alone for t in r.emitted]  # lossless, greedy
+    assert all(r.oracle_sl is not None for r in vanilla)  # filled once, by the median run
+
+
+def test_a_failing_row_ends_the_comparison_with_its_message(perturbed_pair):
+    """A row the runner fails (here: an option out of range) is said with its label, not shown as a row."""
+    from specviz.errors import SpecvizError
+
+    rows = [tab_timing.Row("v", "vanilla", {"speculation_length": 10**6})]
+    with pytest.raises(SpecvizError, match="^v: .*speculation_length"):
+        tab_timing.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 1, None)
+    with pytest.raises(SpecvizError, match="repeats"):  # checked before any row runs
+        tab_timing.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 99, None)
 
 
 def test_the_disco_and_pearl_tabs_run_one_comparison_loop(perturbed_pair, monkeypatch):

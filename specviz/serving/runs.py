@@ -1,13 +1,16 @@
 """The models' side of a race: one method's run, stepped on the models' thread, as typed events.
 
-`method_runner(load_pair)` makes the function that runs one method of a race where the models are:
-this process, or a ZeroGPU worker (`spaces.GPU` pickles its arguments in and each event out, so it
-takes and yields plain data only). It yields, in order: `Status` lines while a method's `prepare`
-hook runs (a vLLM row's server starting), `Probed` (the target alone's pace right before the
-method), `Records` in batches every `REFRESH_S` while the method runs, then `OracleFilled` (the
-records with their oracle speculation length) and `Parity` (the greedy output against the target
-alone's); `Failed` where the run failed. A run ends after its current iteration once its stop key is
-requested (`specviz.serving.stops`).
+`method_runner(load_pair)` makes the function that runs one method of a comparison where the models
+are: this process, or a ZeroGPU worker (`spaces.GPU` pickles its arguments in and each event out, so
+it takes a `RunRequest` and yields plain data only). The Race and the lab tabs (DISCO, PEARL:
+`specviz.ui.tab_timing`) both run their methods through it; they differ in the request's timing
+policy only: one run streamed live (the Race), or the median of `median_of` runs after the method's
+own warm-up (`runner.generate_median`: the lab tabs). It yields, in order: `Status` lines while a
+method's `prepare` hook runs (a vLLM row's server starting), `Probed` (the target alone's pace right
+before the method), `Records` (in batches every `REFRESH_S` while a live run decodes; at once for a
+median), then `OracleFilled` (the records with their oracle speculation length) and `Parity` (the
+greedy output against the target alone's); `Failed` where the run failed. A live run ends after its
+current iteration once its stop key is requested (`specviz.serving.stops`).
 
 The run is drained by the models' thread (`threads.MODELS`, one for the process: a new thread would
 pay its first-use costs inside the run's timing; PEARL's target lane is lent another,
@@ -22,9 +25,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specviz.errors import SpecvizError
@@ -40,6 +43,27 @@ WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-of
 PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
 _END = object()
 _WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One method's run of a comparison, as plain data (a ZeroGPU worker gets it pickled)."""
+
+    pair_name: str
+    prompt_ids: tuple[int, ...]
+    method: str  # registry name
+    options: Mapping[str, Any] = field(default_factory=dict)  # the method's options, checked
+    # the draws: temperature, top_p, seed and max_new_tokens (`specviz.run`'s keywords)
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    stop_key: str | None = None  # a live run ends once this key's stop is requested (None: it cannot be stopped)
+    warm_up: bool = False  # a live run: warm the pair up first (the race's first method; a fresh worker does anyway)
+    reference: tuple[int, ...] | None = None  # the target alone's greedy tokens, compared with the output (`Parity`)
+    probe: bool = False  # time `probe_ms`'s steps of the target alone first (`Probed`)
+    median_of: int | None = None  # the timing policy: None, one run streamed live; N, the median of N runs
+
+    @property
+    def max_new_tokens(self) -> int:
+        return int(self.sampling.get("max_new_tokens", 0))
 
 
 @dataclass(frozen=True)
@@ -161,77 +185,75 @@ def stream_records(
         wait([pumped], timeout=30)
 
 
-def method_runner(load_pair: Callable[[str], Any]) -> Callable[..., Generator[RunEvent, None, None]]:
-    """The models' side of a race: a function that runs one method and yields plain data only, so that
-    `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each event pickled across), and
-    this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
+def method_runner(load_pair: Callable[[str], Any]) -> Callable[[RunRequest, dict], Generator[RunEvent, None, None]]:
+    """The models' side of a comparison: a function that runs one method and yields plain data only,
+    so that `spaces.GPU` can run it in a ZeroGPU worker (its arguments and each event pickled across),
+    and this process can run it as it is. `load_pair(name)`: the pair (on ZeroGPU, one loaded at start-up)."""
 
-    def run_method(
-        pair_name: str,
-        prompt_ids: list[int],
-        method: str,
-        options: dict[str, Any],
-        sampling: dict[str, Any],
-        warm_up: bool,
-        stop_key: str,
-        sessions: dict,
-        reference: list[int] | None = None,
-        probe: bool = False,
-    ) -> Generator[RunEvent, None, None]:
-        """The module's events for one run of `method`. `warm_up`: the race's first method (a fresh
-        ZeroGPU worker also warms up). `sessions`: a visitor's state of the stateful methods
-        (`specviz.serving.sessions`). `reference`: the target alone's greedy tokens, which a run that
-        ends on its own is compared with (`Parity`). `probe`: first time `probe_ms`'s steps of the
-        target alone on the prompt (`Probed`), so that a run the machine's other load slowed down can
-        be told from a slow method (specviz.ui.verdict)."""
+    def run_method(request: RunRequest, sessions: dict) -> Generator[RunEvent, None, None]:
+        """The module's events for one run of `request.method`. `sessions`: a visitor's state of the
+        stateful methods (`specviz.serving.sessions`)."""
         import specviz
         from specviz.methods import get_method
         from specviz.parity import compare
 
-        def start() -> tuple[Any, Iterator[Any]]:
-            pair, spec = load_pair(pair_name), get_method(method)
-            session = method_session(sessions, spec, pair)
-            return pair, specviz.run(
-                spec.name, pair, prompt_ids, **sampling, **options, session=session, executor=threads.on(PEARL_TARGET)
-            )
-
+        prompt_ids = list(request.prompt_ids)
         records: list[Any] = []
         stream = None
         try:
             # made on the models' thread as the run is stepped there: a method's caches and an online learner's
             # copy are tensor work, and tensor work on a second thread slows every later step (serving.threads)
-            spec = get_method(method)
+            spec = get_method(request.method)
             if spec.prepare is not None:  # a vLLM row's server: minutes, said on its panel as it goes
-                opts = spec.make_options(**options)
-                for line in _prepare(spec.prepare, lambda: load_pair(pair_name), prompt_ids, opts):
+                opts = spec.make_options(**request.options)
+                for line in _prepare(spec.prepare, lambda: load_pair(request.pair_name), prompt_ids, opts):
                     yield Status(line)
-            pair, gen = threads.on(MODELS).call(start)
-            if warm_up or pair.name not in _WARMED:
+            pair = threads.on(MODELS).call(load_pair, request.pair_name)
+            session = threads.on(MODELS).call(method_session, sessions, spec, pair)
+            kwargs = {**request.sampling, **request.options, "session": session, "executor": threads.on(PEARL_TARGET)}
+            if request.median_of is None and (request.warm_up or pair.name not in _WARMED):
                 threads.on(MODELS).call(_warm_up, pair, prompt_ids)
-            if probe:
+            if request.probe:
                 ms = threads.on(MODELS).call(probe_ms, pair, prompt_ids)
                 if ms is not None:
                     yield Probed(ms)
-            stream = stream_records(gen, StopKey(stop_key))
-            for batch in stream:
-                records += batch
-                yield Records(batch)
+            if request.median_of is not None:  # filled with its oracle already
+                records = threads.on(MODELS).call(_median_run, spec.name, pair, prompt_ids, request.median_of, kwargs)
+                yield Records(records)
+            else:
+                stop = StopKey(request.stop_key) if request.stop_key is not None else threading.Event()
+                stream = stream_records(
+                    threads.on(MODELS).call(lambda: specviz.run(spec.name, pair, prompt_ids, **kwargs)), stop
+                )
+                for batch in stream:
+                    records += batch
+                    yield Records(batch)
         except SpecvizError as e:
             yield Failed(str(e))
         except Exception as e:  # a bug in one method must not end everyone's race; the log keeps its traceback
-            log.exception("%s failed in a race", method)
+            log.exception("%s failed in a race", request.method)
             yield Failed(f"{type(e).__name__}: {e}")
         finally:
             if stream is not None:
                 stream.close()  # closed from outside (the app went away): the run ends after its iteration
+        if records and request.median_of is None:
+            records = threads.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records)
         if records:
-            yield OracleFilled(threads.on(MODELS).call(specviz.fill_oracle_sl, pair, prompt_ids, records))
-        if reference is not None and records and records[-1].stop is not None:
+            yield OracleFilled(records)
+        if request.reference is not None and records and records[-1].stop is not None:
             output = [t for r in records for t in r.emitted]
-            parity = threads.on(MODELS).call(compare, pair, prompt_ids, reference, output)
+            parity = threads.on(MODELS).call(compare, pair, prompt_ids, list(request.reference), output)
             yield Parity(parity.verdict, parity.first_difference)
 
     return run_method
+
+
+def _median_run(method: str, pair: Any, prompt_ids: list[int], repeats: int, kwargs: dict[str, Any]) -> list[Any]:
+    """The records of the run of median wall time of `repeats`, after the method's own untimed warm-up
+    (`runner.generate_median`, the library's fair one-prompt timing)."""
+    from specviz import runner
+
+    return list(runner.generate_median(method, pair, prompt_ids, repeats=repeats, **kwargs).records)
 
 
 def _prepare(hook: Callable[..., None], pair: Callable[[], Any], prompt_ids: list[int], opts: Any) -> Iterator[str]:

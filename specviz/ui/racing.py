@@ -20,7 +20,17 @@ from specviz.errors import SpecvizError
 from specviz.limits import check_count, check_unique
 from specviz.serving.limits import AppLimits
 from specviz.serving.limits import prompt_ids as checked_prompt
-from specviz.serving.runs import Failed, OracleFilled, Parity, Probed, Records, RunEvent, Status, method_runner
+from specviz.serving.runs import (
+    Failed,
+    OracleFilled,
+    Parity,
+    Probed,
+    Records,
+    RunEvent,
+    RunRequest,
+    Status,
+    method_runner,
+)
 from specviz.serving.sessions import held_session
 from specviz.serving.stops import forget_stop, new_stop_key, request_stop
 from specviz.serving.turns import TURNS, Turns
@@ -143,7 +153,7 @@ def run_race(
     stop: threading.Event,
     limits: AppLimits = DEFAULT_LIMITS,
     turns: Turns = TURNS,
-    runner: Callable[..., Generator[RunEvent, None, None]] | None = None,
+    runner: Callable[[RunRequest, dict], Generator[RunEvent, None, None]] | None = None,
     forks: bool = False,
 ) -> Iterator[Race]:
     """Race the chosen methods on `pair`, one after another; yield the race each time it changes.
@@ -169,7 +179,9 @@ def run_race(
     greedy = settings.sampling()["temperature"] == 0
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
-    reference = None  # greedy: the target alone's tokens, which every lossless method must repeat
+    reference: tuple[int, ...] | None = (
+        None  # greedy: the target alone's tokens, which every lossless method must repeat
+    )
     for run in race.runs:
         if run.name not in runnable:
             continue
@@ -183,24 +195,22 @@ def run_race(
                 run.status, run.message = "skipped", "the race was stopped before this method started"
                 continue
             key = new_stop_key()
-            compare_with = reference if run.name not in lossy else None
-            probe = run.name != BASELINE and BASELINE in runnable  # the baseline's speed right before this method
-            updates = runner(
+            request = RunRequest(
                 pair.name,
-                prompt_ids,
+                tuple(prompt_ids),
                 run.name,
                 run.options,
                 settings.sampling(),
-                not warm,
-                key,
-                sessions,
-                compare_with,
-                probe,
+                stop_key=key,
+                warm_up=not warm,
+                reference=reference if run.name not in lossy else None,
+                probe=run.name != BASELINE and BASELINE in runnable,  # the baseline's speed right before this method
             )
+            updates = runner(request, sessions)
             warm = True
             yield from _run_method(pair, race, run, updates, stop, key)
             if run.name == BASELINE and greedy and run.status == "done":
-                reference = [t for r in run.records for t in r.emitted]
+                reference = tuple(t for r in run.records for t in r.emitted)
             flags = timing_flags(race)  # a disturbed run says so on its panel as soon as it is known
             for done in race.runs:
                 done.flags = flags.get(done.name, [])
@@ -323,8 +333,6 @@ def parity_note(parity: Parity, dtype: str) -> str:
     return f"{where}, and not at a tie: a fault in specviz. Please report it with the race's JSON download."
 
 
-def method_seconds(
-    pair_name: str, prompt_ids: list[int], method: str, options: dict[str, Any], sampling: dict[str, Any], *rest: Any
-) -> int:
+def method_seconds(request: RunRequest, sessions: dict) -> int:
     """ZeroGPU's duration for one method's call (it takes the same arguments as the call)."""
-    return gpu_seconds(sampling["max_new_tokens"])
+    return gpu_seconds(request.max_new_tokens)

@@ -1,18 +1,21 @@
-"""The lab tabs' comparison (DISCO, PEARL): methods timed one after another on one prompt, with the
-Race's timing checks. `compare_rows` runs each row in turn: the target alone's pace probed right
-before each method, then a warm-up and `repeats` timed runs with the median kept
-(`runner.generate_median`), then `specviz.ui.verdict.timing_flags` on the runs, so a figure other
+"""The lab tabs' comparison (DISCO, PEARL): methods timed one after another on one prompt, through
+the Race's engine (`specviz.serving.runs.method_runner`: the same probe, warm-up and events) with the
+lab tabs' timing policy. `compare_rows` runs each row in turn: the target alone's pace probed right
+before each method, then the method's warm-up and `repeats` timed runs with the median kept
+(`RunRequest.median_of`), then `specviz.ui.verdict.timing_flags` on the runs, so a figure other
 load disturbed is flagged there as on the Race's panels, not shown as the method's own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specviz.errors import SpecvizError
+from specviz.limits import check_count
 from specviz.methods import BASELINE
-from specviz.metrics import ms_per_token
-from specviz.serving.runs import probe_ms
+from specviz.metrics import ms_per_token, summarize
+from specviz.serving.runs import Failed, OracleFilled, Probed, RunEvent, RunRequest, method_runner
 from specviz.serving.stops import Signal
 from specviz.ui.panels import DISTURBED, MethodRun, Race
 from specviz.ui.verdict import timing_flags
@@ -57,19 +60,44 @@ class Comparison:
 
 
 def compare_rows(
-    pair: Any, prompt_ids: Sequence[int], rows: Sequence[Row], max_new_tokens: int, repeats: int, stop: Signal | None
+    pair: Any,
+    prompt_ids: Sequence[int],
+    rows: Sequence[Row],
+    max_new_tokens: int,
+    repeats: int,
+    stop: Signal | None,
+    runner: Callable[[RunRequest, dict], Iterator[RunEvent]] | None = None,
 ) -> Comparison:
-    """Time `rows` on one prompt, one after another; once `stop` is set no further row runs."""
-    from specviz.runner import generate_median
+    """Time `rows` on one prompt, one after another; once `stop` is set no further row runs. `runner`:
+    `method_runner`'s function (default: on `pair`, here). A row that fails ends the comparison with its
+    message (a SpecvizError)."""
+    from specviz.runner import MAX_REPEATS, RunResult
 
-    ids, timed = list(prompt_ids), []
+    repeats = check_count("repeats", repeats, most=MAX_REPEATS)  # before any row runs
+    runner = runner or method_runner(lambda name: pair)
+    ids, timed = tuple(prompt_ids), []
     for row in rows:
         if stop is not None and stop.is_set():
             break
-        probe = probe_ms(pair, ids) if row.method != BASELINE else None  # load that came since shows
-        result = generate_median(
-            row.method, pair, ids, repeats=repeats, max_new_tokens=int(max_new_tokens), **dict(row.options)
+        request = RunRequest(
+            pair.name,
+            ids,
+            row.method,
+            dict(row.options),
+            {"max_new_tokens": int(max_new_tokens)},
+            probe=row.method != BASELINE,  # load that came since shows
+            median_of=repeats,
         )
+        records, probe = [], None
+        for event in runner(request, {}):
+            match event:
+                case Probed(ms):
+                    probe = ms
+                case OracleFilled(filled):
+                    records = filled
+                case Failed(message):
+                    raise SpecvizError(f"{row.label}: {message}")
+        result = RunResult(row.method, ids, tuple(records), summarize(records))
         timed.append(Timed(row, result, probe))
     flags = disturbed(pair.name, ids, max_new_tokens, timed)
     return Comparison(tuple(timed), flags, stopped=len(timed) < len(rows))
