@@ -124,7 +124,7 @@ def test_a_failing_row_ends_the_comparison_with_its_message(perturbed_pair):
     from specviz.errors import SpecvizError
 
     rows = [tab_timing.Row("v", "vanilla", {"speculation_length": 10**6})]
-    with pytest.raises(SpecvizError, match="^v: .*speculation_length"):
+    with pytest.raises(SpecvizError, match=r"^v: .*speculation_length"):
         tab_timing.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 1, None)
     with pytest.raises(SpecvizError, match="repeats"):  # checked before any row runs
         tab_timing.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 99, None)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from specviz.errors import SpecvizError
-from specviz.serving.stops import stop_visitor, stopped_on_leave
+from specviz.serving.stops import LeftPages
 from specviz.serving.turns import Turns, one_at_a_time
 from specviz.ui.racing import RaceSettings, run_race
 
@@ -84,11 +84,12 @@ def test_wrapped_handlers_hold_a_turn_for_their_whole_run():
 
 
 def test_a_closed_page_stops_its_visitors_runs_only():
-    mine, other = threading.Event(), threading.Event()
-    with stopped_on_leave("visitor-a", mine), stopped_on_leave("visitor-b", other):
-        assert stop_visitor("visitor-a") == 1
+    mine, other, left = threading.Event(), threading.Event(), LeftPages()
+    with left.watching("visitor-a", mine), left.watching("visitor-b", other):
+        assert left.stop("visitor-a") == 1
     assert mine.is_set() and not other.is_set()
-    assert stop_visitor("visitor-a") == 0  # gone once the race ended
+    assert left.stop("visitor-a") == 0  # gone once the race ended
+    assert LeftPages().stop("visitor-b") == 0  # another app's registry: its visitors are not this one's
 
 
 def _race(pair, methods, turns, stop, log, name):
@@ -143,12 +144,12 @@ def test_stop_while_waiting_skips_the_methods_without_running_them(random_pair):
 def test_a_visitors_runs_sharing_one_stop_signal_each_leave_cleanly():
     """The Race tab's Stop is one signal per page: two races of one visitor at once share it. The
     second to end found the visitor's entry gone (KeyError: the session hash), issue 41."""
-    shared = threading.Event()
-    with stopped_on_leave("visitor-a", shared):
-        with stopped_on_leave("visitor-a", shared):
+    shared, left = threading.Event(), LeftPages()
+    with left.watching("visitor-a", shared):
+        with left.watching("visitor-a", shared):
             pass
-        assert stop_visitor("visitor-a") == 1  # the outer run still listens
-    assert stop_visitor("visitor-a") == 0
+        assert left.stop("visitor-a") == 1  # the outer run still listens
+    assert left.stop("visitor-a") == 0
 
 
 def test_a_visitors_second_run_waits_behind_other_visitors_first():

@@ -45,18 +45,16 @@ def test_the_disco_tabs_stop_reaches_its_model_call(perturbed_pair, monkeypatch)
 
 
 def test_a_closed_page_stops_its_disco_comparison(perturbed_pair, monkeypatch):
-    """The page's unload event stops the visitor's runs (`stop_visitor`): the DISCO tab's too."""
+    """The page's unload event stops the visitor's runs (the app's `LeftPages`): the DISCO tab's too."""
     from types import SimpleNamespace
 
-    from specviz.serving.stops import stop_visitor
-
     with gr.Blocks() as demo:
-        disco.build_tab(tab_context(load_pair=lambda name: perturbed_pair))
+        disco.build_tab(ctx := tab_context(load_pair=lambda name: perturbed_pair))
     run = next(f.fn for f in demo.fns.values() if f.fn is not None and f.fn.__name__ == "run")
     real = disco.disco_vs_oracle
 
     def closed_during(*args, **kwargs):
-        stop_visitor("page-1")  # the page closes while the first method is timed
+        ctx.left.stop("page-1")  # the page closes while the first method is timed
         return real(*args, **kwargs)
 
     monkeypatch.setattr(disco, "disco_vs_oracle", closed_during)

@@ -3,8 +3,8 @@
 A visitor's Stop button is a `KeyedStop`, an event that, once set, also requests the stop keys of
 the visitor's running calls. A model call gets a stop key (a string, `stop_key_for`); the run, on
 the models' thread here or in a ZeroGPU worker that shares no memory with the app, watches it as a
-`StopKey`. A closed page (`stopped_on_leave`, the page's unload event calling `stop_visitor`) and a
-cancelled request (`stop_when_cancelled`) set the same Stop. A run stops after its current
+`StopKey`. A closed page (`LeftPages`, which the page's unload event tells) and a cancelled request
+(`stop_when_cancelled`) set the same Stop. A run stops after its current
 iteration: it ends with its last record, and its figures are the iterations it made.
 
 Why a key and not the event itself: ZeroGPU runs a call in a forked worker, and stops a worker's
@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -150,48 +150,53 @@ def stop_when_cancelled(stop: threading.Event, every_s: float = POLL_S) -> Itera
         done.set()
 
 
-# gradio session hash (a tab, not an address: closing it stops that tab's runs only) -> the Stop
-# signals of its running runs, one entry per run: a tab's runs may share one signal (the Race tab's
-# Stop is one per page), so each run removes its own entry, not the signal
-_STOPS: dict[str, list[threading.Event]] = {}
-_STOPS_LOCK = threading.Lock()
+class LeftPages:
+    """The Stop signals of each visitor's running runs, by gradio session (a tab, not an address:
+    closing it stops that tab's runs only), so that the page's unload event (`stop`) can set them.
+    One per app (`TabContext.left`): a module global would mix the visitors of two apps built in one
+    process. A tab's runs may share one signal (the Race tab's Stop is one per page), so each run
+    removes its own entry, not the signal."""
+
+    def __init__(self) -> None:
+        self._stops: dict[str, list[threading.Event]] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def watching(self, visitor: str | None, stop: threading.Event) -> Iterator[None]:
+        """Within the block, `self.stop(visitor)` sets `stop` (no visitor: nothing to wire)."""
+        if visitor is None:
+            yield
+            return
+        with self._lock:
+            self._stops.setdefault(visitor, []).append(stop)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._stops[visitor].remove(stop)
+                if not self._stops[visitor]:
+                    del self._stops[visitor]
+
+    def stop(self, visitor: str | None) -> int:
+        """Stop every run of a visitor who left; returns how many were running."""
+        with self._lock:
+            stops = list(self._stops.get(visitor, ())) if visitor is not None else []
+        for stop in stops:
+            stop.set()
+        return len(stops)
 
 
 @contextmanager
-def stopped_on_leave(visitor: str | None, stop: threading.Event) -> Iterator[None]:
-    """Within the block, `stop_visitor(visitor)` sets `stop` (no visitor: nothing to wire)."""
-    if visitor is None:
-        yield
-        return
-    with _STOPS_LOCK:
-        _STOPS.setdefault(visitor, []).append(stop)
-    try:
-        yield
-    finally:
-        with _STOPS_LOCK:
-            _STOPS[visitor].remove(stop)
-            if not _STOPS[visitor]:
-                del _STOPS[visitor]
-
-
-def stop_visitor(visitor: str | None) -> int:
-    """Stop every run of a visitor who left; returns how many were running."""
-    with _STOPS_LOCK:
-        stops = list(_STOPS.get(visitor, ())) if visitor is not None else []
-    for stop in stops:
-        stop.set()
-    return len(stops)
-
-
-@contextmanager
-def stop_key_for(stop: KeyedStop | None, request: Any = None) -> Iterator[str]:
+def stop_key_for(stop: KeyedStop | None, request: Any = None, left: LeftPages | None = None) -> Iterator[str]:
     """Within the block, the stop key of one model call of a visitor (`stop`: their Stop button's
-    state; `request`: the gradio request, whose closed page stops the call too); given back after."""
+    state; `request`: the gradio request, whose closed page stops the call too, through the app's
+    `left`); given back after."""
     key = new_stop_key()
     stop = stop if stop is not None else KeyedStop()
     stop.keys.add(key)
+    leaving = left.watching(getattr(request, "session_hash", None), stop) if left is not None else nullcontext()
     try:
-        with stopped_on_leave(getattr(request, "session_hash", None), stop), stop_when_cancelled(stop):
+        with leaving, stop_when_cancelled(stop):
             yield key
     finally:
         stop.keys.discard(key)

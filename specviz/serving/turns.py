@@ -11,7 +11,7 @@ held behind another's thirteen; while it waits, the page says how many runs are 
 long that takes (past a typical turn, how long the run on the models has held them instead). A run
 that is alone on the models keeps honest timings: no two model runs ever share the processor. Other
 tabs hold one turn for their whole (bounded) call. A visitor who closes the tab stops their running
-race (`stop_visitor`, wired to the page's unload event: that tab's runs, by its gradio session). A
+race (`stops.LeftPages`, told by the page's unload event: that tab's runs, by its gradio session). A
 call whose client cancels it (gradio's /cancel, gradio_client's job.cancel) leaves the line if it
 is waiting, and its Stop is set if it is running (`stop_when_cancelled`): gradio itself cannot
 interrupt a call that is running in a thread, and the models stayed busy 6-39 s after a cancel

@@ -22,7 +22,7 @@ from specviz.serving import threads
 from specviz.serving.janitor import limit_malloc_arenas, start_janitor
 from specviz.serving.limits import AppLimits, app_limits
 from specviz.serving.pools import size_pools
-from specviz.serving.stops import stop_visitor
+from specviz.serving.stops import LeftPages
 from specviz.serving.turns import TURNS, hand_over_quickly, one_at_a_time
 from specviz.serving.uploads import UploadBounds
 from specviz.serving.visitors import peer_left_alone, trusted_proxies
@@ -58,6 +58,8 @@ class TabContext:
     forks: bool = False  # True on ZeroGPU: what a model call keeps in memory (an online learner) ends with its worker
     # where the pairs run and in which dtype (the command's --device, --dtype)
     placement: Placement = field(default_factory=Placement)
+    # the Stop signals a closed page sets (its unload event), one registry per app
+    left: LeftPages = field(default_factory=LeftPages)
     # the Race tab's saved-race loader, (handler, its outputs), set when the Race tab is built (it is built first):
     # another tab puts a saved race on the Race tab's board through it (the Leaderboard's shipped races)
     show_saved: tuple[Callable, list] | None = None
@@ -233,7 +235,7 @@ def build_app(
         status = ctx.hold_models(lambda name: _load_status(ctx, name))
         for trigger in (demo.load, pair_box.change):
             trigger(status, pair_box, pair_status, **ctx.models_queue(), show_progress="minimal")
-        demo.unload(_visitor_left)
+        demo.unload(_visitor_left(ctx.left))
     refuse_inputs_in_one_line(demo)
     # Model runs take turns (timings stay honest); a full queue turns new visitors away politely.
     demo.specviz_limits = limits  # read by launch
@@ -388,10 +390,15 @@ def _refusal(block: Any, payload: Any, message: str) -> str:
     return f"{_field(block)}: {message}"
 
 
-def _visitor_left(request: gr.Request) -> None:
-    """The page was closed: stop the visitor's running race (its turn on the models goes to the next)."""
-    if stopped := stop_visitor(request.session_hash):
-        log.info(LEFT_LOG, stopped)
+def _visitor_left(left: LeftPages) -> Callable[[gr.Request], None]:
+    """The unload event's handler: the page was closed, so the visitor's running runs stop (their turns on
+    the models go to the next visitor)."""
+
+    def visitor_left(request: gr.Request) -> None:
+        if stopped := left.stop(request.session_hash):
+            log.info(LEFT_LOG, stopped)
+
+    return visitor_left
 
 
 def theme() -> gr.themes.Base:

@@ -281,7 +281,7 @@ def _run_handler(ctx: TabContext) -> Callable[..., tuple[Any, ...]]:
             if length is not None:
                 check_count("SL_max", length, most=ctx.limits.speculation_length)
             check_prompt_text(text, ctx.limits)  # before it reaches the models' line to be tokenised there
-            with stop_key_for(stop, request) as key:  # Stop, a closed page or a cancelled request stop it
+            with stop_key_for(stop, request, ctx.left) as key:  # Stop, a closed page or a cancelled request stop it
                 out = measured(pair_name, text, threshold, length, int(n), int(k), key)
         except Exception as e:  # a user's mistake, or a fault: one message, logged once
             raise user_error(e) from e

@@ -252,7 +252,7 @@ def _run_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., tuple[Any,
     ) -> tuple[str, Any, Any, Any]:
         try:
             check_prompt_text(text, limits)  # before it reaches the models' line to be tokenised there
-            with stop_key_for(stop, request) as key:  # Stop, a closed page or a cancelled request end it
+            with stop_key_for(stop, request, ctx.left) as key:  # Stop, a closed page or a cancelled request end it
                 out = compared(pair_name, text, int(w), bool(conc), int(n), int(k), key)
         except gr.Error:  # already said on the page
             raise

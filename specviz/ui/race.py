@@ -31,7 +31,7 @@ from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.serving.limits import AppLimits, check_prompt_text
 from specviz.serving.runs import method_runner
-from specviz.serving.stops import KeyedStop, stopped_on_leave
+from specviz.serving.stops import KeyedStop
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
@@ -530,7 +530,7 @@ def _race_handler(ctx: TabContext, ui: RaceWidgets, sessions_state: Any) -> Any:
         head = f"⚠️ {notice}\n\n" if notice else ""
         visitor = getattr(request, "session_hash", None)
         try:
-            with stopped_on_leave(visitor, stop):  # a closed tab stops the race
+            with ctx.left.watching(visitor, stop):  # a closed tab stops the race
                 races = run_race(pair, settings, sessions, stop, ctx.limits, runner=runner, forks=ctx.forks)
                 race = yield from stream_board(ui, ctx.race, races, head)
                 # returned: the state's time-to-live restarts
