@@ -217,18 +217,18 @@ def saved_race(pair: ModelPair, prompt: Prompt, max_new_tokens: int) -> dict:
                 spec.label,
                 spec.paper,
                 status="done",
-                records=records,
-                spans=builder.finish(),
+                records=tuple(records),
+                spans=tuple(builder.finish()),
                 note=f"recorded on {name} ({pair.info.get('dtype')})",
             )
         )
     race = Race(
         pair=f"{pair.name} (recorded on {name})",
         prompt=prompt.text,
-        prompt_ids=prompt_ids,
+        prompt_ids=tuple(prompt_ids),
         max_new_tokens=max_new_tokens,
         options={"temperature": 0.0},
-        runs=runs,
+        runs=tuple(runs),
     )
     return race_to_dict(race)
 

@@ -14,7 +14,7 @@ models (a race recorded elsewhere) it explains from the record alone. The result
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,7 +99,7 @@ def explain_iteration(
     records: Sequence[IterationRecord],
     i: int,
     prompt_ids: Sequence[int],
-    options: dict[str, Any],
+    options: Mapping[str, Any],
     *,
     pair: Any = None,
     recompute: str = "",
@@ -204,7 +204,9 @@ def _context_text(context: list[int], text: Any) -> str:
     return ("…" if len(context) > len(tail) else "") + "".join(text(t) for t in tail)
 
 
-def _recompute(pair: Any, context: list[int], r: IterationRecord, options: dict[str, Any], what: str) -> dict[str, Any]:
+def _recompute(
+    pair: Any, context: list[int], r: IterationRecord, options: Mapping[str, Any], what: str
+) -> dict[str, Any]:
     """p (and q) rows at the iteration's positions, from one fresh pass of each model."""
     import torch
 

@@ -363,7 +363,7 @@ def test_whatif_uses_the_races_measured_cost_and_draws_its_methods():
     assert "4×0.100 + 1.20 = 1.60 steps" in text and f"**{(1 - 0.7**5) / 0.3 / 1.6:.2f}×**" in text
     assert tree.data and "Tree speedup vs size S (depth 4)" in tree.layout.title.text
     running = _race()
-    running.runs[1].status = "running"
+    running = running.with_run(replace(running.runs[1], status="running"))
     assert not theory.race_finished(running) and theory.race_finished(_race())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -22,6 +23,25 @@ THREE = ("prompt_lookup", "vanilla", "autoregressive")
 def race_to_end(pair, settings, stop=None):
     *_, race = run_race(pair, settings, {}, stop or threading.Event())
     return race
+
+
+def test_each_snapshot_of_a_race_stays_as_it_was_yielded(perturbed_pair):
+    """The engine yields immutable snapshots: a later one never changes an earlier one (the tabs that
+    hold one, and a listener that compares two, see what was true then), and none can be altered."""
+    import dataclasses
+
+    snapshots = list(
+        run_race(perturbed_pair, RaceSettings("def f(x):", THREE, max_new_tokens=12), {}, threading.Event())
+    )
+    first, last = snapshots[0], snapshots[-1]
+    assert [r.status for r in first.runs] == ["queued"] * 3 and not any(r.records for r in first.runs)
+    assert [r.status for r in last.runs] == ["done"] * 3 and all(r.records for r in last.runs)
+    assert len({id(s) for s in snapshots}) == len(snapshots)  # each change a new object: a change for gradio
+    counts = [sum(len(r.records) for r in s.runs) for s in snapshots]
+    assert counts == sorted(counts)  # records only ever arrive
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        last.runs[0].status = "error"
+    assert isinstance(last.runs, tuple) and isinstance(last.runs[0].records, tuple)
 
 
 def test_a_race_runs_every_method_alone_in_registry_order(perturbed_pair):
@@ -384,8 +404,8 @@ def timed_race(pair, scale: dict[str, float] | None = None, methods=("autoregres
     """A race of the tiny pair whose timings are a quiet machine's, each method's scaled by `scale`."""
     race = race_to_end(pair, RaceSettings("def fibonacci(n):", methods, max_new_tokens=24))
     for run in race.runs:
-        run.records = retimed(run.records, 10.0, scale=(scale or {}).get(run.name, 1.0))
-        run.probe_ms, run.flags = None, []
+        records = retimed(run.records, 10.0, scale=(scale or {}).get(run.name, 1.0))
+        race = race.with_run(replace(run, records=tuple(records), probe_ms=None, flags=()))
     return race
 
 
@@ -407,13 +427,13 @@ def test_timing_that_load_disturbed_is_flagged_and_clean_timing_is_not(perturbed
     assert set(timing_flags(slow_baseline)) == {"vanilla", "prompt_lookup"}
     stalled = timed_race(perturbed_pair)  # load came and went while vanilla ran: one of its passes 5× slower
     run = stalled.runs[1]
-    run.records = [replace(r, verify_ms=5 * r.verify_ms) if i == 2 else r for i, r in enumerate(run.records)]
+    slowed = tuple(replace(r, verify_ms=5 * r.verify_ms) if i == 2 else r for i, r in enumerate(run.records))
+    stalled = stalled.with_run(replace(run, records=slowed))
     assert list(timing_flags(stalled)) == ["vanilla"] and "twice as slow" in timing_flags(stalled)["vanilla"][0]
     probed = timed_race(perturbed_pair)
-    probed.runs[1].probe_ms = 20.0  # the target alone twice as slow right before vanilla as in the AR run
+    probed = probed.with_run(replace(probed.runs[1], probe_ms=20.0))  # the target alone 2× as slow right before vanilla
     assert list(timing_flags(probed)) == ["vanilla"]
-    for run in hurried.runs:
-        run.flags = flags.get(run.name, [])
+    hurried = hurried.flagged(flags)
     assert "timing disturbed by other load: re-run" in race_html(hurried)
     assert race_html(clean).count("sv-flag") == 0 and race_html(hurried).count('class="sv-flag"') == 1
     assert "timing disturbed" in why_markdown(hurried) and "timing disturbed" not in why_markdown(clean)
@@ -461,8 +481,7 @@ def test_the_verdict_places_the_prompt_against_the_shipped_benchmarks(perturbed_
     assert round(shipped["vanilla"].overall, 2) == 1.36 and len(shipped["vanilla"].per_prompt) == 40
     assert shipped["sssd"].folder == "fast-target/leaderboard" and len(shipped["sssd"].per_prompt) == 40
     assert shipped_speedups("tiny-perturbed") == {}
-    race = timed_race(perturbed_pair)
-    race.pair = "default"
+    race = replace(timed_race(perturbed_pair), pair="default")
     verdict = verdict_markdown(race)
     assert (
         "1.36× on average over its 40 HumanEval, GSM8K, MT-Bench and MBPP prompts in the shipped benchmarks" in verdict

@@ -75,12 +75,12 @@ def test_the_summary_the_status_line_and_the_verdict_share_one_ranking(perturbed
     words = winner_words(race)
     assert "no single winner" in words and osd.label in words and vanilla.label in words and "won at" not in words
     hurried = timed_race(perturbed_pair, {"prompt_lookup": 0.4})  # the fastest run's timing is disturbed
-    hurried.runs[2].flags = ["disturbed"]
+    hurried = hurried.flagged({hurried.runs[2].name: ["disturbed"]})
     cells = _agree(hurried)
     assert cells[hurried.runs[2].label] == "timing disturbed" and "★" in "".join(cells.values())
     assert hurried.runs[2].label not in winner_words(hurried)
     slow_baseline = timed_race(perturbed_pair)  # the target alone's own run disturbed: every speedup divides by it
-    slow_baseline.runs[0].flags = ["disturbed"]
+    slow_baseline = slow_baseline.flagged({"autoregressive": ["disturbed"]})
     verdict = verdict_markdown(slow_baseline, {"autoregressive": ["disturbed"]})
     assert verdict.startswith("**Verdict: none this time — Autoregressive, which every speedup divides by")
     assert "★" not in verdict and winner_words(slow_baseline) == ""

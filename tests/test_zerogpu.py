@@ -165,16 +165,27 @@ def handler(demo, module: str, name: str):
 
 
 def race_through(demo, methods, max_new_tokens, stop=None, seen=None) -> Race:
-    """The Race tab's Run button, as gradio calls it; `seen`: a list each yielded race goes into."""
+    """The Race tab's Run button, as gradio calls it, to the race it hands on; `seen`: a list each of
+    the engine's snapshots goes into as it is drawn (the page gets its panels, not the snapshot)."""
+    from specviz.ui import race as race_tab
 
-    race = None
-    updates = handler(demo, "specviz.ui.race", "race")(
-        PAIR, "def fibonacci(n):", list(methods), {}, max_new_tokens, 0.0, 1.0, 0, stop or KeyedStop(), {}
-    )
-    for update in updates:
-        race = next((v for v in update.values() if isinstance(v, Race)), race)
-        if seen is not None and race is not None:
-            seen.append((time.monotonic(), [(r.status, len(r.records)) for r in race.runs]))
+    real = race_tab.run_race
+
+    def watched(*args, **kwargs):
+        for snapshot in real(*args, **kwargs):
+            if seen is not None:
+                seen.append((time.monotonic(), [(r.status, len(r.records)) for r in snapshot.runs]))
+            yield snapshot
+
+    race, race_tab.run_race = None, watched
+    try:
+        updates = handler(demo, "specviz.ui.race", "race")(
+            PAIR, "def fibonacci(n):", list(methods), {}, max_new_tokens, 0.0, 1.0, 0, stop or KeyedStop(), {}
+        )
+        for update in updates:
+            race = next((v for v in update.values() if isinstance(v, Race)), race)
+    finally:
+        race_tab.run_race = real
     return race
 
 

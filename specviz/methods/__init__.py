@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +66,7 @@ class MethodSpec:
     prepare: Callable[..., None] | None = None
     # (records, options with defaults) -> option -> what a run chose itself for an option it left to the method
     # (PEARL's window 0, DISCO's tuned τ), which its panel shows instead of the option's value
-    chosen: Callable[[list[Any], dict[str, Any]], dict[str, str]] | None = None
+    chosen: Callable[[Sequence[Any], Mapping[str, Any]], dict[str, str]] | None = None
     # why a run of it may draft nothing at all, which its panel says when one did ("": no reason worth naming)
     drafts_nothing_when: str = ""
 

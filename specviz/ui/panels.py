@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from specviz.cost.families import TARGET_ALONE
 from specviz.methods import BASELINE, get_method
@@ -27,9 +29,10 @@ def md_text(text: str) -> str:
     return html.escape(MARKDOWN_MARKUP.sub(r"\\\1", " ".join(text.split())), quote=False)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class MethodRun:
-    """One method's part of a race; filled while it streams."""
+    """One method's part of a race at one moment: a snapshot (the race's engine makes a new one as the
+    method streams, `dataclasses.replace`)."""
 
     name: str  # registry name
     label: str
@@ -38,33 +41,38 @@ class MethodRun:
     message: str = ""  # why it was skipped or failed
     note: str = ""  # a standing note on what the method is (e.g. what it is lossless against)
     # the method's own options set for this race (the rest at their defaults)
-    options: dict = field(default_factory=dict)
-    records: list[IterationRecord] = field(default_factory=list)
-    spans: list[TokenSpan] = field(default_factory=list)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    records: tuple[IterationRecord, ...] = ()
+    spans: tuple[TokenSpan, ...] = ()
     probe_ms: float | None = None  # the target alone's step time, measured right before this run (None: not measured)
-    flags: list[str] = field(default_factory=list)  # why its timing cannot be the method's own (specviz.ui.verdict)
+    flags: tuple[str, ...] = ()  # why its timing cannot be the method's own (specviz.ui.verdict)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Race:
-    """Every method's run on one prompt with one set of options."""
+    """Every method's run on one prompt with one set of options, at one moment: an immutable snapshot.
+    The Race tab's engine yields a new one each time a run changes, and hands the last to the tabs that
+    follow the race (a new object is a change of the state that holds it: gradio tells a state's
+    change by its hash, here its identity). Two snapshots are compared by their saved form
+    (`specviz.ui.saved.race_to_dict`)."""
 
     pair: str
     prompt: str
-    prompt_ids: list[int]
+    prompt_ids: tuple[int, ...]
     max_new_tokens: int
-    options: dict  # the sampling settings every method was given (each method's own options are on its run)
-    runs: list[MethodRun]
+    options: Mapping[str, Any]  # the sampling settings every method was given (each method's own are on its run)
+    runs: tuple[MethodRun, ...]
 
     def finished(self) -> list[MethodRun]:
         return [r for r in self.runs if r.records and r.status in ("done", "stopped")]
 
-    def ended(self) -> Race:
-        """The race as it ended, in objects of its own: what the Race tab hands the other tabs once nothing
-        changes it any more. A race is redrawn in place while it runs; a new object is what tells a
-        listener (a `.change` of the tab state holding it: gradio tracks a state's value by identity)
-        that it ended."""
-        return replace(self, runs=[replace(r) for r in self.runs])
+    def with_run(self, run: MethodRun) -> Race:
+        """This race with `run` in place of the run of its name."""
+        return replace(self, runs=tuple(run if r.name == run.name else r for r in self.runs))
+
+    def flagged(self, flags: Mapping[str, Sequence[str]]) -> Race:
+        """This race with each run's timing flags (name -> why), none for a run not named."""
+        return replace(self, runs=tuple(replace(r, flags=tuple(flags.get(r.name, ()))) for r in self.runs))
 
     def baseline_tokens_per_s(self) -> float | None:
         """The autoregressive run's tokens/s (the speedup's denominator), once it has finished."""
@@ -74,7 +82,9 @@ class Race:
         return None
 
 
-def live_metrics(records: list[IterationRecord], baseline_tps: float | None = None) -> dict[str, float | int | None]:
+def live_metrics(
+    records: Sequence[IterationRecord], baseline_tps: float | None = None
+) -> dict[str, float | int | None]:
     """The panel's numbers after the records so far: the run's totals as far as it got (specviz.metrics)."""
     if not records:
         return {
@@ -119,18 +129,18 @@ def default_options(method: str) -> dict:
     return {f.name: f.default for f in option_fields(get_method(method).options)}
 
 
-def resolved_options(options: dict, method: str) -> dict:
+def resolved_options(options: Mapping[str, Any], method: str) -> dict:
     """Every tunable option `method` runs with: those set in `options`, the rest at their defaults."""
     return {**default_options(method), **options}
 
 
-def set_options(options: dict, method: str) -> dict:
+def set_options(options: Mapping[str, Any], method: str) -> dict:
     """The options of `options` that differ from `method`'s defaults (the inverse of `resolved_options`)."""
     defaults = default_options(method)
     return {k: v for k, v in options.items() if k not in defaults or v != defaults[k]}
 
 
-def options_text(options: dict, method: str | None = None, chosen: dict[str, str] | None = None) -> str:
+def options_text(options: Mapping[str, Any], method: str | None = None, chosen: dict[str, str] | None = None) -> str:
     """The options a run was given and `method`'s others, each at its default named as such
     ("speculation_length = 4 (default)"), for its panel ("" when it has none). `chosen`: option ->
     what the method chose itself for it, shown instead ("window = 5 (auto: …)")."""

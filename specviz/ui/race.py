@@ -532,7 +532,7 @@ def _race_handler(ctx: TabContext, ui: RaceWidgets, sessions_state: Any) -> Any:
         try:
             with ctx.left.watching(visitor, stop):  # a closed tab stops the race
                 races = run_race(pair, settings, sessions, stop, ctx.limits, runner=runner, forks=ctx.forks)
-                race = yield from stream_board(ui, ctx.race, races, head)
+                race = yield from stream_board(ui, races, head)
                 # returned: the state's time-to-live restarts
                 yield from finished_board(ctx, ui, race, finished_status(race, stop, head), {sessions_state: sessions})
         except gr.Error:  # already said on the page
@@ -543,16 +543,15 @@ def _race_handler(ctx: TabContext, ui: RaceWidgets, sessions_state: Any) -> Any:
     return race
 
 
-def stream_board(
-    ui: RaceWidgets, race_state: Any, races: Iterable[Race], head: str
-) -> Generator[dict[Any, Any], None, Race]:
+def stream_board(ui: RaceWidgets, races: Iterable[Race], head: str) -> Generator[dict[Any, Any], None, Race]:
     """The board's updates while `races` (run_race's snapshots) runs: the status line and the panels that
-    changed; the first shows this race's panels and hides the others. Returns the last snapshot."""
+    changed; the first shows this race's panels and hides the others. Returns the last snapshot (the
+    visitor's race state gets it once it ended, `finished_board`: the tabs that follow it redraw once)."""
     race: Race | None = None
     drawn: dict[str, tuple] = {}
     first = True
     for race in races:
-        update = {ui.status: f"{head}{race_status_line(race)}", race_state: race, **panel_updates(ui, race, drawn)}
+        update = {ui.status: f"{head}{race_status_line(race)}", **panel_updates(ui, race, drawn)}
         if first:  # show this race's panels, hide the others
             first = False
             chosen = {r.name for r in race.runs}
@@ -617,8 +616,7 @@ def finished_board(ctx: TabContext, ui: RaceWidgets, race: Race, status: str, mo
     """The board, table, plots and downloads of a finished race; `reveal`: a loaded race, whose
     panels are shown (and the others hidden) here rather than when it started."""
     flags = timing_flags(race)  # a loaded race is checked here; a raced one was as it went
-    for run in race.runs:
-        run.flags = flags.get(run.name, [])
+    race = race.flagged(flags)
     out = race_outputs(race)
     baseline = race.baseline_tokens_per_s()
     html_of = {r.name: panel_html(r, baseline, race.max_new_tokens) for r in race.runs}
@@ -636,7 +634,7 @@ def finished_board(ctx: TabContext, ui: RaceWidgets, race: Race, status: str, mo
             ui.verdict: verdict_markdown(race, flags),
             ui.table: out["table"],
             ui.why: why_markdown(race),
-            ctx.race: race.ended(),  # a new object: the tabs that follow the race (Theory) see it end
+            ctx.race: race,  # the race as it ended: the tabs that follow the race (Theory) see it end
             ui.plot_time: out["time"],
             ui.plot_acceptance: out["acceptance"],
             ui.plot_hist: out["histogram"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specviz.errors import SpecvizError
@@ -173,26 +173,24 @@ def run_race(
     specs = [s for s in all_methods() if s.name in chosen]  # in registry order
     prompt_ids = _prompt_ids(pair, settings, limits)
     runner = runner or method_runner(lambda name: pair)
-    race = Race(pair.name, settings.prompt, prompt_ids, settings.max_new_tokens, settings.sampling(), [])
     # methods that run; those lossless against another model than the target
-    runnable, lossy = _enter_runs(race, specs, pair, settings, prompt_ids, sessions, limits, forks)
+    runs, runnable, lossy = _enter_runs(specs, pair, settings, prompt_ids, sessions, limits, forks)
+    race = Race(pair.name, settings.prompt, tuple(prompt_ids), settings.max_new_tokens, settings.sampling(), runs)
     greedy = settings.sampling()["temperature"] == 0
     yield race
     warm = False  # the untimed warm-up runs in the first method's turn
-    reference: tuple[int, ...] | None = (
-        None  # greedy: the target alone's tokens, which every lossless method must repeat
-    )
-    for run in race.runs:
+    reference: tuple[int, ...] | None = None  # greedy: the target alone's tokens, which every lossless method repeats
+    for run in runs:
         if run.name not in runnable:
             continue
         ticket = turns.join()
         try:
             for note in turns.waiting(ticket, stop):
-                run.status, run.message = "waiting", f"waiting for the models: {note}"
-                yield race
-            run.status, run.message = "queued", ""  # served (or stopped)
+                yield (race := race.with_run(replace(run, status="waiting", message=f"waiting for the models: {note}")))
+            race = race.with_run(run)  # served (or stopped): queued again
             if stop.is_set():
-                run.status, run.message = "skipped", "the race was stopped before this method started"
+                stopped = "the race was stopped before this method started"
+                yield (race := race.with_run(replace(run, status="skipped", message=stopped)))
                 continue
             key = new_stop_key()
             request = RunRequest(
@@ -206,14 +204,13 @@ def run_race(
                 reference=reference if run.name not in lossy else None,
                 probe=run.name != BASELINE and BASELINE in runnable,  # the baseline's speed right before this method
             )
-            updates = runner(request, sessions)
             warm = True
-            yield from _run_method(pair, race, run, updates, stop, key)
-            if run.name == BASELINE and greedy and run.status == "done":
-                reference = tuple(t for r in run.records for t in r.emitted)
-            flags = timing_flags(race)  # a disturbed run says so on its panel as soon as it is known
-            for done in race.runs:
-                done.flags = flags.get(done.name, [])
+            for now in _run_method(pair, race, run, runner(request, sessions), stop, key):
+                yield (race := now)
+            ran = next(r for r in race.runs if r.name == run.name)
+            if run.name == BASELINE and greedy and ran.status == "done":
+                reference = tuple(t for r in ran.records for t in r.emitted)
+            race = race.flagged(timing_flags(race))  # a disturbed run says so on its panel as soon as it is known
         finally:
             turns.leave(ticket)
         yield race
@@ -232,7 +229,6 @@ def _prompt_ids(pair: Any, settings: RaceSettings, limits: AppLimits) -> list[in
 
 
 def _enter_runs(
-    race: Race,
     specs: list[Any],
     pair: Any,
     settings: RaceSettings,
@@ -240,35 +236,30 @@ def _enter_runs(
     sessions: dict,
     limits: AppLimits,
     forks: bool,
-) -> tuple[set[str], set[str]]:
-    """A panel in `race` for each method: skipped with the reason, or its options checked now (a bad option
-    fails before anything runs, not in its turn) and its notes written. Returns (runnable, lossy): the
-    methods that run, and those lossless against another model than the target."""
+) -> tuple[tuple[MethodRun, ...], set[str], set[str]]:
+    """A run for each method: skipped with the reason, or its options checked now (a bad option fails
+    before anything runs, not in its turn) and its notes written. Returns (runs, runnable, lossy): the
+    runs, the methods that run, and those lossless against another model than the target."""
     from specviz.runner import check_run
 
-    runnable, lossy = set(), set()
+    runs, runnable, lossy = [], set(), set()
     for spec in specs:
         run = MethodRun(spec.name, spec.label, spec.paper)
-        race.runs.append(run)
-        reason = skip_reason(spec, pair, settings)
-        if reason:
-            run.status, run.message = "skipped", reason
+        if reason := skip_reason(spec, pair, settings):
+            runs.append(replace(run, status="skipped", message=reason))
             continue
-        run.options = settings.method_options(spec.name, limits)
-        check_run(
-            spec.name, pair, prompt_ids, **settings.sampling(), **run.options
-        )  # a bad option fails now, not in its turn
-        against = spec.lossless_note(pair, run.options)
+        options = settings.method_options(spec.name, limits)
+        check_run(spec.name, pair, prompt_ids, **settings.sampling(), **options)  # a bad option fails now
+        against = spec.lossless_note(pair, options)
         lossless = f"Lossless against {against}, not the target alone: its text may differ." if against else ""
         if against:
             lossy.add(spec.name)
         restarts = RESTARTS_NOTE if forks and spec.session is not None else ""
         outside = ENGINE_NOTE.format(engine=spec.engine) if spec.engine else ""
-        run.note = " ".join(
-            filter(None, [outside, lossless, session_note(held_session(sessions, pair.name, spec.name)), restarts])
-        )
+        held = session_note(held_session(sessions, pair.name, spec.name))
+        runs.append(replace(run, options=options, note=" ".join(filter(None, [outside, lossless, held, restarts]))))
         runnable.add(spec.name)
-    return runnable, lossy
+    return tuple(runs), runnable, lossy
 
 
 def _run_method(
@@ -279,12 +270,11 @@ def _run_method(
     stop: threading.Event,
     key: str,
 ) -> Iterator[Race]:
-    """One method's run, alone on the models: its records stream into `run` as they arrive; Stop
-    reaches the run through its stop key."""
-    run.status = "running"
-    yield race
+    """One method's run, alone on the models: a new snapshot of `race` each time its records arrive, the
+    last once it ended; Stop reaches the run through its stop key."""
+    run = replace(run, status="running")
+    yield race.with_run(run)
     builder = SpanBuilder(pair.tokenizer, race.prompt_ids, greedy=race.options.get("temperature", 0.0) == 0)
-    run.spans = builder.spans  # the builder appends to the panel's spans
     try:
         for event in updates:
             if stop.is_set():
@@ -292,31 +282,30 @@ def _run_method(
             match event:
                 case Records(records) if records:
                     for record in records:
-                        run.records.append(record)
                         builder.add(record)
-                    yield race
+                    run = replace(run, records=run.records + tuple(records), spans=tuple(builder.spans))
+                    yield race.with_run(run)
                 case OracleFilled(records):
-                    run.records = records
+                    run = replace(run, records=tuple(records))
                 case Status(line):  # what the run waits for before it starts (a vLLM row: its server)
-                    run.message = line
-                    yield race
+                    run = replace(run, message=line)
+                    yield race.with_run(run)
                 case Probed(ms):
-                    run.probe_ms = ms
+                    run = replace(run, probe_ms=ms)
                 case Parity():
-                    run.note = " ".join(filter(None, [run.note, parity_note(event, pair.info.get("dtype", ""))]))
+                    note = parity_note(event, pair.info.get("dtype", ""))
+                    run = replace(run, note=" ".join(filter(None, [run.note, note])))
                 case Failed(message):
-                    run.status, run.message = "error", message
-    except (
-        Exception
-    ) as e:  # the call itself failed (on ZeroGPU: no GPU to be had, or the worker ended); the next method still runs
+                    run = replace(run, status="error", message=message)
+    except Exception as e:  # the call itself failed (on ZeroGPU: no GPU, or the worker ended); the next method runs
         log.exception("%s failed in a race", run.name)
-        run.status, run.message = "error", f"{type(e).__name__}: {e}"
+        run = replace(run, status="error", message=f"{type(e).__name__}: {e}")
     finally:
         updates.close()
         forget_stop(key)
-    if run.status == "running":
-        run.status = "stopped" if stop.is_set() else "done"
     builder.finish()
+    ended = ("stopped" if stop.is_set() else "done") if run.status == "running" else run.status
+    yield race.with_run(replace(run, status=ended, spans=tuple(builder.spans)))
 
 
 def parity_note(parity: Parity, dtype: str) -> str:

@@ -22,6 +22,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -179,10 +180,10 @@ def race_from_dict(
     race = Race(
         pair=pair,
         prompt=prompt,
-        prompt_ids=prompt_ids,
+        prompt_ids=tuple(prompt_ids),
         max_new_tokens=max_new_tokens,
         options=_field(data, "options", dict),
-        runs=[_run(r, methods, bounds, deadline) for r in runs],
+        runs=tuple(_run(r, methods, bounds, deadline) for r in runs),
     )
     if not (
         len(race.options) <= MOST_OPTIONS and all(isinstance(k, str) and _is_real(v) for k, v in race.options.items())
@@ -197,7 +198,7 @@ def race_from_dict(
     return race
 
 
-def _sampling(options: dict[str, Any]) -> None:
+def _sampling(options: Mapping[str, Any]) -> None:
     """The race's sampling settings within the ranges a race here takes (the step-through samples with them)."""
     try:
         check_temperature(options.get("temperature", 0.0))
@@ -261,10 +262,10 @@ def _run(data: Any, methods: tuple[str, ...], bounds: RunBounds, deadline: float
         message=texts["message"],
         note=texts["note"],
         options=options,
-        records=checked,
-        spans=[_span(s, name, len(records), bounds.vocab_size) for s in _field(data, "spans", list)],
+        records=tuple(checked),
+        spans=tuple(_span(s, name, len(records), bounds.vocab_size) for s in _field(data, "spans", list)),
         probe_ms=_probe_ms(data.get("probe_ms"), name),
-        flags=_flags(data.get("flags", []), name),
+        flags=tuple(_flags(data.get("flags", []), name)),
     )
 
 

@@ -111,10 +111,9 @@ def disturbed(
     if len(timed) < 2 or all(t.row.method != BASELINE for t in timed):
         return {}
     runs = [
-        MethodRun(t.row.method, t.row.label, "", "done", records=list(t.result.records), probe_ms=t.probe_ms)
-        for t in timed
+        MethodRun(t.row.method, t.row.label, "", "done", records=t.result.records, probe_ms=t.probe_ms) for t in timed
     ]
-    flags = timing_flags(Race(pair_name, "", list(prompt_ids), int(max_new_tokens), {}, runs))
+    flags = timing_flags(Race(pair_name, "", tuple(prompt_ids), int(max_new_tokens), {}, tuple(runs)))
     return {run.label: flags[run.name] for run in runs if run.name in flags}
 
 

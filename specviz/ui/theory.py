@@ -667,9 +667,9 @@ def last_race_section(ctx: TabContext) -> RaceView:
 
 
 def follow_the_race(ctx: TabContext, views: list[RaceView]) -> None:
-    """Redraw every view of the last race once it has ended: the Race tab hands the race on as a new object
-    when it ends (`Race.ended`), a saved race loaded is one too, and each new object is a change of ctx.race.
-    A race that has only begun draws nothing yet (its views would move under the reader)."""
+    """Redraw every view of the last race once it has ended: the Race tab puts a race's last snapshot (an
+    immutable `Race`) in ctx.race when it ends, a saved race loaded is one too, and each is a change of
+    ctx.race. A race that has only begun is not handed on (its views would move under the reader)."""
     import gradio as gr
 
     inputs = [x for v in views for x in v.inputs] + [ctx.race]

@@ -15,6 +15,7 @@ One vocabulary (`GLOSSARY`): α is only ever the per-token acceptance probabilit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from specviz.cost.families import CHAINS, FAMILIES, TARGET_ALONE, c_text
@@ -97,7 +98,7 @@ def explain_race(race: Race) -> list[dict[str, Any]]:
     return rows
 
 
-def reading(row: dict[str, Any], disturbed: list[str] | None = None) -> str:
+def reading(row: dict[str, Any], disturbed: Sequence[str] | None = None) -> str:
     """One plain sentence from an `explain_run` row: the tokens an iteration is predicted to emit, by the
     formula from α, beside the ones it emitted (measured), against what an iteration cost; a run whose
     timing was disturbed (specviz.ui.verdict) is not explained by its method."""
