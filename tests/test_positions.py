@@ -138,7 +138,6 @@ def test_which_gamma_says_when_a_timing_was_disturbed(perturbed_pair):
     race = list(run_race(perturbed_pair, settings, {}, threading.Event()))[-1]
     race = race.flagged({})  # timed as their own (a tiny model's race on a busy machine may be flagged)
     assert DISTURBED not in gamma_markdown(race)
-    race = race.flagged(
-        {"autoregressive": ["its step ran at twice the probe's"]}
-    )  # the baseline's clock was not its own
+    # the baseline's clock was not its own
+    race = race.flagged({"autoregressive": ["its step ran at twice the probe's"]})
     assert f"⚠️ {DISTURBED} ({race.runs[0].label})." in gamma_markdown(race)

@@ -346,9 +346,8 @@ def _serve_handler(ctx: TabContext, limits: AppLimits) -> Callable[..., Iterator
             lr_ = check_number("learning rate", lr_, LEAST_LR, MOST_LR)
             kept: dict[str, Any] = {}
             st: dict[str, Any] = {"rows": [], "pair": None, "learner": None}
-            with stop_key_for(
-                stop, request, ctx.left
-            ) as key:  # Stop, a closed page or a cancelled request end the stream
+            # Stop, a closed page or a cancelled request end the stream
+            with stop_key_for(stop, request, ctx.left) as key:
                 for snap in served(pair_name, suites_, int(n), shift, mix, dist, mnt, g, i, lr_, loss_, bg, kept, key):
                     st = {
                         **st,
