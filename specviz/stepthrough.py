@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.extras import EngineExtra, OnlineExtra
 from specviz.metrics import tested
 from specviz.records import IterationRecord
+
+if TYPE_CHECKING:
+    from specviz.methods import MethodSpec
+    from specviz.models.pair import ModelPair
 
 TOP_K = 5
 CONTEXT_TOKENS = 48  # context shown before the iteration
@@ -101,7 +105,7 @@ def explain_iteration(
     prompt_ids: Sequence[int],
     options: Mapping[str, Any],
     *,
-    pair: Any = None,
+    pair: ModelPair | None = None,
     recompute: str = "",
     token_text: Any = None,
 ) -> IterationStep:
@@ -193,7 +197,7 @@ def _lanes(r: IterationRecord, text: Any) -> Lanes | None:
     )
 
 
-def _readable(pair: Any, token: int) -> str:
+def _readable(pair: ModelPair | None, token: int) -> str:
     from specviz.models.pair import readable_token
 
     return readable_token(pair.tokenizer, token) if pair is not None else f"#{token}"
@@ -205,7 +209,7 @@ def _context_text(context: list[int], text: Any) -> str:
 
 
 def _recompute(
-    pair: Any, context: list[int], r: IterationRecord, options: Mapping[str, Any], what: str
+    pair: ModelPair, context: list[int], r: IterationRecord, options: Mapping[str, Any], what: str
 ) -> dict[str, Any]:
     """p (and q) rows at the iteration's positions, from one fresh pass of each model."""
     import torch
@@ -417,7 +421,7 @@ def _notes(r: IterationRecord) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def recompute_for(spec: Any, pair: Any, options: dict[str, Any]) -> str:
+def recompute_for(spec: MethodSpec, pair: ModelPair, options: dict[str, Any]) -> str:
     """What explain_iteration may rerun for a method (a MethodSpec) run on `pair` with `options`:
     "target+draft" when it drafts with the pair's draft as loaded (its registry entry says so),
     "target" when only its verifier is the pair's target, "" when it verifies with another model
@@ -427,7 +431,7 @@ def recompute_for(spec: Any, pair: Any, options: dict[str, Any]) -> str:
     return "target+draft" if spec.drafts_with_pair_draft else "target"
 
 
-def _why_record_only(pair: Any, recompute: str) -> str:
+def _why_record_only(pair: ModelPair | None, recompute: str) -> str:
     if pair is None:
         return "from the record only: the race's models are not loaded here"
     return "from the record only: this method verifies with another model than the pair's target"

@@ -24,6 +24,7 @@ from specviz.extras import CommitExtra
 
 if TYPE_CHECKING:
     from specviz.cost.from_records import Family
+    from specviz.models.pair import ModelPair
 
 BASELINE = "autoregressive"  # the target alone: every speedup divides by its tokens/s, every greedy output
 #                               must equal its output
@@ -93,7 +94,7 @@ class MethodSpec:
             raise SpecvizError(f"method '{self.name}' has no option {', '.join(unknown)} (its options: {known})")
         return self.options(**values)
 
-    def lossless_note(self, pair: Any, options: dict[str, Any]) -> str:
+    def lossless_note(self, pair: ModelPair, options: dict[str, Any]) -> str:
         """The model a run with these options is lossless against, when it is not the pair's target ("" when it is)."""
         f = self.lossless_against
         return f(pair, self.select(options)) if callable(f) else f
@@ -134,7 +135,7 @@ def default_race() -> list[str]:
     return [s.name for s in all_methods() if s.in_default_race]
 
 
-def new_session(spec: MethodSpec, pair: Any) -> Any:
+def new_session(spec: MethodSpec, pair: ModelPair) -> Any:
     """The state a stateful method carries across the runs of one series (`run(..., session=)`);
     None for most methods, which carry nothing."""
     return spec.session(pair) if spec.session is not None else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.cost.families import CHAIN
 from specviz.decoding import Decoding
@@ -23,16 +23,20 @@ from specviz.methods.options import MethodOptions, count
 from specviz.methods.speculative import speculative_decoding
 from specviz.records import IterationRecord
 
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
+
 
 @dataclass(frozen=True)
 class OsdOptions(MethodOptions):
     speculation_length: int = count(4, limit="speculation_length", help="γ: tokens drafted per iteration")
 
 
-def osd_session(pair: Any) -> Any:
+def osd_session(pair: ModelPair) -> Any:
     """One learner for a series of requests, starting from the pair's draft."""
     from specviz.osd.learner import OnlineLearner
 
+    assert pair.draft is not None, "OSD learns from the pair's draft (the runner refuses a pair without one)"
     return OnlineLearner(pair.draft)
 
 

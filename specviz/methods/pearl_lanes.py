@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel
@@ -23,6 +23,9 @@ from transformers import PreTrainedModel
 from specviz.cost.formulas import pearl_window
 from specviz.models.devices import synchronize
 from specviz.models.kv import CachedLM
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 
 class TimedLM(CachedLM):
@@ -47,7 +50,7 @@ class TimedLM(CachedLM):
 
 
 @torch.inference_mode()
-def forward_time_ratio(pair: Any, context: int = 32, repeats: int = 5) -> float:
+def forward_time_ratio(pair: ModelPair, context: int = 32, repeats: int = 5) -> float:
     """c = target / draft time of one decoding forward pass (one new token after `context`)."""
 
     def seconds(model: PreTrainedModel) -> float:
@@ -64,8 +67,9 @@ def forward_time_ratio(pair: Any, context: int = 32, repeats: int = 5) -> float:
 _WINDOWS: weakref.WeakKeyDictionary[torch.nn.Module, dict[int, int]] = weakref.WeakKeyDictionary()
 
 
-def optimal_window(pair: Any) -> int:
+def optimal_window(pair: ModelPair) -> int:
     """PEARL's window γ = round(c) (Theorem 1); c measured on the first call for a pair."""
+    assert pair.draft is not None, "PEARL drafts with the pair's draft (the runner refuses a pair without one)"
     per_target = _WINDOWS.setdefault(pair.draft, {})
     if id(pair.target) not in per_target:
         per_target[id(pair.target)] = pearl_window(forward_time_ratio(pair))

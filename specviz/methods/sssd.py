@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.cost.families import TREE
 from specviz.datastore import DEFAULT_PATH, Datastore, load_datastore, tokenizer_fingerprint
@@ -30,6 +30,9 @@ from specviz.methods.trees import TreeContext, commit_tree, tree_step
 from specviz.models.kv import BatchCachedLM, CachedLM
 from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 SOURCES = ("both", "input", "datastore")
 GREEDY = SamplingConfig()  # decode_batch's default (frozen: one instance serves every call)
@@ -131,7 +134,7 @@ def sssd(dec: Decoding, opts: SSSDOptions) -> Iterator[IterationRecord]:
         yield tree_step(dec, target, drafter, opts.speculation_length)
 
 
-def batch_tree_size(pair: Any, batch_size: int, context_len: int, hardware: str, tolerance: float = 0.25) -> int:
+def batch_tree_size(pair: ModelPair, batch_size: int, context_len: int, hardware: str, tolerance: float = 0.25) -> int:
     """Tree nodes per sequence that the roofline says are almost free at this batch size (SSSD
     section 3.2): verification with S+1 tokens per sequence costs at most (1 + tolerance) x a
     plain decoding step. Shrinks as B grows and the pass turns compute-bound."""
@@ -144,7 +147,7 @@ def batch_tree_size(pair: Any, batch_size: int, context_len: int, hardware: str,
 
 
 def decode_batch(
-    pair: Any,
+    pair: ModelPair,
     prompts: list[list[int]],
     tree_size: int,
     *,

@@ -16,7 +16,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.cost.families import ENGINE_CHAIN, TARGET_ALONE
 from specviz.decoding import Decoding
@@ -29,6 +29,9 @@ from specviz.methods.options import MethodOptions, count
 from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
 from specviz.verify import Verdict
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 Progress = Callable[[str], None]
 PROBE_TOKENS = 8  # greedy tokens a user's server must agree on with the pair's target before it is raced
@@ -136,7 +139,7 @@ def serve(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> Ite
 
 
 def _server(
-    pair: Any,
+    pair: ModelPair,
     prompt_ids: list[int],
     speculative: dict[str, Any] | None,
     method: str,
@@ -178,7 +181,7 @@ def _server(
     return engine.SERVERS.get(server, progress)
 
 
-def _target_greedy(pair: Any, prompt_ids: list[int]) -> list[int]:
+def _target_greedy(pair: ModelPair, prompt_ids: list[int]) -> list[int]:
     """The pair's target's first PROBE_TOKENS greedy tokens for the prompt, by specviz's own baseline."""
     probe = Decoding(pair, prompt_ids, BASELINE, PROBE_TOKENS, SamplingConfig(), 0)
     for _ in get_method(BASELINE).generate(probe, NoOptions()):
@@ -189,7 +192,7 @@ def _target_greedy(pair: Any, prompt_ids: list[int]) -> list[int]:
 def preparer(method: str, config: Callable[[Any], dict[str, Any]] | None) -> Callable[..., None]:
     """A row's `prepare` hook: its server up (started, or the user's vetted) before its run, saying how it goes."""
 
-    def prepare(pair: Any, prompt_ids: list[int], opts: Any, progress: Progress) -> None:
+    def prepare(pair: ModelPair, prompt_ids: list[int], opts: Any, progress: Progress) -> None:
         _server(pair, prompt_ids, config(opts) if config else None, method, progress)
 
     return prepare

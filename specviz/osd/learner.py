@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
     from transformers import PreTrainedModel
 
+    from specviz.models.pair import ModelPair
+
 OPTIMIZERS = ("adamw", "sgd")
 
 
@@ -275,7 +277,7 @@ class OnlineLearner:
         self._optimizer = _optimizer(self.config, self.trainee.parameters())
 
 
-def load_adapted_draft(pair: Any, path: str | Path) -> Any:
+def load_adapted_draft(pair: ModelPair, path: str | Path) -> Any:
     """The pair with its draft replaced by weights an `OnlineLearner` saved."""
     from safetensors.torch import load_model
 

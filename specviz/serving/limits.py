@@ -13,9 +13,12 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 ENV_PREFIX = "SPECVIZ_LIMIT_"
 
@@ -78,7 +81,7 @@ def check_prompt_text(text: Any, limits: AppLimits) -> str:
     return text
 
 
-def prompt_ids(pair: Any, prompt: Any, limits: AppLimits) -> list[int]:
+def prompt_ids(pair: ModelPair, prompt: Any, limits: AppLimits) -> list[int]:
     """The prompt's token ids, as every tab that runs a model on a visitor's prompt takes them: a
     text's characters checked before the tokenizer reads it (token ids a caller gives are read as
     they are, by specviz.encode_prompt), the tokens after."""

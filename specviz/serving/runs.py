@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.methods import BASELINE
@@ -36,6 +36,9 @@ from specviz.serving import threads
 from specviz.serving.sessions import method_session
 from specviz.serving.stops import StopKey
 from specviz.serving.threads import MODELS, PEARL_TARGET
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often a running method's new records are handed on
@@ -122,7 +125,7 @@ def step_ms(records: Sequence[Any]) -> float | None:
     return statistics.median(steps) if steps else None
 
 
-def probe_ms(pair: Any, prompt_ids: Sequence[int]) -> float | None:
+def probe_ms(pair: ModelPair, prompt_ids: Sequence[int]) -> float | None:
     """The target alone's median milliseconds per decoding step on this prompt, now (the probe the Race
     and the lab tabs take before each method)."""
     import specviz
@@ -248,7 +251,7 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[[RunRequest, dict
     return run_method
 
 
-def _median_run(method: str, pair: Any, prompt_ids: list[int], repeats: int, kwargs: dict[str, Any]) -> list[Any]:
+def _median_run(method: str, pair: ModelPair, prompt_ids: list[int], repeats: int, kwargs: dict[str, Any]) -> list[Any]:
     """The records of the run of median wall time of `repeats`, after the method's own untimed warm-up
     (`runner.generate_median`, the library's fair one-prompt timing)."""
     from specviz import runner
@@ -267,7 +270,7 @@ def _prepare(hook: Callable[..., None], pair: Callable[[], Any], prompt_ids: lis
     done.result()
 
 
-def _warm_up(pair: Any, prompt_ids: list[int]) -> None:
+def _warm_up(pair: ModelPair, prompt_ids: list[int]) -> None:
     """A few untimed tokens through the target and the draft, so the first method raced does not
     pay the one-off costs of the first forward passes."""
     import specviz

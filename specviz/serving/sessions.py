@@ -11,12 +11,16 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.serving.pools import bounded
 
+if TYPE_CHECKING:
+    from specviz.methods import MethodSpec
+    from specviz.models.pair import ModelPair
 
-def method_session(sessions: dict, spec: Any, pair: Any) -> Any:
+
+def method_session(sessions: dict, spec: MethodSpec, pair: ModelPair) -> Any:
     """The state `spec` (a MethodSpec) carries across this visitor's runs on `pair`, made on first use;
     None for a method that carries nothing."""
     if spec.session is None:

@@ -18,12 +18,15 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.extras import OnlineExtra
 from specviz.prompts import Prompt, load_source, load_suite
 from specviz.records import IterationRecord, RunSummary
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def request_stream(cfg: StreamConfig) -> list[Prompt]:
 
 
 def replay_static(
-    pair: Any,
+    pair: ModelPair,
     draft: Any,
     prompt_ids: Sequence[int],
     output_ids: Sequence[int],
@@ -117,7 +120,7 @@ def replay_static(
 
 
 def _serve_osd(
-    pair: Any,
+    pair: ModelPair,
     prompt_ids: Sequence[int],
     learner: Any,
     *,
@@ -169,7 +172,7 @@ def _osd_row(
 
 def _add_static_replay(
     row: dict[str, Any],
-    pair: Any,
+    pair: ModelPair,
     initial: Any,
     prompt_ids: Sequence[int],
     s: RunSummary,
@@ -195,7 +198,7 @@ def _add_static_replay(
 
 def _measure_side_by_side(
     row: dict[str, Any],
-    pair: Any,
+    pair: ModelPair,
     prompt_ids: Sequence[int],
     s: RunSummary,
     *,
@@ -228,7 +231,7 @@ def _measure_side_by_side(
 
 
 def simulate(
-    pair: Any,
+    pair: ModelPair,
     prompts: Sequence[Prompt],
     learner: Any,
     *,

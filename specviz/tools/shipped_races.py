@@ -22,11 +22,14 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.leaderboard import RACES, SUITE_COLUMNS, SUITES_BENCHMARK, leaderboard_rows, race_file
 from specviz.prompts import load_suite
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 # The tracked tree travels with every call to a lent GPU machine and stays at most 40 MB (specviz.gpucheck), so the
 # races ship gzipped, their numbers to 4 significant digits (timings to 0.1 % and probabilities to 1e-4 relative;
@@ -68,7 +71,7 @@ def shipped_prompts(rows: Any = None) -> list[ShippedPrompt]:
     return out
 
 
-def record(pair: Any, prompt: str, methods: Sequence[str], max_new_tokens: int) -> Any:
+def record(pair: ModelPair, prompt: str, methods: Sequence[str], max_new_tokens: int) -> Any:
     """One greedy race of `methods` on `prompt`, as the Race tab runs it (specviz.ui.racing.run_race)."""
     from specviz.ui.racing import RaceSettings, run_race
 
@@ -117,7 +120,7 @@ def refuse_disturbed(race: Any, where: str) -> None:
 
 
 def record_shipped(
-    pair: Any, prompts: Iterable[ShippedPrompt], methods: Sequence[str], out: Path, log: Any = print
+    pair: ModelPair, prompts: Iterable[ShippedPrompt], methods: Sequence[str], out: Path, log: Any = print
 ) -> list[Path]:
     """Race and write each prompt's saved race under `out`; a disturbed race is not written, and the
     first one fails the whole call after the others are written (so a rerun redoes only those)."""

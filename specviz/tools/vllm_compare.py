@@ -24,14 +24,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 ENGINES = {"fast": "1", "eager": "0"}  # SPECVIZ_FAST for each of specviz's engines
 
 
-def specviz_runs(pair: Any, prompts: list[list[int]], max_new_tokens: int) -> list[dict[str, Any]]:
+def specviz_runs(pair: ModelPair, prompts: list[list[int]], max_new_tokens: int) -> list[dict[str, Any]]:
     """The autoregressive method on each prompt (one untimed warm-up first): its ids and wall seconds."""
     import specviz
     from specviz.methods import BASELINE

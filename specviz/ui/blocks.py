@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 from starlette.middleware import Middleware
@@ -31,6 +31,9 @@ from specviz.ui.gpu import no_gpu
 from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choices, resolve_pair
 from specviz.ui.saved import MAX_FILE_BYTES
 from specviz.ui.style import CSS
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 log = logging.getLogger(__name__)
 # logged when a closed page stops races (the load tool looks for it)
@@ -160,7 +163,7 @@ def serve_loaded(
     return served
 
 
-def read_notes(pair: Any) -> None:
+def read_notes(pair: ModelPair) -> None:
     """Each method's lossless note on `pair` with its default options, made once (then cached): Speculative
     Streaming's builds its streams over the target, tensor work that belongs where the pair was loaded
     (specviz.serving.threads), not in the handler that shows the note."""

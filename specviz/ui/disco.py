@@ -21,6 +21,7 @@ from specviz.ui.phone import pivot_html
 from specviz.ui.tab_timing import Row, Timed, compare_rows, flagged_rows, flags_markdown
 
 if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "DISCO: dynamic speculation length"
@@ -60,7 +61,7 @@ HEADERS = [
 
 
 def disco_vs_oracle(
-    pair: Any,
+    pair: ModelPair,
     prompt: str | list[int],
     threshold: float | None,
     sl_max: int | None,

@@ -41,7 +41,7 @@ def option_widget(f: OptionField, limits: AppLimits) -> gr.Checkbox | gr.Dropdow
     return gr.Slider(f.least, most, value=f.default, step=step, label=f.name, info=info)
 
 
-def fixed_options_note(spec: Any) -> str:
+def fixed_options_note(spec: MethodSpec) -> str:
     """Markdown: the method's options that are no widget (file paths, a build to compare), each at the
     value the app runs it with and its help, and the bench flag that sets another; "" for a method without any."""
     fixed = [f for f in option_fields(spec.options, every=True) if not f.widget]

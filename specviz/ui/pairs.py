@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
+
+if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
 
 FALLBACK = "tiny-random"
 # Offline teaching pairs beside tiny-random: the same random target with a draft that always
@@ -73,7 +76,7 @@ def resolve_pair(
         return specviz.load_pair(FALLBACK, **where), notice
 
 
-def describe_pair(pair: Any, notice: str | None = None) -> str:
+def describe_pair(pair: ModelPair, notice: str | None = None) -> str:
     """One markdown line: which target and draft the race uses, their sizes, device and dtype."""
     info = pair.info
 

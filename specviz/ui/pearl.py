@@ -19,6 +19,7 @@ from specviz.ui.racing import DEFAULT_LIMITS
 from specviz.ui.tab_timing import Row, Timed, compare_rows, flagged_rows, flags_markdown
 
 if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
     from specviz.ui.blocks import TabContext
 
 TAB_TITLE = "PEARL: parallel drafting"
@@ -54,7 +55,7 @@ ROW_COLUMNS = [
 STEP_COLUMNS = ["step", "mode", "verified drafts", "accepted", "emitted", "dropped / drafted ahead", "in parallel"]
 
 
-def tab_window(pair: Any, window: int, limits: AppLimits = DEFAULT_LIMITS) -> tuple[int, str]:
+def tab_window(pair: ModelPair, window: int, limits: AppLimits = DEFAULT_LIMITS) -> tuple[int, str]:
     """PEARL's γ for this tab and what to say of it: `window` (0: Theorem 1's, measured), within the
     Race's limit on draft tokens per iteration; a larger one asked for is refused."""
     from specviz.methods.pearl_lanes import optimal_window
@@ -74,7 +75,7 @@ def tab_window(pair: Any, window: int, limits: AppLimits = DEFAULT_LIMITS) -> tu
 
 
 def compare(
-    pair: Any,
+    pair: ModelPair,
     prompt: str,
     window: int,
     concurrent: bool,
@@ -132,7 +133,7 @@ def table_row(timed: Timed, alone_ms: float | None, repeats: int) -> dict[str, A
     }
 
 
-def step_rows(pair: Any, records: Sequence[Any]) -> list[dict[str, Any]]:
+def step_rows(pair: ModelPair, records: Sequence[Any]) -> list[dict[str, Any]]:
     """PEARL's steps (STEP_COLUMNS): each step's mode, its drafts and what it emitted, as text."""
 
     def shown(ids: Any) -> str:

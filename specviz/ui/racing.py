@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count, check_unique
@@ -38,6 +38,10 @@ from specviz.ui.gpu import gpu_seconds
 from specviz.ui.panels import BASELINE, MethodRun, Race
 from specviz.ui.tokens import SpanBuilder
 from specviz.ui.verdict import timing_flags
+
+if TYPE_CHECKING:
+    from specviz.methods import MethodSpec
+    from specviz.models.pair import ModelPair
 
 log = logging.getLogger(__name__)
 DEFAULT_LIMITS = AppLimits()  # a public Space's (frozen: one instance serves as every default)
@@ -125,7 +129,7 @@ ENGINE_NOTE = (
 )
 
 
-def skip_reason(spec: Any, pair: Any, settings: RaceSettings) -> str | None:
+def skip_reason(spec: MethodSpec, pair: ModelPair, settings: RaceSettings) -> str | None:
     """Why a method cannot take part with this pair and these settings (None: it can)."""
     if spec.needs_draft and pair.draft is None:
         return f"needs a draft model, and the pair '{pair.name}' has none"
@@ -147,7 +151,7 @@ def session_note(state: Any) -> str:
 
 
 def run_race(
-    pair: Any,
+    pair: ModelPair,
     settings: RaceSettings,
     sessions: dict,
     stop: threading.Event,
@@ -216,7 +220,7 @@ def run_race(
         yield race
 
 
-def _prompt_ids(pair: Any, settings: RaceSettings, limits: AppLimits) -> list[int]:
+def _prompt_ids(pair: ModelPair, settings: RaceSettings, limits: AppLimits) -> list[int]:
     """The prompt's tokens; a prompt over the app's limit, or too long for the model's context with the tokens
     asked for, is refused."""
     prompt_ids = checked_prompt(pair, settings.prompt, limits)
@@ -230,7 +234,7 @@ def _prompt_ids(pair: Any, settings: RaceSettings, limits: AppLimits) -> list[in
 
 def _enter_runs(
     specs: list[Any],
-    pair: Any,
+    pair: ModelPair,
     settings: RaceSettings,
     prompt_ids: list[int],
     sessions: dict,
@@ -263,7 +267,7 @@ def _enter_runs(
 
 
 def _run_method(
-    pair: Any,
+    pair: ModelPair,
     race: Race,
     run: MethodRun,
     updates: Generator[RunEvent, None, None],

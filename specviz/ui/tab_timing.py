@@ -21,6 +21,7 @@ from specviz.ui.panels import DISTURBED, MethodRun, Race
 from specviz.ui.verdict import timing_flags
 
 if TYPE_CHECKING:
+    from specviz.models.pair import ModelPair
     from specviz.runner import RunResult
 
 
@@ -60,7 +61,7 @@ class Comparison:
 
 
 def compare_rows(
-    pair: Any,
+    pair: ModelPair,
     prompt_ids: Sequence[int],
     rows: Sequence[Row],
     max_new_tokens: int,

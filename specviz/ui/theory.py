@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from specviz.ui.blocks import TabContext
+    from specviz.ui.panels import Race
 
 TAB_TITLE = "Theory"
 TAB_ORDER = 55  # after PEARL's tab
@@ -143,7 +144,7 @@ def model_cost(context: int = DEFAULT_CONTEXT) -> PairCost:
     )
 
 
-def measured_cost(race: Any) -> PairCost | None:
+def measured_cost(race: Race | None) -> PairCost | None:
     """c and the verify cost measured by the last race's drafting methods; T(n+1)/T(1) = 1 + kn through their
     (n, measured verify cost) points, a forward's time on this CPU growing about linearly with its tokens.
     Runs whose timing was disturbed are left out unless every run was (then the plots say so). None when no
@@ -225,7 +226,7 @@ def measured_verify_note() -> str:
 
 
 def explorer(
-    alpha: float, gamma: int, tree_size: int, race: Any = None, max_gamma: int = 16
+    alpha: float, gamma: int, tree_size: int, race: Race | None = None, max_gamma: int = 16
 ) -> tuple[go.Figure, go.Figure, str]:
     """The what-if: chain curves vs γ and tree curves vs S for a few α around the chosen one, with this
     pair's c and verify cost and the last race's methods on them, and the numbers at (α, γ, S)."""
@@ -312,7 +313,7 @@ def roofline_view(
     context: int,
     engine: str,
     shape: ModelShape | None = None,
-    race: Any = None,
+    race: Race | None = None,
 ) -> tuple[go.Figure | None, str]:
     """Forward time vs S per batch size, the knee per B, the budget and the verify cost ratio; on this
     machine, the last race's measured verify cost beside the model's."""
@@ -416,14 +417,14 @@ def engines_note(m: dict[str, Any]) -> str:
     )
 
 
-def race_verify_note(race: Any) -> str:
+def race_verify_note(race: Race | None) -> str:
     """The verify cost the last race measured on this CPU, beside the model's T(5)/T(1) in the table, and its
     own decoding step T(1) (the autoregressive run's), beside the model's T(1)."""
     from specviz.cost.from_records import step_ms
     from specviz.methods import BASELINE
 
     cost = measured_cost(race)
-    if cost is None:
+    if race is None or cost is None:
         return "Run a race to see the verify cost T(γ+1)/T(1) its methods measured here, beside the model's."
     rows = ", ".join(
         f"{r['method']}: {r['verify_label']} = {r['verify_ratio']:.2f} at {r['length_text']}" for r in cost.points
@@ -513,7 +514,7 @@ def published_view() -> tuple[go.Figure | None, str]:
 # ----- 4. the last race -------------------------------------------------------------------------
 
 
-def race_view(race: Any) -> tuple[go.Figure | None, str]:
+def race_view(race: Race) -> tuple[go.Figure | None, str]:
     """Predicted vs measured speedup for every finished method of the last race (ctx.race's value)."""
     from specviz.ui.why import explain_race, why_markdown
 
@@ -528,7 +529,7 @@ def race_view(race: Any) -> tuple[go.Figure | None, str]:
 # ----- the tab ----------------------------------------------------------------------------------
 
 
-def race_finished(race: Any) -> bool:
+def race_finished(race: Race) -> bool:
     """Whether every method of `race` has stopped (a what-if from a race still running would move under the reader)."""
     return race is not None and not any(r.status in ("queued", "waiting", "running") for r in race.runs)
 
@@ -538,7 +539,7 @@ def roofline_handler(ctx: TabContext) -> Callable:
     only in a turn on the models (never beside a timed race)."""
 
     def on_roofline(
-        hw: str, m: str, b: list, ctx_len: int, eng: str, pair_name: str | None, race: Any = None
+        hw: str, m: str, b: list, ctx_len: int, eng: str, pair_name: str | None, race: Race | None = None
     ) -> tuple[go.Figure | None, str]:
         try:
             shape = resolve_shape(m, pair_name, lambda n: ctx.resolve(n)[0])
