@@ -80,9 +80,8 @@ class TreeExtra(Extra):
 
     tree_tokens: tuple[TokenId, ...]  # the token of each node
     tree_parents: tuple[Parent, ...]  # each node's parent: -1 for a child of the committed context
-    tree_scores: tuple[
-        float, ...
-    ]  # each node's drafting score (SSSD: fused n-gram probability; streams: product of probabilities)
+    # each node's drafting score (SSSD: fused n-gram probability; streams: product of probabilities)
+    tree_scores: tuple[float, ...]
     tree_sources: tuple[str, ...]  # where each node came from ("input", "datastore", "stream 2", ...)
     accepted_path: tuple[int, ...]  # the nodes the target accepted, from the root down
     sources: tuple[str, ...]  # the source of each token on the main path (before a cut at EOS or the budget)
@@ -217,9 +216,8 @@ class DiscoExtra(Extra):
 class ConfidenceExtra(Extra):
     """Hugging Face's confidence rule (`methods.disco`)."""
 
-    confidence_scores: tuple[
-        float, ...
-    ]  # the draft's top-1 probability after each drafted token; drafting stopped below the threshold
+    # the draft's top-1 probability after each drafted token; drafting stopped below the threshold
+    confidence_scores: tuple[float, ...]
 
 
 @dataclass(frozen=True)

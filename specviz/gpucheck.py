@@ -208,9 +208,8 @@ def saved_race(pair: ModelPair, prompt: Prompt, max_new_tokens: int) -> dict:
         for record in without_autograd(run(spec.name, pair, prompt_ids, max_new_tokens=max_new_tokens, executor=lane)):
             records.append(record)
             builder.add(record)
-        records = fill_oracle_sl(
-            pair, prompt_ids, records
-        )  # as the race fills them: the speculation-length plot needs them
+        # as the race fills them: the speculation-length plot needs them
+        records = fill_oracle_sl(pair, prompt_ids, records)
         runs.append(
             MethodRun(
                 spec.name,

@@ -185,9 +185,8 @@ def build_app(
     `placement`: the device and dtype every pair is loaded with."""
     limits = limits or app_limits()
     allowed = tuple(pair_choices(pair, placement)) if limits.presets_only else None
-    served = (
-        serve_loaded(pair, allowed, placement) if gpu is not None else {}
-    )  # ZeroGPU: models load now, in this process
+    # ZeroGPU: models load now, in this process
+    served = serve_loaded(pair, allowed, placement) if gpu is not None else {}
     allowed, choices = (
         (tuple(served), list(served)) if served else (allowed, list(allowed or pair_choices(pair, placement)))
     )

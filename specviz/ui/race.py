@@ -666,9 +666,8 @@ def _wire_saved(ctx: TabContext, ui: RaceWidgets) -> None:
                 "was recorded. "
                 "Press **Replay race** to watch it on one clock."
             )
-            yield from finished_board(
-                ctx, ui, race, status, {ui.saved: None}, reveal=True
-            )  # the box is ready for the next file
+            # the upload box emptied: ready for the next file
+            yield from finished_board(ctx, ui, race, status, {ui.saved: None}, reveal=True)
         except gr.Error:  # already said on the page
             raise
         except Exception as e:

@@ -110,9 +110,8 @@ def app_options(method: str, values: dict[str, Any], limits: AppLimits = DEFAULT
                 f"{', '.join(fields_) or 'none'})"
             )
         f = fields_[name]
-        given = (
-            int(value) if f.kind == "int" and isinstance(value, float) and value.is_integer() else value
-        )  # a slider's 8.0
+        whole = f.kind == "int" and isinstance(value, float) and value.is_integer()
+        given = int(value) if whole else value  # a slider's 8.0
         if isinstance(given, str) and f.kind in ("int", "float"):  # a text box's "0.9"
             given = f.parse(given)
         if given is not None and f.kind == "int":  # the app's bound first: it is the one the visitor can reach

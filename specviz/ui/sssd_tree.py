@@ -68,11 +68,8 @@ def run_and_show(
             state = run(pair_name, prompt, max_new_tokens, speculation_length, sources)
         else:
             state = run_sssd(pair_name, prompt, max_new_tokens, speculation_length, sources, load_pair)
-    except (
-        SpecvizError,
-        OSError,
-        ValueError,
-    ) as e:  # a user's input (or a pair that cannot load): said in the tab; a fault raises
+    # a user's input (or a pair that cannot load) is said in the tab; a fault raises
+    except (SpecvizError, OSError, ValueError) as e:
         return None, cannot_run(e), 1, None, "", 1
     first = state.first_accepted()
     fig, line = show_iteration(state, first)
