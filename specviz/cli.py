@@ -8,7 +8,7 @@ GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured (Hugging Face Spaces sets t
 visitor may ask for is bounded (specviz/serving/limits.py; SPECVIZ_LIMIT_* environment variables).
 The pair the page opens with loads at start-up, before anything is served (a pair that cannot load
 here is refused in one line); on a ZeroGPU Space every model call then runs in a worker with a GPU
-(`spaces.GPU`, specviz/ui/gpu.py).
+(`spaces.GPU`, specviz/serving/gpu.py).
 """
 
 from __future__ import annotations

@@ -193,9 +193,9 @@ def saved_race(pair: ModelPair, prompt: Prompt, max_new_tokens: int) -> dict:
     from specviz.oracle import fill_oracle_sl
     from specviz.runner import run, without_autograd
     from specviz.serving import threads
-    from specviz.ui.panels import MethodRun, Race
-    from specviz.ui.saved import race_to_dict
-    from specviz.ui.tokens import SpanBuilder
+    from specviz.serving.race import MethodRun, Race
+    from specviz.serving.saved import race_to_dict
+    from specviz.spans import SpanBuilder
 
     prompt_ids = encode_prompt(pair, prompt.text)
     device = pair.info.get("device", "")

@@ -30,7 +30,7 @@ F = TypeVar("F", bound=extras.Extra)
 @dataclass(frozen=True)
 class RunBounds:
     """What one run's records must fit in, where it is known (a saved race knows the vocabulary where its
-    pair is one this server knows by name: specviz.ui.saved)."""
+    pair is one this server knows by name: specviz.serving.saved)."""
 
     method: str | None = None  # the run's method: every record's `method`
     records: int | None = None  # how many records the run has: each `iteration` is below it

@@ -245,8 +245,8 @@ def test_a_saved_race_loads_and_replays_without_its_model(page, perturbed_pair, 
     import json
     import threading
 
-    from specviz.ui.racing import RaceSettings, run_race
-    from specviz.ui.saved import race_to_dict
+    from specviz.serving.racing import RaceSettings, run_race
+    from specviz.serving.saved import race_to_dict
 
     *_, race = run_race(
         perturbed_pair,
@@ -274,8 +274,8 @@ def test_step_through_shows_each_drafts_test_with_the_runs_values(page, perturbe
     import json
     import threading
 
-    from specviz.ui.racing import RaceSettings, run_race
-    from specviz.ui.saved import race_to_dict
+    from specviz.serving.racing import RaceSettings, run_race
+    from specviz.serving.saved import race_to_dict
 
     settings = RaceSettings("def fibonacci(n):", ("autoregressive", "vanilla"), max_new_tokens=24)
     *_, race = run_race(perturbed_pair, settings, {}, threading.Event())
@@ -515,7 +515,7 @@ def _saved_race(pair, tmp_path, name: str, scale: dict[str, float]) -> str:
 
     from test_ui_race import timed_race
 
-    from specviz.ui.saved import race_to_dict
+    from specviz.serving.saved import race_to_dict
 
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(race_to_dict(timed_race(pair, scale))))
@@ -612,7 +612,7 @@ def test_html_in_a_saved_race_is_shown_as_text_never_as_elements(page, perturbed
 
     from test_ui_race import timed_race
 
-    from specviz.ui.saved import race_to_dict
+    from specviz.serving.saved import race_to_dict
 
     hostile = "<img src=x onerror=alert(4)>"
     data = race_to_dict(timed_race(perturbed_pair, {}))

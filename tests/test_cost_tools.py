@@ -159,7 +159,7 @@ def test_theory_handlers_and_tab():
     fig, text = theory.published_view()
     assert fig.data and "| A100 80GB | Vicuna-7B | EAGLE | 3.61 | 2.29× |" in text
     assert theory.race_view(None)[0] is None
-    from specviz.ui.panels import MethodRun, Race
+    from specviz.serving.race import MethodRun, Race
 
     base, spec = _race_records()
     runs = [
@@ -267,7 +267,7 @@ def test_theory_tab_overlays_this_machines_measurements_with_their_fit(tmp_path,
 
 
 def _race(runs=None):
-    from specviz.ui.panels import MethodRun, Race
+    from specviz.serving.race import MethodRun, Race
 
     base, spec = _race_records()
     runs = runs or [
@@ -407,8 +407,8 @@ def test_default_draft_shape_is_the_shipped_drafts():
 def test_measured_c_averages_only_methods_that_run_the_draft_model():
     """Review fault 2: Prompt lookup has no draft model (c ≈ 0.001); averaging it in gave a c below every
     method that runs the draft. c is the mean over the chain methods that call the pair's draft model."""
+    from specviz.serving.race import MethodRun
     from specviz.ui import theory
-    from specviz.ui.panels import MethodRun
 
     base, spec = _race_records()
     lookup = [

@@ -112,7 +112,7 @@ def test_a_records_threshold_and_sl_max_from_a_file_are_checked(perturbed_pair):
 
 
 def _disco_run(records, options=None):
-    from specviz.ui.panels import MethodRun
+    from specviz.serving.race import MethodRun
 
     return MethodRun("disco", "DISCO", "", status="done", options=options or {}, records=records)
 
@@ -156,9 +156,9 @@ def test_a_race_saved_before_the_records_carried_them_still_renders(perturbed_pa
     import threading
 
     from specviz.methods import method_names
+    from specviz.serving.racing import RaceSettings, run_race
+    from specviz.serving.saved import race_from_dict, race_to_dict
     from specviz.ui.panels import panel_html
-    from specviz.ui.racing import RaceSettings, run_race
-    from specviz.ui.saved import race_from_dict, race_to_dict
 
     settings = RaceSettings(PROMPT, ("autoregressive", "disco"), max_new_tokens=12)
     *_, recorded = run_race(perturbed_pair, settings, {}, threading.Event())

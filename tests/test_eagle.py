@@ -33,7 +33,7 @@ def test_eagle_is_registered_as_a_tree_method_off_by_default():
 def test_the_app_bounds_the_depth_as_a_speculation_length():
     """Each level is a pass of the head: a visitor may set at most the app's γ limit, the library more."""
     from specviz.serving.limits import AppLimits
-    from specviz.ui.racing import app_options
+    from specviz.serving.racing import app_options
 
     most = AppLimits().speculation_length
     assert app_options("eagle", {"depth": most}) == {"depth": most}

@@ -82,7 +82,7 @@ def test_the_whole_numbers_of_the_race_settings_are_not_truncated():
 
 def test_an_option_past_the_apps_bound_names_the_method_and_the_apps_range():
     """{"vanilla.speculation_length": 0} said 'from 1 to 64', the library's range, naming no method."""
-    from specviz.ui.racing import app_options
+    from specviz.serving.racing import app_options
 
     with pytest.raises(SpecvizError, match=re.escape("vanilla.speculation_length must be from 1 to 16, got 0")):
         app_options("vanilla", {"speculation_length": 0})

@@ -18,9 +18,9 @@ from specviz.errors import SpecvizError
 from specviz.methods import method_names
 from specviz.records import IterationRecord
 from specviz.serving.limits import AppLimits
+from specviz.serving.saved import MAX_FILE_BYTES, VOCABULARIES, load_race, race_from_dict, race_to_dict
 from specviz.tools.hostile_races import big_race
 from specviz.ui.panels import md_text
-from specviz.ui.saved import MAX_FILE_BYTES, VOCABULARIES, load_race, race_from_dict, race_to_dict
 
 METHODS = tuple(method_names())
 LIMITS = AppLimits()  # a public page's: 512 new tokens, 14 methods, 1024 prompt tokens
@@ -29,7 +29,7 @@ LIMITS = AppLimits()  # a public page's: 512 new tokens, 14 methods, 1024 prompt
 @pytest.fixture(scope="module")
 def saved(perturbed_pair):
     """An honest race (through JSON, as a file holds it), PEARL's intervals included."""
-    from specviz.ui.racing import RaceSettings, run_race
+    from specviz.serving.racing import RaceSettings, run_race
 
     settings_ = RaceSettings("def fibonacci(n):", ("autoregressive", "vanilla", "pearl"), max_new_tokens=12)
     race = list(run_race(perturbed_pair, settings_, {}, threading.Event()))[-1]
@@ -123,8 +123,9 @@ def test_a_deployment_that_raises_its_limits_loads_larger_races(tmp_path):
 def test_what_the_board_computes_from_a_loaded_race_sorts_each_pass_size_once(tmp_path, median_items):
     """`stalled_share` took the median of a pass size's times once per pass: n² values sorted (2k / 4k / 8k
     records: 0.16 / 1.19 / 7.56 s). Everything the board draws, counted in the values the medians sort."""
+    from specviz.serving.timing import timing_flags
     from specviz.ui.race import race_outputs
-    from specviz.ui.verdict import timing_flags, verdict_markdown
+    from specviz.ui.verdict import verdict_markdown
     from specviz.ui.why import why_markdown
 
     path = big_race(tmp_path / "vanilla.json", "vanilla", mb=1)  # ~750 records a run, one pass size each

@@ -20,7 +20,7 @@ METHODS = ("autoregressive", "vanilla", "prompt_lookup")
 @pytest.fixture
 def races(perturbed_pair, tmp_path, monkeypatch):
     """A races folder with one tiny race, for HumanEval only, in place of assets/races."""
-    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {})
+    monkeypatch.setattr("specviz.serving.timing.timing_flags", lambda race: {})
     prompt = ShippedPrompt(SUITES_BENCHMARK, "HumanEval", "HumanEval/0", "def fib(n):", 12)
     record_shipped(perturbed_pair, [prompt], METHODS, tmp_path, log=lambda line: None)
     monkeypatch.undo()

@@ -16,7 +16,7 @@ import specviz
 from specviz.errors import SpecvizError
 from specviz.limits import MIN_TEMPERATURE, check_count, check_number
 from specviz.serving.limits import AppLimits, app_limits
-from specviz.ui.racing import RaceSettings, run_race
+from specviz.serving.racing import RaceSettings, run_race
 
 
 def test_app_limits_come_from_the_environment():
@@ -42,9 +42,9 @@ def test_the_readmes_hosting_section_states_the_fixed_bounds_the_code_holds():
     from specviz.models.pair import MEMORY_HEADROOM, MOST_OFFLINE_PAIRS
     from specviz.serving.janitor import CACHE_MOST_MB, JANITOR_EVERY_S
     from specviz.serving.limits import MOST_CHARS_PER_TOKEN
+    from specviz.serving.saved import CHECK_BUDGET_S, MAX_FILE_BYTES
     from specviz.serving.turns import PER_VISITOR
     from specviz.ui.race import OWN_FILE_BYTES, OWN_SHOWN
-    from specviz.ui.saved import CHECK_BUDGET_S, MAX_FILE_BYTES
 
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     hosting = readme.split("## Hosting publicly", 1)[1].split("\n## ", 1)[0]

@@ -198,7 +198,8 @@ def test_the_pearl_tab_builds_and_its_handler_compares_with_vanilla(perturbed_pa
 
 
 def test_the_race_panel_shows_pearls_current_mode(perturbed_pair):
-    from specviz.ui.panels import MethodRun, panel_html
+    from specviz.serving.race import MethodRun
+    from specviz.ui.panels import panel_html
 
     records = list(specviz.generate("pearl", perturbed_pair, "def f(x):", max_new_tokens=12, window=2).records)
     html = panel_html(MethodRun("pearl", "PEARL", "", status="done", records=records), None, 12)

@@ -12,7 +12,7 @@ from specviz.cost.from_records import fixed_gamma, gamma_answer
 from specviz.metrics import position_counts
 from specviz.plots.positions import acceptance_by_position
 from specviz.records import IterationRecord
-from specviz.ui.racing import RaceSettings, run_race
+from specviz.serving.racing import RaceSettings, run_race
 from specviz.ui.why import gamma_markdown, position_rows
 
 

@@ -24,8 +24,8 @@ from specviz.methods import all_methods, default_race, get_method, method_names
 from specviz.methods.drafting import ModelDrafter, StaticLength
 from specviz.methods.speculative import speculative_decoding
 from specviz.plots.summary import summary_table
+from specviz.serving.racing import RaceSettings, run_race
 from specviz.stepthrough import explain_iteration, recompute_for
-from specviz.ui.racing import RaceSettings, run_race
 from specviz.ui.why import explain_race, why_markdown
 from specviz.verify import residual
 from tests.conftest import tab_context

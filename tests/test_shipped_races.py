@@ -10,9 +10,9 @@ import pytest
 from specviz.errors import SpecvizError
 from specviz.leaderboard import SUITES_BENCHMARK, race_file, shipped_race
 from specviz.methods import all_methods
+from specviz.serving.saved import load_race
 from specviz.tools import shipped_races
 from specviz.tools.shipped_races import ShippedPrompt, record_shipped, shipped_prompts
-from specviz.ui.saved import load_race
 
 METHODS = ("autoregressive", "vanilla", "prompt_lookup")  # run on a tiny pair (no trained draft or datastore)
 
@@ -35,7 +35,7 @@ def _prompts(tokens: int = 8) -> list[ShippedPrompt]:
 
 
 def test_a_quiet_race_is_written_as_the_race_tab_saves_it(perturbed_pair, tmp_path, monkeypatch):
-    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {})  # a quiet machine, whatever this one is
+    monkeypatch.setattr("specviz.serving.timing.timing_flags", lambda race: {})  # a quiet machine, whatever this one is
     written = record_shipped(perturbed_pair, _prompts(), METHODS, tmp_path, log=lambda line: None)
     assert [p.name for p in written] == ["suites-humaneval.json.gz", "spec-bench-translation.json.gz"]
     race = load_race(written[0], tuple(s.name for s in all_methods()), 13)  # the Race tab's loader reads it
@@ -46,14 +46,16 @@ def test_a_quiet_race_is_written_as_the_race_tab_saves_it(perturbed_pair, tmp_pa
 
 
 def test_a_race_flagged_as_disturbed_is_not_written(perturbed_pair, tmp_path, monkeypatch):
-    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {"vanilla": ["the target alone ran slower"]})
+    monkeypatch.setattr(
+        "specviz.serving.timing.timing_flags", lambda race: {"vanilla": ["the target alone ran slower"]}
+    )
     with pytest.raises(SpecvizError, match="flagged as disturbed"):
         record_shipped(perturbed_pair, _prompts()[:1], METHODS, tmp_path, log=lambda line: None)
     assert not list(tmp_path.glob("*.json*"))
 
 
 def test_a_race_over_its_bound_is_recorded_again_at_fewer_tokens_then_refused(perturbed_pair, tmp_path, monkeypatch):
-    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {})
+    monkeypatch.setattr("specviz.serving.timing.timing_flags", lambda race: {})
     monkeypatch.setattr(shipped_races, "MAX_FILE_BYTES", 100)  # every race is over it
     monkeypatch.setattr(shipped_races, "FALLBACK_TOKENS", 4)
     asked = []
@@ -65,7 +67,7 @@ def test_a_race_over_its_bound_is_recorded_again_at_fewer_tokens_then_refused(pe
 
 
 def test_the_command_caps_new_tokens_and_refuses_a_total_over_its_bound(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("specviz.ui.verdict.timing_flags", lambda race: {})
+    monkeypatch.setattr("specviz.serving.timing.timing_flags", lambda race: {})
     argv = ["--pair", "tiny-perturbed", "--out", str(tmp_path), "--only", "HumanEval", "--max-new-tokens", "8"]
     assert shipped_races.main(argv) == 0
     race = load_race(tmp_path / "suites-humaneval.json.gz", tuple(s.name for s in all_methods()), 13)
@@ -81,8 +83,8 @@ def test_a_shipped_race_is_the_saved_one_rounded_and_gzipped(perturbed_pair, tmp
     import gzip
     import json
 
-    from specviz.ui import saved
-    from specviz.ui.racing import RaceSettings, run_race
+    from specviz.serving import saved
+    from specviz.serving.racing import RaceSettings, run_race
 
     *_, race = run_race(perturbed_pair, RaceSettings("def fib(n):", METHODS, max_new_tokens=8), {}, threading.Event())
     path = tmp_path / "race.json.gz"

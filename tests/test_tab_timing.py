@@ -1,5 +1,5 @@
 """The DISCO and PEARL tabs flag timings other load disturbed, as the Race does (issue 38 item 2): the
-Race's checks (specviz.ui.verdict.timing_flags, through specviz.ui.tab_timing) on the tabs' runs, the
+Race's checks (specviz.serving.timing.timing_flags, through specviz.serving.compare) on the tabs' runs, the
 target alone's pace probed right before each drafting method. Every run is put on a quiet machine's clock
 and load is simulated by scaling one run's pass times, so the test does not depend on how busy the machine is."""
 
@@ -10,9 +10,8 @@ import dataclasses
 import pytest
 
 from specviz.metrics import summarize
-from specviz.serving import runs
+from specviz.serving import compare, runs
 from specviz.ui import disco as tab
-from specviz.ui import tab_timing
 from specviz.ui.panels import DISTURBED
 from specviz.ui.tab_timing import flagged_rows, flags_markdown
 
@@ -105,9 +104,9 @@ def test_the_tabs_run_their_rows_through_the_races_engine(perturbed_pair, monkey
         asked.append(request)
         yield from real(request, sessions)
 
-    rows = [tab_timing.Row("alone", "autoregressive"), tab_timing.Row("v", "vanilla", {"speculation_length": 2})]
+    rows = [compare.Row("alone", "autoregressive"), compare.Row("v", "vanilla", {"speculation_length": 2})]
     ids = perturbed_pair.tokenizer(PROMPT)["input_ids"]
-    out = tab_timing.compare_rows(perturbed_pair, ids, rows, 10, 2, None, runner=runner)
+    out = compare.compare_rows(perturbed_pair, ids, rows, 10, 2, None, runner=runner)
     assert [(r.method, r.median_of, r.probe, dict(r.options)) for r in asked] == [
         ("autoregressive", 2, False, {}),
         ("vanilla", 2, True, {"speculation_length": 2}),
@@ -123,11 +122,11 @@ def test_a_failing_row_ends_the_comparison_with_its_message(perturbed_pair):
     """A row the runner fails (here: an option out of range) is said with its label, not shown as a row."""
     from specviz.errors import SpecvizError
 
-    rows = [tab_timing.Row("v", "vanilla", {"speculation_length": 10**6})]
+    rows = [compare.Row("v", "vanilla", {"speculation_length": 10**6})]
     with pytest.raises(SpecvizError, match=r"^v: .*speculation_length"):
-        tab_timing.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 1, None)
+        compare.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 1, None)
     with pytest.raises(SpecvizError, match="repeats"):  # checked before any row runs
-        tab_timing.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 99, None)
+        compare.compare_rows(perturbed_pair, [1, 2, 3], rows, 8, 99, None)
 
 
 def test_the_disco_and_pearl_tabs_run_one_comparison_loop(perturbed_pair, monkeypatch):
@@ -139,7 +138,7 @@ def test_the_disco_and_pearl_tabs_run_one_comparison_loop(perturbed_pair, monkey
 
     def compare_rows(pair, ids, rows, max_new_tokens, repeats, stop):
         asked.append([(r.label, r.method) for r in rows])
-        return tab_timing.Comparison((), {}, stopped=True)
+        return compare.Comparison((), {}, stopped=True)
 
     for module in (tab, pearl):
         monkeypatch.setattr(module, "compare_rows", compare_rows)

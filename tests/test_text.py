@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from specviz.plots.tree import visible as tree_label
+from specviz.spans import TokenSpan
 from specviz.text import marked, visible
-from specviz.ui.tokens import TokenSpan, tokens_html
+from specviz.ui.tokens import tokens_html
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from specviz.errors import SpecvizError
+from specviz.serving.racing import RaceSettings, run_race
 from specviz.serving.stops import LeftPages
 from specviz.serving.turns import Turns, one_at_a_time
-from specviz.ui.racing import RaceSettings, run_race
 
 
 def test_turns_are_served_in_arrival_order():

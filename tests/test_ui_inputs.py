@@ -55,8 +55,8 @@ def test_an_upload_past_the_saved_race_bound_is_refused():
     """`/gradio_api/upload` took 200 MB in 0.6 s and served it back (issue 41)."""
     import httpx
 
+    from specviz.serving.saved import MAX_FILE_BYTES
     from specviz.ui import launch
-    from specviz.ui.saved import MAX_FILE_BYTES
 
     demo = build_app(pair="tiny-random", limits=AppLimits())
     with socket.socket() as s:

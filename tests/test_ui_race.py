@@ -11,9 +11,9 @@ import pytest
 
 from specviz.errors import SpecvizError
 from specviz.serving.limits import AppLimits
+from specviz.serving.racing import RaceSettings, run_race
 from specviz.ui.blocks import discover_tabs
 from specviz.ui.panels import live_metrics, race_html
-from specviz.ui.racing import RaceSettings, run_race
 from specviz.ui.tokens import plain_text
 from specviz.ui.why import glossary_html, why_markdown
 
@@ -367,8 +367,8 @@ def test_a_float32_race_adds_no_parity_note(perturbed_pair):
 
 
 def test_an_output_that_parts_for_real_is_called_a_fault():
+    from specviz.serving.racing import parity_note
     from specviz.serving.runs import Parity
-    from specviz.ui.racing import parity_note
 
     assert "a fault in specviz" in parity_note(Parity("differs", 3), "float32")
     assert parity_note(Parity("same", None), "float32") == ""
@@ -415,8 +415,9 @@ def test_timing_that_load_disturbed_is_flagged_and_clean_timing_is_not(perturbed
     flagged on the run's panel, in the why table and in the verdict; a quiet machine's are not."""
     from dataclasses import replace
 
+    from specviz.serving.timing import timing_flags
     from specviz.ui.race import winner_words
-    from specviz.ui.verdict import timing_flags, verdict_markdown
+    from specviz.ui.verdict import verdict_markdown
 
     clean = timed_race(perturbed_pair)
     assert timing_flags(clean) == {}

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from specviz.errors import SpecvizError
 from specviz.methods import method_names
 from specviz.plots.summary import summary_table
+from specviz.serving.racing import RaceSettings, run_race
+from specviz.serving.saved import load_race, race_from_dict, race_to_dict
 from specviz.stepthrough import explain_iteration
 from specviz.ui.panels import race_html
 from specviz.ui.race import race_outputs
-from specviz.ui.racing import RaceSettings, run_race
-from specviz.ui.saved import load_race, race_from_dict, race_to_dict
 from specviz.ui.stepthrough import step_html
 from specviz.ui.why import why_markdown
 from tests.conftest import own_methods
@@ -282,7 +282,7 @@ def test_the_race_tab_shows_a_bad_file_as_one_message(load_saved, saved, tmp_pat
 
 def test_a_file_past_the_size_bound_is_refused_before_it_is_read(tmp_path):
     """A valid 48 MB race cost 70 s of CPU and +860 MB beside timed races (issue 41)."""
-    from specviz.ui.saved import MAX_FILE_BYTES
+    from specviz.serving.saved import MAX_FILE_BYTES
 
     path = tmp_path / "big.json"
     path.write_bytes(b" " * (MAX_FILE_BYTES + 1))

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 import specviz
 from specviz.models.tiny import TINY_VOCAB, tiny_tokenizer
 from specviz.records import IterationRecord
-from specviz.ui.tokens import IncrementalDetokenizer, SpanBuilder, TokenSpan, plain_text, tokens_html
+from specviz.spans import IncrementalDetokenizer, SpanBuilder, TokenSpan
+from specviz.ui.tokens import plain_text, tokens_html
 
 TEXTS = ["def fib(n):\n    return n", "héllo wörld — 你好 🎉 naïve café", "   spaces\tand\ttabs\n\n", "x"]
 

@@ -195,8 +195,8 @@ def test_a_race_says_its_server_is_starting_then_streams_vllm_beside_specviz(ser
     target alone, and the plot of acceptance per position draws it."""
     import threading
 
+    from specviz.serving.racing import RaceSettings, run_race
     from specviz.ui.race import race_outputs
-    from specviz.ui.racing import RaceSettings, run_race
     from specviz.ui.why import gamma_markdown
 
     _, reference = servers

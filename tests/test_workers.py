@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from specviz.serving import threads
+from specviz.serving.racing import RaceSettings, run_race
 from specviz.serving.threads import MODELS, PEARL_TARGET
-from specviz.ui.racing import RaceSettings, run_race
 
 
 def test_a_worker_runs_calls_in_order_on_one_thread_and_hands_back_errors():

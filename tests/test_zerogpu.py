@@ -23,10 +23,10 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from specviz.serving.gpu import MOST_S, gpu_seconds
 from specviz.serving.limits import AppLimits
+from specviz.serving.race import Race
 from specviz.serving.stops import KeyedStop
-from specviz.ui.gpu import MOST_S, gpu_seconds
-from specviz.ui.panels import Race
 
 FORK = multiprocessing.get_context("fork")
 PAIR = "tiny-random"
@@ -191,7 +191,7 @@ def race_through(demo, methods, max_new_tokens, stop=None, seen=None) -> Race:
 
 def test_a_race_through_zerogpu_writes_what_it_writes_in_one_process(app, spaces):
     import specviz
-    from specviz.ui.racing import RaceSettings, run_race
+    from specviz.serving.racing import RaceSettings, run_race
 
     methods = ("autoregressive", "vanilla", "prompt_lookup", "osd")
     before = len(spaces.calls)
@@ -282,8 +282,8 @@ def test_a_page_load_and_a_pair_change_make_no_gpu_call(app, spaces):
 
 
 def test_a_calls_duration_is_computed_from_its_arguments(app, spaces):
+    from specviz.serving.racing import method_seconds
     from specviz.serving.runs import RunRequest
-    from specviz.ui.racing import method_seconds
 
     asked = {}
     for tokens in (8, 64):

@@ -14,7 +14,7 @@ from specviz.records import IterationRecord
 
 WINNER = "★ fastest"  # the place of the fastest run whose timing is trusted, when no other run shares it
 SHARED = "(shared)"  # after a place that runs the clock cannot tell apart share: "★ 1 (shared)", "2 (shared)"
-DISTURBED = "timing disturbed"  # the place of a run whose timing is not the method's (specviz.ui.verdict)
+DISTURBED = "timing disturbed"  # the place of a run whose timing is not the method's (specviz.serving.timing)
 STOP_WORDS = {"max_new_tokens": "max new tokens", "eos": "end of text"}  # why a run stopped, in words
 NOISE = 0.10  # speedups within this share of each other: one shared place (a shared machine's run-to-run noise)
 
@@ -28,7 +28,7 @@ class Standing:
     place: int | None  # 1-based, among the runs whose timing is trusted (None: disturbed, or no speedup)
     shares_with: str = ""  # the method whose place it shares ('' where it does not)
     same_work: bool = False  # it shares because it did the same work as `shares_with` (else: within NOISE)
-    disturbed: bool = False  # its timing failed a check (specviz.ui.verdict): it keeps its row, not a place
+    disturbed: bool = False  # its timing failed a check (specviz.serving.timing): it keeps its row, not a place
 
 
 def work(records: Sequence[IterationRecord]) -> list[tuple]:

@@ -11,7 +11,14 @@
 - `turns`: the models' line, one run at a time, fair between visitors.
 - `stops`: one run control: a visitor's Stop, a closed page and a cancelled request, reaching a
   run here or in a ZeroGPU worker through its stop key.
-- `runs`: the models' side of a race: one method's run on the models' thread, as typed events.
+- `race`: a race as plain data, immutable snapshots of each method's run (`Race`, `MethodRun`).
+- `racing`: the Race's engine: the methods one after another, each in its turn on the models.
+- `runs`: the models' side of a comparison (the Race's, a lab tab's): one method's run on the
+  models' thread, as typed events.
+- `compare`: the lab tabs' comparisons: rows timed one after another, the median of N runs each.
+- `timing`: whether a run's timings can be the method's own (the flags of a disturbed run).
+- `saved`: a race saved to a file and read back, every value checked (files come from strangers).
+- `gpu`: where a model call runs (a ZeroGPU worker, or here) and the seconds it asks for.
 - `janitor`: what gradio keeps for each visitor, kept bounded; glibc's heaps shared by threads.
 - `stream`: the serving simulator, a stream of requests served by OSD (the Online-learning tab, the
   OSD experiment).

@@ -3,7 +3,7 @@
 `method_runner(load_pair)` makes the function that runs one method of a comparison where the models
 are: this process, or a ZeroGPU worker (`spaces.GPU` pickles its arguments in and each event out, so
 it takes a `RunRequest` and yields plain data only). The Race and the lab tabs (DISCO, PEARL:
-`specviz.ui.tab_timing`) both run their methods through it; they differ in the request's timing
+`specviz.serving.compare`) both run their methods through it; they differ in the request's timing
 policy only: one run streamed live (the Race), or the median of `median_of` runs after the method's
 own warm-up (`runner.generate_median`: the lab tabs). It yields, in order: `Status` lines while a
 method's `prepare` hook runs (a vLLM row's server starting), `Probed` (the target alone's pace right
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 REFRESH_S = 0.15  # how often a running method's new records are handed on
 WARMUP_TOKENS = 3  # untimed warm-up run before the race (first calls pay one-off costs)
-PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.ui.verdict)
+PROBE_STEPS = 6  # plain decoding steps of the target alone timed right before each method (specviz.serving.timing)
 _END = object()
 _WARMED: set[str] = set()  # pairs this process has warmed up (a fresh ZeroGPU worker has none)
 

@@ -2,7 +2,7 @@
 
     python -m specviz.bench hostile_races --kind vanilla --mb 16 --out big.json [--within-limits]
 
-`big_race` writes a valid saved race (the Race tab's download format, `specviz.ui.saved`) of about
+`big_race` writes a valid saved race (the Race tab's download format, `specviz.serving.saved`) of about
 `mb` MB on the tiny pair, compact, records and token spans as the app writes them, every draft
 rejected (so each record's drafts are shown as struck-through tokens). Its kind is a method's name:
 

@@ -158,7 +158,7 @@ def hostile_round(url: str, cfg: argparse.Namespace, files: dict[str, Path]) -> 
     """One round of what issue 41's hostile visitor tried; one row per probe."""
     from gradio_client import handle_file
 
-    from specviz.ui.saved import MAX_FILE_BYTES
+    from specviz.serving.saved import MAX_FILE_BYTES
 
     page = client(url, 0, SECOND_ROUND)
     pair, race = cfg.pair, lambda *args: page.predict(*args, api_name="/race")[0]

@@ -9,7 +9,7 @@ the Race tab's download writes it (`race_to_dict`), compact, numbers to 4 signif
 (`shipped_bytes`), which the Race tab's loader reads back.
 
 Run it on a quiet machine: a race whose timing the Race tab would flag as disturbed (other load on
-the processor, `specviz.ui.verdict.timing_flags`) is not written, and the command fails naming it.
+the processor, `specviz.serving.timing.timing_flags`) is not written, and the command fails naming it.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def shipped_prompts(rows: Any = None) -> list[ShippedPrompt]:
 
 
 def record(pair: ModelPair, prompt: str, methods: Sequence[str], max_new_tokens: int) -> Any:
-    """One greedy race of `methods` on `prompt`, as the Race tab runs it (specviz.ui.racing.run_race)."""
-    from specviz.ui.racing import RaceSettings, run_race
+    """One greedy race of `methods` on `prompt`, as the Race tab runs it (specviz.serving.racing.run_race)."""
+    from specviz.serving.racing import RaceSettings, run_race
 
     settings = RaceSettings(prompt, tuple(methods), max_new_tokens)
     *_, race = run_race(pair, settings, {}, threading.Event())  # the race as it stands at the end
@@ -99,14 +99,14 @@ def shipped_bytes(saved: dict) -> bytes:
 
 def saved_bytes(race: Any) -> bytes:
     """The race as it ships (`shipped_bytes` of what the Race tab's download saves)."""
-    from specviz.ui.saved import race_to_dict
+    from specviz.serving.saved import race_to_dict
 
     return shipped_bytes(race_to_dict(race))
 
 
 def refuse_disturbed(race: Any, where: str) -> None:
     """A race that failed a method, or whose timing the Race tab would flag, is not shipped."""
-    from specviz.ui.verdict import timing_flags
+    from specviz.serving.timing import timing_flags
 
     failed = [f"{r.label}: {r.status} {r.message}".strip() for r in race.runs if r.status != "done"]
     if failed:

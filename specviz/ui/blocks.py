@@ -19,17 +19,17 @@ from starlette.middleware import Middleware
 
 from specviz.errors import SpecvizError
 from specviz.serving import threads
+from specviz.serving.gpu import no_gpu
 from specviz.serving.janitor import limit_malloc_arenas, start_janitor
 from specviz.serving.limits import AppLimits, app_limits
 from specviz.serving.pools import size_pools
+from specviz.serving.saved import MAX_FILE_BYTES
 from specviz.serving.stops import LeftPages
 from specviz.serving.turns import TURNS, hand_over_quickly, one_at_a_time
 from specviz.serving.uploads import UploadBounds
 from specviz.serving.visitors import peer_left_alone, trusted_proxies
 from specviz.ui.feedback import said_where_raised, user_error
-from specviz.ui.gpu import no_gpu
 from specviz.ui.pairs import TINY_VARIANTS, Placement, describe_pair, pair_choices, resolve_pair
-from specviz.ui.saved import MAX_FILE_BYTES
 from specviz.ui.style import CSS
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class TabContext:
     pair_status: gr.Markdown  # the header line that says which models are loaded
     race: gr.State  # the visitor's last race (specviz.ui.panels.Race) or None
     # (fn, duration=seconds or fn(*args) -> seconds) -> fn made to run where the GPU is: spaces.GPU on a
-    # ZeroGPU Space (a forked worker per call: plain data in and out, specviz.ui.gpu), else the identity
+    # ZeroGPU Space (a forked worker per call: plain data in and out, specviz.serving.gpu), else the identity
     gpu: Callable[..., Callable] = no_gpu
     # what one visitor may ask for (specviz.serving.limits; environment overrides)
     limits: AppLimits = field(default_factory=AppLimits)

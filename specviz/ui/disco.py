@@ -13,12 +13,13 @@ from specviz.errors import SpecvizError
 from specviz.limits import check_count
 from specviz.methods import BASELINE
 from specviz.metrics import tested
+from specviz.serving.compare import Row, Timed, compare_rows
+from specviz.serving.gpu import gpu_seconds
 from specviz.serving.limits import check_prompt_text, prompt_ids
 from specviz.serving.stops import KeyedStop, Signal, StopKey, stop_key_for
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import gpu_seconds
 from specviz.ui.phone import pivot_html
-from specviz.ui.tab_timing import Row, Timed, compare_rows, flagged_rows, flags_markdown
+from specviz.ui.tab_timing import flagged_rows, flags_markdown
 
 if TYPE_CHECKING:
     from specviz.models.pair import ModelPair
@@ -105,7 +106,7 @@ def disco_vs_oracle(
         "iterations": iterations,
         "classifier": clf,
         "stopped": out.stopped,
-        "flags": out.flags,  # the Race's checks (specviz.ui.tab_timing)
+        "flags": out.flags,  # the Race's checks (specviz.serving.compare)
     }
 
 

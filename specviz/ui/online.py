@@ -6,7 +6,7 @@ the adapted draft can be downloaded as safetensors (written once per draft versi
 of files server-wide: `specviz.serving.pools.DRAFT_FILES`). Stop ends the stream within one
 iteration of the request being served; the token analysis and the download take a turn on the
 models like every model call (`specviz.serving.turns`). On a ZeroGPU Space the stream is served in a GPU
-worker (specviz.ui.gpu), where the learner lives and is lost: the page gets plain rows, and the
+worker (specviz.serving.gpu), where the learner lives and is lost: the page gets plain rows, and the
 token analysis and the download, which need the learner, answer with a note. Handlers are plain
 functions of widget values (tested without a server); no torch at import.
 """
@@ -23,10 +23,10 @@ from specviz.errors import SpecvizError
 from specviz.limits import check_count, check_number
 from specviz.osd.analysis import window_alpha
 from specviz.plots.online import acceptance_over_stream, acceptance_per_domain, token_precision
+from specviz.serving.gpu import gpu_seconds
 from specviz.serving.limits import AppLimits
 from specviz.serving.stops import KeyedStop, stop_key_for
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import gpu_seconds
 
 if TYPE_CHECKING:
     from specviz.ui.blocks import TabContext

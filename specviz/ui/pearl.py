@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from specviz.errors import SpecvizError
+from specviz.serving.compare import Row, Timed, compare_rows
+from specviz.serving.gpu import gpu_seconds
 from specviz.serving.limits import AppLimits, check_prompt_text, prompt_ids
+from specviz.serving.racing import DEFAULT_LIMITS
 from specviz.serving.stops import KeyedStop, Signal, StopKey, stop_key_for
 from specviz.text import visible
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import gpu_seconds
 from specviz.ui.phone import pivot_html
-from specviz.ui.racing import DEFAULT_LIMITS
-from specviz.ui.tab_timing import Row, Timed, compare_rows, flagged_rows, flags_markdown
+from specviz.ui.tab_timing import flagged_rows, flags_markdown
 
 if TYPE_CHECKING:
     from specviz.models.pair import ModelPair
@@ -108,7 +109,7 @@ def compare(
         "steps": step_rows(pair, pearl.result.records) if pearl else [],
         "window": note,
         "stopped": out.stopped,
-        "flags": out.flags,  # the Race's checks (specviz.ui.tab_timing)
+        "flags": out.flags,  # the Race's checks (specviz.serving.compare)
     }
 
 

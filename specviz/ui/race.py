@@ -30,17 +30,19 @@ from specviz.plots.tokens_vs_time import TITLE as TIME_TITLE
 from specviz.plots.tokens_vs_time import tokens_vs_time
 from specviz.prompts import SUITES, load_suite, shuffled
 from specviz.serving.limits import AppLimits, check_prompt_text
+from specviz.serving.race import Race
+from specviz.serving.racing import RaceSettings, method_seconds, run_race
 from specviz.serving.runs import method_runner
+from specviz.serving.saved import load_race, race_to_dict
 from specviz.serving.stops import KeyedStop
+from specviz.serving.timing import timing_flags
 from specviz.ui import stepthrough
 from specviz.ui.feedback import user_error
 from specviz.ui.options import method_option_widgets
-from specviz.ui.panels import Race, md_text, panel_html
+from specviz.ui.panels import md_text, panel_html
 from specviz.ui.phone import pivot_html
-from specviz.ui.racing import RaceSettings, method_seconds, run_race
-from specviz.ui.saved import load_race, race_to_dict
 from specviz.ui.style import legend_html
-from specviz.ui.verdict import first_place, timing_flags, verdict_markdown
+from specviz.ui.verdict import first_place, verdict_markdown
 from specviz.ui.why import gamma_markdown, glossary_html, position_rows, why_markdown
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from specviz.plots.animation import TITLE as PLAY_TITLE
 from specviz.plots.animation import iteration_animation
 from specviz.plots.step import TITLE, step_distributions
 from specviz.plots.theme import empty
+from specviz.serving.gpu import gpu_seconds
+from specviz.serving.race import Race
 from specviz.text import visible
 from specviz.ui.feedback import user_error
-from specviz.ui.gpu import gpu_seconds
-from specviz.ui.panels import Race
 
 if TYPE_CHECKING:
     from specviz.ui.blocks import TabContext

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from specviz.errors import SpecvizError
 from specviz.plots.streaming_pass import PassCounts, pass_shape, run_pass
 from specviz.plots.tree import record_tree, record_tree_figure
+from specviz.serving.gpu import gpu_seconds
 from specviz.serving.limits import AppLimits, check_prompt_text
-from specviz.ui.gpu import gpu_seconds
 from specviz.ui.trees import TARGET_COLOUR, TreeRun, cannot_run, tree_run
 from specviz.ui.trees import coloured_output as coloured_output_by
 

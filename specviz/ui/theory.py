@@ -46,8 +46,8 @@ from specviz.ui.feedback import problem_text
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
+    from specviz.serving.race import Race
     from specviz.ui.blocks import TabContext
-    from specviz.ui.panels import Race
 
 TAB_TITLE = "Theory"
 TAB_ORDER = 55  # after PEARL's tab

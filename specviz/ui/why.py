@@ -22,7 +22,8 @@ from specviz.cost.families import CHAINS, FAMILIES, TARGET_ALONE, c_text
 from specviz.cost.from_records import explain_run, gamma_answer
 from specviz.methods import get_method
 from specviz.metrics import position_counts
-from specviz.ui.panels import BASELINE, DISTURBED, Race, md_text
+from specviz.serving.race import Race
+from specviz.ui.panels import BASELINE, DISTURBED, md_text
 
 # Shown in the Race tab; every metric label of a panel links to its entry (#sv-term-<key>).
 GLOSSARY = {
@@ -101,7 +102,7 @@ def explain_race(race: Race) -> list[dict[str, Any]]:
 def reading(row: dict[str, Any], disturbed: Sequence[str] | None = None) -> str:
     """One plain sentence from an `explain_run` row: the tokens an iteration is predicted to emit, by the
     formula from α, beside the ones it emitted (measured), against what an iteration cost; a run whose
-    timing was disturbed (specviz.ui.verdict) is not explained by its method."""
+    timing was disturbed (specviz.serving.timing) is not explained by its method."""
     if disturbed:
         return f"⚠️ {DISTURBED}: these timings are not the method's"
     predicted, measured, cost = row["expected_tokens"], row["measured_tokens_per_iteration"], row["iteration_cost"]

@@ -33,9 +33,9 @@ from specviz.limits import MAX_SEED, check_count, check_number, check_temperatur
 from specviz.methods import get_method
 from specviz.records import IterationRecord, RunBounds
 from specviz.serving.limits import AppLimits, check_prompt_text, check_prompt_tokens
-from specviz.ui.panels import MethodRun, Race, resolved_options, set_options
-from specviz.ui.racing import DEFAULT_LIMITS, app_options
-from specviz.ui.tokens import TokenSpan
+from specviz.serving.race import MethodRun, Race, resolved_options, set_options
+from specviz.serving.racing import DEFAULT_LIMITS, app_options
+from specviz.spans import TokenSpan
 
 FORMAT = "specviz-race"
 VERSION = 1
@@ -294,7 +294,7 @@ def _probe_ms(value: Any, method: str) -> float | None:
 
 
 def _flags(value: Any, method: str) -> list[str]:
-    """Why a run's timing is not the method's own (specviz.ui.verdict): a few lines of text."""
+    """Why a run's timing is not the method's own (specviz.serving.timing): a few lines of text."""
     if not (isinstance(value, list) and len(value) <= 16 and all(isinstance(f, str) and len(f) <= 500 for f in value)):
         raise SpecvizError(f"run '{method}': 'flags' must be a list of at most 16 lines of text")
     return list(value)

@@ -1,7 +1,7 @@
 """Running a race honestly: the methods run one after another, each alone on the models (taking
 turns with other visitors' runs, `specviz.serving.turns`), each stepped by the models' thread.
 
-A race has two sides (`specviz.ui.gpu`): `run_race` (the app's process: settings, turns, the board)
+A race has two sides (`specviz.serving.gpu`): `run_race` (the app's process: settings, turns, the board)
 and, for each method, one call of `specviz.serving.runs.method_runner`'s function (where the models
 are: a ZeroGPU worker, or this process), which takes plain data and yields typed events
 (`specviz.serving.runs`). The page thread wakes a few times a second to draw what has arrived.
@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from specviz.errors import SpecvizError
 from specviz.limits import check_count, check_unique
+from specviz.methods import BASELINE
+from specviz.serving.gpu import gpu_seconds
 from specviz.serving.limits import AppLimits
 from specviz.serving.limits import prompt_ids as checked_prompt
+from specviz.serving.race import MethodRun, Race
 from specviz.serving.runs import (
     Failed,
     OracleFilled,
@@ -33,11 +36,9 @@ from specviz.serving.runs import (
 )
 from specviz.serving.sessions import held_session
 from specviz.serving.stops import forget_stop, new_stop_key, request_stop
+from specviz.serving.timing import timing_flags
 from specviz.serving.turns import TURNS, Turns
-from specviz.ui.gpu import gpu_seconds
-from specviz.ui.panels import BASELINE, MethodRun, Race
-from specviz.ui.tokens import SpanBuilder
-from specviz.ui.verdict import timing_flags
+from specviz.spans import SpanBuilder
 
 if TYPE_CHECKING:
     from specviz.methods import MethodSpec
