@@ -14,11 +14,11 @@ server, page = app.server, app.page  # the app on the tiny pair, and Chromium on
 
 
 def test_a_flagged_pearl_table_keeps_its_headers_words_whole(page, monkeypatch):
-    from specviz.ui import tab_timing
+    from specviz.serving import compare
     from specviz.ui.panels import DISTURBED
 
     # every run flagged (the server runs in this process): the flags' look, whatever this machine's load
-    monkeypatch.setattr(tab_timing, "timing_flags", lambda race: {r.name: ["a test's load"] for r in race.runs})
+    monkeypatch.setattr(compare, "timing_flags", lambda race: {r.name: ["a test's load"] for r in race.runs})
     page.set_viewport_size({"width": 1440, "height": 900})
     page.get_by_role("tab", name="PEARL: parallel drafting").click()
     for label, value in (("Max new tokens", "16"), ("Timed runs", "1")):
