@@ -114,7 +114,7 @@ def _kind(value: Any) -> str:
     return f"{text[:40]}... ({type(value).__name__})" if len(text) > 40 else text
 
 
-def check_pair(pair: ModelPair) -> ModelPair:
+def check_pair(pair: object) -> ModelPair:
     """`pair` if it is a loaded ModelPair, else a SpecvizError that says where one comes from."""
     if not isinstance(pair, ModelPair):
         hint = f" (load it first: specviz.load_pair({pair!r}))" if isinstance(pair, str) else ""
