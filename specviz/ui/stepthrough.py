@@ -9,6 +9,7 @@ explained from its records.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -145,6 +146,40 @@ def build_section(ctx: TabContext) -> dict[str, Any]:
             empty(TITLE, "Run a race, then pick a method and an iteration."), elem_id="sv-step-plot", show_label=False
         )
 
+    show = _show_handler(ctx)
+
+    def here(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
+        return show(race, pair_name, method, iteration)
+
+    def previous(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
+        return show(race, pair_name, method, iteration, -1)
+
+    def following(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
+        return show(race, pair_name, method, iteration, +1)
+
+    inputs = [ctx.race, ctx.pair, step_method, step_iteration]
+    outputs = [step_iteration, step_view, step_plot, step_anim]
+    for trigger, fn in (
+        (step_method.input, here),
+        (step_iteration.submit, here),
+        (prev.click, previous),
+        (nxt.click, following),
+    ):
+        trigger(fn, inputs, outputs, api_visibility="private", **ctx.models_queue())
+    step_anim.change(None, [step_anim], None, js=ADD_FRAMES_JS)
+    return {
+        "step_method": step_method,
+        "step_iteration": step_iteration,
+        "step_anim": step_anim,
+        "step_view": step_view,
+        "step_plot": step_plot,
+    }
+
+
+def _show_handler(ctx: TabContext) -> Callable[..., tuple[Any, ...]]:
+    """The step-through's handler: (race, pair name, method, iteration, move) -> the iteration shown, its
+    HTML and its two plots; with the race's models here, the iteration's distributions rerun in a model call."""
+
     def recomputed(
         records: list, i: int, prompt_ids: list[int], options: dict, pair_name: str, method: str, method_options: dict
     ) -> Any:
@@ -182,29 +217,4 @@ def build_section(ctx: TabContext) -> dict[str, Any]:
         plots = step_distributions(step, run.label), iteration_animation(step, run.label)
         return i + 1, step_html(step, run.label), *plots
 
-    def here(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
-        return show(race, pair_name, method, iteration)
-
-    def previous(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
-        return show(race, pair_name, method, iteration, -1)
-
-    def following(race: Race | None, pair_name: str, method: str | None, iteration: Any) -> tuple[Any, ...]:
-        return show(race, pair_name, method, iteration, +1)
-
-    inputs = [ctx.race, ctx.pair, step_method, step_iteration]
-    outputs = [step_iteration, step_view, step_plot, step_anim]
-    for trigger, fn in (
-        (step_method.input, here),
-        (step_iteration.submit, here),
-        (prev.click, previous),
-        (nxt.click, following),
-    ):
-        trigger(fn, inputs, outputs, api_visibility="private", **ctx.models_queue())
-    step_anim.change(None, [step_anim], None, js=ADD_FRAMES_JS)
-    return {
-        "step_method": step_method,
-        "step_iteration": step_iteration,
-        "step_anim": step_anim,
-        "step_view": step_view,
-        "step_plot": step_plot,
-    }
+    return show
