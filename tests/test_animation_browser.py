@@ -267,8 +267,7 @@ def test_sixteen_drafts_in_the_app_at_1440_and_on_a_phone(page):
     its indices as strings)."""
     app_browser.set_race(page, "def fibonacci(n):", {"Vanilla SD": "vanilla"}, 32)
     app_browser.set_option(page, "vanilla", "speculation_length", "16")
-    page.click("#sv-run")
-    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    app_browser.race_to_end(page)
     page.wait_for_selector("#sv-board .sv-panel[data-method=vanilla] .sv-paper:has-text('speculation_length = 16')")
     if not page.locator("#sv-step-method input").is_visible():
         page.click("#sv-step button:has-text('Step through one iteration')")

@@ -69,6 +69,15 @@ def set_race(page, prompt: str, methods: dict[str, str], max_new: int) -> None:
     number.press("Enter")
 
 
+def race_to_end(page) -> None:
+    """Press Run race and wait until this race has finished: until its first update the status line still
+    says the last race's "Race finished" (a test that waited for that text alone stepped through the last
+    race's runs, CI and a loaded local run, 2026-12-03)."""
+    page.click("#sv-run")
+    page.wait_for_function("() => !document.querySelector('#sv-race-status').innerText.includes('Race finished')")
+    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+
+
 def set_option(page, method: str, label: str, value: str) -> None:
     """Types `value` into `method`'s `label` box of the options accordion and leaves the box, then waits
     until the slider holds it: the box's change reaches the race's options a tick later, and a Run race
@@ -130,8 +139,7 @@ def test_max_new_tokens_out_of_range_is_said_not_silently_changed(page):
 def test_race_shows_coloured_tokens_metrics_legend_and_toggles(page):
     page.wait_for_selector("#sv-plot-time .js-plotly-plot:has-text('Run a race to see this plot')")
     set_race(page, "def fibonacci(n):", CHOSEN, 24)
-    page.click("#sv-run")
-    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    race_to_end(page)
     panels = page.locator("#sv-board .sv-panel")
     assert panels.count() == 3
     assert [panels.nth(i).get_attribute("data-method") for i in range(3)] == list(CHOSEN.values())
@@ -371,8 +379,7 @@ def test_each_ticked_method_shows_its_own_options_and_runs_with_them(page):
     assert not page.locator("#sv-method-options").get_by_text("SSSD (n-gram tree)").is_visible()  # SSSD is not ticked
     assert group.is_visible()
     set_option(page, "vanilla", "speculation_length", "2")
-    page.click("#sv-run")
-    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    race_to_end(page)
     vanilla = page.locator("#sv-board .sv-panel[data-method=vanilla] .sv-paper")
     assert "speculation_length = 2" in vanilla.inner_text()
     assert (

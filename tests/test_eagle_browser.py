@@ -9,7 +9,7 @@ import pytest
 from specviz.methods import get_method
 from specviz.methods.eagle import EagleOptions
 from tests import test_theory_browser
-from tests.test_app_browser import ARTIFACTS, set_race
+from tests.test_app_browser import ARTIFACTS, race_to_end, set_race
 
 pytestmark = pytest.mark.browser
 
@@ -39,8 +39,7 @@ def test_eagle_is_offered_unticked_and_races_to_the_targets_text(page):
     note = page.locator("#sv-method-options .prose.sv-option-fixed", has_text='head: "auto"')
     note.wait_for(state="visible")
     assert 'head: "auto" in the app' in note.inner_text() and "--option eagle.head=VALUE" in note.inner_text()
-    page.click("#sv-run")
-    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    race_to_end(page)
     panel = page.locator("#sv-board .sv-panel[data-method=eagle]")
     assert "sv-done" in panel.get_attribute("class")
     assert LABEL in panel.locator(".sv-panel-head").inner_text()

@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from tests.test_app_browser import ARTIFACTS, CHOSEN, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, server, set_race
+from tests.test_app_browser import ARTIFACTS, CHOSEN, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, race_to_end, server, set_race
 
 pytestmark = pytest.mark.browser
 
@@ -46,8 +46,7 @@ def test_after_a_race_the_whole_summary_is_on_a_phones_screen(phone):
     """The summary scrolled sideways with the speedup off-screen, then cut its place column and every one
     right of it at 390 px; a rejected draft's line break broke the code's layout."""
     set_race(phone, "def fibonacci(n):\n    if n < 2:\n        return n\n", CHOSEN, 24)
-    phone.click("#sv-run")
-    phone.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    race_to_end(phone)
     summary_fits(phone, list(CHOSEN))
     why = phone.locator("#sv-why table")  # fits its box: every column, both speedups included, on screen
     widths = why.evaluate("t => [t.scrollWidth, t.closest('#sv-why').clientWidth]")
@@ -242,9 +241,7 @@ def test_a_race_of_every_method_keeps_its_summary_on_a_phones_screen(phone):
     ticked = [box.inner_text().strip() for box in boxes if box.locator("input").is_checked()]
     assert len(ticked) > 2 * PHONE_METHODS, ticked
     assert not [t for t in ticked if t.startswith("vLLM")], "All ticks specviz's own methods, no vLLM server"
-    phone.click("#sv-run")
-    phone.wait_for_function("() => !document.querySelector('#sv-race-status').innerText.includes('Race finished')")
-    phone.wait_for_selector("#sv-race-status:has-text('Race finished')")  # this race's, not the last one's
+    race_to_end(phone)  # this race's, not the last one's
     status = phone.locator("#sv-race-status").inner_text()
     failed = status.split(FAILED_NOTE + ": ")[1].split(".")[0].split(", ") if FAILED_NOTE in status else []
     summary_fits(phone, [label for label in ticked if label not in failed])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specviz.tools.load import free_port
-from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, set_race
+from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, race_to_end, set_race
 
 pytestmark = pytest.mark.browser
 
@@ -47,8 +47,7 @@ def test_the_whatif_shows_the_races_point_and_its_measured_cost(page):
     page.wait_for_selector("#sv-whatif-chain:has-text('cost model (no race yet)')")  # before a race: said on the plot
     page.get_by_role("tab", name="Race").click()
     set_race(page, "def fibonacci(n):", {"Autoregressive", "Vanilla SD"}, 24)
-    page.locator("#sv-run").click()
-    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    race_to_end(page)
     why = page.locator("#sv-why").inner_text()
     page.get_by_role("tab", name="Theory").click()
     page.wait_for_selector("#sv-whatif-chain:has-text('measured in the last race')")
@@ -96,9 +95,7 @@ def test_the_roofline_note_follows_the_race_and_its_dropdowns_are_whole(page):
     page.set_viewport_size({"width": 1440, "height": 900})
     page.get_by_role("tab", name="Race").click()
     set_race(page, "def fibonacci(n):", {"Autoregressive", "Prompt lookup"}, 24)
-    page.locator("#sv-run").click()
-    page.wait_for_selector("#sv-board .sv-panel[data-method=prompt_lookup]")  # this race's board, not the last's
-    page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+    race_to_end(page)
     page.get_by_role("tab", name="Theory").click()
     page.wait_for_selector("#sv-roofline-text:has-text('Prompt lookup: T(γ+1)/T(1)')")  # the race just run
     text = note.inner_text()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_app_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, server
+from tests.test_app_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, race_to_end, server
 from tests.test_phone_browser import LINES, PHONE
 
 pytestmark = pytest.mark.browser
@@ -39,8 +39,7 @@ def raced(server):
         number.press("Enter")
         ticked = [b for b in page.locator("#sv-methods label").all() if b.locator("input").is_checked()]
         assert len(ticked) >= 12, len(ticked)
-        page.click("#sv-run")
-        page.wait_for_selector("#sv-race-status:has-text('Race finished')")
+        race_to_end(page)
         page.wait_for_selector("#sv-why table")
         SHOTS.mkdir(parents=True, exist_ok=True)
         yield page
