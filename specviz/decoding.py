@@ -8,7 +8,7 @@ a verification verdict into emitted tokens, applies EOS and `max_new_tokens`, an
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ class Decoding:
         seed: int,
         session: Any = None,
         executor: Any = None,
+        preview: Callable[[Sequence[int]], None] | None = None,
     ) -> None:
         self.pair = pair
         self.method = method
@@ -52,6 +53,9 @@ class Decoding:
         self.executor = (
             executor  # submit(fn, *args) -> Future: where a method runs a second lane (PEARL's target); None: its own
         )
+        # who is shown the tokens a method has emitted but cannot record yet (an engine that sends its steps'
+        # counts with its last token); None: nobody watches
+        self.preview = preview
 
     def now(self) -> float:
         """Seconds since the run started; the clock starts at the first call (the first step). On a

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -38,6 +38,7 @@ def run(
     chat: bool | None = None,
     session: Any = None,
     executor: Submitter | None = None,
+    preview: Callable[[Sequence[int]], None] | None = None,
     **options: Any,
 ) -> Iterator[IterationRecord]:
     """Decode `prompt` with `method`, yielding one record per speculative iteration.
@@ -49,6 +50,8 @@ def run(
     with `specviz.methods.new_session`: OSD's online learner); None: a lone run, which learns nothing.
     `executor`: where a method runs its second lane (PEARL's target), e.g. a thread kept across runs
     so that no run pays a new thread's first calls; None: the method starts one for the run.
+    `preview(tokens)`: called with each piece of output a method emits before it can record it (a
+    speculative vLLM row's tokens, whose per-step counts arrive with its last one); the records follow.
     """
     spec, opts, prompt_ids, sampling, max_new_tokens, seed = _checked(
         method,
@@ -64,7 +67,9 @@ def run(
         executor=executor,
         **options,
     )
-    dec = Decoding(pair, prompt_ids, spec.name, max_new_tokens, sampling, seed, session=session, executor=executor)
+    dec = Decoding(
+        pair, prompt_ids, spec.name, max_new_tokens, sampling, seed, session=session, executor=executor, preview=preview
+    )
     return spec.generate(dec, opts)
 
 

@@ -619,3 +619,56 @@ def test_the_summary_pivots_for_a_phone_every_figure_a_few_methods_a_table(pertu
     tables = summary_pivot(every).split("<table>")[1:]
     assert len(tables) == -(-len(names) // PHONE_METHODS) and all(t.count(' title="') <= PHONE_METHODS for t in tables)
     assert all(len(s.short_label) <= 7 or " " in s.short_label for s in all_methods())  # ~65 px a column
+
+
+@pytest.fixture
+def records_at_the_end():
+    """A method that, as a speculative vLLM row does, records its steps only when its run ends and hands
+    its tokens to the run's `preview` as they come. Its records wait until the race has shown them."""
+    from specviz import methods
+    from specviz.cost.families import CHAIN
+    from specviz.methods.autoregressive import NoOptions, autoregressive
+
+    shown = threading.Event()
+
+    def held_back(dec, opts):
+        records = []
+        for record in autoregressive(dec, opts):
+            records.append(record)
+            if dec.preview is not None:
+                dec.preview(record.emitted)
+        assert shown.wait(30), "the race never showed the streamed tokens"
+        yield from records
+
+    methods.register(
+        "toy-held-back",
+        label="Held back (toy)",
+        description="Its records at the end.",
+        paper="this test",
+        options=NoOptions,
+        family=CHAIN,
+        rank=13,
+    )(held_back)
+    yield "toy-held-back", shown
+    methods._REGISTRY.pop("toy-held-back")
+
+
+def test_tokens_streamed_before_their_records_show_uncoloured_then_give_way(perturbed_pair, records_at_the_end):
+    """A run whose records come only at its end (a speculative vLLM row) still streams: its panel shows
+    the tokens that arrived, uncoloured, with why; its records replace them."""
+    name, shown = records_at_the_end
+    settings = RaceSettings("def f(x):", ("autoregressive", name), max_new_tokens=10)
+    seen = []
+    for race in run_race(perturbed_pair, settings, {}, threading.Event()):
+        run = race.runs[1]
+        if run.streamed_tokens:
+            seen.append((run.streamed_tokens, run.streamed_text, race_html(race)))
+            if run.streamed_tokens == 10:
+                shown.set()
+    assert seen and not race.runs[1].streamed_tokens and race.runs[1].status == "done"
+    output = [t for r in race.runs[0].records for t in r.emitted]
+    assert [t for r in race.runs[1].records for t in r.emitted] == output  # its records: the same tokens
+    count, text, board = seen[-1]
+    assert count == 10 and text == plain_text(race.runs[1].spans)  # the streamed text is the recorded one
+    assert "10 tokens streamed so far, not yet coloured" in board and 'class="sv-streamed"' in board
+    assert 'class="sv-streamed"' not in race_html(race)

@@ -131,8 +131,13 @@ def servers(head32_pair):
 @pytest.mark.parametrize("method", list(ROWS))
 def test_every_vllm_row_repeats_the_target_alone_token_for_token(servers, head32_pair, method):
     ids, reference = servers
-    records = list(specviz.run(method, head32_pair, ids, max_new_tokens=40, **ROWS[method]))
+    previewed: list = []
+    records = list(specviz.run(method, head32_pair, ids, max_new_tokens=40, preview=previewed.append, **ROWS[method]))
     assert [t for r in records for t in r.emitted] == reference
+    if get_method(method).family.name == "engine chain":  # its tokens went to the preview chunk by chunk
+        assert len(previewed) > 1 and [t for chunk in previewed for t in chunk] == reference
+    else:
+        assert previewed == []  # a target alone records each token as it comes
     for r in records:  # each record is a valid one, as a saved race reads it back
         assert IterationRecord.from_dict(r.to_dict(), where=method) == r
         engine_fields = r.extras(EngineExtra)

@@ -3,7 +3,8 @@ lookup) and a draft model, each a server of vLLM's (`specviz.engines.vllm`), rea
 
 One record per engine step. The tokens come from the stream; how many a step drafted and accepted
 from vLLM's per-step counts, which arrive with the last chunk, so a speculative run's records are
-written when its request ends (the target alone's stream token by token). A step's accepted drafts
+written when its request ends (the target alone's stream token by token); until then its tokens go to
+the run's `preview` as they arrive (the Race shows them, not yet coloured). A step's accepted drafts
 are its first tokens; vLLM counts the drafts it rejected but does not name them, and reports no p or
 q: the records say so (`EngineExtra`) instead of inventing them. Times are the client's: a step ends
 when its tokens arrive, drafting and verifying together, the HTTP round trip included.
@@ -125,6 +126,8 @@ def serve(dec: Decoding, speculative: dict[str, Any] | None, method: str) -> Ite
                 chunks.append(item)
             else:
                 chunks.append(item)
+                if dec.preview is not None:
+                    dec.preview(item.tokens)
     finally:
         items.close()
     if speculative is None:

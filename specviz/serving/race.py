@@ -29,6 +29,10 @@ class MethodRun:
     options: Mapping[str, Any] = field(default_factory=dict)
     records: tuple[IterationRecord, ...] = ()
     spans: tuple[TokenSpan, ...] = ()
+    # what the method has streamed before it could record it (a speculative vLLM row until its request ends: its
+    # per-step counts come with its last token): how many tokens, and their text; 0 and "" once its records came
+    streamed_tokens: int = 0
+    streamed_text: str = ""
     probe_ms: float | None = None  # the target alone's step time, measured right before this run (None: not measured)
     flags: tuple[str, ...] = ()  # why its timing cannot be the method's own (specviz.serving.timing)
 

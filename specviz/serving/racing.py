@@ -32,13 +32,14 @@ from specviz.serving.runs import (
     RunEvent,
     RunRequest,
     Status,
+    Streamed,
     method_runner,
 )
 from specviz.serving.sessions import held_session
 from specviz.serving.stops import forget_stop, new_stop_key, request_stop
 from specviz.serving.timing import timing_flags
 from specviz.serving.turns import TURNS, Turns
-from specviz.spans import SpanBuilder
+from specviz.spans import IncrementalDetokenizer, SpanBuilder
 
 if TYPE_CHECKING:
     from specviz.methods import MethodSpec
@@ -125,7 +126,8 @@ ENGINE_NOTE = (
     "Decoded by {engine} in its own server (started on first use: a minute or two), timed at this end: a step ends "
     "when its tokens arrive, so a remote server's network time is in every step. {engine} counts the drafts it "
     "rejects but does not name them, and reports no p or q: rejected drafts are counted, not shown; a speculative "
-    "row's tokens appear when its request ends."
+    "row's tokens stream uncoloured, and are coloured and counted when its request ends (its per-step counts come "
+    "then)."
 )
 
 
@@ -279,6 +281,7 @@ def _run_method(
     run = replace(run, status="running")
     yield race.with_run(run)
     builder = SpanBuilder(pair.tokenizer, race.prompt_ids, greedy=race.options.get("temperature", 0.0) == 0)
+    words = IncrementalDetokenizer(pair.tokenizer, race.prompt_ids)  # the text of tokens streamed before their records
     try:
         for event in updates:
             if stop.is_set():
@@ -287,7 +290,17 @@ def _run_method(
                 case Records(records) if records:
                     for record in records:
                         builder.add(record)
-                    run = replace(run, records=run.records + tuple(records), spans=tuple(builder.spans))
+                    run = replace(
+                        run,
+                        records=run.records + tuple(records),
+                        spans=tuple(builder.spans),
+                        streamed_tokens=0,
+                        streamed_text="",
+                    )
+                    yield race.with_run(run)
+                case Streamed(tokens):  # tokens before their records: their text, uncoloured
+                    text = "".join(words.push(t) for t in tokens[run.streamed_tokens :])
+                    run = replace(run, streamed_tokens=len(tokens), streamed_text=run.streamed_text + text)
                     yield race.with_run(run)
                 case OracleFilled(records):
                     run = replace(run, records=tuple(records))

@@ -8,7 +8,8 @@ policy only: one run streamed live (the Race), or the median of `median_of` runs
 own warm-up (`runner.generate_median`: the lab tabs). It yields, in order: `Status` lines while a
 method's `prepare` hook runs (a vLLM row's server starting), `Probed` (the target alone's pace right
 before the method), `Records` (in batches every `REFRESH_S` while a live run decodes; at once for a
-median), then `OracleFilled` (the records with their oracle speculation length) and `Parity` (the
+median; `Streamed` tokens before a live run's records where its method cannot record a step as it
+comes), then `OracleFilled` (the records with their oracle speculation length) and `Parity` (the
 greedy output against the target alone's); `Failed` where the run failed. A live run ends after its
 current iteration once its stop key is requested (`specviz.serving.stops`).
 
@@ -91,6 +92,14 @@ class Records:
 
 
 @dataclass(frozen=True)
+class Streamed:
+    """Every token the run has emitted but not recorded yet (a speculative vLLM row: its per-step counts,
+    and so its records, come with its last token); its records replace them."""
+
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class OracleFilled:
     """Every record of the run, with its oracle speculation length filled."""
 
@@ -113,7 +122,7 @@ class Failed:
     message: str
 
 
-RunEvent = Status | Probed | Records | OracleFilled | Parity | Failed
+RunEvent = Status | Probed | Records | Streamed | OracleFilled | Parity | Failed
 
 
 def step_ms(records: Sequence[Any]) -> float | None:
@@ -225,12 +234,19 @@ def method_runner(load_pair: Callable[[str], Any]) -> Callable[[RunRequest, dict
                 yield Records(records)
             else:
                 stop = StopKey(request.stop_key) if request.stop_key is not None else threading.Event()
+                streamed: list[int] = []  # extended on the models' thread, read here
+                kwargs["preview"] = streamed.extend
                 stream = stream_records(
                     threads.on(MODELS).call(lambda: specviz.run(spec.name, pair, prompt_ids, **kwargs)), stop
                 )
+                shown = 0
                 for batch in stream:
                     records += batch
-                    yield Records(batch)
+                    if batch or len(streamed) == shown:
+                        yield Records(batch)
+                    else:
+                        shown = len(streamed)
+                        yield Streamed(tuple(streamed[:shown]))
         except SpecvizError as e:
             yield Failed(str(e))
         except Exception as e:  # a bug in one method must not end everyone's race; the log keeps its traceback

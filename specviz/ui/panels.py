@@ -114,6 +114,16 @@ def nothing_drafted(run: MethodRun) -> str:
     )
 
 
+def streamed_note(run: MethodRun) -> str:
+    """What a panel says while its tokens arrive before their records ('' otherwise)."""
+    if not run.streamed_tokens:
+        return ""
+    return (
+        f"{run.streamed_tokens} tokens streamed so far, not yet coloured: vLLM reports how many drafts each step "
+        "made and accepted only when the request ends, and the figures come then."
+    )
+
+
 def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) -> str:
     """One method's panel. Its spans carry their iteration's end time and the panel its finish time,
     so the page can replay every finished run on one clock without asking the server again. What a
@@ -127,7 +137,7 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
     speed = "1.00×" if run.name == BASELINE and records else _fmt(m["speedup"], ".2f") + ("×" if m["speedup"] else "")
     metrics = "".join(
         [
-            _metric(str(m["tokens"]), "tokens"),
+            _metric(str(m["tokens"] or run.streamed_tokens), "tokens"),
             _metric(_fmt(m["tokens_per_s"], ".1f"), "tokens / s"),
             _metric(speed, "speedup vs AR", "speedup"),
             _metric(NOTHING_DRAFTED if idle else _fmt(m["acceptance_rate"], ".0%"), "accepted ÷ drafted", "acceptance"),
@@ -137,11 +147,16 @@ def panel_html(run: MethodRun, baseline_tps: float | None, max_new_tokens: int) 
         # methods with modes (PEARL: pre-verify / post-verify) show the latest step's
         + ([_metric(html.escape(pearl.mode), "mode")] if pearl else [])
     )
-    progress = min(100.0, 100.0 * int(m["tokens"] or 0) / max(1, max_new_tokens))
-    message = "".join(f'<div class="sv-message">{html.escape(m)}</div>' for m in (run.note, run.message, idle) if m)
+    progress = min(100.0, 100.0 * max(int(m["tokens"] or 0), run.streamed_tokens) / max(1, max_new_tokens))
+    waiting = streamed_note(run)
+    message = "".join(
+        f'<div class="sv-message">{html.escape(m)}</div>' for m in (run.note, run.message, idle, waiting) if m
+    )
     if run.flags:  # the timing cannot be the method's: say so here, where its numbers are
         message += f'<div class="sv-flag" role="alert"><b>⚠️ {DISTURBED}.</b> {html.escape("; ".join(run.flags))}.</div>'
     text = tokens_html(run.spans, {r.iteration: r.t_end for r in records})
+    if run.streamed_tokens:
+        text += f'<span class="sv-streamed">{html.escape(run.streamed_text)}</span>'
     finished = status in ("done", "stopped") and records
     replay = f' data-end="{records[-1].t_end:.4f}" data-tokens="{m["tokens"]}"' if finished else ""
     return (

@@ -569,7 +569,7 @@ def panel_updates(ui: RaceWidgets, race: Race, drawn: dict[str, tuple]) -> dict:
     """New HTML for the panels whose run changed since last drawn (only those travel to the page)."""
     baseline, out = race.baseline_tokens_per_s(), {}
     for run in race.runs:
-        key = (run.status, len(run.records), run.message, baseline is not None, tuple(run.flags))
+        key = (run.status, len(run.records), run.streamed_tokens, run.message, baseline is not None, tuple(run.flags))
         if drawn.get(run.name) != key:
             drawn[run.name] = key
             out[ui.panels[run.name]] = panel_html(run, baseline, race.max_new_tokens)

@@ -74,6 +74,7 @@ CSS = """
            white-space: pre-wrap; overflow-wrap: anywhere; max-height: 60vh; overflow-y: auto; }
 .sv-message { font-size: .9rem; color: #D55E00; margin: 4px 0; }
 .sv-tok { border-radius: 3px; padding: 1px 0; }
+.sv-streamed { opacity: .7; }  /* tokens that arrived before their step's counts (a speculative vLLM row) */
 .sv-tok.sv-accepted { background: rgba(86,180,233,.28); border-bottom: 2px solid #0072B2; }
 .sv-tok.sv-target { background: rgba(230,159,0,.28); outline: 1.5px solid #E69F00; outline-offset: -1px;
     font-weight: 700; }
