@@ -67,6 +67,14 @@ def test_a_changed_weight_is_packed_again(reduced_pair):
     after = CachedLM(draft).forward(IDS)
     finite = torch.isfinite(before)
     assert torch.allclose(after[finite], 2 * before[finite], rtol=0.05, atol=0.05)
+    # a parameter replaced, then a whole submodule: each packed again too
+    draft.lm_head.proj.weight = torch.nn.Parameter(draft.lm_head.proj.weight.detach() / 2)
+    assert torch.allclose(CachedLM(draft).forward(IDS)[finite], before[finite], rtol=0.05, atol=0.05)
+    head = draft.lm_head.proj
+    draft.lm_head.proj = torch.nn.Linear(head.in_features, head.out_features, bias=False)
+    with torch.no_grad():
+        draft.lm_head.proj.weight.copy_(head.weight * 3)
+    assert torch.allclose(CachedLM(draft).forward(IDS)[finite], 3 * before[finite], rtol=0.05, atol=0.05)
 
 
 def test_grouped_attention_equals_repeated_key_value_heads():

@@ -64,6 +64,36 @@ def version_stamp(t: torch.Tensor) -> tuple[int, int]:
         return id(t), 0
 
 
+class WeightsStamp:
+    """What a copy made from a module's weights (packed, quantised) was made from, cheap enough to check
+    every step: each parameter's identity, version and device, and each submodule's identity. It
+    changes when a weight changes in place (an optimiser step, `load_state_dict`), moves to another
+    device, or a parameter or submodule is replaced. The modules are listed once and again only after a
+    change: walking `parameters()` each step cost the default draft a few percent of its step
+    (benchmarks/fast-target/README.md, section 4)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self.modules: list[torch.nn.Module] = []
+        self.last: tuple | None = None
+
+    def _read(self) -> tuple:
+        out: list = []
+        for m in self.modules:
+            out += [id(c) for c in m._modules.values()]
+            out += [(*version_stamp(p), p.device) for p in m._parameters.values() if p is not None]
+        return tuple(out)
+
+    def changed(self) -> bool:
+        """Whether the weights differ from the last call's (True at the first)."""
+        stamp = self._read()
+        if stamp == self.last and self.modules:
+            return False
+        self.modules = list(self.module.modules())  # a submodule may have been replaced: list them again
+        self.last = self._read()
+        return True
+
+
 class PackedLinear(torch.nn.Linear):
     """An `nn.Linear` that `prepack_linears` routed through packed oneDNN weights."""
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedConfig
 
-from specviz.models.cpu import version_stamp
+from specviz.models.cpu import WeightsStamp
 from specviz.models.fast import rope_table, rotate_half
 from specviz.models.kv import StaticKV
 
@@ -176,8 +176,9 @@ class ReducedVocabDraft(LlamaForCausalLM):
         they read the same input) and the head's: int8 rows with scales on a CPU, the weights
         themselves elsewhere. Made again when a weight changes (an optimiser step or `load_state_dict`
         bumps its version)."""
-        stamp = tuple((*version_stamp(p), p.device) for p in self.parameters())  # moved to another device: made again
-        if getattr(self, "_lean_stamp", None) != stamp:
+        if "_lean_stamp" not in self.__dict__:
+            self._lean_stamp = WeightsStamp(self)
+        if self._lean_stamp.changed():
             cpu = self.model.embed_tokens.weight.device.type == "cpu"
 
             def pack(*weights: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -194,7 +195,6 @@ class ReducedVocabDraft(LlamaForCausalLM):
                 for a, m in ((layer.self_attn, layer.mlp) for layer in self.model.layers)
             ]
             self._lean = (layers, pack(self.lm_head.proj.weight))
-            self._lean_stamp = stamp
         return self._lean
 
     @torch.inference_mode()
