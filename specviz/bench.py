@@ -241,7 +241,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="NAME=URL",
-        help="run the vLLM row NAME (vllm, vllm_ngram, vllm_draft) on the vLLM server at URL; repeatable",
+        help="run the vLLM row NAME (vllm, vllm_ngram, vllm_draft, vllm_suffix) on the vLLM server at URL; repeatable",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)

@@ -125,6 +125,7 @@ def test_each_entry_says_its_family_and_the_defaults_are_unchanged():
         "vllm": TARGET_ALONE,
         "vllm_ngram": ENGINE_CHAIN,
         "vllm_draft": ENGINE_CHAIN,
+        "vllm_suffix": ENGINE_CHAIN,
     }
     # the Race tab's defaults before the registry held them, in registry order
     before = ("autoregressive", "vanilla", "prompt_lookup", "pearl", "sssd", "disco", "osd")
@@ -143,7 +144,7 @@ def test_each_entry_says_its_family_and_the_defaults_are_unchanged():
     assert {s.name for s in all_methods() if s.drafts_with_pair_draft} == {
         s.name for s in all_methods() if s.needs_draft and s.session is None and not s.engine
     }
-    assert {s.name for s in all_methods() if s.engine} == {"vllm", "vllm_ngram", "vllm_draft"}
+    assert {s.name for s in all_methods() if s.engine} == {"vllm", "vllm_ngram", "vllm_draft", "vllm_suffix"}
 
 
 @dataclass(frozen=True)

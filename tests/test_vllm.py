@@ -27,7 +27,12 @@ from specviz.records import IterationRecord
 pytestmark = pytest.mark.vllm  # make test runs this file after the rest, alone (its servers bind the cores)
 
 PROMPT = "def fib(n): return fib(n-1) + fib(n-2) if n > 1 else n\n# the same again: def fib(n): return"
-ROWS = {"vllm": {}, "vllm_ngram": {"num_speculative_tokens": 3}, "vllm_draft": {"num_speculative_tokens": 3}}
+ROWS = {
+    "vllm": {},
+    "vllm_ngram": {"num_speculative_tokens": 3},
+    "vllm_draft": {"num_speculative_tokens": 3},
+    "vllm_suffix": {"num_speculative_tokens": 3},
+}
 
 
 def chunk(t: float, *tokens: int) -> engine.Chunk:

@@ -1,5 +1,5 @@
 """vLLM's own decoding, raced beside specviz's methods: the target alone, n-gram speculation (prompt
-lookup) and a draft model, each a server of vLLM's (`specviz.engines.vllm`), read over HTTP.
+lookup), a draft model and suffix decoding, each a server of vLLM's (`specviz.engines.vllm`), read over HTTP.
 
 One record per engine step. The tokens come from the stream; how many a step drafted and accepted
 from vLLM's per-step counts, which arrive with the last chunk, so a speculative run's records are
@@ -26,7 +26,7 @@ from specviz.errors import SpecvizError
 from specviz.extras import EngineExtra
 from specviz.methods import BASELINE, all_methods, get_method, register
 from specviz.methods.autoregressive import NoOptions
-from specviz.methods.options import MethodOptions, count
+from specviz.methods.options import MethodOptions, count, number
 from specviz.records import IterationRecord
 from specviz.sampling import SamplingConfig
 from specviz.verify import Verdict
@@ -223,6 +223,17 @@ class DraftOptions(MethodOptions):
     num_speculative_tokens: int = count(4, help="vLLM's γ: tokens the draft model proposes per step")
 
 
+@dataclass(frozen=True)
+class SuffixOptions(MethodOptions):
+    num_speculative_tokens: int = count(24, help="vLLM's γ: most tokens a step may draft from the suffix trees")
+    max_tree_depth: int = count(24, help="depth of the suffix trees: the matched suffix and the draft together")
+    max_spec_factor: float = number(1.0, 0.1, 8.0, help="a draft is at most this many times the matched suffix")
+    min_token_prob: float = number(0.1, 0.0, 1.0, help="drafts only tokens this frequent after the match")
+    max_cached_requests: int = count(
+        0, least=0, most=100_000, help="past requests' outputs kept as a datastore (0: this request's only)"
+    )
+
+
 def ngram_config(opts: NgramOptions) -> dict[str, Any]:
     names = ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
     return {"method": "ngram", **{k: getattr(opts, k) for k in names}}
@@ -230,6 +241,15 @@ def ngram_config(opts: NgramOptions) -> dict[str, Any]:
 
 def draft_config(opts: DraftOptions) -> dict[str, Any]:
     return {"method": "draft_model", "num_speculative_tokens": opts.num_speculative_tokens}
+
+
+def suffix_config(opts: SuffixOptions) -> dict[str, Any]:
+    names = ("max_tree_depth", "max_spec_factor", "min_token_prob", "max_cached_requests")
+    return {
+        "method": "suffix",
+        "num_speculative_tokens": opts.num_speculative_tokens,
+        **{f"suffix_decoding_{k}": getattr(opts, k) for k in names},
+    }
 
 
 @register(
@@ -285,6 +305,25 @@ def vllm_ngram(dec: Decoding, opts: NgramOptions) -> Iterator[IterationRecord]:
 )
 def vllm_draft(dec: Decoding, opts: DraftOptions) -> Iterator[IterationRecord]:
     return serve(dec, draft_config(opts), "vllm_draft")
+
+
+@register(
+    "vllm_suffix",
+    label="vLLM suffix decoding",
+    short_label="vLLM suffix",
+    description="vLLM's suffix decoding (Oliaro et al. 2024, Arctic Inference's suffix trees): drafts from suffix "
+    "trees of the prompt and the output, and of past requests' outputs where it keeps them, verified by its engine.",
+    paper=PAPER,
+    options=SuffixOptions,
+    family=ENGINE_CHAIN,
+    needs_draft=False,
+    rank=93,
+    extras=(EngineExtra,),
+    engine="vLLM",
+    prepare=preparer("vllm_suffix", suffix_config),
+)
+def vllm_suffix(dec: Decoding, opts: SuffixOptions) -> Iterator[IterationRecord]:
+    return serve(dec, suffix_config(opts), "vllm_suffix")
 
 
 def give_urls(items: list[str]) -> None:
