@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         "--vllm-url",
         action="append",
         metavar="NAME=URL",
-        help="race the vLLM row NAME (vllm, vllm_ngram, vllm_draft, vllm_suffix) on the vLLM server at URL instead of one "
-        "specviz starts; repeatable (or SPECVIZ_VLLM_URLS=NAME=URL,...)",
+        help="race the vLLM row NAME (vllm, vllm_ngram, vllm_draft, vllm_suffix) on the vLLM server at URL instead "
+        "of one specviz starts; repeatable (or SPECVIZ_VLLM_URLS=NAME=URL,...)",
     )
     args = parser.parse_args(argv)
     log_lines()
