@@ -86,8 +86,7 @@ class WeightsStamp:
 
     def changed(self) -> bool:
         """Whether the weights differ from the last call's (True at the first)."""
-        stamp = self._read()
-        if stamp == self.last and self.modules:
+        if self._read() == self.last:  # never at the first call: `last` is None
             return False
         self.modules = list(self.module.modules())  # a submodule may have been replaced: list them again
         self.last = self._read()
